@@ -1,0 +1,49 @@
+//! The policies Pliant ships, embedded in the binary so they run with no files installed.
+
+use crate::source::{Callback, PolicySource};
+
+/// Names of the shipped policies.
+pub const NAMES: [&str; 4] = [
+    "parsplice-absorb-trim",
+    "cephfs-greedy-spill",
+    "static-limit",
+    "regime-fan",
+];
+
+/// A shipped policy by name.
+pub fn get(name: &str) -> Option<PolicySource> {
+    Some(match name {
+        "parsplice-absorb-trim" => PolicySource::functions(
+            name,
+            include_str!("../../../policies/parsplice-absorb-trim.lua"),
+        ),
+        "static-limit" => {
+            PolicySource::functions(name, include_str!("../../../policies/static-limit.lua"))
+        }
+        "regime-fan" => {
+            PolicySource::functions(name, include_str!("../../../policies/regime-fan.lua"))
+        }
+        "cephfs-greedy-spill" => PolicySource::chunks(
+            name,
+            [
+                (
+                    Callback::Load,
+                    include_str!("../../../policies/cephfs-greedy-spill/load.lua"),
+                ),
+                (
+                    Callback::When,
+                    include_str!("../../../policies/cephfs-greedy-spill/when.lua"),
+                ),
+                (
+                    Callback::Where,
+                    include_str!("../../../policies/cephfs-greedy-spill/where.lua"),
+                ),
+                (
+                    Callback::HowMuch,
+                    include_str!("../../../policies/cephfs-greedy-spill/howmuch.lua"),
+                ),
+            ],
+        ),
+        _ => return None,
+    })
+}

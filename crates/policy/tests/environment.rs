@@ -1,0 +1,228 @@
+//! Every name of the policy environment, as policies see it.
+
+mod common;
+
+use common::{cluster, f};
+use pliant_policy::{Engine, HowMuch, Metrics, ParamValue, Params, ServerId};
+
+fn howmuch_of(engine: &mut Engine, code: &str) -> HowMuch {
+    engine
+        .install(f(&format!("function when() return true end\n{code}")))
+        .expect("install");
+    engine
+        .decide()
+        .expect("decide")
+        .howmuch
+        .expect("howmuch returned something")
+}
+
+#[test]
+fn whoami_numeric_and_named() {
+    let mut e = Engine::in_memory(cluster());
+    assert_eq!(
+        howmuch_of(&mut e, "function howmuch() return whoami * 10 end"),
+        HowMuch::Amount(10.0)
+    );
+    let mut m = Metrics::new("mds.b");
+    m.set("mds.a", "keys", 1.0);
+    m.set("mds.b", "keys", 7.0);
+    let mut e = Engine::in_memory(m);
+    assert_eq!(
+        howmuch_of(
+            &mut e,
+            r#"function howmuch() assert(whoami == "mds.b"); return servers[whoami]["keys"] end"#
+        ),
+        HowMuch::Amount(7.0)
+    );
+}
+
+#[test]
+fn servers_server_and_mds_are_one_table() {
+    let mut e = Engine::in_memory(cluster());
+    let h = howmuch_of(
+        &mut e,
+        r#"function howmuch()
+             assert(servers == server and server == mds)
+             return servers[2]["keys"] + server[3]["keys"] + mds[1]["req_rate"]
+           end"#,
+    );
+    assert_eq!(h, HowMuch::Amount(100.0 + 300.0 + 30.0));
+}
+
+#[test]
+fn absent_metric_is_nil_and_metrics_refresh_between_decisions() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"function when() return servers[2]["cpu"] == nil end
+                   function howmuch() return servers[2]["keys"] end"#))
+        .expect("install");
+    assert_eq!(
+        e.decide().expect("decide").howmuch,
+        Some(HowMuch::Amount(100.0))
+    );
+    e.metrics_mut().set(2, "keys", 250.0);
+    assert_eq!(
+        e.decide().expect("decide").howmuch,
+        Some(HowMuch::Amount(250.0))
+    );
+    e.metrics_mut().set(2, "cpu", 0.9);
+    assert!(!e.decide().expect("decide").when, "cpu now reported");
+}
+
+#[test]
+fn load_return_and_assignment_both_set_load() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"
+        function load()
+          servers[2]["load"] = 42
+          return servers[whoami]["keys"] / 100
+        end
+        function when() return true end
+        function howmuch() return servers[whoami]["load"] * 1000 + servers[2]["load"] end
+    "#))
+    .expect("install");
+    let d = e.decide().expect("decide");
+    assert_eq!(d.load, Some(5.0));
+    assert_eq!(d.howmuch, Some(HowMuch::Amount(5042.0)));
+}
+
+#[test]
+fn computed_load_does_not_leak_into_next_decision() {
+    let mut e = Engine::in_memory(cluster());
+    // load() sets servers[2].load only on the first decision; the second must not see it.
+    e.install(f(r#"
+        local n = 0
+        function load() n = n + 1; if n == 2 then servers[2]["load"] = 1 end end
+        function when() return servers[2]["load"] ~= nil end
+    "#))
+    .expect("install"); // dry run is call 1
+    assert!(e.decide().expect("decide").when, "set during this decision");
+    assert!(!e.decide().expect("decide").when, "not carried over");
+}
+
+#[test]
+fn timeseries_is_one_based_pairs_read_in_place() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"
+        function when() return true end
+        function howmuch()
+          local ts = timeseries()
+          local t1, v1 = ts:get(1)
+          local tn, vn = ts:get(ts:size())
+          local tx, vx = ts:get(ts:size() + 1)
+          assert(tx == nil and vx == nil)
+          return { size = ts:size(), first = {t1, v1}, last = {tn, vn} }
+        end
+    "#))
+    .expect("install");
+    for i in 0..5 {
+        e.timeseries().push(f64::from(i), f64::from(i * 10));
+    }
+    let h = e.decide().expect("decide").howmuch.expect("table");
+    assert_eq!(
+        serde_json::to_value(&h).expect("json"),
+        serde_json::json!({"size": 5, "first": [0.0, 0.0], "last": [4.0, 40.0]})
+    );
+    // The buffer is shared, not copied: appending shows up in the next decision.
+    e.timeseries().push(5.0, 50.0);
+    let h = e.decide().expect("decide").howmuch.expect("table");
+    assert_eq!(serde_json::to_value(&h).expect("json")["size"], 6);
+}
+
+#[test]
+fn rdstate_is_zero_before_any_write_and_wrstate_takes_numbers_and_strings() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"
+        function when()
+          local before = RDstate()
+          if before == 0 then WRstate("seen") elseif before == "seen" then WRstate(7) end
+          return true
+        end
+        function howmuch() local s = RDstate(); if type(s) == "string" then return -1 end return s end
+    "#))
+    .expect("install");
+    assert_eq!(e.decide().expect("1").howmuch, Some(HowMuch::Amount(-1.0)));
+    assert_eq!(e.decide().expect("2").howmuch, Some(HowMuch::Amount(7.0)));
+}
+
+#[test]
+fn wrstate_rejects_tables() {
+    let mut e = Engine::in_memory(cluster());
+    let err = e
+        .install(f("function when() WRstate({}) return true end"))
+        .expect_err("table state");
+    assert!(err.to_string().contains("WRstate takes a number or a string"), "{err}");
+}
+
+#[test]
+fn bal_log_and_print_are_callable() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"function when() BAL_LOG(0, "x", 1, nil, true); BAL_LOG(20, "quiet"); print("p"); return true end"#))
+        .expect("install");
+    assert!(e.decide().expect("decide").when);
+}
+
+#[test]
+fn params_are_visible() {
+    let mut e = Engine::in_memory(cluster());
+    let mut p = Params::new();
+    p.insert("limit".into(), ParamValue::Num(12.0));
+    p.insert("mode".into(), ParamValue::parse("fast"));
+    e.set_params(p);
+    assert_eq!(
+        howmuch_of(&mut e, r#"function howmuch() assert(params.mode == "fast"); return params.limit end"#),
+        HowMuch::Amount(12.0)
+    );
+}
+
+#[test]
+fn where_gets_zero_targets_for_other_servers_and_drops_zeros() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"
+        function when() return true end
+        function where(targets)
+          assert(targets[whoami] == nil and targets[2] == 0 and targets[3] == 0)
+          targets[3] = 12.5
+          return targets
+        end
+    "#))
+    .expect("install");
+    let d = e.decide().expect("decide");
+    let w = d.where_.expect("where ran");
+    assert_eq!(w.len(), 1);
+    assert_eq!(w.get(&ServerId::Num(3)), Some(&12.5));
+}
+
+#[test]
+fn where_to_unknown_server_is_malformed() {
+    let mut e = Engine::in_memory(cluster());
+    let err = e
+        .install(f("function when() return true end function where(t) t[99] = 1 return t end"))
+        .expect_err("unknown target");
+    assert!(err.to_string().contains("unknown server 99"), "{err}");
+}
+
+#[test]
+fn decision_log_records_every_evaluation_as_json_lines() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f("function load() return 3 end function when() return false end"))
+        .expect("install");
+    e.decide().expect("decide");
+    let mut out = Vec::new();
+    e.log().write_jsonl(&mut out).expect("write");
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .expect("utf8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    // Dry run: load, when, where, howmuch. Decision: load, when.
+    assert_eq!(lines.len(), 6);
+    let last = &lines[5];
+    assert_eq!(last["callback"], "when");
+    assert_eq!(last["result"], false);
+    assert_eq!(last["version"], 1);
+    assert_eq!(last["dry_run"], false);
+    assert!(last["micros"].as_f64().expect("micros") >= 0.0);
+    assert!(last["instructions"].is_u64());
+    assert_eq!(lines[4]["result"], 3.0);
+    assert!(lines[..4].iter().all(|l| l["dry_run"] == true));
+}

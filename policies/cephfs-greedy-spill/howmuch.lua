@@ -1,0 +1,2 @@
+-- cephfs-greedy-spill, howmuch chunk: which dirfrags to pick, as Mantle's list of strategies.
+return {"half"}
