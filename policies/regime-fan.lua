@@ -9,6 +9,10 @@
 --     otherwise it belongs to the same regime as that fan.
 -- A regime's id range is the union of its fans' ranges.
 --
+-- The rule is literal: a run of ids that falls going backward (rises in time, as new keys do)
+-- makes one single-point fan per step, each below the last, so each step is a boundary. Feed it
+-- accesses, which revisit a basin's keys, rather than first appearances.
+--
 -- Decision: when = at least two regimes exist; howmuch = the id span of the regimes found, the
 -- sum over regimes of (top - bottom + 1): the keys those regimes need cached.
 

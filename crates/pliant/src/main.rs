@@ -1,1 +1,58 @@
-fn main(){}
+//! `pliant`: the command-line front end. Thin by design: argument parsing, file I/O and output
+//! formatting live here; every capability lives in a library crate.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Pliant: a programmable, elastic caching layer for HPC data services.
+///
+/// Start with `pliant demo`. Every command has --help with examples.
+#[derive(Parser)]
+#[command(name = "pliant", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the main job on built-in defaults: the shipped policies on a built-in scenario.
+    Demo(cmd::demo::Args),
+    /// Write, check and run Mantle-style Lua policies offline.
+    #[command(subcommand)]
+    Policy(cmd::policy::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Demo(args) => cmd::demo::run(&args),
+        Command::Policy(c) => cmd::policy::run(c),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -342,10 +342,14 @@ mod tests {
 
     #[test]
     fn metrics_json_errors_name_the_field() {
-        let e = Metrics::from_json(r#"{"whoami": 1, "servers": {"1": {"cpu": "hot"}}}"#, "m.json")
-            .expect_err("string metric");
+        let e = Metrics::from_json(
+            r#"{"whoami": 1, "servers": {"1": {"cpu": "hot"}}}"#,
+            "m.json",
+        )
+        .expect_err("string metric");
         assert!(e.to_string().contains("servers[1][cpu]"), "{e}");
-        let e = Metrics::from_json("{\"whoami\": 1,\n \"server\": {}}", "m.json").expect_err("typo");
+        let e =
+            Metrics::from_json("{\"whoami\": 1,\n \"server\": {}}", "m.json").expect_err("typo");
         assert!(e.to_string().starts_with("m.json:2:"), "{e}");
     }
 

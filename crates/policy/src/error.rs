@@ -72,7 +72,10 @@ pub enum PolicyError {
         traceback: String,
     },
     /// The callback used more VM instructions than its budget allows.
-    #[error("{}{callback} exceeded its instruction budget of {budget}", At(location))]
+    #[error(
+        "{}{callback} exceeded its instruction budget of {budget}",
+        At(location)
+    )]
     Budget {
         /// The callback being evaluated.
         callback: Callback,
@@ -156,13 +159,14 @@ pub(crate) fn split_location(msg: &str) -> (Option<Location>, String) {
             .find(|c: char| !c.is_ascii_digit())
             .map(|e| colon + 1 + e)
             .unwrap_or(msg.len());
-        if digits_end > colon + 1 && bytes.get(digits_end) == Some(&b':') {
-            if let Ok(line) = msg[colon + 1..digits_end].parse() {
-                let chunk = msg[..colon].trim().to_string();
-                let rest = msg[digits_end + 1..].trim_start().to_string();
-                if !chunk.contains('\n') && !chunk.is_empty() {
-                    return (Some(Location { chunk, line }), rest);
-                }
+        if digits_end > colon + 1
+            && bytes.get(digits_end) == Some(&b':')
+            && let Ok(line) = msg[colon + 1..digits_end].parse()
+        {
+            let chunk = msg[..colon].trim().to_string();
+            let rest = msg[digits_end + 1..].trim_start().to_string();
+            if !chunk.contains('\n') && !chunk.is_empty() {
+                return (Some(Location { chunk, line }), rest);
             }
         }
         i = colon + 1;

@@ -48,7 +48,9 @@ impl StateStore for MemoryStore {
         Ok(self.0.borrow().get(policy).cloned())
     }
     fn save(&self, policy: &str, value: &StateValue) -> Result<(), PolicyError> {
-        self.0.borrow_mut().insert(policy.to_string(), value.clone());
+        self.0
+            .borrow_mut()
+            .insert(policy.to_string(), value.clone());
         Ok(())
     }
 }
@@ -141,7 +143,9 @@ mod tests {
         let store = FileStore::open(dir.path()).expect("open");
         assert_eq!(store.load("p").expect("load"), None);
         store.save("p", &StateValue::Num(3.5)).expect("save");
-        store.save("p", &StateValue::Str("absorbed".into())).expect("save");
+        store
+            .save("p", &StateValue::Str("absorbed".into()))
+            .expect("save");
         let again = FileStore::open(dir.path()).expect("reopen");
         assert_eq!(
             again.load("p").expect("load"),

@@ -7,12 +7,10 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, Variadic, VmState,
-};
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, Variadic, VmState};
 
 use crate::decision::{HowMuch, Targets};
-use crate::env::{Metrics, ParamValue, Params, Point, ServerId, TimeSeries};
+use crate::env::{Metrics, ParamValue, Params, ServerId, TimeSeries};
 use crate::error::{Location, split_location};
 use crate::source::{Callback, Chunk, PolicySource, Style};
 use crate::state::{StateStore, StateValue};
@@ -58,6 +56,10 @@ setmetatable(G, {
 })
 "#;
 
+/// Clears the computed `load` of every server table, at VM speed rather than one Rust→Lua call
+/// per server.
+const CLEAR_LOAD: &str = "local seq = ... for i = 1, #seq do seq[i].load = nil end";
+
 /// Instruction accounting shared with the hook.
 #[derive(Debug, Default)]
 struct Budget {
@@ -85,10 +87,15 @@ pub(crate) struct Vm {
     protected: Table,
     servers: Table,
     server_tables: Vec<Table>,
+    /// The same tables as a Lua sequence, for [`CLEAR_LOAD`].
+    server_seq: Table,
+    clear_load: Function,
     metric_keys: Vec<mlua::LuaString>,
-    load_key: mlua::LuaString,
     load_col: Option<usize>,
     layout: Option<u64>,
+    /// The values last written into the Lua tables, row-major like [`Metrics`]; only values
+    /// that differ are written again.
+    pushed: Vec<f64>,
     budget: Rc<Budget>,
     state: Rc<StateCell>,
 }
@@ -135,8 +142,16 @@ impl Vm {
         });
         let protected = lua.create_table().map_err(vm_err)?;
         let servers = lua.create_table().map_err(vm_err)?;
-        install_env(&lua, &protected, &servers, &state, series, params, &source.name)
-            .map_err(vm_err)?;
+        install_env(
+            &lua,
+            &protected,
+            &servers,
+            &state,
+            series,
+            params,
+            &source.name,
+        )
+        .map_err(vm_err)?;
 
         let exhausted = {
             let b = budget.clone();
@@ -158,14 +173,13 @@ impl Vm {
                 if used > hook_budget.limit.get() || hook_budget.exhausted.get() {
                     if !hook_budget.exhausted.replace(true) {
                         let src = debug.source();
-                        *hook_budget.at.borrow_mut() =
-                            match (src.short_src, debug.current_line()) {
-                                (Some(chunk), Some(line)) => Some(Location {
-                                    chunk: chunk.into_owned(),
-                                    line: line as u32,
-                                }),
-                                _ => None,
-                            };
+                        *hook_budget.at.borrow_mut() = match (src.short_src, debug.current_line()) {
+                            (Some(chunk), Some(line)) => Some(Location {
+                                chunk: chunk.into_owned(),
+                                line: line as u32,
+                            }),
+                            _ => None,
+                        };
                     }
                     return Err(mlua::Error::RuntimeError(
                         "instruction budget exceeded".into(),
@@ -177,7 +191,12 @@ impl Vm {
         .map_err(vm_err)?;
         lua.set_memory_limit(limits.memory_bytes).map_err(vm_err)?;
 
-        let load_key = lua.create_string("load").map_err(vm_err)?;
+        let server_seq = lua.create_table().map_err(vm_err)?;
+        let clear_load = lua
+            .load(CLEAR_LOAD)
+            .set_name("=refresh")
+            .into_function()
+            .map_err(vm_err)?;
         let mut vm = Self {
             lua,
             name: source.name.clone(),
@@ -186,10 +205,12 @@ impl Vm {
             protected,
             servers,
             server_tables: Vec::new(),
+            server_seq,
+            clear_load,
             metric_keys: Vec::new(),
-            load_key,
             load_col: None,
             layout: None,
+            pushed: Vec::new(),
             budget,
             state,
         };
@@ -250,7 +271,9 @@ impl Vm {
             }
             Style::Chunks(chunks) => {
                 if chunks.is_empty() {
-                    return Err(PolicyError::Shape("a policy needs at least one chunk".into()));
+                    return Err(PolicyError::Shape(
+                        "a policy needs at least one chunk".into(),
+                    ));
                 }
                 let mut fns: [Option<Function>; 4] = [None, None, None, None];
                 for (cb, chunk) in chunks {
@@ -274,11 +297,7 @@ impl Vm {
     }
 
     /// Runs `f` under the instruction budget, mapping failures to typed errors for `cb`.
-    fn run<R>(
-        &self,
-        cb: Callback,
-        f: impl FnOnce() -> mlua::Result<R>,
-    ) -> Result<R, PolicyError> {
+    fn run<R>(&self, cb: Callback, f: impl FnOnce() -> mlua::Result<R>) -> Result<R, PolicyError> {
         self.budget.used.set(0);
         self.budget.limit.set(self.limits.instructions);
         self.budget.exhausted.set(false);
@@ -321,55 +340,83 @@ impl Vm {
     /// Makes the Lua-side `servers` table match `metrics`.
     ///
     /// While the set of servers and metric names is unchanged the per-server tables are reused
-    /// and only values are written, which is what keeps refreshes of thousands of servers cheap.
+    /// and only values that changed are written, which is what keeps refreshes of thousands of
+    /// servers cheap. The memory cap is lifted for the refresh: what it allocates is bounded by
+    /// the metrics, not by the policy, and with a cap mlua guards every write with a protected
+    /// call, which costs more than the write.
     pub(crate) fn refresh(&mut self, metrics: &Metrics) -> Result<(), PolicyError> {
-        let mut inner = || -> mlua::Result<()> {
-            self.protected
-                .raw_set("whoami", server_key(&self.lua, metrics.whoami())?)?;
-            if self.layout != Some(metrics.layout()) {
-                self.servers = self.lua.create_table_with_capacity(0, metrics.ids().len())?;
-                for alias in ["servers", "server", "mds"] {
-                    self.protected.raw_set(alias, &self.servers)?;
-                }
-                self.metric_keys = metrics
-                    .names()
-                    .iter()
-                    .map(|n| self.lua.create_string(n))
-                    .collect::<mlua::Result<_>>()?;
-                self.load_col = metrics.names().iter().position(|n| n == "load");
-                self.server_tables.clear();
-                for id in metrics.ids() {
-                    let t = self.lua.create_table_with_capacity(0, self.metric_keys.len() + 1)?;
-                    self.servers.raw_set(server_key(&self.lua, id)?, &t)?;
-                    self.server_tables.push(t);
-                }
-                self.layout = Some(metrics.layout());
+        self.lua.set_memory_limit(0).map_err(vm_err)?;
+        let r = self.refresh_tables(metrics);
+        self.lua
+            .set_memory_limit(self.limits.memory_bytes)
+            .map_err(vm_err)?;
+        r.map_err(vm_err)
+    }
+
+    fn refresh_tables(&mut self, metrics: &Metrics) -> mlua::Result<()> {
+        self.protected
+            .raw_set("whoami", server_key(&self.lua, metrics.whoami())?)?;
+        if self.layout != Some(metrics.layout()) {
+            self.servers = self
+                .lua
+                .create_table_with_capacity(0, metrics.ids().len())?;
+            for alias in ["servers", "server", "mds"] {
+                self.protected.raw_set(alias, &self.servers)?;
             }
-            for (row, t) in self.server_tables.iter().enumerate() {
-                for (key, &v) in self.metric_keys.iter().zip(metrics.row(row)) {
-                    if v.is_nan() {
-                        t.raw_set(key, Value::Nil)?;
-                    } else {
-                        t.raw_set(key, v)?;
-                    }
+            self.metric_keys = metrics
+                .names()
+                .iter()
+                .map(|n| self.lua.create_string(n))
+                .collect::<mlua::Result<_>>()?;
+            self.load_col = metrics.names().iter().position(|n| n == "load");
+            self.server_tables.clear();
+            self.server_seq = self
+                .lua
+                .create_table_with_capacity(metrics.ids().len(), 0)?;
+            for id in metrics.ids() {
+                let t = self
+                    .lua
+                    .create_table_with_capacity(0, self.metric_keys.len() + 1)?;
+                self.servers.raw_set(server_key(&self.lua, id)?, &t)?;
+                self.server_seq.raw_push(&t)?;
+                self.server_tables.push(t);
+            }
+            // NaN never equals itself, so every value is written once.
+            self.pushed = vec![f64::NAN; metrics.ids().len() * self.metric_keys.len()];
+            self.layout = Some(metrics.layout());
+        }
+        let n = self.metric_keys.len();
+        for (row, t) in self.server_tables.iter().enumerate() {
+            let old = &mut self.pushed[row * n..(row + 1) * n];
+            // Most rows are unchanged between decisions in the common case; one slice compare
+            // skips them (rows with an absent metric, NaN, always take the slow path).
+            if self.load_col.is_none() && *old == *metrics.row(row) {
+                continue;
+            }
+            for (col, ((key, &v), last)) in self
+                .metric_keys
+                .iter()
+                .zip(metrics.row(row))
+                .zip(old)
+                .enumerate()
+            {
+                // A supplied `load` is always rewritten: the policy may have overwritten it.
+                if v.to_bits() == last.to_bits() && !v.is_nan() && Some(col) != self.load_col {
+                    continue;
                 }
-                if self.load_col.is_none() {
-                    // `load` is computed by the policy; last decision's value must not leak in.
-                    t.raw_set(&self.load_key, Value::Nil)?;
+                *last = v;
+                if v.is_nan() {
+                    t.raw_set(key, Value::Nil)?;
+                } else {
+                    t.raw_set(key, v)?;
                 }
             }
-            Ok(())
-        };
-        inner().map_err(|e| {
-            if is_memory_error(&e) {
-                PolicyError::Memory {
-                    callback: Callback::Load,
-                    limit: self.limits.memory_bytes,
-                }
-            } else {
-                vm_err(e)
-            }
-        })
+        }
+        if self.load_col.is_none() {
+            // `load` is computed by the policy; last decision's value must not leak in.
+            self.clear_load.call::<()>(&self.server_seq)?;
+        }
+        Ok(())
     }
 
     /// Evaluates `load`: a number sets `servers[whoami]["load"]`; `nil` leaves it as the policy
@@ -410,21 +457,33 @@ impl Vm {
     /// Evaluates `where(targets)` (default: send nothing). `targets` starts as `0` for every
     /// server but this one; the result is the returned table, or `targets` as the policy left it.
     pub(crate) fn eval_where(&self, metrics: &Metrics) -> Result<Targets, PolicyError> {
+        // Built with the cap lifted, like the refresh: its size is set by the cluster, not the
+        // policy, and capped writes each cost a protected call.
+        self.lua.set_memory_limit(0).map_err(vm_err)?;
         let targets = (|| {
-            let t = self.lua.create_table_with_capacity(0, metrics.ids().len())?;
+            let t = self
+                .lua
+                .create_table_with_capacity(0, metrics.ids().len())?;
             for id in metrics.ids().iter().filter(|id| *id != metrics.whoami()) {
                 t.raw_set(server_key(&self.lua, id)?, 0)?;
             }
             Ok(t)
-        })()
-        .map_err(|e| self.map_alloc_error(Callback::Where, e))?;
+        })();
+        self.lua
+            .set_memory_limit(self.limits.memory_bytes)
+            .map_err(vm_err)?;
+        let targets = targets.map_err(|e| self.map_alloc_error(Callback::Where, e))?;
         let Some(f) = self.style.get(Callback::Where) else {
             return Ok(Targets::new());
         };
         let ret: Value = if self.is_chunk_style() {
-            self.protected.raw_set("targets", &targets).map_err(vm_err)?;
+            self.protected
+                .raw_set("targets", &targets)
+                .map_err(vm_err)?;
             let r = self.run(Callback::Where, || f.call(()));
-            self.protected.raw_set("targets", Value::Nil).map_err(vm_err)?;
+            self.protected
+                .raw_set("targets", Value::Nil)
+                .map_err(vm_err)?;
             r?
         } else {
             self.run(Callback::Where, || f.call(targets.clone()))?
@@ -433,7 +492,11 @@ impl Vm {
             Value::Nil => targets,
             Value::Table(t) => t,
             other => {
-                return Err(malformed(Callback::Where, "a targets table or nothing", &other));
+                return Err(malformed(
+                    Callback::Where,
+                    "a targets table or nothing",
+                    &other,
+                ));
             }
         };
         let mut out = Targets::new();
@@ -444,11 +507,7 @@ impl Vm {
                 Value::Number(n) if n.fract() == 0.0 => ServerId::Num(*n as i64),
                 Value::String(s) => ServerId::parse(&s.to_string_lossy()),
                 other => {
-                    return Err(malformed(
-                        Callback::Where,
-                        "server ids as keys",
-                        other,
-                    ));
+                    return Err(malformed(Callback::Where, "server ids as keys", other));
                 }
             };
             if !metrics.ids().contains(&id) {
@@ -537,19 +596,22 @@ fn install_env(
     protected.raw_set("params", p)?;
 
     // The time series is read in place: `get` indexes the service's buffer, so a scan of
-    // millions of points copies nothing.
+    // millions of points copies nothing. `self` is taken as a `bool` because mlua reads that
+    // straight off the stack, where a table or userdata `self` costs a registry reference per
+    // call: a third of the time of a `get`.
     let ts = lua.create_table()?;
     let buf = series.inner().clone();
     ts.raw_set(
         "size",
-        lua.create_function(move |_, _this: Value| Ok(buf.borrow().len()))?,
+        lua.create_function(move |_, _this: bool| Ok(buf.borrow().len()))?,
     )?;
     let buf = series.inner().clone();
     ts.raw_set(
         "get",
-        lua.create_function(move |_, (_this, i): (Value, i64)| {
-            let b = buf.borrow();
-            let p: Option<Point> = usize::try_from(i - 1).ok().and_then(|i| b.get(i).copied());
+        lua.create_function(move |_, (_this, i): (bool, i64)| {
+            let p = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| buf.borrow().get(i).copied());
             Ok(p.map_or((None, None), |(t, v)| (Some(t), Some(v))))
         })?,
     )?;
@@ -618,7 +680,9 @@ fn bal_log(lua: &Lua, policy: &str) -> mlua::Result<Function> {
             .join(" ");
         // Mantle's levels follow Ceph's debug levels: 0 always shown, higher is chattier.
         match level {
-            i64::MIN..=0 => tracing::error!(target: "pliant_policy::lua", policy = %policy, "{msg}"),
+            i64::MIN..=0 => {
+                tracing::error!(target: "pliant_policy::lua", policy = %policy, "{msg}")
+            }
             1 => tracing::warn!(target: "pliant_policy::lua", policy = %policy, "{msg}"),
             2..=5 => tracing::info!(target: "pliant_policy::lua", policy = %policy, "{msg}"),
             6..=10 => tracing::debug!(target: "pliant_policy::lua", policy = %policy, "{msg}"),

@@ -79,7 +79,7 @@ fn load_return_and_assignment_both_set_load() {
         function when() return true end
         function howmuch() return servers[whoami]["load"] * 1000 + servers[2]["load"] end
     "#))
-    .expect("install");
+        .expect("install");
     let d = e.decide().expect("decide");
     assert_eq!(d.load, Some(5.0));
     assert_eq!(d.howmuch, Some(HowMuch::Amount(5042.0)));
@@ -94,7 +94,7 @@ fn computed_load_does_not_leak_into_next_decision() {
         function load() n = n + 1; if n == 2 then servers[2]["load"] = 1 end end
         function when() return servers[2]["load"] ~= nil end
     "#))
-    .expect("install"); // dry run is call 1
+        .expect("install"); // dry run is call 1
     assert!(e.decide().expect("decide").when, "set during this decision");
     assert!(!e.decide().expect("decide").when, "not carried over");
 }
@@ -113,7 +113,7 @@ fn timeseries_is_one_based_pairs_read_in_place() {
           return { size = ts:size(), first = {t1, v1}, last = {tn, vn} }
         end
     "#))
-    .expect("install");
+        .expect("install");
     for i in 0..5 {
         e.timeseries().push(f64::from(i), f64::from(i * 10));
     }
@@ -150,7 +150,11 @@ fn wrstate_rejects_tables() {
     let err = e
         .install(f("function when() WRstate({}) return true end"))
         .expect_err("table state");
-    assert!(err.to_string().contains("WRstate takes a number or a string"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("WRstate takes a number or a string"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -169,7 +173,10 @@ fn params_are_visible() {
     p.insert("mode".into(), ParamValue::parse("fast"));
     e.set_params(p);
     assert_eq!(
-        howmuch_of(&mut e, r#"function howmuch() assert(params.mode == "fast"); return params.limit end"#),
+        howmuch_of(
+            &mut e,
+            r#"function howmuch() assert(params.mode == "fast"); return params.limit end"#
+        ),
         HowMuch::Amount(12.0)
     );
 }
@@ -185,7 +192,7 @@ fn where_gets_zero_targets_for_other_servers_and_drops_zeros() {
           return targets
         end
     "#))
-    .expect("install");
+        .expect("install");
     let d = e.decide().expect("decide");
     let w = d.where_.expect("where ran");
     assert_eq!(w.len(), 1);
@@ -196,7 +203,9 @@ fn where_gets_zero_targets_for_other_servers_and_drops_zeros() {
 fn where_to_unknown_server_is_malformed() {
     let mut e = Engine::in_memory(cluster());
     let err = e
-        .install(f("function when() return true end function where(t) t[99] = 1 return t end"))
+        .install(f(
+            "function when() return true end function where(t) t[99] = 1 return t end",
+        ))
         .expect_err("unknown target");
     assert!(err.to_string().contains("unknown server 99"), "{err}");
 }
@@ -204,8 +213,10 @@ fn where_to_unknown_server_is_malformed() {
 #[test]
 fn decision_log_records_every_evaluation_as_json_lines() {
     let mut e = Engine::in_memory(cluster());
-    e.install(f("function load() return 3 end function when() return false end"))
-        .expect("install");
+    e.install(f(
+        "function load() return 3 end function when() return false end",
+    ))
+    .expect("install");
     e.decide().expect("decide");
     let mut out = Vec::new();
     e.log().write_jsonl(&mut out).expect("write");

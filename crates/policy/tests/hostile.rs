@@ -13,7 +13,9 @@ const GOOD: &str = "function when() return true end function howmuch() return 42
 fn contained(hostile: &str) -> PolicyError {
     let mut e: Engine = small_engine(cluster());
     e.install(f(GOOD)).expect("good policy");
-    let err = e.install(f(hostile)).expect_err("hostile policy must be rejected");
+    let err = e
+        .install(f(hostile))
+        .expect_err("hostile policy must be rejected");
     let d = e.decide().expect("engine still serving");
     assert_eq!(d.version, 1);
     assert_eq!(d.howmuch.and_then(|h| h.amount()), Some(42.0));
@@ -24,7 +26,13 @@ fn contained(hostile: &str) -> PolicyError {
 fn infinite_loop() {
     let err = contained("function when() while true do end end");
     assert!(
-        matches!(err, PolicyError::Budget { callback: Callback::When, .. }),
+        matches!(
+            err,
+            PolicyError::Budget {
+                callback: Callback::When,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(err.location().map(|l| l.line), Some(1));
@@ -48,12 +56,13 @@ fn infinite_loop_inside_xpcall_with_handler() {
 
 #[test]
 fn recursion_without_end() {
-    let err = contained("local function f(n) return 1 + f(n + 1) end function when() return f(1) > 0 end");
+    let err = contained(
+        "local function f(n) return 1 + f(n + 1) end function when() return f(1) > 0 end",
+    );
     // Lua's stack grows until either its own limit or our memory cap stops it.
     let msg = err.to_string();
     assert!(
-        matches!(err, PolicyError::Memory { .. })
-            || msg.contains("stack overflow"),
+        matches!(err, PolicyError::Memory { .. }) || msg.contains("stack overflow"),
         "{err:?}"
     );
 }
@@ -89,17 +98,26 @@ fn assert_missing(code: &str, name: &str) {
     let err = contained(code);
     assert!(matches!(err, PolicyError::Runtime { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains(&format!("'{name}'")) && msg.contains("nil"), "{msg}");
+    assert!(
+        msg.contains(&format!("'{name}'")) && msg.contains("nil"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn os_execute() {
-    assert_missing("function when() os.execute('touch /tmp/pwned') return true end", "os");
+    assert_missing(
+        "function when() os.execute('touch /tmp/pwned') return true end",
+        "os",
+    );
 }
 
 #[test]
 fn io_open() {
-    assert_missing("function when() io.open('/etc/passwd') return true end", "io");
+    assert_missing(
+        "function when() io.open('/etc/passwd') return true end",
+        "io",
+    );
 }
 
 #[test]
@@ -114,13 +132,22 @@ fn load() {
 
 #[test]
 fn dofile() {
-    assert_missing("function when() dofile('/etc/passwd') return true end", "dofile");
+    assert_missing(
+        "function when() dofile('/etc/passwd') return true end",
+        "dofile",
+    );
 }
 
 #[test]
 fn loadfile_and_collectgarbage() {
-    assert_missing("function when() loadfile('/etc/passwd') return true end", "loadfile");
-    assert_missing("function when() collectgarbage() return true end", "collectgarbage");
+    assert_missing(
+        "function when() loadfile('/etc/passwd') return true end",
+        "loadfile",
+    );
+    assert_missing(
+        "function when() collectgarbage() return true end",
+        "collectgarbage",
+    );
 }
 
 #[test]
@@ -131,13 +158,21 @@ fn debug_sethook() {
 #[test]
 fn replacing_servers() {
     let err = contained("function when() servers = {} return true end");
-    assert!(err.to_string().contains("'servers' is provided by the engine"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("'servers' is provided by the engine"),
+        "{err}"
+    );
 }
 
 #[test]
 fn replacing_wrstate() {
     let err = contained("function when() WRstate = function() end return true end");
-    assert!(err.to_string().contains("'WRstate' is provided by the engine"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("'WRstate' is provided by the engine"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -154,7 +189,13 @@ fn replacing_wrstate_with_rawset_or_at_top_level() {
 fn returning_a_string_from_when() {
     let err = contained("function when() return 'yes' end");
     assert!(
-        matches!(err, PolicyError::Malformed { callback: Callback::When, .. }),
+        matches!(
+            err,
+            PolicyError::Malformed {
+                callback: Callback::When,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(err.to_string().contains("expected a boolean"), "{err}");

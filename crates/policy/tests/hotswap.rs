@@ -26,7 +26,11 @@ fn failing_candidate_leaves_old_policy_serving() {
     let err = e.install(f(bad)).expect_err("candidate fails dry run");
     assert!(matches!(err, PolicyError::Runtime { .. }), "{err:?}");
     assert_eq!(e.active_version(), Some(1));
-    assert_eq!(e.versions().len(), 1, "a rejected candidate is not a version");
+    assert_eq!(
+        e.versions().len(),
+        1,
+        "a rejected candidate is not a version"
+    );
     assert_eq!(amount(&mut e), 1.0);
 }
 
@@ -60,10 +64,13 @@ fn runtime_failure_keeps_policy_installed_and_next_decision_works() {
         function when() if servers[2]["keys"] > 1000 then error("too many") end return true end
         function howmuch() return 5 end
     "#))
-    .expect("install");
+        .expect("install");
     e.metrics_mut().set(2, "keys", 5000.0);
     let err = e.decide().expect_err("fails");
     assert_eq!(err.location().map(|l| l.line), Some(2));
     e.metrics_mut().set(2, "keys", 10.0);
-    assert_eq!(e.decide().expect("recovers").howmuch, Some(HowMuch::Amount(5.0)));
+    assert_eq!(
+        e.decide().expect("recovers").howmuch,
+        Some(HowMuch::Amount(5.0))
+    );
 }

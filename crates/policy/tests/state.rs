@@ -43,8 +43,15 @@ fn dry_run_writes_do_not_reach_the_store() {
     let store = Rc::new(FileStore::open(dir.path()).expect("store"));
     let mut e = Engine::new(EngineConfig::default(), store.clone(), cluster());
     e.install(f(COUNTER)).expect("install");
-    assert_eq!(store.load("p").expect("load"), None, "install's dry run persisted nothing");
-    assert_eq!(e.decide().expect("decide").howmuch, Some(HowMuch::Amount(1.0)));
+    assert_eq!(
+        store.load("p").expect("load"),
+        None,
+        "install's dry run persisted nothing"
+    );
+    assert_eq!(
+        e.decide().expect("decide").howmuch,
+        Some(HowMuch::Amount(1.0))
+    );
 }
 
 /// A store that fails every write, to check that a failed persist fails the decision instead of

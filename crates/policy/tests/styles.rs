@@ -8,16 +8,22 @@ use pliant_policy::{Callback, Engine, HowMuch, PolicySource, ServerId, Style};
 #[test]
 fn function_style_missing_callbacks_take_defaults() {
     let mut e = Engine::in_memory(cluster());
-    e.install(f("function howmuch() return 1 end")).expect("install");
+    e.install(f("function howmuch() return 1 end"))
+        .expect("install");
     let d = e.decide().expect("decide");
     assert!(!d.when, "default when is false");
     assert_eq!(d.where_, None, "where not evaluated when `when` is false");
     assert_eq!(d.load, None, "no load callback, no computed load");
 
-    e.install(f("function when() return true end")).expect("install");
+    e.install(f("function when() return true end"))
+        .expect("install");
     let d = e.decide().expect("decide");
     assert!(d.when);
-    assert_eq!(d.where_, Some(Default::default()), "default where sends nothing");
+    assert_eq!(
+        d.where_,
+        Some(Default::default()),
+        "default where sends nothing"
+    );
     assert_eq!(d.howmuch, None, "default howmuch is no amount");
 }
 
@@ -89,7 +95,11 @@ fn chunk_files_on_disk_load_as_chunk_style() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pol = dir.path().join("spill");
     std::fs::create_dir(&pol).expect("mkdir");
-    std::fs::write(pol.join("when.lua"), "return servers[whoami][\"keys\"] > 10").expect("w");
+    std::fs::write(
+        pol.join("when.lua"),
+        "return servers[whoami][\"keys\"] > 10",
+    )
+    .expect("w");
     let src = PolicySource::from_paths(&[pol.join("when.lua")]).expect("load");
     assert!(matches!(src.style, Style::Chunks(_)));
     assert_eq!(src.name, "spill");

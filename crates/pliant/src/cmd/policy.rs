@@ -1,0 +1,357 @@
+//! `pliant policy`: check, run and list policies offline, the way an administrator tests one
+//! before installing it on a live service.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use anyhow::{Context, Result, bail};
+use pliant_policy::{
+    Callback, Decision, Engine, EngineConfig, FileStore, Limits, MemoryStore, Metrics, ParamValue,
+    Params, PolicySource, ServerId, StateStore, Style, TimeSeries, shipped,
+};
+
+/// Policy subcommands.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Compile each policy and dry-run every callback against a sample environment.
+    ///
+    /// Each FILE is a function-style policy (`name.lua`), a directory of Mantle-style chunks, or
+    /// chunk files (`load.lua`, `when.lua`, `where.lua`, `howmuch.lua`, grouped by directory). The
+    /// name of a shipped policy (see `pliant policy list`) checks the built-in copy.
+    /// Exits 0 when all pass, 1 otherwise.
+    ///
+    /// Example: pliant policy check policies/*.lua policies/cephfs-greedy-spill
+    #[command(verbatim_doc_comment)]
+    Check(CheckArgs),
+    /// Run one policy once over given metrics and print its decision.
+    ///
+    /// METRICS.json is {"whoami": ID, "servers": {ID: {METRIC: NUMBER}}}; ids that read as
+    /// integers are Lua integers. TS.csv has lines `ts,value` (a header line is allowed).
+    /// With --state-dir, WRstate persists there, so successive runs continue one another.
+    ///
+    /// Example:
+    ///   pliant policy run policies/static-limit.lua --metrics m.json --param limit=1000 --json
+    #[command(verbatim_doc_comment)]
+    Run(RunArgs),
+    /// List the shipped policies.
+    List,
+}
+
+/// Arguments of `policy check`.
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// Policy files, chunk directories, or shipped policy names.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Arguments of `policy run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// One policy: a .lua file, its chunk files, a chunk directory, or a shipped policy name.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Cluster metrics as JSON.
+    #[arg(long, value_name = "METRICS.json")]
+    metrics: PathBuf,
+    /// Time series for `timeseries()`, as `ts,value` lines.
+    #[arg(long, value_name = "TS.csv")]
+    timeseries: Option<PathBuf>,
+    /// Override `whoami` from the metrics file.
+    #[arg(long, value_name = "ID")]
+    whoami: Option<String>,
+    /// Persist WRstate in this directory (default: in memory, forgotten after the run).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Also write the decision log (JSON lines) here.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Options shared by check and run.
+#[derive(clap::Args)]
+struct Common {
+    /// Policy parameter, visible as `params.KEY` (repeatable), e.g. --param target=1000.
+    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
+    params: Vec<(String, ParamValue)>,
+    /// Instruction budget per callback.
+    #[arg(long, default_value_t = Limits::default().instructions)]
+    budget: u64,
+    /// Memory cap per policy, in MiB.
+    #[arg(long, default_value_t = Limits::default().memory_bytes >> 20)]
+    memory_mib: usize,
+}
+
+impl Common {
+    fn engine(&self, store: Rc<dyn StateStore>, metrics: Metrics) -> Engine {
+        let config = EngineConfig {
+            limits: Limits {
+                instructions: self.budget,
+                memory_bytes: self.memory_mib << 20,
+            },
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(config, store, metrics);
+        e.set_params(self.params.iter().cloned().collect::<Params>());
+        e
+    }
+}
+
+fn parse_param(s: &str) -> Result<(String, ParamValue), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
+    if k.is_empty() {
+        return Err(format!("empty parameter name in {s:?}"));
+    }
+    Ok((k.to_string(), ParamValue::parse(v)))
+}
+
+/// Runs a policy subcommand.
+pub fn run(cmd: Command) -> Result<ExitCode> {
+    match cmd {
+        Command::Check(a) => check(&a),
+        Command::Run(a) => run_once(&a),
+        Command::List => {
+            for name in shipped::NAMES {
+                let style = match shipped::get(name).map(|p| p.style) {
+                    Some(Style::Chunks(_)) => "chunks",
+                    _ => "functions",
+                };
+                println!("{name:24} ({style})");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Splits arguments into policies: chunk files group by directory; anything else stands alone.
+fn group(files: &[PathBuf]) -> Vec<Vec<PathBuf>> {
+    let is_chunk = |p: &Path| {
+        p.is_file()
+            && p.file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|s| Callback::ALL.iter().any(|c| c.name() == s))
+    };
+    let mut groups: Vec<Vec<PathBuf>> = Vec::new();
+    let mut by_dir: BTreeMap<PathBuf, usize> = BTreeMap::new();
+    for f in files {
+        if is_chunk(f) {
+            let dir = f.parent().map(Path::to_path_buf).unwrap_or_default();
+            match by_dir.get(&dir) {
+                Some(&i) => groups[i].push(f.clone()),
+                None => {
+                    by_dir.insert(dir, groups.len());
+                    groups.push(vec![f.clone()]);
+                }
+            }
+        } else {
+            groups.push(vec![f.clone()]);
+        }
+    }
+    groups
+}
+
+fn load_policy(files: &[PathBuf]) -> Result<PolicySource> {
+    if let [one] = files
+        && !one.exists()
+    {
+        if let Some(p) = one.to_str().and_then(shipped::get) {
+            return Ok(p);
+        }
+        bail!(
+            "{}: no such file, and not a shipped policy (shipped: {})",
+            one.display(),
+            shipped::NAMES.join(", ")
+        );
+    }
+    Ok(PolicySource::from_paths(files)?)
+}
+
+/// A small cluster and access history that exercises the metrics policies commonly read.
+fn sample_environment() -> (Metrics, TimeSeries) {
+    let mut m = Metrics::new(0);
+    for id in 0..4i64 {
+        let x = (id + 1) as f64;
+        for (name, v) in [
+            ("keys", 50_000.0 * x),
+            ("bytes", 4.0e7 * x),
+            ("hits", 9_000.0 * x),
+            ("misses", 1_000.0 * x),
+            ("reads_per_s", 500.0 * x),
+            ("writes_per_s", 10.0 * x),
+            ("misses_per_s", 50.0 * x),
+            ("req_rate", 100.0 * x),
+            ("cpu", 0.2 * x),
+            ("load", 10.0 * x),
+        ] {
+            m.set(id, name, v);
+        }
+    }
+    let ts = TimeSeries::new();
+    for i in 0..1000u32 {
+        ts.push(f64::from(i), f64::from(i / 100 * 50 + i % 37));
+    }
+    (m, ts)
+}
+
+fn check(a: &CheckArgs) -> Result<ExitCode> {
+    let mut failed = 0;
+    let groups = group(&a.files);
+    for files in &groups {
+        let label = files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let result = load_policy(files).and_then(|src| {
+            let (metrics, ts) = sample_environment();
+            let mut e = a.common.engine(Rc::new(MemoryStore::new()), metrics);
+            e.timeseries().replace(ts.with_mut(std::mem::take));
+            let d = e.check(&src)?;
+            Ok((src, d))
+        });
+        match result {
+            Ok((src, d)) => {
+                let style = match src.style {
+                    Style::Functions(_) => "functions",
+                    Style::Chunks(_) => "chunks",
+                };
+                println!(
+                    "ok    {label} ({}, {style}): dry run when={} howmuch={}",
+                    src.name,
+                    d.when,
+                    d.howmuch
+                        .map(|h| serde_json::to_string(&h).unwrap_or_default())
+                        .unwrap_or_else(|| "none".into())
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                println!(
+                    "FAIL  {label}\n      {}",
+                    format!("{e:#}").replace('\n', "\n      ")
+                );
+            }
+        }
+    }
+    if failed > 0 {
+        eprintln!("{failed} of {} policies failed", groups.len());
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_once(a: &RunArgs) -> Result<ExitCode> {
+    let src = load_policy(&a.files)?;
+    let text = std::fs::read_to_string(&a.metrics)
+        .with_context(|| format!("cannot read metrics {}", a.metrics.display()))?;
+    let mut metrics = Metrics::from_json(&text, &a.metrics.display().to_string())?;
+    if let Some(w) = &a.whoami {
+        metrics.set_whoami(ServerId::parse(w));
+    }
+    if !metrics.ids().contains(metrics.whoami()) {
+        bail!(
+            "{}: whoami {} is not among the servers ({})",
+            a.metrics.display(),
+            metrics.whoami(),
+            metrics
+                .ids()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let store: Rc<dyn StateStore> = match &a.state_dir {
+        Some(d) => Rc::new(FileStore::open(d)?),
+        None => Rc::new(MemoryStore::new()),
+    };
+    let mut e = a.common.engine(store, metrics);
+    if let Some(p) = &a.timeseries {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read time series {}", p.display()))?;
+        let ts = TimeSeries::from_csv(&text, &p.display().to_string())?;
+        e.timeseries().replace(ts.with_mut(std::mem::take));
+    }
+    let result = e.install(src.clone()).and_then(|_| e.decide());
+    if let Some(path) = &a.log {
+        let f = std::fs::File::create(path)
+            .with_context(|| format!("cannot write log {}", path.display()))?;
+        e.log().write_jsonl(std::io::BufWriter::new(f))?;
+    }
+    let ok = result.is_ok();
+    if a.json {
+        println!("{}", serde_json::to_string(&run_json(&result))?);
+    } else {
+        match &result {
+            Ok(d) => print_decision(&src, d),
+            Err(err) => eprintln!("error: {err}"),
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The `--json` shape of `policy run`.
+fn run_json(r: &Result<Decision, pliant_policy::PolicyError>) -> serde_json::Value {
+    match r {
+        Ok(d) => serde_json::json!({
+            "when": d.when,
+            "where": d.where_,
+            "howmuch": d.howmuch,
+            "error": null,
+            "instructions": d.instructions,
+            "micros": d.micros,
+        }),
+        Err(e) => serde_json::json!({
+            "when": null, "where": null, "howmuch": null,
+            "error": e.to_string(), "instructions": 0, "micros": 0,
+        }),
+    }
+}
+
+fn print_decision(src: &PolicySource, d: &Decision) {
+    let style = match src.style {
+        Style::Functions(_) => "functions",
+        Style::Chunks(_) => "chunks",
+    };
+    println!("policy   {} ({style})", src.name);
+    if let Some(l) = d.load {
+        println!("load     {l}");
+    }
+    println!("when     {}", d.when);
+    if let Some(w) = &d.where_ {
+        let parts: Vec<String> = w.iter().map(|(k, v)| format!("{k} <- {v}")).collect();
+        println!(
+            "where    {}",
+            if parts.is_empty() {
+                "(nothing)".to_string()
+            } else {
+                parts.join(", ")
+            }
+        );
+    }
+    if d.when {
+        match &d.howmuch {
+            Some(h) => println!("howmuch  {}", serde_json::to_string(h).unwrap_or_default()),
+            None => println!("howmuch  (none)"),
+        }
+    }
+    println!(
+        "cost     {} instructions, {:.1} µs",
+        d.instructions, d.micros
+    );
+}

@@ -1,0 +1,243 @@
+//! `pliant policy` and `pliant demo` as a user runs them: exit codes, output shapes, errors.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pliant(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run pliant")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+#[test]
+fn check_passes_every_shipped_policy_file() {
+    let o = pliant(
+        &[
+            "policy",
+            "check",
+            "policies/parsplice-absorb-trim.lua",
+            "policies/static-limit.lua",
+            "policies/regime-fan.lua",
+            "policies/cephfs-greedy-spill",
+        ],
+        repo(),
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        stdout(&o).lines().filter(|l| l.starts_with("ok ")).count(),
+        4
+    );
+}
+
+#[test]
+fn check_fails_with_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("bad.lua"),
+        "function when()\n  return nil + 1\nend\n",
+    )
+    .expect("write");
+    let o = pliant(&["policy", "check", "bad.lua"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("FAIL  bad.lua"), "{out}");
+    assert!(out.contains("bad.lua:2:"), "{out}");
+}
+
+#[test]
+fn run_json_has_the_documented_shape() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"whoami": 0, "servers": {"0": {"keys": 5000}}}"#,
+    )
+    .expect("write");
+    let o = pliant(
+        &[
+            "policy",
+            "run",
+            "static-limit",
+            "--metrics",
+            "m.json",
+            "--param",
+            "limit=1000",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["when"], true);
+    assert_eq!(v["howmuch"], 1000.0);
+    assert_eq!(v["where"], serde_json::json!({}));
+    assert_eq!(v["error"], serde_json::Value::Null);
+    assert!(v["instructions"].is_u64());
+    assert!(v["micros"].as_f64().expect("micros") > 0.0);
+}
+
+#[test]
+fn run_with_state_dir_continues_across_runs_and_timeseries_csv() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"whoami": 0, "servers": {"0": {"keys": 150}}}"#,
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("ts.csv"), "ts,value\n0,1\n1,1\n2,5\n3,5\n").expect("write");
+    let args = |p: &'static str| {
+        vec![
+            "policy",
+            "run",
+            p,
+            "--metrics",
+            "m.json",
+            "--state-dir",
+            "state",
+            "--param",
+            "absorb=100",
+            "--param",
+            "target=10",
+            "--timeseries",
+            "ts.csv",
+            "--json",
+        ]
+    };
+    let o = pliant(&args("parsplice-absorb-trim"), dir.path());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["when"], true, "{v}");
+    assert!(
+        dir.path()
+            .join("state/parsplice-absorb-trim.state.json")
+            .exists()
+    );
+    // Shrink below absorb: the persisted state still says "trim above target".
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"whoami": 0, "servers": {"0": {"keys": 50}}}"#,
+    )
+    .expect("write");
+    let o = pliant(&args("parsplice-absorb-trim"), dir.path());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["when"], true, "{v}");
+    assert_eq!(v["howmuch"], 10.0);
+
+    let o = pliant(&args("regime-fan"), dir.path());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["when"], true, "two regimes in ts.csv: {v}");
+    assert_eq!(v["howmuch"], 2.0);
+}
+
+#[test]
+fn run_json_reports_policy_errors_and_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"whoami": 0, "servers": {"0": {}}}"#,
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("p.lua"), "function when() return 'yes' end").expect("write");
+    let o = pliant(
+        &["policy", "run", "p.lua", "--metrics", "m.json", "--json"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["when"], serde_json::Value::Null);
+    assert!(
+        v["error"]
+            .as_str()
+            .expect("error")
+            .contains("expected a boolean")
+    );
+}
+
+#[test]
+fn bad_inputs_name_file_line_or_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("m.json"),
+        "{\"whoami\": 0,\n \"servers\": {\"0\": {\"keys\": \"many\"}}}",
+    )
+    .expect("write");
+    let o = pliant(
+        &["policy", "run", "static-limit", "--metrics", "m.json"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("servers[0][keys]"), "{}", stderr(&o));
+
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"whoami": 9, "servers": {"0": {}}}"#,
+    )
+    .expect("write");
+    let o = pliant(
+        &["policy", "run", "static-limit", "--metrics", "m.json"],
+        dir.path(),
+    );
+    assert!(
+        stderr(&o).contains("whoami 9 is not among the servers"),
+        "{}",
+        stderr(&o)
+    );
+
+    std::fs::write(
+        dir.path().join("m.json"),
+        r#"{"whoami": 0, "servers": {"0": {}}}"#,
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("ts.csv"), "1,2\n3,x\n").expect("write");
+    let o = pliant(
+        &[
+            "policy",
+            "run",
+            "static-limit",
+            "--metrics",
+            "m.json",
+            "--timeseries",
+            "ts.csv",
+        ],
+        dir.path(),
+    );
+    assert!(stderr(&o).contains("ts.csv:2:"), "{}", stderr(&o));
+
+    let o = pliant(
+        &["policy", "run", "no-such-policy", "--metrics", "m.json"],
+        dir.path(),
+    );
+    assert!(
+        stderr(&o).contains("not a shipped policy"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn demo_runs_and_json_is_parseable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = pliant(&["demo", "--json"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    // The absorb-trim cache crosses 100,000 keys at tick 4 and is trimmed to 1,000.
+    let absorb = &v["cache"][0][1];
+    assert_eq!(absorb[3]["when"], true);
+    assert_eq!(absorb[3]["keys_after"], 1000.0);
+    assert_eq!(absorb[2]["when"], false);
+    // Greedy spill acts on the third overloaded tick.
+    assert_eq!(v["spill"][2]["when"], true);
+    assert_eq!(v["spill"][1]["when"], false);
+}

@@ -1,0 +1,249 @@
+//! The shipped policies on hand-made scenarios with known answers.
+
+mod common;
+
+use std::rc::Rc;
+
+use pliant_policy::{
+    Engine, EngineConfig, HowMuch, MemoryStore, Metrics, ParamValue, Params, ServerId, shipped,
+};
+
+fn engine_with(
+    name: &str,
+    metrics: Metrics,
+    params: &[(&str, f64)],
+    store: &MemoryStore,
+) -> Engine {
+    let mut e = Engine::new(EngineConfig::default(), Rc::new(store.clone()), metrics);
+    let p: Params = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), ParamValue::Num(*v)))
+        .collect();
+    e.set_params(p);
+    e.install(shipped::get(name).expect("shipped policy"))
+        .expect("shipped policy installs");
+    e
+}
+
+fn cache(keys: f64) -> Metrics {
+    let mut m = Metrics::new(0);
+    m.set(0, "keys", keys);
+    m
+}
+
+/// Feeds a sequence of cache sizes; returns `(when, howmuch)` for each.
+fn run_keys(e: &mut Engine, keys: &[f64]) -> Vec<(bool, Option<f64>)> {
+    keys.iter()
+        .map(|&k| {
+            e.metrics_mut().set(0, "keys", k);
+            let d = e.decide().expect("decide");
+            (d.when, d.howmuch.and_then(|h| h.amount()))
+        })
+        .collect()
+}
+
+#[test]
+fn parsplice_absorb_trim_absorbs_then_trims_and_remembers() {
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "parsplice-absorb-trim",
+        cache(0.0),
+        &[("absorb", 100.0), ("target", 10.0)],
+        &store,
+    );
+    // Above target but never above absorb: no trimming (the flash crowd is being absorbed).
+    assert_eq!(
+        run_keys(&mut e, &[5.0, 50.0, 99.0]),
+        [(false, None), (false, None), (false, None)]
+    );
+    // Crosses absorb: trim to target from now on, also after the cache shrank.
+    assert_eq!(
+        run_keys(&mut e, &[150.0, 8.0, 20.0]),
+        [(true, Some(10.0)), (false, None), (true, Some(10.0))]
+    );
+    // A restarted service remembers the absorb phase is over.
+    let mut again = engine_with(
+        "parsplice-absorb-trim",
+        cache(0.0),
+        &[("absorb", 100.0), ("target", 10.0)],
+        &store,
+    );
+    assert_eq!(run_keys(&mut again, &[20.0]), [(true, Some(10.0))]);
+}
+
+#[test]
+fn parsplice_absorb_trim_defaults_are_the_studies_thresholds() {
+    let store = MemoryStore::new();
+    let mut e = engine_with("parsplice-absorb-trim", cache(0.0), &[], &store);
+    assert_eq!(
+        run_keys(&mut e, &[50_000.0, 100_001.0, 999.0, 1001.0]),
+        [
+            (false, None),
+            (true, Some(1000.0)),
+            (false, None),
+            (true, Some(1000.0))
+        ]
+    );
+}
+
+#[test]
+fn static_limit_keeps_at_most_n_keys() {
+    let store = MemoryStore::new();
+    let mut e = engine_with("static-limit", cache(0.0), &[("limit", 100.0)], &store);
+    assert_eq!(
+        run_keys(&mut e, &[50.0, 100.0, 101.0, 5000.0]),
+        [
+            (false, None),
+            (false, None),
+            (true, Some(100.0)),
+            (true, Some(100.0))
+        ]
+    );
+}
+
+fn rates(whoami: i64, r: [f64; 3]) -> Metrics {
+    let mut m = Metrics::new(whoami);
+    for (id, rate) in (1..).zip(r) {
+        m.set(id, "req_rate", rate);
+    }
+    m
+}
+
+#[test]
+fn cephfs_greedy_spill_waits_for_three_overloaded_decisions() {
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(1, [30.0, 10.0, 20.0]),
+        &[],
+        &store,
+    );
+    // Average 20, server 1 at 30: overloaded. Acts on the third consecutive decision.
+    let whens: Vec<bool> = (0..4).map(|_| e.decide().expect("decide").when).collect();
+    assert_eq!(whens, [false, false, true, true]);
+    let d = e.decide().expect("decide");
+    let w = d.where_.expect("where");
+    assert_eq!(w.len(), 1);
+    assert_eq!(
+        w.get(&ServerId::Num(2)),
+        Some(&15.0),
+        "half of 30 to the next server"
+    );
+    assert_eq!(
+        serde_json::to_value(d.howmuch.expect("howmuch")).expect("json"),
+        serde_json::json!(["half"])
+    );
+    // Not overloaded once: the count resets, so three more are needed.
+    e.metrics_mut().set(1, "req_rate", 5.0);
+    assert!(!e.decide().expect("decide").when);
+    e.metrics_mut().set(1, "req_rate", 30.0);
+    let whens: Vec<bool> = (0..3).map(|_| e.decide().expect("decide").when).collect();
+    assert_eq!(whens, [false, false, true]);
+}
+
+#[test]
+fn cephfs_greedy_spill_wraps_to_first_server_and_ignores_underloaded() {
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(3, [10.0, 10.0, 40.0]),
+        &[],
+        &store,
+    );
+    for _ in 0..2 {
+        e.decide().expect("decide");
+    }
+    let d = e.decide().expect("decide");
+    assert!(d.when);
+    assert_eq!(d.where_.expect("where").get(&ServerId::Num(1)), Some(&20.0));
+
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(2, [10.0, 10.0, 40.0]),
+        &[],
+        &store,
+    );
+    assert!((0..5).all(|_| !e.decide().expect("decide").when));
+}
+
+/// Runs regime-fan over a series of key ids in time order; returns `(when, howmuch)` from a
+/// dry run, which evaluates `howmuch` whatever `when` says.
+fn fan(ids: &[f64]) -> (bool, Option<HowMuch>) {
+    let store = MemoryStore::new();
+    let mut e = engine_with("regime-fan", cache(0.0), &[], &store);
+    e.timeseries().replace(
+        ids.iter()
+            .enumerate()
+            .map(|(t, &id)| (t as f64, id))
+            .collect(),
+    );
+    let d = e
+        .check(&shipped::get("regime-fan").expect("policy"))
+        .expect("check");
+    assert_eq!(e.decide().expect("decide").when, d.when);
+    (d.when, d.howmuch)
+}
+
+#[test]
+fn regime_fan_two_disjoint_blocks_are_two_regimes() {
+    // Newest first: fan {5}, then fan {1} whose top 1 < 5: a boundary. Spans 1 + 1.
+    let (when, h) = fan(&[1.0, 1.0, 1.0, 1.0, 5.0, 5.0, 5.0, 5.0]);
+    assert!(when);
+    assert_eq!(h, Some(HowMuch::Amount(2.0)));
+}
+
+#[test]
+fn regime_fan_overlapping_fans_are_one_regime() {
+    // Newest first: 5 | 4 5 | 3 4 3: each older fan reaches the newer fan's bottom. One regime 3..5.
+    let (when, h) = fan(&[3.0, 4.0, 3.0, 5.0, 4.0, 5.0]);
+    assert!(!when);
+    assert_eq!(h, Some(HowMuch::Amount(3.0)));
+}
+
+#[test]
+fn regime_fan_three_superbasins() {
+    let ids = [
+        1.0, 2.0, 1.0, 2.0, 10.0, 11.0, 10.0, 11.0, 20.0, 21.0, 20.0, 21.0,
+    ];
+    let (when, h) = fan(&ids);
+    assert!(when);
+    // Regimes 20..21, 10..11, 1..2.
+    assert_eq!(h, Some(HowMuch::Amount(6.0)));
+}
+
+#[test]
+fn regime_fan_empty_series_has_no_regimes() {
+    let (when, h) = fan(&[]);
+    assert!(!when);
+    assert_eq!(h, Some(HowMuch::Amount(0.0)));
+}
+
+/// The default instruction budget must let a policy scan a 6-million-point time series.
+#[test]
+fn regime_fan_scans_six_million_points_within_default_budget() {
+    let store = MemoryStore::new();
+    let mut e = engine_with("regime-fan", cache(0.0), &[], &store);
+    // Two superbasins of 3 M accesses each, sweeping their 100 keys (downward in time, so the
+    // backward walk sees each basin as one widening fan).
+    let points: Vec<(f64, f64)> = (0..6_000_000u32)
+        .map(|i| {
+            let basin = if i < 3_000_000 { 0.0 } else { 1000.0 };
+            (f64::from(i), basin + f64::from(99 - i % 100))
+        })
+        .collect();
+    e.timeseries().replace(points);
+    let d = e.decide().expect("6 M points fit the default budget");
+    assert!(d.when, "two basins found");
+    // Regimes 1000..1099 and 0..99.
+    assert_eq!(d.howmuch, Some(HowMuch::Amount(200.0)));
+    eprintln!(
+        "regime-fan over 6 M points: {} instructions",
+        d.instructions
+    );
+    assert!(
+        d.instructions > 6_000_000,
+        "really scanned: {}",
+        d.instructions
+    );
+}
