@@ -1,0 +1,263 @@
+//! The cache core: capacity in bytes or keys, per-operation eviction, run-time resize, and the
+//! counters every caller wants.
+
+use crate::policy::{Policy, Request, Units};
+
+/// A cache's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this many keys.
+    Keys(u64),
+}
+
+impl Capacity {
+    /// The units this capacity counts in.
+    pub fn units(self) -> Units {
+        match self {
+            Self::Bytes(_) => Units::Bytes,
+            Self::Keys(_) => Units::Objects,
+        }
+    }
+
+    /// The number of units.
+    pub fn amount(self) -> u64 {
+        match self {
+            Self::Bytes(n) | Self::Keys(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Capacity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bytes(n) => write!(f, "{n}B"),
+            Self::Keys(n) => write!(f, "{n}keys"),
+        }
+    }
+}
+
+/// Counters. Byte counters count request sizes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Lookups that found the key.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Bytes of the hits.
+    pub byte_hits: u64,
+    /// Bytes of the misses.
+    pub byte_misses: u64,
+    /// Objects inserted (by a miss or a put).
+    pub insertions: u64,
+    /// Puts of a key already held with the same size (ignored).
+    pub redundant_puts: u64,
+    /// Objects evicted, by admission pressure or by a resize.
+    pub evictions: u64,
+    /// Keys held now.
+    pub keys: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Most keys ever held.
+    pub peak_keys: u64,
+    /// Most bytes ever held.
+    pub peak_bytes: u64,
+}
+
+impl Stats {
+    /// Misses over lookups (0 when there were none).
+    pub fn miss_ratio(&self) -> f64 {
+        let n = self.hits + self.misses;
+        if n == 0 {
+            0.0
+        } else {
+            self.misses as f64 / n as f64
+        }
+    }
+
+    /// Byte misses over looked-up bytes.
+    pub fn byte_miss_ratio(&self) -> f64 {
+        let n = self.byte_hits + self.byte_misses;
+        if n == 0 {
+            0.0
+        } else {
+            self.byte_misses as f64 / n as f64
+        }
+    }
+}
+
+/// What a [`Cache::put`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The key was not held; it is now.
+    Inserted,
+    /// The key was held with this size; nothing changed.
+    Redundant,
+    /// The key was held with another size; it now has the new one.
+    Resized,
+    /// The object cannot be admitted (larger than the cache allows); nothing is held.
+    Rejected,
+}
+
+/// A cache: an eviction algorithm plus capacity, resize and counters.
+pub struct Cache {
+    policy: Box<dyn Policy>,
+    capacity: Capacity,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("algorithm", &self.policy.name())
+            .field("capacity", &self.capacity)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Cache {
+    /// A cache around an algorithm built for `capacity` (see [`crate::build`]).
+    pub fn new(policy: Box<dyn Policy>, capacity: Capacity) -> Self {
+        Self {
+            policy,
+            capacity,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The algorithm's name.
+    pub fn algorithm(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// The capacity.
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Heap bytes the algorithm's structures have allocated.
+    pub fn allocated_bytes(&self) -> usize {
+        self.policy.allocated_bytes()
+    }
+
+    /// libCacheSim's `get`: a hit records the access; a miss admits the object (evicting as
+    /// needed) unless it can never fit. Returns whether it was a hit.
+    #[inline]
+    pub fn access(&mut self, req: &Request) -> bool {
+        if self.policy.find(req, true).is_some() {
+            self.stats.hits += 1;
+            self.stats.byte_hits += u64::from(req.size);
+            return true;
+        }
+        self.stats.misses += 1;
+        self.stats.byte_misses += u64::from(req.size);
+        if self.policy.can_insert(req) {
+            self.admit(req);
+        }
+        false
+    }
+
+    /// A lookup that does not admit on a miss (a tier that fetches from its parent and then
+    /// [`Cache::put`]s). Returns the held size on a hit.
+    pub fn get(&mut self, req: &Request) -> Option<u32> {
+        let r = self.policy.find(req, true);
+        if r.is_some() {
+            self.stats.hits += 1;
+            self.stats.byte_hits += u64::from(req.size);
+        } else {
+            self.stats.misses += 1;
+            self.stats.byte_misses += u64::from(req.size);
+        }
+        r
+    }
+
+    /// Whether `key` is held, without touching any state.
+    pub fn contains(&mut self, key: u64) -> bool {
+        self.policy.find(&Request::new(key, 0), false).is_some()
+    }
+
+    /// Stores an object. A key already held with the same size is a redundant put: nothing
+    /// changes (not even recency). A different size replaces the object.
+    pub fn put(&mut self, req: &Request) -> PutOutcome {
+        match self.policy.find(req, false) {
+            Some(size) if size == req.size => {
+                self.stats.redundant_puts += 1;
+                PutOutcome::Redundant
+            }
+            Some(_) => {
+                self.policy.remove(req.key);
+                if self.policy.can_insert(req) {
+                    self.admit(req);
+                    PutOutcome::Resized
+                } else {
+                    self.sync();
+                    PutOutcome::Rejected
+                }
+            }
+            None if self.policy.can_insert(req) => {
+                self.admit(req);
+                PutOutcome::Inserted
+            }
+            None => PutOutcome::Rejected,
+        }
+    }
+
+    /// Removes a key; returns whether it was held.
+    pub fn remove(&mut self, key: u64) -> bool {
+        let removed = self.policy.remove(key).is_some();
+        self.sync();
+        removed
+    }
+
+    /// Changes the capacity. Lowering it evicts at once, in the algorithm's order, down to the new
+    /// size; this is how policies act ("trim to n keys"). The units cannot change.
+    ///
+    /// # Panics
+    /// If `capacity` counts in other units than the cache was built with.
+    pub fn resize(&mut self, capacity: Capacity) {
+        assert_eq!(
+            capacity.units(),
+            self.capacity.units(),
+            "a cache cannot change between byte and key capacity"
+        );
+        self.capacity = capacity;
+        self.policy.set_capacity(capacity.amount());
+        let probe = Request::new(u64::MAX, 0);
+        while self.policy.occupied() > capacity.amount() && !self.policy.is_empty() {
+            if self.policy.evict(&probe).is_some() {
+                self.stats.evictions += 1;
+            }
+        }
+        self.sync();
+    }
+
+    fn admit(&mut self, req: &Request) {
+        let cap = self.capacity.amount();
+        let w = self.capacity.units().weight(req.size);
+        while self.policy.occupied() + w > cap && !self.policy.is_empty() {
+            if self.policy.evict(req).is_some() {
+                self.stats.evictions += 1;
+            }
+        }
+        if self.policy.insert(req) {
+            self.stats.insertions += 1;
+        }
+        self.sync();
+    }
+
+    #[inline]
+    fn sync(&mut self) {
+        let s = &mut self.stats;
+        s.keys = self.policy.len();
+        s.bytes = self.policy.bytes();
+        s.peak_keys = s.peak_keys.max(s.keys);
+        s.peak_bytes = s.peak_bytes.max(s.bytes);
+    }
+}

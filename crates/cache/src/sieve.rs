@@ -1,0 +1,101 @@
+//! SIEVE: a FIFO queue with a moving hand that skips (and clears) visited objects.
+//!
+//! libCacheSim semantics (`Sieve.c`): a miss inserts at the head, unvisited; a hit marks the
+//! object visited (no movement, original size kept). Eviction starts at the hand, or at the tail
+//! when there is no hand; visited objects are cleared and passed over toward the head, wrapping
+//! from the head back to the tail; the first unvisited object is evicted and the hand stays at
+//! the object just head-ward of it (none if it was the head). Removing the object under the hand
+//! moves the hand head-ward too.
+
+use crate::core::Core;
+use crate::list::{List, NIL};
+use crate::policy::{Evicted, Policy, Request, Units};
+
+/// SIEVE.
+#[derive(Debug)]
+pub struct Sieve {
+    core: Core,
+    q: List,
+    hand: u32,
+}
+
+impl Sieve {
+    /// A SIEVE of `capacity` in `units`.
+    pub fn new(capacity: u64, units: Units) -> Self {
+        Self {
+            core: Core::new(capacity, units),
+            q: List::default(),
+            hand: NIL,
+        }
+    }
+}
+
+impl Policy for Sieve {
+    fn name(&self) -> &'static str {
+        "sieve"
+    }
+
+    #[inline]
+    fn find(&mut self, req: &Request, update: bool) -> Option<u32> {
+        let i = self.core.lookup(req.key)?;
+        let n = self.core.slab.get_mut(i);
+        if update {
+            n.meta = 1;
+        }
+        Some(n.size)
+    }
+
+    fn can_insert(&self, req: &Request) -> bool {
+        self.core.weight(req.size) <= self.core.capacity
+    }
+
+    #[inline]
+    fn insert(&mut self, req: &Request) -> bool {
+        self.core.add_resident(&mut self.q, req.key, req.size, 0);
+        true
+    }
+
+    #[inline]
+    fn evict(&mut self, _req: &Request) -> Option<Evicted> {
+        let tail = Core::tail(&self.q)?;
+        let mut i = if self.hand == NIL { tail } else { self.hand };
+        loop {
+            let n = self.core.slab.get_mut(i);
+            if n.meta == 0 {
+                break;
+            }
+            n.meta -= 1;
+            i = if n.prev == NIL { self.q.tail } else { n.prev };
+        }
+        self.hand = self.core.slab.get(i).prev;
+        Some(self.core.drop_resident(&mut self.q, i))
+    }
+
+    fn remove(&mut self, key: u64) -> Option<u32> {
+        let i = self.core.lookup(key)?;
+        if i == self.hand {
+            self.hand = self.core.slab.get(i).prev;
+        }
+        Some(self.core.drop_resident(&mut self.q, i).size)
+    }
+
+    fn occupied(&self) -> u64 {
+        self.q.weight
+    }
+
+    fn len(&self) -> u64 {
+        self.q.len
+    }
+
+    fn bytes(&self) -> u64 {
+        self.core.bytes
+    }
+
+    fn set_capacity(&mut self, capacity: u64) {
+        self.core.capacity = capacity;
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.core.allocated_bytes()
+    }
+}
