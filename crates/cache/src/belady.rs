@@ -86,7 +86,9 @@ impl Belady {
         let moving = self.heap[i];
         let p = self.nodes[moving as usize].pri;
         while let Some(c) = self.max_child(i) {
-            if !(p < self.pri(c)) {
+            // libCacheSim continues while `p < child`; priorities are never NaN, so this is its
+            // exact negation.
+            if p >= self.pri(c) {
                 break;
             }
             let child = self.heap[c];
