@@ -193,18 +193,15 @@ impl Cache {
             }
             Some(_) => {
                 self.policy.remove(req.key);
-                if self.policy.can_insert(req) {
-                    self.admit(req);
+                let admitted = self.policy.can_insert(req) && self.admit(req);
+                self.sync();
+                if admitted {
                     PutOutcome::Resized
                 } else {
-                    self.sync();
                     PutOutcome::Rejected
                 }
             }
-            None if self.policy.can_insert(req) => {
-                self.admit(req);
-                PutOutcome::Inserted
-            }
+            None if self.policy.can_insert(req) && self.admit(req) => PutOutcome::Inserted,
             None => PutOutcome::Rejected,
         }
     }
@@ -238,7 +235,8 @@ impl Cache {
         self.sync();
     }
 
-    fn admit(&mut self, req: &Request) {
+    /// Evicts until `req` fits and inserts it; false if the algorithm declined it after all.
+    fn admit(&mut self, req: &Request) -> bool {
         let cap = self.capacity.amount();
         let w = self.capacity.units().weight(req.size);
         while self.policy.occupied() + w > cap && !self.policy.is_empty() {
@@ -246,10 +244,12 @@ impl Cache {
                 self.stats.evictions += 1;
             }
         }
-        if self.policy.insert(req) {
+        let inserted = self.policy.insert(req);
+        if inserted {
             self.stats.insertions += 1;
         }
         self.sync();
+        inserted
     }
 
     #[inline]

@@ -4,7 +4,8 @@
 //! libCacheSim semantics (`S3FIFO.c`), kept exactly:
 //! - Sizes: small = ⌊c · ratio⌋ (ratio 0.1), main = c − small, ghost = ⌊c · 0.9⌋, in the cache's
 //!   units. An object is admitted only if it fits the small queue (and the cache); one exactly the
-//!   small queue's size is then declined at insert.
+//!   small queue's size is then declined at insert. So a key-capacity S3-FIFO under 20 keys (small
+//!   queue of one key) admits nothing but ghost hits, exactly as libCacheSim's does.
 //! - A hit in small or main adds 1 to the object's frequency (sizes are kept). A request whose key
 //!   is in the ghost drops the ghost entry and is a miss that inserts into main.
 //! - Other inserts go to small, except before the first eviction ever, when a full small queue
