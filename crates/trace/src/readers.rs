@@ -298,8 +298,8 @@ fn parse_csv(line: &str, line_no: u64, opts: &ReadOptions) -> Result<Parsed, Str
     let time = match c.time_col {
         Some(i) => {
             let t: f64 = num(field(&f, i - 1, "time")?, "time")?;
-            if !(t >= 0.0) {
-                return Err(format!("time {t} is negative"));
+            if t.is_nan() || t < 0.0 {
+                return Err(format!("time {t} is not a non-negative number"));
             }
             t as u64
         }
