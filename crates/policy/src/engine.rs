@@ -125,6 +125,12 @@ impl Engine {
         &self.series
     }
 
+    /// Uses `series` (a handle to a buffer the caller shares, e.g. with other engines replaying the
+    /// same trace) as the buffer `timeseries()` reads, for policies installed from now on.
+    pub fn set_timeseries(&mut self, series: TimeSeries) {
+        self.series = series;
+    }
+
     /// Sets the `params` table for policies installed from now on.
     pub fn set_params(&mut self, params: Params) {
         self.params = params;

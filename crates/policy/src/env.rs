@@ -65,9 +65,15 @@ pub struct Metrics {
     values: Vec<f64>,
     id_index: HashMap<ServerId, usize>,
     name_index: HashMap<String, usize>,
-    /// Bumped whenever a server or a metric name is added, so the engine knows when its Lua-side
-    /// tables no longer match the layout.
+    /// Identifies the set of servers and metric names. A fresh id from a process-wide counter on
+    /// every change, so two different layouts never share an id and the engine knows exactly when
+    /// its Lua-side tables no longer match.
     layout: u64,
+}
+
+fn next_layout() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Metrics {
@@ -80,7 +86,7 @@ impl Metrics {
             values: Vec::new(),
             id_index: HashMap::new(),
             name_index: HashMap::new(),
-            layout: 0,
+            layout: next_layout(),
         }
     }
 
@@ -145,7 +151,7 @@ impl Metrics {
         self.ids.push(id);
         self.values
             .extend(std::iter::repeat_n(f64::NAN, self.names.len()));
-        self.layout += 1;
+        self.layout = next_layout();
         r
     }
 
@@ -162,7 +168,7 @@ impl Metrics {
         self.values = values;
         self.names.push(name.to_string());
         self.name_index.insert(name.to_string(), old);
-        self.layout += 1;
+        self.layout = next_layout();
         old
     }
 

@@ -237,3 +237,22 @@ fn decision_log_records_every_evaluation_as_json_lines() {
     assert_eq!(lines[4]["result"], 3.0);
     assert!(lines[..4].iter().all(|l| l["dry_run"] == true));
 }
+
+/// Regression: layout ids used to restart at 0 for every `Metrics`, so replacing the metrics with
+/// a different set of the same size kept the old Lua tables and showed the old metric names.
+#[test]
+fn replacing_metrics_with_a_different_layout_of_the_same_size_rebuilds_the_tables() {
+    let mut a = Metrics::new(0);
+    a.set(0, "keys", 1.0);
+    let mut e = Engine::in_memory(a);
+    e.install(f(r#"function when() return servers[0]["bytes"] ~= nil end
+                   function howmuch() return servers[0]["bytes"] end"#))
+        .expect("install");
+    assert!(!e.decide().expect("decide").when);
+    let mut b = Metrics::new(0);
+    b.set(0, "bytes", 7.0);
+    *e.metrics_mut() = b;
+    let d = e.decide().expect("decide");
+    assert!(d.when, "the new layout's metric is visible");
+    assert_eq!(d.howmuch, Some(HowMuch::Amount(7.0)));
+}
