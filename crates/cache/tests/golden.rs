@@ -111,3 +111,33 @@ fn unit_trace_gives_same_misses_in_bytes_and_keys() {
         );
     }
 }
+
+/// W-TinyLFU is Pliant's own design (libCacheSim's variant differs), so its counts are pinned
+/// against itself: a change to them must be deliberate. Values from this implementation.
+#[test]
+fn wtinylfu_regression_pins() {
+    let pins = [
+        (
+            "zipf-unit.oracleGeneral.gz",
+            Capacity::Keys(100),
+            PIN_UNIT_100,
+        ),
+        (
+            "zipf-unit.oracleGeneral.gz",
+            Capacity::Keys(1000),
+            PIN_UNIT_1000,
+        ),
+        (
+            "scan-loop.oracleGeneral.gz",
+            Capacity::Keys(200),
+            PIN_SCAN_200,
+        ),
+    ];
+    for (file, cap, want) in pins {
+        assert_eq!(replay("wtinylfu", cap, &load(file)), want, "{file} {cap}");
+    }
+}
+
+const PIN_UNIT_100: u64 = 7611;
+const PIN_UNIT_1000: u64 = 2695;
+const PIN_SCAN_200: u64 = 6691;

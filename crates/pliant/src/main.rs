@@ -2,6 +2,7 @@
 //! formatting live here; every capability lives in a library crate.
 
 mod cmd;
+mod plot;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,15 @@ enum Command {
     /// Write, check and run Mantle-style Lua policies offline.
     #[command(subcommand)]
     Policy(cmd::policy::Command),
+    /// Replay a trace through cache configurations (one pass, in parallel), optionally with a
+    /// policy resizing the caches.
+    Sim(cmd::sim::Args),
+    /// Performance benchmarks (numbers reported in the README).
+    #[command(subcommand)]
+    Bench(cmd::bench::Command),
+    /// Trace statistics, conversion to oracleGeneral, and synthetic traces.
+    #[command(subcommand)]
+    Trace(cmd::trace::Command),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +57,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(&args),
         Command::Policy(c) => cmd::policy::run(c),
+        Command::Sim(a) => cmd::sim::run(&a),
+        Command::Bench(c) => cmd::bench::run(c),
+        Command::Trace(c) => cmd::trace::run(c),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,8 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod demo;
+pub mod input;
 pub mod policy;
+pub mod sim;
+pub mod trace;

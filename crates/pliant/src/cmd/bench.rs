@@ -1,0 +1,122 @@
+//! `pliant bench`: the performance benchmarks whose numbers the README reports.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use pliant_cache::Capacity;
+use pliant_sim::{Config, SimOptions};
+use pliant_trace::{Popularity, ReadOptions, Workload};
+
+/// Benchmarks.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Replay speed: a Zipf trace through each algorithm at two sizes, one configuration per
+    /// pass, timing the whole replay including trace decoding (oracleGeneral from disk).
+    Sim(SimArgs),
+}
+
+/// Arguments of `bench sim`.
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// Requests in the generated trace.
+    #[arg(long, default_value_t = 20_000_000)]
+    requests: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 1.0)]
+    alpha: f64,
+    /// Algorithms.
+    #[arg(long, default_value = "lru,arc,sieve,s3fifo", value_delimiter = ',')]
+    algo: Vec<String>,
+    /// Cache sizes as fractions of the working set (distinct keys).
+    #[arg(long, default_value = "0.01,0.1", value_delimiter = ',')]
+    fractions: Vec<f64>,
+    /// Repetitions per configuration (the best is reported, the machine being shared).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Keep the generated trace here (default: a temporary file).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a benchmark.
+pub fn run(c: Command) -> Result<ExitCode> {
+    match c {
+        Command::Sim(a) => sim(&a),
+    }
+}
+
+fn sim(a: &SimArgs) -> Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let path = a
+        .trace
+        .clone()
+        .unwrap_or_else(|| dir.path().join("bench.oracleGeneral"));
+    if !path.exists() {
+        eprintln!(
+            "generating {} requests, Zipf({}) over {} keys → {}",
+            a.requests,
+            a.alpha,
+            a.keys,
+            path.display()
+        );
+        let mut recs: Vec<_> = pliant_trace::generate(Workload {
+            popularity: Popularity::Zipf(a.alpha),
+            keys: a.keys,
+            requests: a.requests,
+            size: 1,
+            rate: 100_000,
+            seed: 20,
+        })
+        .collect();
+        pliant_trace::fill_next_access(&mut recs);
+        pliant_trace::write_oracle_general(&path, &recs)?;
+    }
+    let mut rows = Vec::new();
+    for algo in &a.algo {
+        for &f in &a.fractions {
+            let keys = ((a.keys as f64) * f).round() as u64;
+            let mut best: Option<pliant_sim::RunResult> = None;
+            for _ in 0..a.reps.max(1) {
+                let rd = pliant_trace::reader(&path, &ReadOptions::default())?;
+                let cfg = [Config {
+                    algo: algo.clone(),
+                    capacity: Capacity::Keys(keys),
+                }];
+                let r = pliant_sim::replay(rd, &cfg, &SimOptions::default(), &|_| {})?.remove(0);
+                if best.as_ref().is_none_or(|b| r.seconds < b.seconds) {
+                    best = Some(r);
+                }
+            }
+            if let Some(r) = best {
+                if !a.json {
+                    println!(
+                        "{:<8} {:>9} keys ({:>4.1}% of working set): {:>6.2} M requests/s \
+                         (miss ratio {:.4}, {:.2} s)",
+                        algo,
+                        keys,
+                        100.0 * f,
+                        r.mreq_per_s,
+                        r.miss_ratio,
+                        r.seconds
+                    );
+                }
+                rows.push(serde_json::json!({
+                    "algo": algo, "keys": keys, "fraction": f,
+                    "mreq_per_s": r.mreq_per_s, "miss_ratio": r.miss_ratio,
+                    "seconds": r.seconds, "requests": r.requests,
+                }));
+            }
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,251 @@
+//! `pliant trace`: statistics, conversion and generation of traces.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use pliant_trace::{Popularity, Record, StatsBuilder, TraceStats, Workload};
+
+use super::input::TraceArgs;
+use crate::plot::{Chart, Series, draw};
+
+/// Trace subcommands.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Summarise a trace: requests, reads/writes, distinct keys, working set, one-hit wonders,
+    /// top keys, reads per second and distinct keys per second over time.
+    Stats(StatsArgs),
+    /// Convert a trace to libCacheSim's oracleGeneral format, with the next-access times that
+    /// Belady's MIN needs. Example: pliant trace convert rank4.csv.gz --to oracle-general
+    /// rank4.oracleGeneral.gz
+    Convert(ConvertArgs),
+    /// Write a seeded synthetic trace (oracleGeneral, with next-access times).
+    /// Example: pliant trace gen --dist zipf --alpha 1.0 --keys 1000000 --requests 20000000
+    /// zipf.oracleGeneral
+    Gen(GenArgs),
+}
+
+/// Arguments of `trace stats`.
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    /// The trace file.
+    trace: PathBuf,
+    #[command(flatten)]
+    input: TraceArgs,
+    /// How many of the most requested keys to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Write charts (PNG and SVG) of reads/s and distinct keys/s into this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+/// Arguments of `trace convert`.
+#[derive(clap::Args)]
+pub struct ConvertArgs {
+    /// The trace to read.
+    input_trace: PathBuf,
+    #[command(flatten)]
+    input: TraceArgs,
+    /// Output format (only oracle-general is written).
+    #[arg(long, default_value = "oracle-general")]
+    to: String,
+    /// Output file (`.gz` compresses).
+    output: PathBuf,
+}
+
+/// Arguments of `trace gen`.
+#[derive(clap::Args)]
+pub struct GenArgs {
+    /// Popularity: zipf or uniform.
+    #[arg(long, default_value = "zipf")]
+    dist: String,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 1.0)]
+    alpha: f64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Requests.
+    #[arg(long, default_value_t = 1_000_000)]
+    requests: u64,
+    /// Object size in bytes.
+    #[arg(long, default_value_t = 1)]
+    size: u32,
+    /// Requests per second of trace time.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// RNG seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output file (`.gz` compresses).
+    output: PathBuf,
+}
+
+/// Runs a trace subcommand.
+pub fn run(c: Command) -> Result<ExitCode> {
+    match c {
+        Command::Stats(a) => stats(&a),
+        Command::Convert(a) => convert(&a),
+        Command::Gen(a) => generate(&a),
+    }
+}
+
+fn read_all(path: &Path, input: &TraceArgs) -> Result<(Vec<Record>, u64)> {
+    let mut rd = pliant_trace::reader(path, &input.options()?)?;
+    let bar = indicatif::ProgressBar::new_spinner();
+    let mut out = Vec::new();
+    for r in rd.by_ref() {
+        out.push(r?);
+        if out.len() % 65_536 == 0 {
+            bar.set_position(out.len() as u64);
+        }
+    }
+    bar.finish_and_clear();
+    Ok((out, rd.skipped()))
+}
+
+fn stats(a: &StatsArgs) -> Result<ExitCode> {
+    let mut rd = pliant_trace::reader(&a.trace, &a.input.options()?)?;
+    let mut b = StatsBuilder::new();
+    for r in rd.by_ref() {
+        b.add(&r?);
+    }
+    let skipped = rd.skipped();
+    let s = b.finish(a.top);
+    if let Some(dir) = &a.plot {
+        std::fs::create_dir_all(dir)?;
+        for ext in ["png", "svg"] {
+            draw(&dir.join(format!("trace-stats.{ext}")), &charts(&s))?;
+        }
+        eprintln!("wrote {}/trace-stats.png and .svg", dir.display());
+    }
+    if a.json {
+        let mut v = serde_json::to_value(&s)?;
+        v["skipped_lines"] = skipped.into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("trace            {}", a.trace.display());
+    println!("requests         {}", s.requests);
+    println!(
+        "reads / writes   {} / {} ({} deletes)",
+        s.reads, s.writes, s.deletes
+    );
+    if s.writes > 0 {
+        println!("read:write       {:.1}:1", s.reads as f64 / s.writes as f64);
+    }
+    println!("distinct keys    {}", s.distinct_keys);
+    println!("working set      {} bytes", s.working_set_bytes);
+    println!(
+        "one-hit wonders  {} ({:.1}% of keys)",
+        s.one_hit_wonders,
+        100.0 * s.one_hit_wonder_ratio
+    );
+    println!(
+        "time span        {} s ({} .. {})",
+        s.time_span.1 - s.time_span.0,
+        s.time_span.0,
+        s.time_span.1
+    );
+    let peak = s.reads_per_second.iter().map(|x| x.1).max().unwrap_or(0);
+    println!("peak reads/s     {peak}");
+    println!("top keys:");
+    for k in &s.top_keys {
+        println!(
+            "  {:>20}  {:>10} requests  {:>6.2}%",
+            k.key,
+            k.requests,
+            100.0 * k.share
+        );
+    }
+    if skipped > 0 {
+        println!("skipped          {skipped} malformed lines (--lenient)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn charts(s: &TraceStats) -> Vec<Chart<'static>> {
+    vec![
+        Chart {
+            title: "Reads per second",
+            x_label: "trace time (s)",
+            y_label: "reads/s",
+            log_x: false,
+            series: vec![Series {
+                label: "reads/s".into(),
+                points: s
+                    .reads_per_second
+                    .iter()
+                    .map(|&(t, n)| (t as f64, n as f64))
+                    .collect(),
+            }],
+        },
+        Chart {
+            title: "Distinct keys per 1-second window",
+            x_label: "trace time (s)",
+            y_label: "distinct keys",
+            log_x: false,
+            series: vec![Series {
+                label: "distinct keys".into(),
+                points: s
+                    .distinct_keys_per_second
+                    .iter()
+                    .map(|&(t, n)| (t as f64, n as f64))
+                    .collect(),
+            }],
+        },
+    ]
+}
+
+fn convert(a: &ConvertArgs) -> Result<ExitCode> {
+    if a.to.parse::<pliant_trace::Format>()? != pliant_trace::Format::OracleGeneral {
+        bail!("--to {}: only oracle-general can be written", a.to);
+    }
+    let (mut recs, skipped) = read_all(&a.input_trace, &a.input)?;
+    pliant_trace::fill_next_access(&mut recs);
+    pliant_trace::write_oracle_general(&a.output, &recs)?;
+    eprintln!(
+        "wrote {} records to {}{}",
+        recs.len(),
+        a.output.display(),
+        if skipped > 0 {
+            format!(" ({skipped} malformed lines skipped)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn generate(a: &GenArgs) -> Result<ExitCode> {
+    let popularity = match a.dist.as_str() {
+        "zipf" => {
+            if !(a.alpha.is_finite() && a.alpha >= 0.0) {
+                bail!("--alpha {}: must be a non-negative number", a.alpha);
+            }
+            Popularity::Zipf(a.alpha)
+        }
+        "uniform" => Popularity::Uniform,
+        other => bail!("--dist {other:?}: expected zipf or uniform"),
+    };
+    if a.keys == 0 || a.rate == 0 {
+        bail!("--keys and --rate must be at least 1");
+    }
+    let mut recs: Vec<Record> = pliant_trace::generate(Workload {
+        popularity,
+        keys: a.keys,
+        requests: a.requests,
+        size: a.size,
+        rate: a.rate,
+        seed: a.seed,
+    })
+    .collect();
+    pliant_trace::fill_next_access(&mut recs);
+    pliant_trace::write_oracle_general(&a.output, &recs)?;
+    eprintln!("wrote {} requests to {}", recs.len(), a.output.display());
+    Ok(ExitCode::SUCCESS)
+}
