@@ -23,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the main job on built-in defaults: the shipped policies on a built-in scenario.
+    /// The main job: a ParSplice run through every cache policy of the studies plus `auto`,
+    /// with efficiency, memory, and an HTML report in ./pliant-report/.
     Demo(cmd::demo::Args),
     /// Write, check and run Mantle-style Lua policies offline.
     #[command(subcommand)]

@@ -17,6 +17,28 @@ pub struct Series {
     pub label: String,
     /// Points.
     pub points: Vec<(f64, f64)>,
+    /// Draw as dots instead of a line.
+    pub dots: bool,
+}
+
+impl Series {
+    /// A line.
+    pub fn line(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            label: label.into(),
+            points,
+            dots: false,
+        }
+    }
+
+    /// Dots.
+    pub fn dots(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            label: label.into(),
+            points,
+            dots: true,
+        }
+    }
 }
 
 /// A line chart.
@@ -140,6 +162,13 @@ fn render_one<DB: DrawingBackend>(
                 .draw()?;
             for (i, s) in chart.series.iter().enumerate() {
                 let c = colors[i % colors.len()];
+                if s.dots {
+                    let r = if s.points.len() <= 10 { 7 } else { 2 };
+                    ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, r, c.filled())))?
+                        .label(s.label.clone())
+                        .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+                    continue;
+                }
                 ctx.draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))?
                     .label(s.label.clone())
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));

@@ -37,6 +37,8 @@ pub enum Command {
     Run(RunArgs),
     /// List the shipped policies.
     List,
+    /// The shipped policies deciding over a built-in scenario, tick by tick.
+    Demo(super::policy_demo::Args),
 }
 
 /// Arguments of `policy check`.
@@ -121,6 +123,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     match cmd {
         Command::Check(a) => check(&a),
         Command::Run(a) => run_once(&a),
+        Command::Demo(a) => super::policy_demo::run(&a),
         Command::List => {
             for name in shipped::NAMES {
                 let style = match shipped::get(name).map(|p| p.style) {

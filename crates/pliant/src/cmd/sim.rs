@@ -178,10 +178,7 @@ fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
         };
         match by_algo.iter_mut().find(|s| s.label == r.algo) {
             Some(s) => s.points.push((x, r.miss_ratio)),
-            None => by_algo.push(Series {
-                label: r.algo.clone(),
-                points: vec![(x, r.miss_ratio)],
-            }),
+            None => by_algo.push(Series::line(r.algo.clone(), vec![(x, r.miss_ratio)])),
         }
     }
     for s in &mut by_algo {
@@ -219,6 +216,7 @@ fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
                         .iter()
                         .map(|r| Series {
                             label: label(r),
+                            dots: false,
                             points: r
                                 .timeline
                                 .iter()
@@ -236,6 +234,7 @@ fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
                         .iter()
                         .map(|r| Series {
                             label: label(r),
+                            dots: false,
                             points: r
                                 .timeline
                                 .iter()

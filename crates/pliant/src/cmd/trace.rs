@@ -177,6 +177,7 @@ fn charts(s: &TraceStats) -> Vec<Chart<'static>> {
             log_x: false,
             series: vec![Series {
                 label: "reads/s".into(),
+                dots: false,
                 points: s
                     .reads_per_second
                     .iter()
@@ -189,14 +190,13 @@ fn charts(s: &TraceStats) -> Vec<Chart<'static>> {
             x_label: "trace time (s)",
             y_label: "distinct keys",
             log_x: false,
-            series: vec![Series {
-                label: "distinct keys".into(),
-                points: s
-                    .distinct_keys_per_second
+            series: vec![Series::line(
+                "distinct keys",
+                s.distinct_keys_per_second
                     .iter()
                     .map(|&(t, n)| (t as f64, n as f64))
                     .collect(),
-            }],
+            )],
         },
     ]
 }

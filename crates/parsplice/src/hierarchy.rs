@@ -1,0 +1,435 @@
+//! The cache hierarchy in virtual time: workers → their node's WorkManager cache → the shared
+//! persistent store. A discrete-event simulation, deterministic for a seed.
+//!
+//! ParSplice semantics: a read goes up until a tier has the key, and the WorkManager keeps what it
+//! fetched; a worker's put is stored in its WorkManager and forwarded to the store once (a put of
+//! a key a tier already holds is ignored); concurrent misses for one key at one WorkManager are
+//! coalesced into one store read. The store is one FIFO server with the service model of
+//! [`StoreParams`]; reads wait in its queue, puts are asynchronous for the worker but occupy it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::Write;
+
+use pliant_cache::{Cache, Capacity, Request};
+use serde::Serialize;
+
+use crate::ParspliceError;
+use crate::model::{
+    CACHE_HIT_SECONDS, STORE_NETWORK_SECONDS, StoreParams, WorkloadParams, segment_seconds,
+    segment_trajectory,
+};
+use crate::policy::{AutoChoice, CacheView, Decider, PolicyKind};
+use crate::store::Store;
+use crate::workload::{Segment, StateProcess};
+
+/// Where segments come from.
+pub enum Segments {
+    /// The model's state process.
+    Model,
+    /// A recorded sequence (from a real trace); the run ends when it does.
+    Recorded(Vec<Segment>),
+}
+
+/// One run to simulate.
+pub struct RunSpec {
+    /// The WorkManagers' cache policy.
+    pub policy: PolicyKind,
+    /// The workload.
+    pub workload: WorkloadParams,
+    /// The store's service model.
+    pub store: StoreParams,
+    /// Seconds between policy decisions (ParSplice's perf counters come every 10 s).
+    pub interval: f64,
+}
+
+/// One decision interval of a run.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Tick {
+    /// End of the interval, seconds.
+    pub t: f64,
+    /// Trajectory spliced so far, ps.
+    pub trajectory: f64,
+    /// Reads in the interval, all WorkManagers.
+    pub reads: u64,
+    /// Reads in the interval at WorkManager 0 (the traced one).
+    pub reads_node0: u64,
+    /// Cache misses in the interval.
+    pub misses: u64,
+    /// Store reads per second in the interval (misses after coalescing).
+    pub store_reads_per_s: f64,
+    /// Keys held, all WorkManagers.
+    pub keys: u64,
+    /// Bytes held, all WorkManagers.
+    pub bytes: u64,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunReport {
+    /// Policy label.
+    pub policy: String,
+    /// Per-interval timeline.
+    pub ticks: Vec<Tick>,
+    /// Segments completed.
+    pub segments: u64,
+    /// States created (keys written to the store).
+    pub states: u64,
+    /// Store reads and puts.
+    pub store_reads: u64,
+    /// Store puts.
+    pub store_puts: u64,
+    /// Most bytes the caches held at once.
+    pub peak_bytes: u64,
+    /// Bytes held at the end.
+    pub final_bytes: u64,
+    /// Most keys held at once.
+    pub peak_keys: u64,
+    /// Keys held at the end.
+    pub final_keys: u64,
+    /// Highest store reads per second over an interval.
+    pub peak_store_reads_per_s: f64,
+    /// The auto policy's threshold, where it derived one.
+    pub auto: Option<AutoChoice>,
+    /// Cache resizes made by the policy on WorkManager 0: `(t, keys)`.
+    pub trims: Vec<(f64, u64)>,
+}
+
+impl RunReport {
+    /// Trajectory at time `t` (linear between ticks).
+    pub fn trajectory_at(&self, t: f64) -> f64 {
+        let mut prev = (0.0, 0.0);
+        for k in &self.ticks {
+            if k.t >= t {
+                let f = if k.t > prev.0 {
+                    (t - prev.0) / (k.t - prev.0)
+                } else {
+                    1.0
+                };
+                return prev.1 + f * (k.trajectory - prev.1);
+            }
+            prev = (k.t, k.trajectory);
+        }
+        prev.1
+    }
+}
+
+struct Node {
+    cache: Cache,
+    decider: Decider,
+    inflight: HashMap<u64, f64, foldhash::fast::FixedState>,
+    reads: u64,
+    puts: u64,
+    last: (u64, u64, u64),
+}
+
+struct Pending {
+    new_state: Option<(u64, u32)>,
+}
+
+/// The virtual store server.
+struct Server {
+    free_at: f64,
+    params: StoreParams,
+    puts: u64,
+    reads: u64,
+}
+
+impl Server {
+    fn read(&mut self, t: f64) -> f64 {
+        let start = (t + STORE_NETWORK_SECONDS / 2.0).max(self.free_at);
+        self.free_at = start + 1.0 / self.params.reads_per_s;
+        self.reads += 1;
+        self.free_at + STORE_NETWORK_SECONDS / 2.0 + self.params.read_latency_seconds
+    }
+
+    fn put(&mut self, t: f64) {
+        let start = t.max(self.free_at);
+        self.free_at = start + 1.0 / self.params.puts_per_s;
+        self.puts += 1;
+        if self.params.stall_every_puts > 0 && self.puts % self.params.stall_every_puts == 0 {
+            self.free_at += self.params.stall_seconds;
+        }
+    }
+}
+
+const TRACE_EPOCH: u64 = 1_500_000_000;
+
+/// Runs one simulation. With `trace`, WorkManager 0's operations are written there in the
+/// ParSplice keyspace CSV format (the same as the real traces). `progress` gets the fraction done.
+pub fn run(
+    spec: &RunSpec,
+    segments: Segments,
+    store: &Store,
+    mut trace: Option<&mut dyn Write>,
+    progress: &dyn Fn(f64),
+) -> Result<RunReport, ParspliceError> {
+    let w = &spec.workload;
+    if w.workers == 0 || w.nodes == 0 || !(w.hours > 0.0) || !(w.growth_delay > 0.0) {
+        return Err(ParspliceError::Config(
+            "workers, nodes, hours and growth delay must be positive".into(),
+        ));
+    }
+    let end = w.hours * 3600.0;
+    let per_segment = segment_trajectory(w);
+    let mut process = StateProcess::new(*w);
+    let mut recorded = match segments {
+        Segments::Model => None,
+        Segments::Recorded(v) => Some(v.into_iter()),
+    };
+    let mut nodes: Vec<Node> = (0..w.nodes)
+        .map(|i| {
+            Ok(Node {
+                cache: pliant_cache::cache("lru", Capacity::Keys(spec.policy.initial_capacity()))
+                    .map_err(|e| ParspliceError::Config(e.to_string()))?,
+                decider: Decider::new(&spec.policy, w.seed ^ u64::from(i))?,
+                inflight: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(5)),
+                reads: 0,
+                puts: 0,
+                last: (0, 0, 0),
+            })
+        })
+        .collect::<Result<_, ParspliceError>>()?;
+    let mut server = Server {
+        free_at: 0.0,
+        params: spec.store,
+        puts: 0,
+        reads: 0,
+    };
+    let workers = (w.workers * w.nodes) as usize;
+    let mut pending: Vec<Option<Pending>> = (0..workers).map(|_| None).collect();
+    let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+    let ns = |t: f64| (t * 1e9) as u64;
+    for i in 0..workers {
+        heap.push(Reverse((i as u64, i as u32)));
+    }
+    // The splicer stores the initial state before any worker reads it.
+    if recorded.is_none() {
+        let (k, size) = process.take_seeded();
+        store.put(k, size)?;
+        server.put(0.0);
+    }
+
+    let mut trajectory = 0.0;
+    let mut segments_done = 0u64;
+    let mut states = 0u64;
+    let mut ticks: Vec<Tick> = Vec::new();
+    let mut next_decision = spec.interval;
+    let mut last_tick = (0u64, 0u64, 0u64, 0u64); // reads, reads0, misses, store reads
+    let mut trims = Vec::new();
+    let mut peak = (0u64, 0u64);
+    let mut last_progress = 0.0;
+
+    while let Some(Reverse((tn, wi))) = heap.pop() {
+        let t = tn as f64 / 1e9;
+        if t >= end {
+            break;
+        }
+        while t >= next_decision {
+            decide(
+                &mut nodes,
+                next_decision,
+                spec.interval,
+                &mut ticks,
+                &mut last_tick,
+                trajectory,
+                &server,
+                &mut trims,
+                &mut peak,
+            )?;
+            next_decision += spec.interval;
+        }
+        let node_i = wi as usize / w.workers as usize;
+        // Complete the worker's segment.
+        if let Some(p) = pending[wi as usize].take() {
+            trajectory += per_segment;
+            segments_done += 1;
+            if let Some((k, size)) = p.new_state {
+                let node = &mut nodes[node_i];
+                node.puts += 1;
+                let outcome = node.cache.put(&Request::new(k, size));
+                if node_i == 0
+                    && let Some(out) = trace.as_deref_mut()
+                {
+                    let ts = TRACE_EPOCH + t as u64;
+                    let unique = outcome != pliant_cache::PutOutcome::Redundant;
+                    write_put(out, ts, k, unique)?;
+                }
+                store.put(k, size)?;
+                server.put(t);
+                process.publish(k);
+                states += 1;
+            }
+        }
+        // Start the next one.
+        let seg = match recorded.as_mut() {
+            Some(it) => match it.next() {
+                Some(s) => s,
+                None => continue,
+            },
+            None => {
+                let (seg, seeded) = process.next_segment();
+                if let Some((k, size)) = seeded {
+                    store.put(k, size)?;
+                    server.put(t);
+                }
+                seg
+            }
+        };
+        if recorded.is_some() && store.size_of(seg.start)?.is_none() {
+            // A recorded trace may read a state written before the trace began.
+            store.put(seg.start, seg.start_size)?;
+        }
+        let node = &mut nodes[node_i];
+        node.reads += 1;
+        node.decider.on_read(t, seg.start);
+        let req = Request::new(seg.start, seg.start_size);
+        let latency = if node.cache.get(&req).is_some() {
+            CACHE_HIT_SECONDS
+        } else {
+            let ready = match node.inflight.get(&seg.start) {
+                Some(&r) if r > t => r,
+                _ => {
+                    let r = server.read(t);
+                    let len = store
+                        .size_of(seg.start)?
+                        .ok_or(ParspliceError::Lost(seg.start))?;
+                    if len != seg.start_size as usize {
+                        return Err(ParspliceError::Lost(seg.start));
+                    }
+                    node.inflight.insert(seg.start, r);
+                    r
+                }
+            };
+            node.cache.put(&req);
+            ready - t + CACHE_HIT_SECONDS
+        };
+        if node_i == 0
+            && let Some(out) = trace.as_deref_mut()
+        {
+            let ts = TRACE_EPOCH + t as u64;
+            writeln!(
+                out,
+                "{ts},DBMemoryGet,0,{}\n{ts},DBMemoryMRUGet,0,{}",
+                seg.start, seg.start
+            )
+            .map_err(|e| ParspliceError::Io(e.to_string()))?;
+        }
+        let finish = t + latency + segment_seconds(seg.atoms, w);
+        pending[wi as usize] = Some(Pending {
+            new_state: seg.new_state,
+        });
+        heap.push(Reverse((ns(finish), wi)));
+        if t - last_progress > end / 200.0 {
+            last_progress = t;
+            progress(t / end);
+        }
+    }
+    while next_decision <= end + 1e-9 {
+        decide(
+            &mut nodes,
+            next_decision,
+            spec.interval,
+            &mut ticks,
+            &mut last_tick,
+            trajectory,
+            &server,
+            &mut trims,
+            &mut peak,
+        )?;
+        next_decision += spec.interval;
+    }
+    progress(1.0);
+    let last = ticks.last().copied();
+    Ok(RunReport {
+        policy: spec.policy.label(),
+        peak_store_reads_per_s: ticks
+            .iter()
+            .map(|k| k.store_reads_per_s)
+            .fold(0.0, f64::max),
+        ticks,
+        segments: segments_done,
+        states,
+        store_reads: server.reads,
+        store_puts: server.puts,
+        peak_bytes: peak.1,
+        final_bytes: last.map_or(0, |k| k.bytes),
+        peak_keys: peak.0,
+        final_keys: last.map_or(0, |k| k.keys),
+        auto: nodes[0].decider.auto_threshold().map(|(t, k)| AutoChoice {
+            regime3_start: t,
+            threshold_keys: k,
+        }),
+        trims,
+    })
+}
+
+fn write_put(out: &mut dyn Write, ts: u64, k: u64, unique: bool) -> Result<(), ParspliceError> {
+    let io = |e: std::io::Error| ParspliceError::Io(e.to_string());
+    writeln!(out, "{ts},DBMemoryPut,0,{k}").map_err(io)?;
+    if unique {
+        writeln!(out, "{ts},DBMemoryPutUnique,0,{k}").map_err(io)?;
+    }
+    writeln!(out, "{ts},DBMemoryMRUPut,0,{k}").map_err(io)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    nodes: &mut [Node],
+    t: f64,
+    interval: f64,
+    ticks: &mut Vec<Tick>,
+    last_tick: &mut (u64, u64, u64, u64),
+    trajectory: f64,
+    server: &Server,
+    trims: &mut Vec<(f64, u64)>,
+    peak: &mut (u64, u64),
+) -> Result<(), ParspliceError> {
+    for (i, n) in nodes.iter_mut().enumerate() {
+        let s = *n.cache.stats();
+        let (r0, p0, m0) = n.last;
+        let view = CacheView {
+            t,
+            keys: s.keys,
+            bytes: s.bytes,
+            hits: s.hits,
+            misses: s.misses,
+            reads_per_s: (n.reads - r0) as f64 / interval,
+            writes_per_s: (n.puts - p0) as f64 / interval,
+            misses_per_s: (s.misses - m0) as f64 / interval,
+        };
+        n.last = (n.reads, n.puts, s.misses);
+        if let Some(keys) = n.decider.decide(&view)?
+            && keys != n.cache.capacity().amount()
+        {
+            n.cache.resize(Capacity::Keys(keys));
+            if i == 0 {
+                trims.push((t, keys));
+            }
+        }
+        n.inflight.retain(|_, r| *r > t);
+    }
+    let reads: u64 = nodes.iter().map(|n| n.reads).sum();
+    let misses: u64 = nodes.iter().map(|n| n.cache.stats().misses).sum();
+    let keys: u64 = nodes.iter().map(|n| n.cache.stats().keys).sum();
+    let bytes: u64 = nodes.iter().map(|n| n.cache.stats().bytes).sum();
+    peak.0 = peak
+        .0
+        .max(nodes.iter().map(|n| n.cache.stats().peak_keys).sum());
+    peak.1 = peak
+        .1
+        .max(nodes.iter().map(|n| n.cache.stats().peak_bytes).sum());
+    let (r, r0, m, sr) = *last_tick;
+    ticks.push(Tick {
+        t,
+        trajectory,
+        reads: reads - r,
+        reads_node0: nodes[0].reads - r0,
+        misses: misses - m,
+        store_reads_per_s: (server.reads - sr) as f64 / interval,
+        keys,
+        bytes,
+    });
+    *last_tick = (reads, nodes[0].reads, misses, server.reads);
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! The ParSplice state process: which state each segment starts from and which new states it
+//! finds, deterministic for a seed.
+//!
+//! A new state becomes a possible start only once the segment that found it has completed and
+//! stored it ([`StateProcess::publish`]), as the splicer only schedules segments from states it has
+//! been told about. The random draws per segment are the same for every policy; which states are
+//! published by then can differ, so policies see statistically identical trajectories.
+
+use std::collections::HashMap;
+
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::model::{
+    DISCOVERY_SEGMENTS, P_CURRENT, P_HOP, WorkloadParams, atoms, basin_states, segment_trajectory,
+    value_size,
+};
+
+/// One segment of trajectory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Segment {
+    /// The state whose coordinates the worker reads.
+    pub start: u64,
+    /// Size of those coordinates.
+    pub start_size: u32,
+    /// A state the segment discovered, with the size of its coordinates: the worker puts it.
+    pub new_state: Option<(u64, u32)>,
+    /// Atoms in the system during the segment.
+    pub atoms: f64,
+}
+
+/// Generates segments in order.
+#[derive(Debug)]
+pub struct StateProcess {
+    params: WorkloadParams,
+    rng: Pcg64Mcg,
+    produced: u64,
+    per_segment: f64,
+    basin_atoms: u32,
+    basin: Vec<u64>,
+    /// Found in this superbasin but not yet stored by the worker that found them.
+    unpublished: Vec<u64>,
+    basin_age: u64,
+    current: u64,
+    sizes: HashMap<u64, u32, foldhash::fast::FixedState>,
+    /// Every state created so far, in creation order.
+    pub created: u64,
+}
+
+impl StateProcess {
+    /// A process for `params`, whose first segment starts from a seeded initial state.
+    pub fn new(params: WorkloadParams) -> Self {
+        let mut s = Self {
+            params,
+            rng: Pcg64Mcg::seed_from_u64(params.seed),
+            produced: 0,
+            per_segment: segment_trajectory(&params),
+            basin_atoms: 0,
+            basin: Vec::new(),
+            unpublished: Vec::new(),
+            basin_age: 0,
+            current: 0,
+            sizes: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(3)),
+            created: 0,
+        };
+        s.new_basin();
+        s
+    }
+
+    fn fresh_key(&mut self, atoms: f64) -> u64 {
+        loop {
+            let k: u64 = self.rng.random();
+            if k != 0 && !self.sizes.contains_key(&k) {
+                self.sizes.insert(k, value_size(atoms));
+                self.created += 1;
+                return k;
+            }
+        }
+    }
+
+    fn new_basin(&mut self) {
+        let a = atoms(self.produced as f64 * self.per_segment, &self.params);
+        self.basin_atoms = a.floor() as u32;
+        let k = self.fresh_key(a);
+        self.basin = vec![k];
+        self.unpublished.clear();
+        self.basin_age = 0;
+        self.current = k;
+    }
+
+    /// Size of a state's coordinates.
+    pub fn size_of(&self, key: u64) -> u32 {
+        self.sizes.get(&key).copied().unwrap_or(0)
+    }
+
+    /// The next segment. The initial state of the run (and of each superbasin after an atom
+    /// lands) exists before any segment reads it: the caller stores it first, see
+    /// [`StateProcess::take_seeded`].
+    pub fn next_segment(&mut self) -> (Segment, Option<(u64, u32)>) {
+        let a = atoms(self.produced as f64 * self.per_segment, &self.params);
+        let mut seeded = None;
+        if a.floor() as u32 != self.basin_atoms {
+            // An atom landed: the system is new, its old states are never seen again.
+            self.new_basin();
+            seeded = Some((self.current, self.size_of(self.current)));
+        }
+        let start = if self.rng.random_bool(P_CURRENT) || self.basin.len() == 1 {
+            self.current
+        } else {
+            self.basin[self.rng.random_range(0..self.basin.len())]
+        };
+        let target = basin_states(a, &self.params);
+        let p_new = if ((self.basin.len() + self.unpublished.len()) as f64) < target {
+            (target / DISCOVERY_SEGMENTS).min(0.9)
+        } else {
+            0.0
+        };
+        let new_state = if self.rng.random_bool(p_new) {
+            let k = self.fresh_key(a);
+            self.unpublished.push(k);
+            Some((k, self.size_of(k)))
+        } else {
+            if self.rng.random_bool(P_HOP) {
+                self.current = self.basin[self.rng.random_range(0..self.basin.len())];
+            }
+            None
+        };
+        self.produced += 1;
+        self.basin_age += 1;
+        (
+            Segment {
+                start,
+                start_size: self.size_of(start),
+                new_state,
+                atoms: a,
+            },
+            seeded,
+        )
+    }
+
+    /// The segment that found `key` has completed and stored it: the trajectory moves there and
+    /// later segments may start from it. States of a superbasin the system has left stay unused.
+    pub fn publish(&mut self, key: u64) {
+        if let Some(i) = self.unpublished.iter().position(|&k| k == key) {
+            self.unpublished.swap_remove(i);
+            self.basin.push(key);
+            self.current = key;
+        }
+    }
+
+    /// The run's initial state, which exists before the first segment.
+    pub fn take_seeded(&self) -> (u64, u32) {
+        (self.current, self.size_of(self.current))
+    }
+}
