@@ -93,6 +93,13 @@ pub struct RunReport {
     pub auto: Option<AutoChoice>,
     /// Cache resizes made by the policy on WorkManager 0: `(t, keys)`.
     pub trims: Vec<(f64, u64)>,
+    /// Reads served by the WorkManager caches.
+    pub cache_hits: u64,
+    /// Reads the WorkManager caches could not serve (including those that waited for another
+    /// worker's read of the same key).
+    pub cache_misses: u64,
+    /// Puts of keys a WorkManager already held, ignored.
+    pub redundant_puts: u64,
 }
 
 impl RunReport {
@@ -120,6 +127,8 @@ struct Node {
     inflight: HashMap<u64, f64, foldhash::fast::FixedState>,
     reads: u64,
     puts: u64,
+    /// Reads that waited for another worker's store read of the same key.
+    coalesced: u64,
     last: (u64, u64, u64),
 }
 
@@ -186,6 +195,7 @@ pub fn run(
                 inflight: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(5)),
                 reads: 0,
                 puts: 0,
+                coalesced: 0,
                 last: (0, 0, 0),
             })
         })
@@ -248,17 +258,19 @@ pub fn run(
                 let node = &mut nodes[node_i];
                 node.puts += 1;
                 let outcome = node.cache.put(&Request::new(k, size));
+                let fresh = outcome != pliant_cache::PutOutcome::Redundant;
                 if node_i == 0
                     && let Some(out) = trace.as_deref_mut()
                 {
-                    let ts = TRACE_EPOCH + t as u64;
-                    let unique = outcome != pliant_cache::PutOutcome::Redundant;
-                    write_put(out, ts, k, unique)?;
+                    write_put(out, TRACE_EPOCH + t as u64, k, fresh)?;
                 }
-                store.put(k, size)?;
-                server.put(t);
+                // A put the tier already holds is ignored there and goes no further.
+                if fresh {
+                    store.put(k, size)?;
+                    server.put(t);
+                    states += 1;
+                }
                 process.publish(k);
-                states += 1;
             }
         }
         // Start the next one.
@@ -284,25 +296,26 @@ pub fn run(
         node.reads += 1;
         node.decider.on_read(t, seg.start);
         let req = Request::new(seg.start, seg.start_size);
-        let latency = if node.cache.get(&req).is_some() {
-            CACHE_HIT_SECONDS
-        } else {
-            let ready = match node.inflight.get(&seg.start) {
-                Some(&r) if r > t => r,
-                _ => {
-                    let r = server.read(t);
-                    let len = store
-                        .size_of(seg.start)?
-                        .ok_or(ParspliceError::Lost(seg.start))?;
-                    if len != seg.start_size as usize {
-                        return Err(ParspliceError::Lost(seg.start));
-                    }
-                    node.inflight.insert(seg.start, r);
-                    r
+        let latency = match node.inflight.get(&seg.start) {
+            // Another worker's read of this key is on its way up: wait for it (coalesced).
+            Some(&ready) if ready > t => {
+                node.coalesced += 1;
+                ready - t + CACHE_HIT_SECONDS
+            }
+            _ if node.cache.get(&req).is_some() => CACHE_HIT_SECONDS,
+            _ => {
+                let ready = server.read(t);
+                let len = store
+                    .size_of(seg.start)?
+                    .ok_or(ParspliceError::Lost(seg.start))?;
+                if len != seg.start_size as usize {
+                    return Err(ParspliceError::Lost(seg.start));
                 }
-            };
-            node.cache.put(&req);
-            ready - t + CACHE_HIT_SECONDS
+                node.inflight.insert(seg.start, ready);
+                // The tier keeps what it fetched; readers arriving before `ready` wait above.
+                node.cache.put(&req);
+                ready - t + CACHE_HIT_SECONDS
+            }
         };
         if node_i == 0
             && let Some(out) = trace.as_deref_mut()
@@ -341,7 +354,11 @@ pub fn run(
     }
     progress(1.0);
     let last = ticks.last().copied();
+    let sum = |f: fn(&pliant_cache::Stats) -> u64| nodes.iter().map(|n| f(n.cache.stats())).sum();
     Ok(RunReport {
+        cache_hits: sum(|s| s.hits),
+        cache_misses: sum(|s| s.misses) + nodes.iter().map(|n| n.coalesced).sum::<u64>(),
+        redundant_puts: sum(|s| s.redundant_puts),
         policy: spec.policy.label(),
         peak_store_reads_per_s: ticks
             .iter()

@@ -111,11 +111,11 @@ pub const CACHE_HIT_SECONDS: f64 = 0.0005;
 pub const STORE_NETWORK_SECONDS: f64 = 0.001;
 
 /// Effective penalty of a store read, seconds: the one parameter fitted to a measured policy run
-/// (LRU 10 keys on 8 nodes, 75.4% efficiency at 2.5 h; bisection gave 0.72 s). It is far more than
+/// (LRU 10 keys on 8 nodes, 75.4% efficiency at 2.5 h; bisection gave 0.43 s). It is far more than
 /// one LevelDB block read: it stands for the whole miss path under 216 workers (WorkManager →
 /// in-memory database → LevelDB on Lustre) and is the model's least physical parameter. Every
 /// other policy's efficiency is a prediction.
-pub const READ_LATENCY_SECONDS: f64 = 0.72;
+pub const READ_LATENCY_SECONDS: f64 = 0.43;
 
 /// The persistent store's service model: LevelDB on Lustre, which the cache studies saw saturate
 /// at ~750 reads/s plus ~300 puts/s.

@@ -74,6 +74,22 @@ impl Store {
             .map(|v| v.to_vec()))
     }
 
+    /// Every stored `(key, value)`, in key order (for checks that nothing was lost).
+    pub fn entries(&self) -> Result<Vec<(u64, Vec<u8>)>, ParspliceError> {
+        self.values
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.into_inner().map_err(err)?;
+                let key = u64::from_be_bytes(
+                    k.as_ref()
+                        .try_into()
+                        .map_err(|_| ParspliceError::Store("a key is not 8 bytes".into()))?,
+                );
+                Ok((key, v.to_vec()))
+            })
+            .collect()
+    }
+
     /// Size of a state's stored coordinates, without copying them (the simulation's reads).
     pub fn size_of(&self, key: u64) -> Result<Option<usize>, ParspliceError> {
         Ok(self

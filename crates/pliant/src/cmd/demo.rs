@@ -40,6 +40,10 @@ pub struct Args {
     /// Seed of the state process.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Effective penalty of a store read in seconds (the model's one parameter fitted to a
+    /// measured policy run; see `pliant_parsplice::model::READ_LATENCY_SECONDS`).
+    #[arg(long, value_name = "SECONDS")]
+    miss_penalty: Option<f64>,
     /// Replay a real ParSplice trace (e.g. d100K rank4.csv.gz) instead of the model.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -80,6 +84,7 @@ struct Row {
 /// Runs every policy on `workload` (in parallel), with `progress` told each run's progress.
 pub fn run_all(
     workload: WorkloadParams,
+    store_params: StoreParams,
     segments: Option<&[pliant_parsplice::Segment]>,
     policies: &[PolicyKind],
     bar: &indicatif::ProgressBar,
@@ -93,7 +98,7 @@ pub fn run_all(
             let spec = RunSpec {
                 policy: p.clone(),
                 workload,
-                store: StoreParams::default(),
+                store: store_params,
                 interval: 10.0,
             };
             let src = match segments {
@@ -139,7 +144,14 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let t = std::time::Instant::now();
-    let reports = run_all(workload, segments.as_deref(), &policies, &bar)?;
+    let mut store = StoreParams::default();
+    if let Some(p) = a.miss_penalty {
+        if !(p >= 0.0) {
+            bail!("--miss-penalty must be a non-negative number of seconds");
+        }
+        store.read_latency_seconds = p;
+    }
+    let reports = run_all(workload, store, segments.as_deref(), &policies, &bar)?;
     bar.finish_and_clear();
     let seconds = t.elapsed().as_secs_f64();
     let end = a.hours * 3600.0;

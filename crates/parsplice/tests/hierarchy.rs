@@ -1,0 +1,198 @@
+//! The hierarchy's semantics, each on a hand-made sequence of segments, and the model's
+//! guarantees: determinism, nothing lost, unlimited = 100%.
+
+use pliant_parsplice::{
+    PolicyKind, RunReport, RunSpec, Segment, Segments, Store, StoreParams, WorkloadParams,
+    efficiency, run,
+};
+
+fn seg(start: u64, new: Option<u64>) -> Segment {
+    Segment {
+        start,
+        start_size: 100,
+        new_state: new.map(|k| (k, 100)),
+        atoms: 3.0,
+    }
+}
+
+fn spec(policy: PolicyKind, workers: u32, nodes: u32, hours: f64) -> RunSpec {
+    RunSpec {
+        policy,
+        workload: WorkloadParams {
+            workers,
+            nodes,
+            hours,
+            ..WorkloadParams::default()
+        },
+        store: StoreParams::default(),
+        interval: 10.0,
+    }
+}
+
+fn replay(spec: &RunSpec, segs: Vec<Segment>, store: &Store) -> RunReport {
+    run(spec, Segments::Recorded(segs), store, None, &|_| {}).expect("run")
+}
+
+#[test]
+fn reads_go_up_until_a_tier_has_the_key_and_the_tier_keeps_it() {
+    let store = Store::temporary().expect("store");
+    store.put(7, 100).expect("seed");
+    // One worker reads 7 three times: one store read, then two hits.
+    let r = replay(
+        &spec(PolicyKind::Unlimited, 1, 1, 0.01),
+        vec![seg(7, None), seg(7, None), seg(7, None)],
+        &store,
+    );
+    assert_eq!((r.cache_misses, r.cache_hits, r.store_reads), (1, 2, 1));
+}
+
+#[test]
+fn concurrent_misses_for_one_key_are_coalesced() {
+    let store = Store::temporary().expect("store");
+    store.put(7, 100).expect("seed");
+    // Four workers of one WorkManager start at once on key 7: four misses, one store read.
+    let r = replay(
+        &spec(PolicyKind::Unlimited, 4, 1, 0.01),
+        vec![seg(7, None); 4],
+        &store,
+    );
+    assert_eq!((r.cache_misses, r.store_reads), (4, 1));
+    // Two WorkManagers do not share a cache: one store read each.
+    let r = replay(
+        &spec(PolicyKind::Unlimited, 2, 2, 0.01),
+        vec![seg(7, None); 4],
+        &store,
+    );
+    assert_eq!(r.store_reads, 2);
+}
+
+#[test]
+fn a_put_of_a_key_the_tier_holds_is_ignored_and_not_forwarded() {
+    let store = Store::temporary().expect("store");
+    store.put(1, 100).expect("seed");
+    // The first segment finds state 9; the second "finds" it again (a redundant put).
+    let r = replay(
+        &spec(PolicyKind::Unlimited, 1, 1, 0.01),
+        vec![seg(1, Some(9)), seg(1, Some(9)), seg(9, None)],
+        &store,
+    );
+    assert_eq!(r.redundant_puts, 1);
+    assert_eq!(r.store_puts, 1, "forwarded upward once");
+    assert_eq!(r.cache_misses, 1, "the worker's own put made state 9 a hit");
+}
+
+#[test]
+fn same_seed_same_run() {
+    let s = spec(
+        PolicyKind::TwoPhase {
+            absorb: 200,
+            target: 20,
+        },
+        27,
+        2,
+        0.3,
+    );
+    let a = run(
+        &s,
+        Segments::Model,
+        &Store::temporary().expect("store"),
+        None,
+        &|_| {},
+    )
+    .expect("run");
+    let b = run(
+        &s,
+        Segments::Model,
+        &Store::temporary().expect("store"),
+        None,
+        &|_| {},
+    )
+    .expect("run");
+    assert_eq!(a, b);
+    assert!(!a.trims.is_empty(), "the policy acted");
+}
+
+#[test]
+fn the_store_holds_every_value_written_and_survives_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = spec(PolicyKind::Lru(10), 27, 2, 0.3);
+    let states = {
+        let store = Store::open(dir.path()).expect("store");
+        let r = run(&s, Segments::Model, &store, None, &|_| {}).expect("run");
+        assert!(r.states > 100, "the run created states: {}", r.states);
+        assert!(
+            r.cache_misses > 1000,
+            "a 10-key cache misses and reads the store back"
+        );
+        r.states
+    };
+    let store = Store::open(dir.path()).expect("reopen");
+    let entries = store.entries().expect("scan");
+    // Every state created, plus the initial state of each superbasin.
+    assert!(
+        entries.len() as u64 > states,
+        "{} ≤ {states}",
+        entries.len()
+    );
+    for (k, v) in &entries {
+        assert_eq!(v, &Store::value_of(*k, v.len() as u32), "value of {k}");
+        assert!(v.len() >= 300, "coordinates are at least 300 bytes");
+    }
+}
+
+#[test]
+fn unlimited_is_the_baseline_and_a_big_enough_lru_matches_it() {
+    let s = |p| spec(p, 27, 1, 0.3);
+    let go = |p| {
+        run(
+            &s(p),
+            Segments::Model,
+            &Store::temporary().expect("store"),
+            None,
+            &|_| {},
+        )
+        .expect("run")
+    };
+    let unlimited = go(PolicyKind::Unlimited);
+    let big = go(PolicyKind::Lru(1_000_000));
+    let tiny = go(PolicyKind::Lru(1));
+    let end = 0.3 * 3600.0;
+    assert_eq!(efficiency(&unlimited, &unlimited, end), 1.0);
+    assert_eq!(efficiency(&big, &unlimited, end), 1.0);
+    assert!(
+        efficiency(&tiny, &unlimited, end) < 0.9,
+        "misses cost trajectory"
+    );
+}
+
+#[test]
+fn generated_trace_reads_back_as_parsplice_csv() {
+    let mut out = Vec::new();
+    let s = spec(PolicyKind::Unlimited, 27, 1, 0.05);
+    let r = run(
+        &s,
+        Segments::Model,
+        &Store::temporary().expect("store"),
+        Some(&mut out),
+        &|_| {},
+    )
+    .expect("run");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("rank4.csv");
+    std::fs::write(&p, &out).expect("write");
+    let recs: Vec<_> = pliant_trace::reader(&p, &pliant_trace::ReadOptions::default())
+        .expect("open")
+        .collect::<Result<_, _>>()
+        .expect("valid ParSplice CSV");
+    let reads = recs
+        .iter()
+        .filter(|x| x.op == pliant_trace::Op::Get)
+        .count() as u64;
+    let reads0: u64 = r.ticks.iter().map(|k| k.reads_node0).sum();
+    assert_eq!(reads, reads0);
+    assert_eq!(
+        recs.len() as u64 - reads,
+        r.states,
+        "one logical put per new state"
+    );
+}
