@@ -156,7 +156,9 @@ impl Server {
         let start = t.max(self.free_at);
         self.free_at = start + 1.0 / self.params.puts_per_s;
         self.puts += 1;
-        if self.params.stall_every_puts > 0 && self.puts % self.params.stall_every_puts == 0 {
+        if self.params.stall_every_puts > 0
+            && self.puts.is_multiple_of(self.params.stall_every_puts)
+        {
             self.free_at += self.params.stall_seconds;
         }
     }
@@ -174,7 +176,8 @@ pub fn run(
     progress: &dyn Fn(f64),
 ) -> Result<RunReport, ParspliceError> {
     let w = &spec.workload;
-    if w.workers == 0 || w.nodes == 0 || !(w.hours > 0.0) || !(w.growth_delay > 0.0) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if w.workers == 0 || w.nodes == 0 || !positive(w.hours) || !positive(w.growth_delay) {
         return Err(ParspliceError::Config(
             "workers, nodes, hours and growth delay must be positive".into(),
         ));

@@ -32,6 +32,12 @@ enum Command {
     /// Replay a trace through cache configurations (one pass, in parallel), optionally with a
     /// policy resizing the caches.
     Sim(cmd::sim::Args),
+    /// The ParSplice workload model: write its trace, calibrate it, compare with measured runs.
+    #[command(subcommand)]
+    Parsplice(cmd::parsplice::Command),
+    /// Regimes of a run (k-means over reads/s) and the fan detector's superbasins, with the
+    /// cache thresholds they suggest.
+    Regimes(cmd::regimes::Args),
     /// Performance benchmarks (numbers reported in the README).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
@@ -60,6 +66,8 @@ fn main() -> ExitCode {
         Command::Policy(c) => cmd::policy::run(c),
         Command::Sim(a) => cmd::sim::run(&a),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Regimes(a) => cmd::regimes::run(&a),
+        Command::Parsplice(c) => cmd::parsplice::run(c),
         Command::Trace(c) => cmd::trace::run(c),
     };
     match result {

@@ -31,7 +31,6 @@ impl Series {
         }
     }
 
-    /// Dots.
     pub fn dots(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
         Self {
             label: label.into(),

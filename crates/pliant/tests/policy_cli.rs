@@ -227,9 +227,9 @@ fn bad_inputs_name_file_line_or_field() {
 }
 
 #[test]
-fn demo_runs_and_json_is_parseable() {
+fn policy_demo_runs_and_json_is_parseable() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let o = pliant(&["demo", "--json"], dir.path());
+    let o = pliant(&["policy", "demo", "--json"], dir.path());
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
     // The absorb-trim cache crosses 100,000 keys at tick 4 and is trimmed to 1,000.

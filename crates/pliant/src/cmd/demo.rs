@@ -118,7 +118,8 @@ pub fn run_all(
 
 /// Runs `demo`.
 pub fn run(a: &Args) -> Result<ExitCode> {
-    if !(a.hours > 0.0 && a.growth > 0.0 && a.temperature > 0.0) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !(positive(a.hours) && positive(a.growth) && positive(a.temperature)) {
         bail!("--hours, --growth and --temperature must be positive");
     }
     let workload = WorkloadParams {
@@ -146,7 +147,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     let t = std::time::Instant::now();
     let mut store = StoreParams::default();
     if let Some(p) = a.miss_penalty {
-        if !(p >= 0.0) {
+        if !(p.is_finite() && p >= 0.0) {
             bail!("--miss-penalty must be a non-negative number of seconds");
         }
         store.read_latency_seconds = p;

@@ -3,7 +3,9 @@
 pub mod bench;
 pub mod demo;
 pub mod input;
+pub mod parsplice;
 pub mod policy;
 pub mod policy_demo;
+pub mod regimes;
 pub mod sim;
 pub mod trace;

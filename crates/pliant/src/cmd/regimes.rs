@@ -1,0 +1,168 @@
+//! `pliant regimes`: find a run's regimes (k-means over reads/s) and the fan detector's
+//! superbasins, and the cache thresholds they suggest.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use pliant_trace::Op;
+use serde::Serialize;
+
+use super::input::TraceArgs;
+use crate::plot::{Chart, Series, draw};
+
+/// Arguments of `regimes`.
+#[derive(clap::Args)]
+#[command(after_help = "Example:
+  pliant regimes ../shared/traces/parsplice/d100K/rank4.csv.gz --plot regimes.png")]
+pub struct Args {
+    /// The trace.
+    trace: PathBuf,
+    #[command(flatten)]
+    input: TraceArgs,
+    /// Number of regimes (clusters).
+    #[arg(long, default_value_t = 4)]
+    k: usize,
+    /// Seconds per reads/s point (ParSplice's counters come every 10 s).
+    #[arg(long, default_value_t = 10)]
+    bucket: u64,
+    /// k-means seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Chart of reads/s coloured by regime, with the centroids (.png or .svg).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Output {
+    trace: String,
+    reads: u64,
+    distinct_keys: u64,
+    regimes: Vec<pliant_regime::Regime>,
+    /// Keys an unlimited cache held when the third regime began: the studies' threshold.
+    suggested_threshold_keys: Option<u64>,
+    fan_regimes: usize,
+    /// Id span of the newest fan regimes (the keys still in use at the end).
+    newest_fan_spans: Vec<u64>,
+    fan_suggested_keys: u64,
+}
+
+/// Runs `regimes`.
+pub fn run(a: &Args) -> Result<ExitCode> {
+    if a.bucket == 0 {
+        bail!("--bucket must be at least 1 second");
+    }
+    let mut rd = pliant_trace::reader(&a.trace, &a.input.options()?)?;
+    let mut first: Option<u64> = None;
+    let mut buckets: Vec<u64> = Vec::new();
+    // Distinct keys by bucket end: what an unlimited cache holds then.
+    let mut distinct_at: Vec<u64> = Vec::new();
+    let mut ids: HashMap<u64, u64> = HashMap::new();
+    let mut accesses: Vec<(f64, u64)> = Vec::new();
+    let mut reads = 0u64;
+    for r in rd.by_ref() {
+        let r = r?;
+        let t0 = *first.get_or_insert(r.time);
+        let b = (r.time.saturating_sub(t0) / a.bucket) as usize;
+        if buckets.len() <= b {
+            buckets.resize(b + 1, 0);
+            distinct_at.resize(b + 1, ids.len() as u64);
+        }
+        let next = ids.len() as u64;
+        let id = *ids.entry(r.key).or_insert(next);
+        distinct_at[b] = ids.len() as u64;
+        if r.op == Op::Get {
+            reads += 1;
+            buckets[b] += 1;
+            accesses.push(((r.time - t0) as f64, id));
+        }
+    }
+    let points: Vec<(f64, f64)> = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ((i as u64 * a.bucket) as f64, n as f64 / a.bucket as f64))
+        .collect();
+    let found = pliant_regime::kmeans_regimes(&points, a.k, a.seed)?;
+    let threshold = found.start_of(2).map(|t| {
+        let b = (t as u64 / a.bucket) as usize;
+        distinct_at.get(b).copied().unwrap_or(0)
+    });
+    let fans = pliant_regime::fans(&accesses);
+    let out = Output {
+        trace: a.trace.display().to_string(),
+        reads,
+        distinct_keys: ids.len() as u64,
+        suggested_threshold_keys: threshold,
+        fan_regimes: fans.len(),
+        newest_fan_spans: fans.iter().take(5).map(|f| f.span()).collect(),
+        fan_suggested_keys: pliant_regime::fan_span(&fans),
+        regimes: found.regimes.clone(),
+    };
+    if let Some(p) = &a.plot {
+        let mut series: Vec<Series> = (0..found.regimes.len())
+            .map(|r| {
+                Series::dots(
+                    format!("regime {}", r + 1),
+                    points
+                        .iter()
+                        .zip(&found.labels)
+                        .filter(|(_, l)| **l == r)
+                        .map(|(p, _)| (p.0 / 3600.0, p.1))
+                        .collect(),
+                )
+            })
+            .collect();
+        series.push(Series::dots(
+            "centroids",
+            found
+                .regimes
+                .iter()
+                .map(|r| (r.centroid.0 / 3600.0, r.centroid.1))
+                .collect(),
+        ));
+        draw(
+            p,
+            &[Chart {
+                title: "Reads per second by regime (k-means), with centroids",
+                x_label: "hours",
+                y_label: "reads/s",
+                log_x: false,
+                series,
+            }],
+        )?;
+        eprintln!("wrote {}", p.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{}: {} reads, {} keys",
+        out.trace, out.reads, out.distinct_keys
+    );
+    println!("\nregime     start (s)    end (s)   mean reads/s   points");
+    for r in &out.regimes {
+        println!(
+            "{:>6} {:>13.0} {:>10.0} {:>14.1} {:>8}",
+            r.index + 1,
+            r.start,
+            r.end,
+            r.mean_rate,
+            r.points
+        );
+    }
+    match out.suggested_threshold_keys {
+        Some(k) => println!("\nsuggested threshold (keys held when regime 3 began): {k}"),
+        None => println!("\nfewer than three regimes: no threshold suggested"),
+    }
+    println!(
+        "fan detector: {} regimes; newest spans {:?}; total span {} keys",
+        out.fan_regimes, out.newest_fan_spans, out.fan_suggested_keys
+    );
+    Ok(ExitCode::SUCCESS)
+}

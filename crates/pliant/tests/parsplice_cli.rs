@@ -1,0 +1,111 @@
+//! `pliant demo`, `pliant regimes` and `pliant parsplice` as a user runs them.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pliant(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run pliant")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn demo_json_has_every_policy_and_writes_the_report() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let out = ok(&pliant(
+        &["demo", "--hours", "0.2", "--nodes", "1", "--json"],
+        d.path(),
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rows = v["policies"].as_array().expect("policies");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["policy"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "unlimited",
+            "lru-10",
+            "lru-100",
+            "lru-1000",
+            "lru-10000",
+            "lru-100000",
+            "two-phase-100000-10",
+            "two-phase-100000-100",
+            "two-phase-100000-1000",
+            "two-phase-100000-10000",
+            "auto"
+        ]
+    );
+    for r in rows {
+        for k in [
+            "efficiency",
+            "final_memory_bytes",
+            "peak_memory_bytes",
+            "memory_fraction",
+            "peak_store_reads_per_s",
+        ] {
+            assert!(r[k].is_number(), "{k} in {r}");
+        }
+    }
+    assert_eq!(rows[0]["efficiency"], 1.0);
+    assert_eq!(rows[0]["memory_fraction"], 1.0);
+    assert!(
+        rows[1]["efficiency"].as_f64().expect("eff") < 1.0,
+        "10 keys cost trajectory"
+    );
+    let html = std::fs::read_to_string(d.path().join("pliant-report/index.html")).expect("report");
+    assert!(html.contains("lru-10") && html.contains("efficiency.svg"));
+    assert!(d.path().join("pliant-report/memory.png").exists());
+}
+
+#[test]
+fn generated_parsplice_trace_feeds_regimes_and_demo() {
+    let d = tempfile::tempdir().expect("tempdir");
+    ok(&pliant(
+        &["parsplice", "gen", "--hours", "0.5", "m.csv.gz"],
+        d.path(),
+    ));
+    let out = ok(&pliant(
+        &["regimes", "m.csv.gz", "--json", "--plot", "r.svg"],
+        d.path(),
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["regimes"].as_array().expect("regimes").len(), 4);
+    assert!(v["suggested_threshold_keys"].as_u64().expect("threshold") > 0);
+    assert!(v["fan_regimes"].as_u64().expect("fans") >= 1);
+    assert!(
+        std::fs::read_to_string(d.path().join("r.svg"))
+            .expect("svg")
+            .contains("regime")
+    );
+    let out = ok(&pliant(
+        &[
+            "demo", "--trace", "m.csv.gz", "--hours", "0.5", "--json", "--report", "rep",
+        ],
+        d.path(),
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["nodes"], 1, "a trace is one WorkManager's");
+    assert_eq!(v["policies"][0]["efficiency"], 1.0);
+}
+
+#[test]
+fn demo_rejects_bad_numbers() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let o = pliant(&["demo", "--hours", "0"], d.path());
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be positive"));
+}
