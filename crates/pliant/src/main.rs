@@ -38,6 +38,10 @@ enum Command {
     /// Regimes of a run (k-means over reads/s) and the fan detector's superbasins, with the
     /// cache thresholds they suggest.
     Regimes(cmd::regimes::Args),
+    /// Elastic rescaling: plan a rescaling, emulate the paper's scenarios, compare with the
+    /// optimum.
+    #[command(subcommand)]
+    Scale(cmd::scale::Command),
     /// Performance benchmarks (numbers reported in the README).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Command::Bench(c) => cmd::bench::run(c),
         Command::Regimes(a) => cmd::regimes::run(&a),
         Command::Parsplice(c) => cmd::parsplice::run(c),
+        Command::Scale(c) => cmd::scale::run(c),
         Command::Trace(c) => cmd::trace::run(c),
     };
     match result {

@@ -111,7 +111,11 @@ where
 }
 
 fn bounds(chart: &Chart<'_>) -> ((f64, f64), (f64, f64)) {
-    let pts = chart.series.iter().flat_map(|s| s.points.iter());
+    let pts = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|p| !p.0.is_nan() && !p.1.is_nan());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, f64::MIN);
     for &(x, y) in pts {
         x0 = x0.min(x);
@@ -168,10 +172,17 @@ fn render_one<DB: DrawingBackend>(
                         .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
                     continue;
                 }
-                ctx.draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))?
-                    .label(s.label.clone())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
-                if s.points.len() <= 40 {
+                // A NaN point separates runs (box plots draw many shapes per series).
+                let mut runs = s.points.split(|p| p.0.is_nan() || p.1.is_nan());
+                if let Some(first) = runs.next() {
+                    ctx.draw_series(LineSeries::new(first.iter().copied(), c.stroke_width(2)))?
+                        .label(s.label.clone())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
+                }
+                for run in runs {
+                    ctx.draw_series(LineSeries::new(run.iter().copied(), c.stroke_width(2)))?;
+                }
+                if s.points.len() <= 40 && !s.points.iter().any(|p| p.0.is_nan()) {
                     ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
                 }
             }

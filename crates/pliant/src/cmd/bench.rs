@@ -14,6 +14,23 @@ pub enum Command {
     /// Replay speed: a Zipf trace through each algorithm at two sizes, one configuration per
     /// pass, timing the whole replay including trace decoding (oracleGeneral from disk).
     Sim(SimArgs),
+    /// Rescaling planner scaling: plan time from 128 to 16,384 servers and 8 K to 1 M buckets
+    /// (commissioning 15/16 of the final servers, as in the 1,920-onto-128 scenario).
+    Scale(ScaleArgs),
+}
+
+/// Arguments of `bench scale`.
+#[derive(clap::Args)]
+pub struct ScaleArgs {
+    /// Repetitions per size (best kept).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Strategy.
+    #[arg(long, default_value = "ldt")]
+    strategy: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `bench sim`.
@@ -49,7 +66,54 @@ pub struct SimArgs {
 pub fn run(c: Command) -> Result<ExitCode> {
     match c {
         Command::Sim(a) => sim(&a),
+        Command::Scale(a) => scale(&a),
     }
+}
+
+fn scale(a: &ScaleArgs) -> Result<ExitCode> {
+    use rand::SeedableRng;
+    let strategy: pliant_scale::Strategy = a.strategy.parse().map_err(anyhow::Error::msg)?;
+    let mut rows = Vec::new();
+    for (servers, buckets) in [
+        (128usize, 8_192usize),
+        (512, 32_768),
+        (2_048, 131_072),
+        (8_192, 524_288),
+        (16_384, 1_048_576),
+    ] {
+        let from = servers / 16;
+        let params = pliant_scale::emulate::Params {
+            buckets,
+            total_gb: buckets as f64 / 2.0,
+            ..pliant_scale::emulate::Params::default()
+        };
+        let mut best = f64::INFINITY;
+        for rep in 0..a.reps.max(1) {
+            let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(rep as u64);
+            let mut c = pliant_scale::emulate::cluster(&params, from, &mut rng);
+            let mut next = from as u32;
+            let (_, ms) = pliant_scale::emulate::rescale(
+                &mut c,
+                servers,
+                strategy,
+                pliant_scale::PlanOptions::default(),
+                &mut next,
+                &mut rng,
+            )?;
+            best = best.min(ms);
+        }
+        if !a.json {
+            println!(
+                "{from:>6} → {servers:>6} servers, {buckets:>8} buckets: {best:>9.1} ms ({:.2} µs per bucket)",
+                1e3 * best / buckets as f64
+            );
+        }
+        rows.push(serde_json::json!({"from": from, "servers": servers, "buckets": buckets, "plan_ms": best}));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sim(a: &SimArgs) -> Result<ExitCode> {

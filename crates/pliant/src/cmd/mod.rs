@@ -7,5 +7,6 @@ pub mod parsplice;
 pub mod policy;
 pub mod policy_demo;
 pub mod regimes;
+pub mod scale;
 pub mod sim;
 pub mod trace;

@@ -1,0 +1,428 @@
+//! `pliant scale`: plan a rescaling of a real cluster, emulate the paper's scenarios at scale,
+//! and compare the heuristic with the exact optimum on small instances.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use pliant_scale::emulate::{self, Params, Quartiles, Report, SCENARIOS};
+use pliant_scale::{Cluster, Move, PlanOptions, Rescale, Strategy, Weights, exact, plan};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::plot::{Chart, Series, draw};
+
+/// Rescaling subcommands.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Plan a rescaling of a cluster described in JSON; print the moves and the outcome.
+    ///
+    /// CLUSTER.json: {"servers": [ids], "buckets": [{"id", "size", "load", "server"}],
+    /// "capacity": bytes (optional), "transfer": {"kind": "network", "s_net": bytes/s}
+    /// or {"kind": "storage", "s_read": .., "s_write": ..}}.
+    ///
+    /// Example: pliant scale plan --state cluster.json --add 4 --strategy ldt --json
+    #[command(verbatim_doc_comment)]
+    Plan(PlanArgs),
+    /// The paper's emulation: 8,192 buckets, 4,096 GB, rescaled again and again; statistics of
+    /// the recorded rescalings per scenario and strategy.
+    Emulate(EmulateArgs),
+    /// Heuristic against the exact optimum (mixed-integer program) on small random instances:
+    /// 5 → 8 and 8 → 5 servers, 16 buckets.
+    Optimal(OptimalArgs),
+}
+
+/// Arguments of `scale plan`.
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    /// The cluster.
+    #[arg(long, value_name = "CLUSTER.json")]
+    state: PathBuf,
+    /// Commission this many new servers (ids after the largest existing one).
+    #[arg(long, conflicts_with = "remove")]
+    add: Option<u32>,
+    /// Decommission these servers.
+    #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+    remove: Vec<u32>,
+    /// Strategy: l, lt, dt, ldt.
+    #[arg(long, default_value = "ldt")]
+    strategy: String,
+    /// Free weights W_L,W_D,W_T instead of a strategy (max(W_L, W_D) = 1, all > 0).
+    #[arg(long, value_delimiter = ',', value_name = "WL,WD,WT")]
+    weights: Option<Vec<f64>>,
+    /// Candidate servers per bucket (0 = all).
+    #[arg(long, default_value_t = 16)]
+    candidates: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `scale emulate`.
+#[derive(clap::Args)]
+pub struct EmulateArgs {
+    /// Scenarios (default: all four).
+    #[arg(long, value_delimiter = ',')]
+    scenario: Vec<String>,
+    /// Strategies (default: l, lt, dt, ldt).
+    #[arg(long, value_delimiter = ',')]
+    strategy: Vec<String>,
+    /// Recorded rescalings per scenario.
+    #[arg(long, default_value_t = 100)]
+    reps: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print a JSON array, one object per (scenario, strategy).
+    #[arg(long)]
+    json: bool,
+    /// Box-plot figure (.png or .svg).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+}
+
+/// Arguments of `scale optimal`.
+#[derive(clap::Args)]
+pub struct OptimalArgs {
+    /// Instances per scenario.
+    #[arg(long, default_value_t = 100)]
+    instances: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a scale subcommand.
+pub fn run(c: Command) -> Result<ExitCode> {
+    match c {
+        Command::Plan(a) => plan_cmd(&a),
+        Command::Emulate(a) => emulate_cmd(&a),
+        Command::Optimal(a) => optimal_cmd(&a),
+    }
+}
+
+fn weights(strategy: &str, free: &Option<Vec<f64>>) -> Result<Weights> {
+    Ok(match free {
+        Some(w) => {
+            let [load, data, transfer] = w[..] else {
+                bail!("--weights takes three numbers W_L,W_D,W_T, got {}", w.len());
+            };
+            Weights {
+                load,
+                data,
+                transfer,
+            }
+        }
+        None => strategy
+            .parse::<Strategy>()
+            .map_err(anyhow::Error::msg)?
+            .weights(),
+    })
+}
+
+fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.state)
+        .with_context(|| format!("reading {}", a.state.display()))?;
+    let cluster: Cluster = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", a.state.display(), e.line(), e.column()))?;
+    let r = match (a.add, a.remove.is_empty()) {
+        (Some(n), true) => {
+            let top = cluster.servers.iter().max().copied().unwrap_or(0);
+            Rescale {
+                add: (1..=n).map(|i| top + i).collect(),
+                remove: vec![],
+            }
+        }
+        (None, false) => Rescale {
+            add: vec![],
+            remove: a.remove.clone(),
+        },
+        _ => bail!("give --add N or --remove ID,..."),
+    };
+    let w = weights(&a.strategy, &a.weights)?;
+    let opts = PlanOptions {
+        candidates: if a.candidates == 0 {
+            usize::MAX
+        } else {
+            a.candidates
+        },
+    };
+    let mut moves: Vec<Move> = Vec::new();
+    let t = std::time::Instant::now();
+    let placement = plan(&cluster, &r, w, opts, |m| {
+        if !a.json {
+            println!(
+                "move bucket {:>6}  {:>5} -> {:<5}  {:>14.0} bytes",
+                m.bucket, m.from, m.to, m.bytes
+            );
+        }
+        moves.push(m);
+    })?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let o = cluster.evaluate(&r, &placement)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "rescale": r, "weights": w, "moves": moves, "outcome": o, "plan_ms": ms,
+                "placement": cluster.buckets.iter().zip(&placement)
+                    .map(|(b, s)| serde_json::json!({"bucket": b.id, "server": s}))
+                    .collect::<Vec<_>>(),
+            }))?
+        );
+    } else {
+        println!(
+            "\n{} moves, {:.1}% of the data; L_max/L_t {:.3}, D_max/D_t {:.3}, T_max/T_t {:.3}; planned in {ms:.2} ms",
+            moves.len(),
+            100.0 * o.moved_fraction,
+            o.l_max / o.l_t,
+            o.d_max / o.d_t,
+            if o.t_t > 0.0 { o.t_max / o.t_t } else { 1.0 }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn emulate_cmd(a: &EmulateArgs) -> Result<ExitCode> {
+    let scenarios: Vec<_> = if a.scenario.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        a.scenario
+            .iter()
+            .map(|n| {
+                SCENARIOS
+                    .iter()
+                    .find(|s| s.name == n)
+                    .copied()
+                    .with_context(|| {
+                        format!(
+                            "unknown scenario {n:?}; known: {}",
+                            SCENARIOS.map(|s| s.name).join(", ")
+                        )
+                    })
+            })
+            .collect::<Result<_>>()?
+    };
+    let strategies: Vec<Strategy> = if a.strategy.is_empty() {
+        Strategy::ALL.to_vec()
+    } else {
+        a.strategy
+            .iter()
+            .map(|s| s.parse().map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()?
+    };
+    let params = Params {
+        reps: a.reps,
+        seed: a.seed,
+        ..Params::default()
+    };
+    let jobs: Vec<_> = scenarios
+        .iter()
+        .flat_map(|sc| strategies.iter().map(move |st| (*sc, *st)))
+        .collect();
+    let bar = indicatif::ProgressBar::new(jobs.len() as u64);
+    let reports: Vec<Report> = jobs
+        .par_iter()
+        .map(|(sc, st)| {
+            let r = emulate::emulate(*sc, *st, &params);
+            bar.inc(1);
+            r
+        })
+        .collect::<Result<_, _>>()?;
+    bar.finish_and_clear();
+    if let Some(p) = &a.plot {
+        boxplot(p, &reports)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let q = |x: &Quartiles| format!("{:.3} [{:.3}, {:.3}]", x.median, x.min, x.max);
+    println!(
+        "{:<27} {:<4} {:>25} {:>25} {:>25} {:>7} {:>9}",
+        "scenario", "", "L_max/L_t med [min,max]", "D_max/D_t", "T_max/T_t", "moved", "plan ms"
+    );
+    for r in &reports {
+        println!(
+            "{:<27} {:<4} {:>25} {:>25} {:>25} {:>6.1}% {:>9.2}",
+            r.scenario,
+            r.strategy,
+            q(&r.l_max_over_l_t),
+            q(&r.d_max_over_d_t),
+            q(&r.t_max_over_t_t),
+            100.0 * r.moved_fraction.median,
+            r.plan_ms.median
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Box plots: one panel per ratio, one box per (scenario, strategy), drawn as whiskers (min–max)
+/// and boxes (quartiles) from line segments.
+fn boxplot(path: &std::path::Path, reports: &[Report]) -> Result<()> {
+    type Get = fn(&Report) -> Quartiles;
+    let panels: [(&str, Get); 3] = [
+        ("L_max / L_t", |r| r.l_max_over_l_t),
+        ("D_max / D_t", |r| r.d_max_over_d_t),
+        ("T_max / T_t", |r| r.t_max_over_t_t),
+    ];
+    let charts: Vec<Chart<'_>> = panels
+        .iter()
+        .map(|(title, get)| Chart {
+            title,
+            x_label: "scenario × strategy (1-4: l, lt, dt, ldt per scenario)",
+            y_label: "ratio to target",
+            log_x: false,
+            series: Strategy::ALL
+                .iter()
+                .map(|st| {
+                    let mut pts = Vec::new();
+                    for (i, r) in reports
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.strategy == st.name())
+                    {
+                        let q = get(r);
+                        let x = i as f64 + 1.0;
+                        // Whisker, box outline, median tick; NaN breaks the line between shapes.
+                        for (a, b) in [
+                            ((x, q.min), (x, q.max)),
+                            ((x - 0.3, q.q1), (x + 0.3, q.q1)),
+                            ((x + 0.3, q.q1), (x + 0.3, q.q3)),
+                            ((x + 0.3, q.q3), (x - 0.3, q.q3)),
+                            ((x - 0.3, q.q3), (x - 0.3, q.q1)),
+                            ((x - 0.35, q.median), (x + 0.35, q.median)),
+                        ] {
+                            pts.push(a);
+                            pts.push(b);
+                            pts.push((f64::NAN, f64::NAN));
+                        }
+                    }
+                    Series::line(st.name(), pts)
+                })
+                .collect(),
+        })
+        .collect();
+    draw(path, &charts)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct OptimalRow {
+    scenario: &'static str,
+    strategy: &'static str,
+    instances: usize,
+    /// Instances where the exact model's caps cannot hold together (excluded).
+    infeasible: usize,
+    /// Heuristic objective over the optimum: L_max for l, T_max for lt and ldt.
+    objective_ratio: Quartiles,
+    /// Heuristic L_max over the optimum's.
+    l_max_ratio: Quartiles,
+    within_10_percent: f64,
+    exact_ms: Quartiles,
+}
+
+fn optimal_cmd(a: &OptimalArgs) -> Result<ExitCode> {
+    let small = Params {
+        buckets: 16,
+        total_gb: 16.0,
+        seed: a.seed,
+        ..Params::default()
+    };
+    let cases: [(&'static str, usize, usize); 2] = [("5-to-8", 5, 8), ("8-to-5", 8, 5)];
+    let mut rows = Vec::new();
+    let bar = indicatif::ProgressBar::new((a.instances * cases.len() * 3) as u64);
+    for (name, from, to) in cases {
+        for st in [Strategy::L, Strategy::Lt, Strategy::Ldt] {
+            let outcomes: Vec<Option<(f64, f64, f64)>> = (0..a.instances)
+                .into_par_iter()
+                .map(|i| -> Result<Option<(f64, f64, f64)>> {
+                    use rand::SeedableRng;
+                    let mut rng =
+                        rand_pcg::Pcg64Mcg::seed_from_u64(a.seed.wrapping_mul(1000) + i as u64);
+                    let c = emulate::cluster(&small, from, &mut rng);
+                    let r = if to > from {
+                        Rescale {
+                            add: (from as u32..to as u32).collect(),
+                            remove: vec![],
+                        }
+                    } else {
+                        Rescale {
+                            add: vec![],
+                            remove: (to as u32..from as u32).collect(),
+                        }
+                    };
+                    let t = std::time::Instant::now();
+                    let opt = match exact::optimum(&c, &r, st) {
+                        Ok(o) => o,
+                        Err(pliant_scale::PlanError::Infeasible(_)) => {
+                            bar.inc(1);
+                            return Ok(None);
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    let h = c.evaluate(
+                        &r,
+                        &plan(&c, &r, st.weights(), PlanOptions::default(), |_| {})?,
+                    )?;
+                    let objective = match st {
+                        Strategy::L => h.l_max / opt.l_max,
+                        _ => {
+                            if opt.t_max > 0.0 {
+                                h.t_max / opt.t_max
+                            } else {
+                                1.0
+                            }
+                        }
+                    };
+                    bar.inc(1);
+                    Ok(Some((objective, h.l_max / opt.l_max, ms)))
+                })
+                .collect::<Result<_>>()?;
+            let infeasible = outcomes.iter().filter(|o| o.is_none()).count();
+            let results: Vec<(f64, f64, f64)> = outcomes.into_iter().flatten().collect();
+            let within = results.iter().filter(|r| r.0 <= 1.10 + 1e-9).count() as f64
+                / results.len().max(1) as f64;
+            rows.push(OptimalRow {
+                scenario: name,
+                strategy: st.name(),
+                instances: results.len(),
+                infeasible,
+                objective_ratio: Quartiles::of(results.iter().map(|r| r.0).collect()),
+                l_max_ratio: Quartiles::of(results.iter().map(|r| r.1).collect()),
+                within_10_percent: within,
+                exact_ms: Quartiles::of(results.iter().map(|r| r.2).collect()),
+            });
+        }
+    }
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("heuristic / optimum (objective: L_max for l, T_max for lt and ldt), 16 buckets");
+    println!(
+        "{:<7} {:<4} {:>9} {:>9} {:>9} {:>11} {:>10} {:>11} {:>10}",
+        "case", "", "median", "q3", "max", "≤ 10% over", "L ratio", "infeasible", "exact ms"
+    );
+    for r in &rows {
+        println!(
+            "{:<7} {:<4} {:>9.3} {:>9.3} {:>9.3} {:>10.0}% {:>10.3} {:>11} {:>10.1}",
+            r.scenario,
+            r.strategy,
+            r.objective_ratio.median,
+            r.objective_ratio.q3,
+            r.objective_ratio.max,
+            100.0 * r.within_10_percent,
+            r.l_max_ratio.median,
+            r.infeasible,
+            r.exact_ms.median
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

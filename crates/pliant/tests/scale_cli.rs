@@ -1,0 +1,169 @@
+//! `pliant scale` as a user runs it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pliant(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run pliant")
+}
+
+fn ok(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
+const CLUSTER: &str = r#"{
+  "servers": [1, 2, 3],
+  "buckets": [
+    {"id": 10, "size": 100, "load": 5, "server": 1},
+    {"id": 11, "size": 100, "load": 5, "server": 1},
+    {"id": 12, "size": 100, "load": 5, "server": 2},
+    {"id": 13, "size": 100, "load": 5, "server": 2},
+    {"id": 14, "size": 100, "load": 5, "server": 3},
+    {"id": 15, "size": 100, "load": 5, "server": 3}
+  ],
+  "transfer": {"kind": "network", "s_net": 100}
+}"#;
+
+#[test]
+fn plan_add_and_remove_from_a_cluster_file() {
+    let d = tempfile::tempdir().expect("tempdir");
+    std::fs::write(d.path().join("c.json"), CLUSTER).expect("write");
+    let v = ok(&pliant(
+        &["scale", "plan", "--state", "c.json", "--add", "3", "--json"],
+        d.path(),
+    ));
+    assert_eq!(v["rescale"]["add"], serde_json::json!([4, 5, 6]));
+    assert_eq!(v["outcome"]["l_max"], 5.0, "one bucket per server");
+    assert_eq!(v["moves"].as_array().expect("moves").len(), 3);
+    let v = ok(&pliant(
+        &[
+            "scale",
+            "plan",
+            "--state",
+            "c.json",
+            "--remove",
+            "3",
+            "--strategy",
+            "lt",
+            "--json",
+        ],
+        d.path(),
+    ));
+    let placed: Vec<u64> = v["placement"]
+        .as_array()
+        .expect("placement")
+        .iter()
+        .map(|p| p["server"].as_u64().expect("server"))
+        .collect();
+    assert!(!placed.contains(&3), "decommissioned server emptied");
+    assert_eq!(
+        v["moves"].as_array().expect("moves").len(),
+        2,
+        "only server 3's buckets move"
+    );
+}
+
+#[test]
+fn plan_errors_name_the_problem() {
+    let d = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        d.path().join("c.json"),
+        "{\"servers\": [1],\n \"buckets\": 7}",
+    )
+    .expect("w");
+    let o = pliant(
+        &["scale", "plan", "--state", "c.json", "--add", "1"],
+        d.path(),
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("c.json:2:"));
+    std::fs::write(d.path().join("c.json"), CLUSTER).expect("write");
+    let o = pliant(
+        &["scale", "plan", "--state", "c.json", "--remove", "9"],
+        d.path(),
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("server 9 is not in the cluster"));
+    let o = pliant(
+        &[
+            "scale",
+            "plan",
+            "--state",
+            "c.json",
+            "--add",
+            "1",
+            "--strategy",
+            "fast",
+        ],
+        d.path(),
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("known: l, lt, dt, ldt"));
+    let o = pliant(
+        &[
+            "scale",
+            "plan",
+            "--state",
+            "c.json",
+            "--add",
+            "1",
+            "--weights",
+            "0.5,0.5,1",
+        ],
+        d.path(),
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("max(W_L, W_D) must be 1"));
+}
+
+#[test]
+fn emulate_and_optimal_json_shapes() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let v = ok(&pliant(
+        &[
+            "scale",
+            "emulate",
+            "--scenario",
+            "decommission-64-of-320",
+            "--strategy",
+            "lt,ldt",
+            "--reps",
+            "2",
+            "--json",
+        ],
+        d.path(),
+    ));
+    let rows = v.as_array().expect("array");
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["scenario"], "decommission-64-of-320");
+        for k in [
+            "l_max_over_l_t",
+            "d_max_over_d_t",
+            "t_max_over_t_t",
+            "moved_fraction",
+            "plan_ms",
+        ] {
+            for q in ["min", "q1", "median", "q3", "max"] {
+                assert!(r[k][q].is_number(), "{k}.{q}");
+            }
+        }
+    }
+    let v = ok(&pliant(
+        &["scale", "optimal", "--instances", "2", "--json"],
+        d.path(),
+    ));
+    let rows = v.as_array().expect("array");
+    assert_eq!(rows.len(), 6);
+    assert!(
+        rows.iter()
+            .all(|r| r["objective_ratio"]["min"].as_f64().expect("ratio") > 0.5)
+    );
+    let o = pliant(&["scale", "emulate", "--scenario", "grow-a-lot"], d.path());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("commission-1920-onto-128"));
+}

@@ -1,0 +1,24 @@
+//! Pliant's elastic rescaling planner: commission and decommission servers of a data service by
+//! moving buckets so that load balance, data balance and transfer time are all good, with no data
+//! lost. After Pufferscale (Cheriere et al., CCGrid 2020), whose code is not public; built from the
+//! paper.
+//!
+//! - [`model`]: servers, buckets, objectives `L_max`, `D_max`, `T_max`, the paper's targets, and
+//!   validation of any placement;
+//! - [`heuristic`]: the Pufferscale heuristic, streaming moves as it decides them;
+//! - [`exact`]: a mixed-integer model of the same problem for small instances (the baseline);
+//! - [`emulate`]: the paper's emulation at scale.
+//!
+//! Dependencies: `good_lp` with HiGHS (built from source; its bindings need libclang) for the
+//! exact baseline; `rand`, `rand_distr`, `rand_pcg` for seeded emulation; `rayon` to run
+//! scenarios in parallel; `serde`/`serde_json` for cluster files and results; `thiserror`.
+
+pub mod emulate;
+pub mod exact;
+pub mod heuristic;
+pub mod model;
+
+pub use heuristic::{PlanOptions, Strategy, Weights, plan};
+pub use model::{
+    Bucket, Cluster, Move, Outcome, Placement, PlanError, Rescale, ServerId, Targets, TransferModel,
+};
