@@ -18,6 +18,9 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// Nothing to adjust before a removal.
+    fn before_remove(&mut self, _i: u32) {}
+
     /// A CLOCK of `capacity` in `units`.
     pub fn new(capacity: u64, units: Units) -> Self {
         Self {
@@ -62,28 +65,5 @@ impl Policy for Clock {
         Some(self.core.drop_resident(&mut self.q, i))
     }
 
-    fn remove(&mut self, key: u64) -> Option<u32> {
-        let i = self.core.lookup(key)?;
-        Some(self.core.drop_resident(&mut self.q, i).size)
-    }
-
-    fn occupied(&self) -> u64 {
-        self.q.weight
-    }
-
-    fn len(&self) -> u64 {
-        self.q.len
-    }
-
-    fn bytes(&self) -> u64 {
-        self.core.bytes
-    }
-
-    fn set_capacity(&mut self, capacity: u64) {
-        self.core.capacity = capacity;
-    }
-
-    fn allocated_bytes(&self) -> usize {
-        self.core.allocated_bytes()
-    }
+    crate::core::single_queue_accounting!();
 }

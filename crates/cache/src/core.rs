@@ -86,3 +86,37 @@ impl Core {
         (list.tail != NIL).then_some(list.tail)
     }
 }
+
+/// The `Policy` methods every single-queue algorithm (`core` + one list `q`) implements the same
+/// way: removal, occupancy, capacity and memory accounting.
+macro_rules! single_queue_accounting {
+    () => {
+        fn remove(&mut self, key: u64) -> Option<u32> {
+            let i = self.core.lookup(key)?;
+            self.before_remove(i);
+            Some(self.core.drop_resident(&mut self.q, i).size)
+        }
+
+        fn occupied(&self) -> u64 {
+            self.q.weight
+        }
+
+        fn len(&self) -> u64 {
+            self.q.len
+        }
+
+        fn bytes(&self) -> u64 {
+            self.core.bytes
+        }
+
+        fn set_capacity(&mut self, capacity: u64) {
+            self.core.capacity = capacity;
+        }
+
+        fn allocated_bytes(&self) -> usize {
+            self.core.allocated_bytes()
+        }
+    };
+}
+
+pub(crate) use single_queue_accounting;

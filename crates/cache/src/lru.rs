@@ -20,6 +20,9 @@ pub struct Queue<const PROMOTE: bool> {
 }
 
 impl<const PROMOTE: bool> Queue<PROMOTE> {
+    /// Nothing to adjust before a removal.
+    fn before_remove(&mut self, _i: u32) {}
+
     /// A queue of `capacity` in `units`.
     pub fn new(capacity: u64, units: Units) -> Self {
         Self {
@@ -59,28 +62,5 @@ impl<const PROMOTE: bool> Policy for Queue<PROMOTE> {
         Some(self.core.drop_resident(&mut self.q, i))
     }
 
-    fn remove(&mut self, key: u64) -> Option<u32> {
-        let i = self.core.lookup(key)?;
-        Some(self.core.drop_resident(&mut self.q, i).size)
-    }
-
-    fn occupied(&self) -> u64 {
-        self.q.weight
-    }
-
-    fn len(&self) -> u64 {
-        self.q.len
-    }
-
-    fn bytes(&self) -> u64 {
-        self.core.bytes
-    }
-
-    fn set_capacity(&mut self, capacity: u64) {
-        self.core.capacity = capacity;
-    }
-
-    fn allocated_bytes(&self) -> usize {
-        self.core.allocated_bytes()
-    }
+    crate::core::single_queue_accounting!();
 }

@@ -20,6 +20,12 @@ pub struct Sieve {
 }
 
 impl Sieve {
+    /// Removing the object under the hand moves the hand head-ward.
+    fn before_remove(&mut self, i: u32) {
+        if i == self.hand {
+            self.hand = self.core.slab.get(i).prev;
+        }
+    }
     /// A SIEVE of `capacity` in `units`.
     pub fn new(capacity: u64, units: Units) -> Self {
         Self {
@@ -71,31 +77,5 @@ impl Policy for Sieve {
         Some(self.core.drop_resident(&mut self.q, i))
     }
 
-    fn remove(&mut self, key: u64) -> Option<u32> {
-        let i = self.core.lookup(key)?;
-        if i == self.hand {
-            self.hand = self.core.slab.get(i).prev;
-        }
-        Some(self.core.drop_resident(&mut self.q, i).size)
-    }
-
-    fn occupied(&self) -> u64 {
-        self.q.weight
-    }
-
-    fn len(&self) -> u64 {
-        self.q.len
-    }
-
-    fn bytes(&self) -> u64 {
-        self.core.bytes
-    }
-
-    fn set_capacity(&mut self, capacity: u64) {
-        self.core.capacity = capacity;
-    }
-
-    fn allocated_bytes(&self) -> usize {
-        self.core.allocated_bytes()
-    }
+    crate::core::single_queue_accounting!();
 }

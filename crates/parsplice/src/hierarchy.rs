@@ -226,11 +226,8 @@ pub fn run(
     let mut trajectory = 0.0;
     let mut segments_done = 0u64;
     let mut states = 0u64;
-    let mut ticks: Vec<Tick> = Vec::new();
+    let mut timeline = Timeline::default();
     let mut next_decision = spec.interval;
-    let mut last_tick = (0u64, 0u64, 0u64, 0u64); // reads, reads0, misses, store reads
-    let mut trims = Vec::new();
-    let mut peak = (0u64, 0u64);
     let mut last_progress = 0.0;
 
     while let Some(Reverse((tn, wi))) = heap.pop() {
@@ -239,16 +236,12 @@ pub fn run(
             break;
         }
         while t >= next_decision {
-            decide(
+            timeline.decide(
                 &mut nodes,
                 next_decision,
                 spec.interval,
-                &mut ticks,
-                &mut last_tick,
                 trajectory,
                 &server,
-                &mut trims,
-                &mut peak,
             )?;
             next_decision += spec.interval;
         }
@@ -342,20 +335,19 @@ pub fn run(
         }
     }
     while next_decision <= end + 1e-9 {
-        decide(
+        timeline.decide(
             &mut nodes,
             next_decision,
             spec.interval,
-            &mut ticks,
-            &mut last_tick,
             trajectory,
             &server,
-            &mut trims,
-            &mut peak,
         )?;
         next_decision += spec.interval;
     }
     progress(1.0);
+    let Timeline {
+        ticks, trims, peak, ..
+    } = timeline;
     let last = ticks.last().copied();
     let sum = |f: fn(&pliant_cache::Stats) -> u64| nodes.iter().map(|n| f(n.cache.stats())).sum();
     Ok(RunReport {
@@ -393,63 +385,70 @@ fn write_put(out: &mut dyn Write, ts: u64, k: u64, unique: bool) -> Result<(), P
     writeln!(out, "{ts},DBMemoryMRUPut,0,{k}").map_err(io)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decide(
-    nodes: &mut [Node],
-    t: f64,
-    interval: f64,
-    ticks: &mut Vec<Tick>,
-    last_tick: &mut (u64, u64, u64, u64),
-    trajectory: f64,
-    server: &Server,
-    trims: &mut Vec<(f64, u64)>,
-    peak: &mut (u64, u64),
-) -> Result<(), ParspliceError> {
-    for (i, n) in nodes.iter_mut().enumerate() {
-        let s = *n.cache.stats();
-        let (r0, p0, m0) = n.last;
-        let view = CacheView {
-            t,
-            keys: s.keys,
-            bytes: s.bytes,
-            hits: s.hits,
-            misses: s.misses,
-            reads_per_s: (n.reads - r0) as f64 / interval,
-            writes_per_s: (n.puts - p0) as f64 / interval,
-            misses_per_s: (s.misses - m0) as f64 / interval,
-        };
-        n.last = (n.reads, n.puts, s.misses);
-        if let Some(keys) = n.decider.decide(&view)?
-            && keys != n.cache.capacity().amount()
-        {
-            n.cache.resize(Capacity::Keys(keys));
-            if i == 0 {
-                trims.push((t, keys));
+/// What the decisions record as the run goes: one tick per interval, the policy's trims, peaks.
+#[derive(Default)]
+struct Timeline {
+    ticks: Vec<Tick>,
+    /// Totals at the last tick: reads, reads at WorkManager 0, misses, store reads.
+    last: (u64, u64, u64, u64),
+    trims: Vec<(f64, u64)>,
+    /// Most keys and bytes held at once.
+    peak: (u64, u64),
+}
+
+impl Timeline {
+    /// Every WorkManager's policy decides at `t`; then a tick is recorded.
+    fn decide(
+        &mut self,
+        nodes: &mut [Node],
+        t: f64,
+        interval: f64,
+        trajectory: f64,
+        server: &Server,
+    ) -> Result<(), ParspliceError> {
+        for (i, n) in nodes.iter_mut().enumerate() {
+            let s = *n.cache.stats();
+            let (r0, p0, m0) = n.last;
+            let view = CacheView {
+                t,
+                keys: s.keys,
+                bytes: s.bytes,
+                hits: s.hits,
+                misses: s.misses,
+                reads_per_s: (n.reads - r0) as f64 / interval,
+                writes_per_s: (n.puts - p0) as f64 / interval,
+                misses_per_s: (s.misses - m0) as f64 / interval,
+            };
+            n.last = (n.reads, n.puts, s.misses);
+            if let Some(keys) = n.decider.decide(&view)?
+                && keys != n.cache.capacity().amount()
+            {
+                n.cache.resize(Capacity::Keys(keys));
+                if i == 0 {
+                    self.trims.push((t, keys));
+                }
             }
+            n.inflight.retain(|_, r| *r > t);
         }
-        n.inflight.retain(|_, r| *r > t);
+        let reads: u64 = nodes.iter().map(|n| n.reads).sum();
+        let misses: u64 = nodes.iter().map(|n| n.cache.stats().misses).sum();
+        let keys: u64 = nodes.iter().map(|n| n.cache.stats().keys).sum();
+        let bytes: u64 = nodes.iter().map(|n| n.cache.stats().bytes).sum();
+        let peak_keys: u64 = nodes.iter().map(|n| n.cache.stats().peak_keys).sum();
+        let peak_bytes: u64 = nodes.iter().map(|n| n.cache.stats().peak_bytes).sum();
+        self.peak = (self.peak.0.max(peak_keys), self.peak.1.max(peak_bytes));
+        let (r, r0, m, sr) = self.last;
+        self.ticks.push(Tick {
+            t,
+            trajectory,
+            reads: reads - r,
+            reads_node0: nodes[0].reads - r0,
+            misses: misses - m,
+            store_reads_per_s: (server.reads - sr) as f64 / interval,
+            keys,
+            bytes,
+        });
+        self.last = (reads, nodes[0].reads, misses, server.reads);
+        Ok(())
     }
-    let reads: u64 = nodes.iter().map(|n| n.reads).sum();
-    let misses: u64 = nodes.iter().map(|n| n.cache.stats().misses).sum();
-    let keys: u64 = nodes.iter().map(|n| n.cache.stats().keys).sum();
-    let bytes: u64 = nodes.iter().map(|n| n.cache.stats().bytes).sum();
-    peak.0 = peak
-        .0
-        .max(nodes.iter().map(|n| n.cache.stats().peak_keys).sum());
-    peak.1 = peak
-        .1
-        .max(nodes.iter().map(|n| n.cache.stats().peak_bytes).sum());
-    let (r, r0, m, sr) = *last_tick;
-    ticks.push(Tick {
-        t,
-        trajectory,
-        reads: reads - r,
-        reads_node0: nodes[0].reads - r0,
-        misses: misses - m,
-        store_reads_per_s: (server.reads - sr) as f64 / interval,
-        keys,
-        bytes,
-    });
-    *last_tick = (reads, nodes[0].reads, misses, server.reads);
-    Ok(())
 }

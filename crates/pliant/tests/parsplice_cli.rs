@@ -1,24 +1,8 @@
 //! `pliant demo`, `pliant regimes` and `pliant parsplice` as a user runs them.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn pliant(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run pliant")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{ok, pliant};
 
 #[test]
 fn demo_json_has_every_policy_and_writes_the_report() {

@@ -1,23 +1,10 @@
 //! `pliant policy` and `pliant demo` as a user runs them: exit codes, output shapes, errors.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn pliant(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run pliant")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{pliant, stderr, stdout};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))

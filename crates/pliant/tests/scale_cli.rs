@@ -1,24 +1,8 @@
 //! `pliant scale` as a user runs it.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn pliant(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run pliant")
-}
-
-fn ok(o: &Output) -> serde_json::Value {
-    assert!(
-        o.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("json")
-}
+use common::{json as ok, pliant};
 
 const CLUSTER: &str = r#"{
   "servers": [1, 2, 3],

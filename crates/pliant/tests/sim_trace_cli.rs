@@ -1,29 +1,10 @@
 //! `pliant sim` and `pliant trace` as a user runs them.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn pliant(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run pliant")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    assert!(!o.status.success(), "should have failed");
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{err, ok, pliant};
 
 #[test]
 fn gen_convert_stats_and_sim_with_belady() {

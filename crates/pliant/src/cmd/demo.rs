@@ -270,43 +270,24 @@ fn write_report(
             .contains(&r.policy.as_str())
         })
         .collect();
-    let eff = shown
-        .iter()
-        .map(|r| {
-            Series::line(
-                r.policy.clone(),
-                r.ticks
-                    .iter()
-                    .filter(|k| k.t >= 600.0)
-                    .map(|k| (k.t / 3600.0, 100.0 * efficiency(r, base, k.t)))
-                    .collect(),
-            )
-        })
-        .collect();
-    let mem = shown
-        .iter()
-        .map(|r| {
-            Series::line(
-                r.policy.clone(),
-                r.ticks
-                    .iter()
-                    .map(|k| (k.t / 3600.0, k.bytes as f64 / 1e6))
-                    .collect(),
-            )
-        })
-        .collect();
-    let store = shown
-        .iter()
-        .map(|r| {
-            Series::line(
-                r.policy.clone(),
-                r.ticks
-                    .iter()
-                    .map(|k| (k.t / 3600.0, k.store_reads_per_s))
-                    .collect(),
-            )
-        })
-        .collect();
+    // One line per shown policy, a point per tick.
+    let lines = |f: &dyn Fn(&RunReport, &pliant_parsplice::Tick) -> Option<f64>| -> Vec<Series> {
+        shown
+            .iter()
+            .map(|r| {
+                Series::line(
+                    r.policy.clone(),
+                    r.ticks
+                        .iter()
+                        .filter_map(|k| f(r, k).map(|y| (k.t / 3600.0, y)))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let eff = lines(&|r, k| (k.t >= 600.0).then(|| 100.0 * efficiency(r, base, k.t)));
+    let mem = lines(&|_, k| Some(k.bytes as f64 / 1e6));
+    let store = lines(&|_, k| Some(k.store_reads_per_s));
     let reads = vec![Series::line(
         "reads/s (all WorkManagers)",
         base.ticks

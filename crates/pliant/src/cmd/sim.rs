@@ -203,7 +203,17 @@ fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("png");
         let stem = path.with_extension("");
         let tl = PathBuf::from(format!("{}-timeline.{ext}", stem.display()));
-        let label = |r: &RunResult| format!("{} {}", r.algo, r.size);
+        let lines = |f: fn(&pliant_sim::IntervalStats) -> f64| -> Vec<Series> {
+            results
+                .iter()
+                .map(|r| {
+                    Series::line(
+                        format!("{} {}", r.algo, r.size),
+                        r.timeline.iter().map(|i| (i.t as f64, f(i))).collect(),
+                    )
+                })
+                .collect()
+        };
         draw(
             &tl,
             &[
@@ -212,36 +222,14 @@ fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
                     x_label: "trace time (s)",
                     y_label: "misses/s",
                     log_x: false,
-                    series: results
-                        .iter()
-                        .map(|r| Series {
-                            label: label(r),
-                            dots: false,
-                            points: r
-                                .timeline
-                                .iter()
-                                .map(|i| (i.t as f64, i.misses_per_s))
-                                .collect(),
-                        })
-                        .collect(),
+                    series: lines(|i| i.misses_per_s),
                 },
                 Chart {
                     title: "Keys held",
                     x_label: "trace time (s)",
                     y_label: "keys",
                     log_x: false,
-                    series: results
-                        .iter()
-                        .map(|r| Series {
-                            label: label(r),
-                            dots: false,
-                            points: r
-                                .timeline
-                                .iter()
-                                .map(|i| (i.t as f64, i.keys as f64))
-                                .collect(),
-                        })
-                        .collect(),
+                    series: lines(|i| i.keys as f64),
                 },
             ],
         )?;
