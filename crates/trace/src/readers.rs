@@ -212,6 +212,14 @@ fn num<T: std::str::FromStr>(s: &str, name: &str) -> Result<T, String> {
         .map_err(|_| format!("{name} {s:?} is not a valid number"))
 }
 
+/// Whether `opts` asks for operations like `op`.
+fn wanted(op: Op, opts: &ReadOptions) -> bool {
+    match op {
+        Op::Get => opts.ops.reads,
+        Op::Put | Op::Delete => opts.ops.writes,
+    }
+}
+
 fn parse_parsplice(line: &str, opts: &ReadOptions) -> Result<Parsed, String> {
     let f: Vec<&str> = line.split(',').collect();
     if f.len() != 4 {
@@ -236,11 +244,7 @@ fn parse_parsplice(line: &str, opts: &ReadOptions) -> Result<Parsed, String> {
     if opts.parsplice_db.is_some_and(|d| d != db) {
         return Ok(Parsed::Skip);
     }
-    let wanted = match op {
-        Op::Get => opts.ops.reads,
-        _ => opts.ops.writes,
-    };
-    if !wanted {
+    if !wanted(op, opts) {
         return Ok(Parsed::Skip);
     }
     Ok(Parsed::Record(Record {
@@ -269,11 +273,7 @@ fn parse_twitter(line: &str, opts: &ReadOptions) -> Result<Parsed, String> {
         "delete" => Op::Delete,
         other => return Err(format!("unknown Twitter operation {other:?}")),
     };
-    let wanted = match op {
-        Op::Get => opts.ops.reads,
-        _ => opts.ops.writes,
-    };
-    if !wanted {
+    if !wanted(op, opts) {
         return Ok(Parsed::Skip);
     }
     Ok(Parsed::Record(Record {
@@ -318,11 +318,7 @@ fn parse_csv(line: &str, line_no: u64, opts: &ReadOptions) -> Result<Parsed, Str
         },
         None => Op::Get,
     };
-    let wanted = match op {
-        Op::Get => opts.ops.reads,
-        _ => opts.ops.writes,
-    };
-    if !wanted {
+    if !wanted(op, opts) {
         return Ok(Parsed::Skip);
     }
     Ok(Parsed::Record(Record {
