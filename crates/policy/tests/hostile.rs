@@ -25,16 +25,14 @@ fn contained(hostile: &str) -> PolicyError {
 #[test]
 fn infinite_loop() {
     let err = contained("function when() while true do end end");
-    assert!(
-        matches!(
-            err,
-            PolicyError::Budget {
-                callback: Callback::When,
-                ..
-            }
-        ),
-        "{err:?}"
+    let expected = matches!(
+        err,
+        PolicyError::Budget {
+            callback: Callback::When,
+            ..
+        }
     );
+    assert!(expected, "{err:?}");
     assert_eq!(err.location().map(|l| l.line), Some(1));
 }
 
@@ -61,10 +59,8 @@ fn recursion_without_end() {
     );
     // Lua's stack grows until either its own limit or our memory cap stops it.
     let msg = err.to_string();
-    assert!(
-        matches!(err, PolicyError::Memory { .. }) || msg.contains("stack overflow"),
-        "{err:?}"
-    );
+    let expected = matches!(err, PolicyError::Memory { .. }) || msg.contains("stack overflow");
+    assert!(expected, "{err:?}");
 }
 
 #[test]
@@ -77,10 +73,8 @@ fn string_rep_of_one_gigabyte() {
 fn table_growing_forever() {
     let err = contained("t = {} function when() while true do t[#t + 1] = {1, 2, 3} end end");
     // The budget or the memory cap, whichever comes first, stops it.
-    assert!(
-        matches!(err, PolicyError::Memory { .. } | PolicyError::Budget { .. }),
-        "{err:?}"
-    );
+    let expected = matches!(err, PolicyError::Memory { .. } | PolicyError::Budget { .. });
+    assert!(expected, "{err:?}");
 }
 
 #[test]
@@ -88,10 +82,8 @@ fn table_growing_forever_inside_pcall() {
     let err = contained(
         "t = {} function when() pcall(function() while true do t[#t + 1] = string.rep('y', 1000) .. #t end end) return true end",
     );
-    assert!(
-        matches!(err, PolicyError::Memory { .. } | PolicyError::Budget { .. }),
-        "{err:?}"
-    );
+    let expected = matches!(err, PolicyError::Memory { .. } | PolicyError::Budget { .. });
+    assert!(expected, "{err:?}");
 }
 
 fn assert_missing(code: &str, name: &str) {
@@ -188,16 +180,14 @@ fn replacing_wrstate_with_rawset_or_at_top_level() {
 #[test]
 fn returning_a_string_from_when() {
     let err = contained("function when() return 'yes' end");
-    assert!(
-        matches!(
-            err,
-            PolicyError::Malformed {
-                callback: Callback::When,
-                ..
-            }
-        ),
-        "{err:?}"
+    let expected = matches!(
+        err,
+        PolicyError::Malformed {
+            callback: Callback::When,
+            ..
+        }
     );
+    assert!(expected, "{err:?}");
     assert!(err.to_string().contains("expected a boolean"), "{err}");
 }
 

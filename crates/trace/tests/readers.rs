@@ -111,17 +111,15 @@ fn truncated_binary_is_an_error_with_offset() {
     let mut r = reader(&p, &ReadOptions::default()).expect("open");
     assert_eq!(r.next().expect("first").expect("ok").key, 1);
     let e = r.next().expect("second").expect_err("truncated");
-    assert!(
-        matches!(
-            e,
-            TraceError::Truncated {
-                offset: 24,
-                bytes: 10,
-                ..
-            }
-        ),
-        "{e}"
+    let expected = matches!(
+        e,
+        TraceError::Truncated {
+            offset: 24,
+            bytes: 10,
+            ..
+        }
     );
+    assert!(expected, "{e}");
     assert!(r.next().is_none());
 }
 
