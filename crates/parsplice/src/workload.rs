@@ -40,11 +40,8 @@ pub struct StateProcess {
     basin: Vec<u64>,
     /// Found in this superbasin but not yet stored by the worker that found them.
     unpublished: Vec<u64>,
-    basin_age: u64,
     current: u64,
     sizes: HashMap<u64, u32, foldhash::fast::FixedState>,
-    /// Every state created so far, in creation order.
-    pub created: u64,
 }
 
 impl StateProcess {
@@ -58,10 +55,8 @@ impl StateProcess {
             basin_atoms: 0,
             basin: Vec::new(),
             unpublished: Vec::new(),
-            basin_age: 0,
             current: 0,
             sizes: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(3)),
-            created: 0,
         };
         s.new_basin();
         s
@@ -72,7 +67,6 @@ impl StateProcess {
             let k: u64 = self.rng.random();
             if k != 0 && !self.sizes.contains_key(&k) {
                 self.sizes.insert(k, value_size(atoms));
-                self.created += 1;
                 return k;
             }
         }
@@ -84,7 +78,6 @@ impl StateProcess {
         let k = self.fresh_key(a);
         self.basin = vec![k];
         self.unpublished.clear();
-        self.basin_age = 0;
         self.current = k;
     }
 
@@ -126,7 +119,6 @@ impl StateProcess {
             None
         };
         self.produced += 1;
-        self.basin_age += 1;
         (
             Segment {
                 start,

@@ -39,11 +39,6 @@ enum Goal {
     Transfer,
 }
 
-struct Built {
-    x: Vec<Vec<Variable>>,
-    dests: Vec<u32>,
-}
-
 fn solve(
     c: &Cluster,
     r: &Rescale,
@@ -133,9 +128,7 @@ fn solve(
         }
         other => PlanError::Solver(other.to_string()),
     })?;
-    let built = Built { x, dests };
-    let placement = built
-        .x
+    let placement = x
         .iter()
         .map(|row| {
             let j = row
@@ -143,7 +136,7 @@ fn solve(
                 .enumerate()
                 .max_by(|a, b| sol.value(*a.1).total_cmp(&sol.value(*b.1)))
                 .map_or(0, |(j, _)| j);
-            built.dests[j]
+            dests[j]
         })
         .collect();
     Ok((sol.value(objective), placement))

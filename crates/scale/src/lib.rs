@@ -10,8 +10,8 @@
 //! - [`emulate`]: the paper's emulation at scale.
 //!
 //! Dependencies: `good_lp` with HiGHS (built from source; its bindings need libclang) for the
-//! exact baseline; `rand`, `rand_distr`, `rand_pcg` for seeded emulation; `rayon` to run
-//! scenarios in parallel; `serde`/`serde_json` for cluster files and results; `thiserror`.
+//! exact baseline; `rand`, `rand_distr`, `rand_pcg` for seeded emulation; `serde` for cluster files and
+//! results; `thiserror`.
 
 pub mod emulate;
 pub mod exact;
