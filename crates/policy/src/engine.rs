@@ -166,8 +166,8 @@ impl Engine {
     ///
     /// On error the running policy is untouched.
     pub fn install(&mut self, source: PolicySource) -> Result<u64, PolicyError> {
-        let vm = self.prepare(&source)?;
         let number = self.versions.len() as u64 + 1;
+        let (vm, _) = self.dry_run(&source, number)?;
         self.versions.push(Version { number, source });
         self.switch_to(number, vm);
         Ok(number)
@@ -182,7 +182,7 @@ impl Engine {
             .find(|v| v.number == number)
             .map(|v| v.source.clone())
             .ok_or(PolicyError::UnknownVersion(number))?;
-        let vm = self.prepare(&source)?;
+        let (vm, _) = self.dry_run(&source, number)?;
         self.switch_to(number, vm);
         Ok(())
     }
@@ -205,21 +205,16 @@ impl Engine {
     /// dry run of every callback. Returns the dry run's decision, with `where` and `howmuch`
     /// filled in whatever `when` said.
     pub fn check(&mut self, source: &PolicySource) -> Result<Decision, PolicyError> {
-        let mut vm = Vm::new(
-            source,
-            self.config.limits,
-            self.store.clone(),
-            &self.series,
-            &self.params,
-        )?;
-        vm.set_dry_run(true)?;
-        let name: Rc<str> = Rc::from(source.name.as_str());
-        let r = evaluate(&mut vm, &self.metrics, true, 0, &name, 0, &mut self.log);
-        vm.set_dry_run(false)?;
-        r
+        self.dry_run(source, 0).map(|(_, d)| d)
     }
 
-    fn prepare(&mut self, source: &PolicySource) -> Result<Vm, PolicyError> {
+    /// Compiles `source` in a fresh VM and evaluates every callback against the current metrics
+    /// with state writes kept in memory; log entries carry `version`.
+    fn dry_run(
+        &mut self,
+        source: &PolicySource,
+        version: u64,
+    ) -> Result<(Vm, Decision), PolicyError> {
         let mut vm = Vm::new(
             source,
             self.config.limits,
@@ -229,7 +224,6 @@ impl Engine {
         )?;
         vm.set_dry_run(true)?;
         let name: Rc<str> = Rc::from(source.name.as_str());
-        let version = self.versions.len() as u64 + 1;
         let r = evaluate(
             &mut vm,
             &self.metrics,
@@ -240,7 +234,7 @@ impl Engine {
             &mut self.log,
         );
         vm.set_dry_run(false)?;
-        r.map(|_| vm)
+        r.map(|d| (vm, d))
     }
 
     fn switch_to(&mut self, number: u64, vm: Vm) {

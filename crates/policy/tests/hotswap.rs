@@ -74,3 +74,19 @@ fn runtime_failure_keeps_policy_installed_and_next_decision_works() {
         Some(HowMuch::Amount(5.0))
     );
 }
+
+/// Regression: re-activating version 1 after installing version 2 logged its dry run as version 3.
+#[test]
+fn dry_run_of_a_reactivated_version_is_logged_under_its_own_number() {
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(V1)).expect("v1");
+    e.install(f(V2)).expect("v2");
+    e.rollback().expect("back to v1");
+    let last = e.log().entries().last().expect("dry-run entries");
+    assert!(last.dry_run);
+    assert_eq!(last.version, 1);
+    assert!(
+        e.log().entries().all(|x| x.version <= 2),
+        "no entry for a version 3"
+    );
+}
