@@ -235,16 +235,14 @@ pub fn run(
         if t >= end {
             break;
         }
-        while t >= next_decision {
-            timeline.decide(
-                &mut nodes,
-                next_decision,
-                spec.interval,
-                trajectory,
-                &server,
-            )?;
-            next_decision += spec.interval;
-        }
+        timeline.decide_through(
+            &mut nodes,
+            &mut next_decision,
+            t,
+            spec.interval,
+            trajectory,
+            &server,
+        )?;
         let node_i = wi as usize / w.workers as usize;
         // Complete the worker's segment.
         if let Some(p) = pending[wi as usize].take() {
@@ -334,16 +332,14 @@ pub fn run(
             progress(t / end);
         }
     }
-    while next_decision <= end + 1e-9 {
-        timeline.decide(
-            &mut nodes,
-            next_decision,
-            spec.interval,
-            trajectory,
-            &server,
-        )?;
-        next_decision += spec.interval;
-    }
+    timeline.decide_through(
+        &mut nodes,
+        &mut next_decision,
+        end + 1e-9,
+        spec.interval,
+        trajectory,
+        &server,
+    )?;
     progress(1.0);
     let Timeline {
         ticks, trims, peak, ..
@@ -397,6 +393,23 @@ struct Timeline {
 }
 
 impl Timeline {
+    /// Makes every decision due at or before `until`, advancing `next` past it.
+    fn decide_through(
+        &mut self,
+        nodes: &mut [Node],
+        next: &mut f64,
+        until: f64,
+        interval: f64,
+        trajectory: f64,
+        server: &Server,
+    ) -> Result<(), ParspliceError> {
+        while *next <= until {
+            self.decide(nodes, *next, interval, trajectory, server)?;
+            *next += interval;
+        }
+        Ok(())
+    }
+
     /// Every WorkManager's policy decides at `t`; then a tick is recorded.
     fn decide(
         &mut self,

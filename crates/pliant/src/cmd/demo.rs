@@ -81,6 +81,20 @@ struct Row {
     auto_threshold_keys: Option<u64>,
 }
 
+impl Row {
+    /// The table's cells, shared by the text table and the HTML report.
+    fn cells(&self) -> [String; 6] {
+        [
+            self.policy.clone(),
+            format!("{:.1}%", 100.0 * self.efficiency),
+            human(self.final_memory_bytes),
+            human(self.peak_memory_bytes),
+            format!("{:.2}%", 100.0 * self.memory_fraction),
+            format!("{:.0}", self.peak_store_reads_per_s),
+        ]
+    }
+}
+
 /// Runs every policy on `workload` (in parallel), with `progress` told each run's progress.
 pub fn run_all(
     workload: WorkloadParams,
@@ -202,15 +216,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         "policy", "efficiency", "final memory", "peak memory", "% of unlim.", "peak store rd/s"
     );
     for r in &rows {
-        println!(
-            "{:<22} {:>9.1}% {:>13} {:>13} {:>10.2}% {:>16.0}",
-            r.policy,
-            100.0 * r.efficiency,
-            human(r.final_memory_bytes),
-            human(r.peak_memory_bytes),
-            100.0 * r.memory_fraction,
-            r.peak_store_reads_per_s
-        );
+        let [policy, eff, fin, peak, frac, store] = r.cells();
+        println!("{policy:<22} {eff:>10} {fin:>13} {peak:>13} {frac:>11} {store:>16}");
     }
     if let Some(r) = rows.iter().find(|r| r.auto_threshold_keys.is_some()) {
         println!(
@@ -352,15 +359,8 @@ fn write_report(
          <th>% of unlimited</th><th>peak store reads/s</th></tr>\n",
     );
     for r in rows {
-        table.push_str(&format!(
-            "<tr><td>{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{:.2}%</td><td>{:.0}</td></tr>\n",
-            r.policy,
-            100.0 * r.efficiency,
-            human(r.final_memory_bytes),
-            human(r.peak_memory_bytes),
-            100.0 * r.memory_fraction,
-            r.peak_store_reads_per_s
-        ));
+        let cells: String = r.cells().iter().map(|c| format!("<td>{c}</td>")).collect();
+        table.push_str(&format!("<tr>{cells}</tr>\n"));
     }
     let html = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Pliant: ParSplice cache policies</title>\
