@@ -180,3 +180,26 @@ fn commission_balances_load_onto_new_servers() {
     let o = c.evaluate(&r, &p).expect("valid");
     assert_eq!(o.l_max, 1.0, "six equal buckets on six servers");
 }
+
+/// The storage-bottleneck form: a server's time is bytes read / S_read + bytes written / S_write,
+/// in the outcome and in the exact model.
+#[test]
+fn storage_bound_transfer_time() {
+    let mut c = small();
+    c.capacity = f64::INFINITY;
+    c.transfer = TransferModel::Storage {
+        s_read: 10.0,
+        s_write: 5.0,
+    };
+    let r = Rescale {
+        add: vec![],
+        remove: vec![3],
+    };
+    let p = plan(&c, &r, Goal::Lt.weights(), PlanOptions::default(), |_| {}).expect("plan");
+    let o = c.evaluate(&r, &p).expect("valid");
+    // Server 3 reads its two 10-byte buckets (20 / 10 = 2 s); each receiver writes 10 bytes
+    // (10 / 5 = 2 s), so the slowest server takes 2 s.
+    assert_eq!(o.t_max, 2.0);
+    let opt = pliant_scale::exact::optimum(&c, &r, Goal::Lt).expect("exact");
+    assert_eq!(opt.t_max, 2.0);
+}

@@ -154,3 +154,25 @@ fn trace_errors_surface_with_their_location() {
     let e = replay(rd, &configs, &SimOptions::default(), &|_| {}).expect_err("bad line");
     assert!(e.to_string().contains("rank4.csv:2:"), "{e}");
 }
+
+#[test]
+fn ignore_size_counts_every_object_as_one_byte() {
+    let recs = workload(20_000);
+    let run = |capacity, ignore_size| {
+        let configs = [Config {
+            algo: "lru".into(),
+            capacity,
+        }];
+        let opts = SimOptions {
+            ignore_size,
+            ..SimOptions::default()
+        };
+        replay(ok(&recs), &configs, &opts, &|_| {}).expect("replay")[0].misses
+    };
+    // Objects are 100 bytes: 200 bytes hold 2 of them, unless sizes are ignored (200 objects).
+    assert_eq!(
+        run(Capacity::Bytes(200), true),
+        run(Capacity::Keys(200), false)
+    );
+    assert!(run(Capacity::Bytes(200), false) > run(Capacity::Bytes(200), true));
+}
