@@ -1,8 +1,9 @@
 //! Charts for the commands that have data people would rather look at than read: PNG or SVG by
 //! file extension.
 //!
-//! Text is rendered with plotters' pure-Rust `ab_glyph` backend and the DejaVu Sans font found on
-//! the system, so no C font stack is linked.
+//! Text is rendered with plotters' pure-Rust `ab_glyph` backend and DejaVu Sans embedded in the
+//! binary (`assets/fonts/`, Bitstream Vera licence beside it), so no C font stack is linked and
+//! charts look the same on every machine, with or without system fonts.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -54,28 +55,18 @@ pub struct Chart<'a> {
     pub series: Vec<Series>,
 }
 
-const FONT_PATHS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-];
+/// DejaVu Sans 2.37, unmodified (Debian's fonts-dejavu-core); licence in LICENSE-DejaVu.txt.
+static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
 
 fn ensure_font() -> Result<()> {
-    static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    FONT.get_or_init(|| {
-        let bytes = FONT_PATHS
-            .iter()
-            .find_map(|p| std::fs::read(p).ok())
-            .ok_or_else(|| {
-                "no DejaVu Sans font found for chart text; install the fonts-dejavu-core package"
-                    .to_string()
-            })?;
-        let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font("sans-serif", FontStyle::Normal, leaked)
-            .map_err(|_| "the DejaVu Sans font could not be loaded".to_string())
-    })
-    .clone()
-    .map_err(|e| anyhow!(e))
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
+    });
+    if !ok {
+        bail!("the embedded chart font could not be loaded");
+    }
+    Ok(())
 }
 
 /// Draws `charts` stacked vertically into `path` (`.png` or `.svg`).

@@ -106,7 +106,7 @@ fn plan_errors_name_the_problem() {
 }
 
 #[test]
-fn emulate_and_optimal_json_shapes() {
+fn emulate_json_shape() {
     let d = tempfile::tempdir().expect("tempdir");
     let v = ok(&pliant(
         &[
@@ -138,6 +138,14 @@ fn emulate_and_optimal_json_shapes() {
             }
         }
     }
+    let o = pliant(&["scale", "emulate", "--scenario", "grow-a-lot"], d.path());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("commission-1920-onto-128"));
+}
+
+#[cfg(feature = "exact")]
+#[test]
+fn optimal_json_shape() {
+    let d = tempfile::tempdir().expect("tempdir");
     let v = ok(&pliant(
         &["scale", "optimal", "--instances", "2", "--json"],
         d.path(),
@@ -148,6 +156,16 @@ fn emulate_and_optimal_json_shapes() {
         rows.iter()
             .all(|r| r["objective_ratio"]["min"].as_f64().expect("ratio") > 0.5)
     );
-    let o = pliant(&["scale", "emulate", "--scenario", "grow-a-lot"], d.path());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("commission-1920-onto-128"));
+}
+
+/// Without the `exact` feature the command says in one line how to get it.
+#[cfg(not(feature = "exact"))]
+#[test]
+fn optimal_without_the_solver_says_how_to_build_it() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let o = pliant(&["scale", "optimal", "--instances", "2"], d.path());
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--features exact"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

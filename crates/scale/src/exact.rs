@@ -14,9 +14,12 @@
 use good_lp::{
     Expression, Solution, SolverModel, Variable, constraint, highs, variable, variables,
 };
+use rand::SeedableRng;
+use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::heuristic::Strategy;
+use crate::emulate::{self, Params, Quartiles};
+use crate::heuristic::{PlanOptions, Strategy, plan};
 use crate::model::{Cluster, Placement, PlanError, Rescale, TransferModel};
 
 /// Optimal objective values and a placement achieving them.
@@ -173,4 +176,109 @@ pub fn optimum(c: &Cluster, r: &Rescale, strategy: Strategy) -> Result<Optimum, 
         t_max: o.t_max,
         placement,
     })
+}
+
+/// The heuristic against the optimum for one rescaling case and strategy, over random instances.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// The case: `5-to-8` or `8-to-5` servers.
+    pub scenario: &'static str,
+    /// `l`, `lt` or `ldt`.
+    pub strategy: &'static str,
+    /// Instances compared.
+    pub instances: usize,
+    /// Instances where the exact model's caps cannot hold together (excluded from the ratios).
+    pub infeasible: usize,
+    /// Heuristic objective over the optimum's: `L_max` for l, `T_max` for lt and ldt.
+    pub objective_ratio: Quartiles,
+    /// Heuristic `L_max` over the optimum's.
+    pub l_max_ratio: Quartiles,
+    /// Share of instances whose objective ratio is at most 1.10.
+    pub within_10_percent: f64,
+    /// Time the solver took per instance (ms).
+    pub exact_ms: Quartiles,
+}
+
+/// The paper's comparison: `instances` random 16-bucket clusters per case (5 → 8 and 8 → 5
+/// servers) and strategy (l, lt, ldt), each planned by the heuristic and solved exactly, in
+/// parallel. `progress` is called once per instance solved.
+pub fn compare(
+    instances: usize,
+    seed: u64,
+    progress: &(dyn Fn() + Sync),
+) -> Result<Vec<Comparison>, PlanError> {
+    let small = Params {
+        buckets: 16,
+        total_gb: 16.0,
+        seed,
+        ..Params::default()
+    };
+    let cases: [(&'static str, u32, u32); 2] = [("5-to-8", 5, 8), ("8-to-5", 8, 5)];
+    let mut rows = Vec::new();
+    for (name, from, to) in cases {
+        let r = if to > from {
+            Rescale {
+                add: (from..to).collect(),
+                remove: vec![],
+            }
+        } else {
+            Rescale {
+                add: vec![],
+                remove: (to..from).collect(),
+            }
+        };
+        for st in [Strategy::L, Strategy::Lt, Strategy::Ldt] {
+            let outcomes: Vec<Option<(f64, f64, f64)>> = (0..instances)
+                .into_par_iter()
+                .map(|i| {
+                    let mut rng =
+                        rand_pcg::Pcg64Mcg::seed_from_u64(seed.wrapping_mul(1000) + i as u64);
+                    let c = emulate::cluster(&small, from as usize, &mut rng);
+                    let out = compare_one(&c, &r, st);
+                    progress();
+                    out
+                })
+                .collect::<Result<_, _>>()?;
+            let infeasible = outcomes.iter().filter(|o| o.is_none()).count();
+            let results: Vec<(f64, f64, f64)> = outcomes.into_iter().flatten().collect();
+            let within = results.iter().filter(|r| r.0 <= 1.10 + 1e-9).count() as f64
+                / results.len().max(1) as f64;
+            rows.push(Comparison {
+                scenario: name,
+                strategy: st.name(),
+                instances: results.len(),
+                infeasible,
+                objective_ratio: Quartiles::of(results.iter().map(|r| r.0).collect()),
+                l_max_ratio: Quartiles::of(results.iter().map(|r| r.1).collect()),
+                within_10_percent: within,
+                exact_ms: Quartiles::of(results.iter().map(|r| r.2).collect()),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// `(objective ratio, L_max ratio, solver ms)` of one instance, or `None` if infeasible.
+fn compare_one(
+    c: &Cluster,
+    r: &Rescale,
+    st: Strategy,
+) -> Result<Option<(f64, f64, f64)>, PlanError> {
+    let t = std::time::Instant::now();
+    let opt = match optimum(c, r, st) {
+        Ok(o) => o,
+        Err(PlanError::Infeasible(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let h = c.evaluate(
+        r,
+        &plan(c, r, st.weights(), PlanOptions::default(), |_| {})?,
+    )?;
+    let objective = match st {
+        Strategy::L => h.l_max / opt.l_max,
+        _ if opt.t_max > 0.0 => h.t_max / opt.t_max,
+        _ => 1.0,
+    };
+    Ok(Some((objective, h.l_max / opt.l_max, ms)))
 }

@@ -6,14 +6,18 @@
 //! - [`model`]: servers, buckets, objectives `L_max`, `D_max`, `T_max`, the paper's targets, and
 //!   validation of any placement;
 //! - [`heuristic`]: the Pufferscale heuristic, streaming moves as it decides them;
-//! - [`exact`]: a mixed-integer model of the same problem for small instances (the baseline);
+//! - [`exact`] (cargo feature `exact`): a mixed-integer model of the same problem for small
+//!   instances (the baseline), and the heuristic-versus-optimum comparison;
 //! - [`emulate`]: the paper's emulation at scale.
 //!
-//! Dependencies: `good_lp` with HiGHS (built from source; its bindings need libclang) for the
-//! exact baseline; `rand`, `rand_distr`, `rand_pcg` for seeded emulation; `serde` for cluster files and
+//! Dependencies: `good_lp` with HiGHS for the exact baseline, only with the `exact` feature:
+//! HiGHS is built from source with cmake and its bindings are generated with bindgen, which needs
+//! libclang, so the default build (and `pliant demo`) must not pull it in; `rayon` runs the
+//! comparison's instances in parallel; `rand`, `rand_distr`, `rand_pcg` for seeded emulation; `serde` for cluster files and
 //! results; `thiserror`.
 
 pub mod emulate;
+#[cfg(feature = "exact")]
 pub mod exact;
 pub mod heuristic;
 pub mod model;

@@ -200,6 +200,9 @@ fn storage_bound_transfer_time() {
     // Server 3 reads its two 10-byte buckets (20 / 10 = 2 s); each receiver writes 10 bytes
     // (10 / 5 = 2 s), so the slowest server takes 2 s.
     assert_eq!(o.t_max, 2.0);
-    let opt = pliant_scale::exact::optimum(&c, &r, Goal::Lt).expect("exact");
-    assert_eq!(opt.t_max, 2.0);
+    #[cfg(feature = "exact")]
+    {
+        let opt = pliant_scale::exact::optimum(&c, &r, Goal::Lt).expect("exact");
+        assert_eq!(opt.t_max, 2.0);
+    }
 }

@@ -6,9 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use pliant_scale::emulate::{self, Params, Quartiles, Report, SCENARIOS};
-use pliant_scale::{Cluster, Move, PlanOptions, Rescale, Strategy, Weights, exact, plan};
+use pliant_scale::{Cluster, Move, PlanOptions, Rescale, Strategy, Weights, plan};
 use rayon::prelude::*;
-use serde::Serialize;
 
 use crate::plot::{Chart, Series, draw};
 
@@ -29,6 +28,8 @@ pub enum Command {
     Emulate(EmulateArgs),
     /// Heuristic against the exact optimum (mixed-integer program) on small random instances:
     /// 5 → 8 and 8 → 5 servers, 16 buckets.
+    ///
+    /// Needs a pliant built with `--features exact` (HiGHS; building it needs libclang and cmake).
     Optimal(OptimalArgs),
 }
 
@@ -311,95 +312,18 @@ fn boxplot(path: &std::path::Path, reports: &[Report]) -> Result<()> {
     Ok(())
 }
 
-#[derive(Serialize)]
-struct OptimalRow {
-    scenario: &'static str,
-    strategy: &'static str,
-    instances: usize,
-    /// Instances where the exact model's caps cannot hold together (excluded).
-    infeasible: usize,
-    /// Heuristic objective over the optimum: L_max for l, T_max for lt and ldt.
-    objective_ratio: Quartiles,
-    /// Heuristic L_max over the optimum's.
-    l_max_ratio: Quartiles,
-    within_10_percent: f64,
-    exact_ms: Quartiles,
+#[cfg(not(feature = "exact"))]
+fn optimal_cmd(_: &OptimalArgs) -> Result<ExitCode> {
+    bail!(
+        "this pliant was built without the exact solver; rebuild with `cargo build --release \
+         --features exact` (needs libclang and cmake to build HiGHS)"
+    )
 }
 
+#[cfg(feature = "exact")]
 fn optimal_cmd(a: &OptimalArgs) -> Result<ExitCode> {
-    let small = Params {
-        buckets: 16,
-        total_gb: 16.0,
-        seed: a.seed,
-        ..Params::default()
-    };
-    let cases: [(&'static str, usize, usize); 2] = [("5-to-8", 5, 8), ("8-to-5", 8, 5)];
-    let mut rows = Vec::new();
-    let bar = indicatif::ProgressBar::new((a.instances * cases.len() * 3) as u64);
-    for (name, from, to) in cases {
-        for st in [Strategy::L, Strategy::Lt, Strategy::Ldt] {
-            let outcomes: Vec<Option<(f64, f64, f64)>> = (0..a.instances)
-                .into_par_iter()
-                .map(|i| -> Result<Option<(f64, f64, f64)>> {
-                    use rand::SeedableRng;
-                    let mut rng =
-                        rand_pcg::Pcg64Mcg::seed_from_u64(a.seed.wrapping_mul(1000) + i as u64);
-                    let c = emulate::cluster(&small, from, &mut rng);
-                    let r = if to > from {
-                        Rescale {
-                            add: (from as u32..to as u32).collect(),
-                            remove: vec![],
-                        }
-                    } else {
-                        Rescale {
-                            add: vec![],
-                            remove: (to as u32..from as u32).collect(),
-                        }
-                    };
-                    let t = std::time::Instant::now();
-                    let opt = match exact::optimum(&c, &r, st) {
-                        Ok(o) => o,
-                        Err(pliant_scale::PlanError::Infeasible(_)) => {
-                            bar.inc(1);
-                            return Ok(None);
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                    let ms = t.elapsed().as_secs_f64() * 1e3;
-                    let h = c.evaluate(
-                        &r,
-                        &plan(&c, &r, st.weights(), PlanOptions::default(), |_| {})?,
-                    )?;
-                    let objective = match st {
-                        Strategy::L => h.l_max / opt.l_max,
-                        _ => {
-                            if opt.t_max > 0.0 {
-                                h.t_max / opt.t_max
-                            } else {
-                                1.0
-                            }
-                        }
-                    };
-                    bar.inc(1);
-                    Ok(Some((objective, h.l_max / opt.l_max, ms)))
-                })
-                .collect::<Result<_>>()?;
-            let infeasible = outcomes.iter().filter(|o| o.is_none()).count();
-            let results: Vec<(f64, f64, f64)> = outcomes.into_iter().flatten().collect();
-            let within = results.iter().filter(|r| r.0 <= 1.10 + 1e-9).count() as f64
-                / results.len().max(1) as f64;
-            rows.push(OptimalRow {
-                scenario: name,
-                strategy: st.name(),
-                instances: results.len(),
-                infeasible,
-                objective_ratio: Quartiles::of(results.iter().map(|r| r.0).collect()),
-                l_max_ratio: Quartiles::of(results.iter().map(|r| r.1).collect()),
-                within_10_percent: within,
-                exact_ms: Quartiles::of(results.iter().map(|r| r.2).collect()),
-            });
-        }
-    }
+    let bar = indicatif::ProgressBar::new((a.instances * 2 * 3) as u64);
+    let rows = pliant_scale::exact::compare(a.instances, a.seed, &|| bar.inc(1))?;
     bar.finish_and_clear();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The test command of the README. On a fresh machine it needs only Rust and a C compiler; it
+# first checks that this stays so, then runs the whole suite.
+#
+#   tools/test.sh                  # default features: what a user builds
+#   tools/test.sh --all-features   # CI: also the opt-in features (e.g. `exact`, which builds HiGHS)
+#
+# Extra arguments go to `cargo test`. System packages that an opt-in feature needs are installed
+# when missing (as root, with apt-get), or named before the script stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+all_features=false
+for arg in "$@"; do
+  [ "$arg" = "--all-features" ] && all_features=true
+done
+
+need() { # need PACKAGE TEST-COMMAND: install PACKAGE with apt-get if TEST-COMMAND fails
+  local pkg=$1; shift
+  if ! "$@" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "tools/test.sh: installing $pkg" >&2
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+    else
+      echo "tools/test.sh: the opt-in features need the system package $pkg; install it and run again" >&2
+      exit 1
+    fi
+  fi
+}
+
+# The default build must need nothing beyond Rust and a C compiler: no bindgen (libclang), no
+# cmake, no protoc. They may appear only behind opt-in features.
+native=$(cargo tree --workspace -e normal,build --prefix none --locked 2>/dev/null \
+  | grep -E '^(bindgen|cmake|prost-build|protobuf-src) ' | sort -u || true)
+if [ -n "$native" ]; then
+  echo "tools/test.sh: the default build depends on a crate that needs system tools:" >&2
+  echo "$native" >&2
+  echo "put it behind an opt-in cargo feature" >&2
+  exit 1
+fi
+
+if $all_features; then
+  # `exact` builds HiGHS from source: cmake, and libclang for its generated bindings.
+  need cmake command -v cmake
+  need libclang-dev sh -c 'ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/*/libclang*.so*'
+fi
+
+# PKG_CONFIG=false makes every pkg-config probe fail, so a build script that quietly links a
+# system library instead of building its vendored copy breaks here rather than on a user's machine.
+PKG_CONFIG=false cargo test --workspace --locked "$@"
