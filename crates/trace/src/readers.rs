@@ -50,7 +50,11 @@ fn guess(path: &Path) -> Result<Format, TraceError> {
             source,
         })?;
     let fields: Vec<&str> = first.trim().split(',').collect();
-    if fields.len() == 4 && (fields[1].starts_with("DBMemory") || fields[1].starts_with("LDB")) {
+    let parsplice_op = fields
+        .get(1)
+        .is_some_and(|op| op.starts_with("DBMemory") || op.starts_with("LDB"));
+    // LevelDB ranks open with `unix_ts,LDBCreate,db`: a three-field line.
+    if parsplice_op && (fields.len() == 4 || (fields.len() == 3 && fields[1] == "LDBCreate")) {
         return Ok(Format::ParSplice);
     }
     if fields.len() == 7 && fields[5].chars().all(|c| c.is_ascii_alphabetic()) {
@@ -222,6 +226,12 @@ fn wanted(op: Op, opts: &ReadOptions) -> bool {
 
 fn parse_parsplice(line: &str, opts: &ReadOptions) -> Result<Parsed, String> {
     let f: Vec<&str> = line.split(',').collect();
+    // LevelDB's database creation names no key: `unix_ts,LDBCreate,db`.
+    if f.len() == 3 && f[1].trim() == "LDBCreate" {
+        num::<u64>(f[0].trim(), "timestamp")?;
+        num::<u32>(f[2].trim(), "db")?;
+        return Ok(Parsed::Skip);
+    }
     if f.len() != 4 {
         return Err(format!(
             "expected 4 fields `unix_ts,op,db,key`, got {}: {line:?}",

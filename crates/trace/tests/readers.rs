@@ -54,6 +54,34 @@ fn parsplice_counts_each_logical_operation_once() {
     );
 }
 
+/// Regression: the LevelDB rank's trace (`rank2`) opens with three-field `LDBCreate` lines, which
+/// the reader rejected as "expected 4 fields", so the whole file could not be read or guessed.
+#[test]
+fn parsplice_leveldb_create_lines_have_no_key_and_are_skipped() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(
+        d.path(),
+        "rank2.csv",
+        "1504334606,LDBCreate,0\n1504334606,LDBCreate,1\n1504334612,LDBPut,0,14\n1504334613,LDBGet,0,14\n",
+    );
+    let recs = read_all(&p, &ReadOptions::default()).expect("format guessed and read");
+    let ops: Vec<(Op, u64)> = recs.iter().map(|r| (r.op, r.key)).collect();
+    assert_eq!(ops, [(Op::Put, 14), (Op::Get, 14)]);
+    // A three-field line of any other operation is still an error.
+    let bad = write(
+        d.path(),
+        "bad.csv",
+        "1504334612,LDBPut,0,14\n1504334613,LDBGet,0\n",
+    );
+    let msg = read_all(&bad, &ReadOptions::default())
+        .expect_err("missing key")
+        .to_string();
+    assert!(
+        msg.contains("bad.csv:2:") && msg.contains("expected 4 fields"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn malformed_line_is_an_error_with_its_line_number_unless_lenient() {
     let d = tempfile::tempdir().expect("tempdir");
