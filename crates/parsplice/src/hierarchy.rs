@@ -20,15 +20,21 @@ use crate::model::{
     segment_trajectory,
 };
 use crate::policy::{AutoChoice, CacheView, Decider, PolicyKind};
+use crate::replay::Replay;
 use crate::store::Store;
 use crate::workload::{Segment, StateProcess};
 
 /// Where segments come from.
-pub enum Segments {
-    /// The model's state process.
+#[derive(Clone, Copy)]
+pub enum Segments<'a> {
+    /// The model's state process, until the workload's `hours`.
     Model,
-    /// A recorded sequence (from a real trace); the run ends when it does.
-    Recorded(Vec<Segment>),
+    /// A given sequence, computed for as long as the model says; the run ends at the workload's
+    /// `hours` or when the sequence does.
+    Recorded(&'a [Segment]),
+    /// A trace on its own clock: the run ends when every segment has completed, and its
+    /// `finished_at` says when.
+    Replay(&'a Replay),
 }
 
 /// One run to simulate.
@@ -98,8 +104,13 @@ pub struct RunReport {
     /// Reads the WorkManager caches could not serve (including those that waited for another
     /// worker's read of the same key).
     pub cache_misses: u64,
+    /// Reads of a recorded state that waited for the segment finding it to end (a replay reads a
+    /// state no sooner than it was found); served by the cache then, neither hits nor misses.
+    pub waited_for_state: u64,
     /// Puts of keys a WorkManager already held, ignored.
     pub redundant_puts: u64,
+    /// A replay's end: when its last segment completed, seconds.
+    pub finished_at: Option<f64>,
 }
 
 impl RunReport {
@@ -129,6 +140,8 @@ struct Node {
     puts: u64,
     /// Reads that waited for another worker's store read of the same key.
     coalesced: u64,
+    /// Reads that waited for the segment finding their state.
+    waited: u64,
     last: (u64, u64, u64),
 }
 
@@ -182,13 +195,24 @@ pub fn run(
             "workers, nodes, hours and growth delay must be positive".into(),
         ));
     }
-    let end = w.hours * 3600.0;
+    let (end, total) = match segments {
+        Segments::Replay(r) => (f64::INFINITY, r.segments.len()),
+        _ => (w.hours * 3600.0, 0),
+    };
     let per_segment = segment_trajectory(w);
     let mut process = StateProcess::new(*w);
+    // Recorded segments with the start and compute times a replay prescribes (else the model's).
+    type Given<'s> = Box<dyn Iterator<Item = (&'s Segment, Option<(f64, f64)>)> + 's>;
     let mut recorded = match segments {
         Segments::Model => None,
-        Segments::Recorded(v) => Some(v.into_iter()),
-    };
+        Segments::Recorded(v) => Some(Box::new(v.iter().map(|s| (s, None))) as Given<'_>),
+        Segments::Replay(r) => Some(Box::new(
+            r.segments
+                .iter()
+                .zip(r.start.iter().zip(&r.compute).map(|(s, c)| Some((*s, *c)))),
+        ) as Given<'_>),
+    }
+    .map(|it| it.enumerate().peekable());
     let mut nodes: Vec<Node> = (0..w.nodes)
         .map(|i| {
             Ok(Node {
@@ -199,6 +223,7 @@ pub fn run(
                 reads: 0,
                 puts: 0,
                 coalesced: 0,
+                waited: 0,
                 last: (0, 0, 0),
             })
         })
@@ -211,10 +236,29 @@ pub fn run(
     };
     let workers = (w.workers * w.nodes) as usize;
     let mut pending: Vec<Option<Pending>> = (0..workers).map(|_| None).collect();
-    let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+    // Recorded states being found, and when their segments end.
+    let mut producing: HashMap<u64, u64, _> =
+        HashMap::with_hasher(foldhash::fast::FixedState::with_seed(6));
+    // Events `(ns, phase, worker)`: at one instant every segment completes (and its state reaches
+    // the cache) before any worker starts reading, as in the traced run, where a state written
+    // and read in the same second was written first.
+    const COMPLETE: u8 = 0;
+    const START: u8 = 1;
+    let mut heap: BinaryHeap<Reverse<(u64, u8, u32)>> = BinaryHeap::new();
     let ns = |t: f64| (t * 1e9) as u64;
     for i in 0..workers {
-        heap.push(Reverse((i as u64, i as u32)));
+        heap.push(Reverse((i as u64, START, i as u32)));
+    }
+    // States stored before the first read: in the store, and in every WorkManager's cache.
+    if let Segments::Replay(r) = segments {
+        for &(k, size) in &r.preload {
+            store.put(k, size)?;
+            server.put(0.0);
+            for node in &mut nodes {
+                node.puts += 1;
+                node.cache.put(&Request::new(k, size));
+            }
+        }
     }
     // The splicer stores the initial state before any worker reads it.
     if recorded.is_none() {
@@ -229,12 +273,14 @@ pub fn run(
     let mut timeline = Timeline::default();
     let mut next_decision = spec.interval;
     let mut last_progress = 0.0;
+    let mut now = 0.0;
 
-    while let Some(Reverse((tn, wi))) = heap.pop() {
+    while let Some(Reverse((tn, phase, wi))) = heap.pop() {
         let t = tn as f64 / 1e9;
         if t >= end {
             break;
         }
+        now = t;
         timeline.decide_through(
             &mut nodes,
             &mut next_decision,
@@ -249,6 +295,7 @@ pub fn run(
             trajectory += per_segment;
             segments_done += 1;
             if let Some((k, size)) = p.new_state {
+                producing.remove(&k);
                 let node = &mut nodes[node_i];
                 node.puts += 1;
                 let outcome = node.cache.put(&Request::new(k, size));
@@ -267,19 +314,39 @@ pub fn run(
                 process.publish(k);
             }
         }
+        if phase == COMPLETE {
+            heap.push(Reverse((tn, START, wi)));
+            continue;
+        }
         // Start the next one.
-        let seg = match recorded.as_mut() {
-            Some(it) => match it.next() {
-                Some(s) => s,
-                None => continue,
-            },
+        let (seg, compute) = match recorded.as_mut() {
+            Some(it) => {
+                // The trace has not made this read yet: the worker waits for its clock.
+                let wait = it
+                    .peek()
+                    .and_then(|&(_, (_, timing))| timing.map(|(start, _)| ns(start)))
+                    .filter(|&start| start > tn);
+                if let Some(at) = wait {
+                    heap.push(Reverse((at, START, wi)));
+                    continue;
+                }
+                match it.next() {
+                    Some((i, (s, c))) => {
+                        if total > 0 && i % 1024 == 0 {
+                            progress(i as f64 / total as f64);
+                        }
+                        (*s, c.map(|(_, compute)| compute))
+                    }
+                    None => continue,
+                }
+            }
             None => {
                 let (seg, seeded) = process.next_segment();
                 if let Some((k, size)) = seeded {
                     store.put(k, size)?;
                     server.put(t);
                 }
-                seg
+                (seg, None)
             }
         };
         if recorded.is_some() && store.size_of(seg.start)?.is_none() {
@@ -290,7 +357,15 @@ pub fn run(
         node.reads += 1;
         node.decider.on_read(t, seg.start);
         let req = Request::new(seg.start, seg.start_size);
+        // A state is read only once found: a read of the state an unfinished segment will write
+        // waits for it (the traced run could not read it sooner either), then finds it in the
+        // cache, where the segment's end puts it.
+        let found = producing.get(&seg.start).copied().filter(|&f| f > tn);
         let latency = match node.inflight.get(&seg.start) {
+            _ if let Some(f) = found => {
+                node.waited += 1;
+                (f - tn) as f64 / 1e9 + CACHE_HIT_SECONDS
+            }
             // Another worker's read of this key is on its way up: wait for it (coalesced).
             Some(&ready) if ready > t => {
                 node.coalesced += 1;
@@ -322,24 +397,37 @@ pub fn run(
             )
             .map_err(|e| ParspliceError::Io(e.to_string()))?;
         }
-        let finish = t + latency + segment_seconds(seg.atoms, w);
+        let finish = t + latency + compute.unwrap_or_else(|| segment_seconds(seg.atoms, w));
         pending[wi as usize] = Some(Pending {
             new_state: seg.new_state,
         });
-        heap.push(Reverse((ns(finish), wi)));
-        if t - last_progress > end / 200.0 {
+        if recorded.is_some()
+            && let Some((k, _)) = seg.new_state
+        {
+            producing.insert(k, ns(finish));
+        }
+        heap.push(Reverse((ns(finish), COMPLETE, wi)));
+        if total == 0 && t - last_progress > end / 200.0 {
             last_progress = t;
             progress(t / end);
         }
     }
+    let finished_at = (total > 0).then_some(now);
     timeline.decide_through(
         &mut nodes,
         &mut next_decision,
-        end + 1e-9,
+        finished_at.unwrap_or(end + 1e-9),
         spec.interval,
         trajectory,
         &server,
     )?;
+    // A replay ends between decisions: one last, shorter interval records the end state.
+    if let Some(t) = finished_at
+        && timeline.ticks.last().is_none_or(|k| k.t < t)
+    {
+        let since = timeline.ticks.last().map_or(0.0, |k| k.t);
+        timeline.decide(&mut nodes, t, (t - since).max(1e-9), trajectory, &server)?;
+    }
     progress(1.0);
     let Timeline {
         ticks, trims, peak, ..
@@ -349,6 +437,7 @@ pub fn run(
     Ok(RunReport {
         cache_hits: sum(|s| s.hits),
         cache_misses: sum(|s| s.misses) + nodes.iter().map(|n| n.coalesced).sum::<u64>(),
+        waited_for_state: nodes.iter().map(|n| n.waited).sum(),
         redundant_puts: sum(|s| s.redundant_puts),
         policy: spec.policy.label(),
         peak_store_reads_per_s: ticks
@@ -369,6 +458,7 @@ pub fn run(
             threshold_keys: k,
         }),
         trims,
+        finished_at,
     })
 }
 

@@ -8,23 +8,29 @@
 //! - [`hierarchy`]: workers → WorkManager caches (a policy each) → the store, as a discrete-event
 //!   simulation;
 //! - [`policy`]: unlimited, static LRU, the two-phase Lua policy, any Lua policy, and `auto`;
-//! - [`store`]: fjall on disk.
+//! - [`replay`]: a recorded trace replayed on its own clock, and `ps-config.xml`;
+//! - [`store`]: fjall on disk;
+//! - [`study`]: the studies' policies run side by side (what `pliant demo` shows).
 //!
 //! Efficiency of a policy at time t is its trajectory at t over the unlimited cache's.
 //!
 //! Dependencies: `fjall` (the LSM store, pure Rust), `rand`/`rand_pcg` (seeded state process),
-//! `foldhash`, `tempfile` (scratch stores), `serde`, `thiserror`; Pliant's `cache`, `policy` and
-//! `regime` crates.
+//! `foldhash`, `tempfile` (scratch stores), `serde`, `thiserror`, `roxmltree` (reads a run's
+//! `ps-config.xml`), `rayon` (a study's policies run in parallel); Pliant's `cache`, `policy`, `regime` and `trace` (reads recorded traces)
+//! crates.
 
 pub mod hierarchy;
 pub mod model;
 pub mod policy;
+pub mod replay;
 pub mod store;
+pub mod study;
 pub mod workload;
 
 pub use hierarchy::{RunReport, RunSpec, Segments, Tick, run};
 pub use model::{StoreParams, WorkloadParams};
 pub use policy::{AutoChoice, PolicyKind};
+pub use replay::{Coverage, Replay, RunConfig, replay_efficiency};
 pub use store::Store;
 pub use workload::{Segment, StateProcess};
 
@@ -47,6 +53,28 @@ pub enum ParspliceError {
     /// Writing output failed.
     #[error("{0}")]
     Io(String),
+    /// An input file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An input file says something unusable.
+    #[error("{}: {message}", path.display())]
+    Input {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The input leaves nothing to compare (no reads, a span shorter than one decision).
+    #[error("{0}")]
+    Degenerate(String),
+    /// A trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] pliant_trace::TraceError),
 }
 
 /// Efficiency of `run` against `baseline` at time `t`: trajectory ratio.
@@ -57,33 +85,4 @@ pub fn efficiency(run: &RunReport, baseline: &RunReport, t: f64) -> f64 {
     } else {
         run.trajectory_at(t) / b
     }
-}
-
-/// Segments from a recorded ParSplice trace: each read starts a segment; a put right after it is
-/// the state that segment found. Sizes come from the model (traces carry none), from the atoms at
-/// that point of the trajectory.
-pub fn segments_from_trace(
-    records: impl IntoIterator<Item = (bool, u64)>,
-    w: &WorkloadParams,
-) -> Vec<Segment> {
-    let per = model::segment_trajectory(w);
-    let mut out: Vec<Segment> = Vec::new();
-    let mut sizes: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    for (is_read, key) in records {
-        let a = model::atoms(out.len() as f64 * per, w);
-        let size = *sizes.entry(key).or_insert_with(|| model::value_size(a));
-        if is_read {
-            out.push(Segment {
-                start: key,
-                start_size: size,
-                new_state: None,
-                atoms: a,
-            });
-        } else if let Some(last) = out.last_mut()
-            && last.new_state.is_none()
-        {
-            last.new_state = Some((key, size));
-        }
-    }
-    out
 }

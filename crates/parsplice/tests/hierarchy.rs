@@ -30,7 +30,7 @@ fn spec(policy: PolicyKind, workers: u32, nodes: u32, hours: f64) -> RunSpec {
 }
 
 fn replay(spec: &RunSpec, segs: Vec<Segment>, store: &Store) -> RunReport {
-    run(spec, Segments::Recorded(segs), store, None, &|_| {}).expect("run")
+    run(spec, Segments::Recorded(&segs), store, None, &|_| {}).expect("run")
 }
 
 #[test]

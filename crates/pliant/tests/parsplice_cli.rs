@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ok, pliant};
+use common::{err, json, ok, pliant};
 
 #[test]
 fn demo_json_has_every_policy_and_writes_the_report() {
@@ -92,4 +92,45 @@ fn demo_rejects_bad_numbers() {
     let o = pliant(&["demo", "--hours", "0"], d.path());
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("must be positive"));
+}
+
+/// A replay no policy can lose on says so, in the table's output and in the JSON; a trace shorter
+/// than one decision is refused with its name.
+#[test]
+fn demo_on_a_degenerate_trace_warns_or_refuses() {
+    let d = tempfile::tempdir().expect("tempdir");
+    // Every read is of a state never seen: no cache serves any of them.
+    let text: String = (0..60)
+        .map(|i| format!("{},DBMemoryGet,0,{}\n", 1000 + i * 5, 100 + i))
+        .collect();
+    std::fs::write(d.path().join("fresh.csv"), text).expect("write");
+    let out = ok(&pliant(&["demo", "--trace", "fresh.csv"], d.path()));
+    assert!(
+        out.contains("warning: every policy replayed the trace"),
+        "{out}"
+    );
+    let v = json(&pliant(
+        &["demo", "--trace", "fresh.csv", "--json", "--report", "j"],
+        d.path(),
+    ));
+    let warnings = v["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("nothing to decide"))),
+        "{warnings:?}"
+    );
+    assert_eq!(v["replay"]["reads"], 60);
+    assert_eq!(v["replay"]["rereads"], 0);
+
+    std::fs::write(
+        d.path().join("short.csv"),
+        "1000,DBMemoryGet,0,1\n1004,DBMemoryGet,0,1\n",
+    )
+    .expect("write");
+    let e = err(&pliant(&["demo", "--trace", "short.csv"], d.path()));
+    assert!(
+        e.contains("short.csv") && e.contains("shorter than one policy decision"),
+        "{e}"
+    );
 }

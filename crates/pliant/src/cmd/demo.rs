@@ -4,37 +4,40 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
-use pliant_parsplice::{
-    PolicyKind, RunReport, RunSpec, Segments, Store, StoreParams, WorkloadParams, efficiency,
-};
-use rayon::prelude::*;
-use serde::Serialize;
+use pliant_parsplice::{RunReport, StoreParams, efficiency, study};
 
 use crate::plot::{Chart, Series, draw};
 
 /// Arguments of `demo`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  pliant demo                                   # 2.5 h, growth delay 100,000, 8 nodes
+  pliant demo                                   # the model: 2.5 h, growth delay 100,000, 8 nodes
   pliant demo --hours 4.2 --growth 1000000 --json
-  pliant demo --trace ../shared/traces/parsplice/d100K/rank4.csv.gz")]
+  pliant demo --trace ../shared/traces/parsplice/d1M/rank4.csv.gz
+  pliant demo --trace ../shared/traces/parsplice/d100K/rank4.csv.gz --hours 1
+
+With --trace, the recorded reads and writes are replayed on the trace's own clock (the whole
+trace, or its first --hours), the growth delay and temperature come from the ps-config.xml beside
+the trace, and efficiency is the time the unlimited cache took to replay it over the time each
+policy took.")]
 pub struct Args {
-    /// Simulated wall-clock hours.
-    #[arg(long, default_value_t = 2.5)]
-    hours: f64,
-    /// Growth delay in ps (ParSplice `<Delay>`): 100000 or 1000000 in the traced runs.
-    #[arg(long, default_value_t = 100_000.0)]
-    growth: f64,
+    /// Hours to run: of simulated wall-clock time on the model (default 2.5), of the trace's own
+    /// clock with --trace (default: all of it).
+    #[arg(long)]
+    hours: Option<f64>,
+    /// Growth delay in ps (ParSplice `<Delay>`): 100000 or 1000000 in the traced runs. Default:
+    /// the trace's ps-config.xml, else 100000.
+    #[arg(long)]
+    growth: Option<f64>,
     /// Nodes (WorkManager caches); the measured policy runs used 8. With --trace, default 1.
     #[arg(long)]
     nodes: Option<u32>,
     /// Workers per node.
     #[arg(long, default_value_t = 27)]
     workers: u32,
-    /// Relative temperature (1.0 = the traced runs).
+    /// Temperature relative to the traced runs' (1.0 = their `<Temperature>`, 700 K).
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
     /// Seed of the state process.
@@ -44,7 +47,7 @@ pub struct Args {
     /// measured policy run; see `pliant_parsplice::model::READ_LATENCY_SECONDS`).
     #[arg(long, value_name = "SECONDS")]
     miss_penalty: Option<f64>,
-    /// Replay a real ParSplice trace (e.g. d100K rank4.csv.gz) instead of the model.
+    /// Replay a real ParSplice trace (a WorkManager's: rank4.csv.gz) instead of the model.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Where to write the HTML report and charts.
@@ -55,104 +58,36 @@ pub struct Args {
     json: bool,
 }
 
-/// The policies of the ParSplice cache studies, plus `auto`.
-pub fn policies() -> Vec<PolicyKind> {
-    let mut p = vec![PolicyKind::Unlimited];
-    p.extend([10, 100, 1_000, 10_000, 100_000].map(PolicyKind::Lru));
-    p.extend([10, 100, 1_000, 10_000].map(|target| PolicyKind::TwoPhase {
-        absorb: 100_000,
-        target,
-    }));
-    p.push(PolicyKind::Auto);
-    p
-}
-
-#[derive(Serialize)]
-struct Row {
-    policy: String,
-    efficiency: f64,
-    final_memory_bytes: u64,
-    peak_memory_bytes: u64,
-    memory_fraction: f64,
-    peak_store_reads_per_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    auto_regime3_start_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    auto_threshold_keys: Option<u64>,
-}
-
-impl Row {
-    /// The table's cells, shared by the text table and the HTML report.
-    fn cells(&self) -> [String; 6] {
-        [
-            self.policy.clone(),
-            format!("{:.1}%", 100.0 * self.efficiency),
-            human(self.final_memory_bytes),
-            human(self.peak_memory_bytes),
-            format!("{:.2}%", 100.0 * self.memory_fraction),
-            format!("{:.0}", self.peak_store_reads_per_s),
-        ]
+impl Args {
+    fn request(&self) -> study::Request {
+        study::Request {
+            trace: self.trace.clone(),
+            hours: self.hours,
+            growth: self.growth,
+            nodes: self.nodes,
+            workers: self.workers,
+            temperature: self.temperature,
+            seed: self.seed,
+        }
     }
-}
-
-/// Runs every policy on `workload` (in parallel), with `progress` told each run's progress.
-pub fn run_all(
-    workload: WorkloadParams,
-    store_params: StoreParams,
-    segments: Option<&[pliant_parsplice::Segment]>,
-    policies: &[PolicyKind],
-    bar: &indicatif::ProgressBar,
-) -> Result<Vec<RunReport>> {
-    let done = Mutex::new(vec![0.0f64; policies.len()]);
-    policies
-        .par_iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let store = Store::temporary()?;
-            let spec = RunSpec {
-                policy: p.clone(),
-                workload,
-                store: store_params,
-                interval: 10.0,
-            };
-            let src = match segments {
-                Some(s) => Segments::Recorded(s.to_vec()),
-                None => Segments::Model,
-            };
-            let report = pliant_parsplice::run(&spec, src, &store, None, &|f| {
-                if let Ok(mut d) = done.lock() {
-                    d[i] = f;
-                    bar.set_position((d.iter().sum::<f64>() * 1000.0) as u64);
-                }
-            })?;
-            Ok(report)
-        })
-        .collect()
 }
 
 /// Runs `demo`.
 pub fn run(a: &Args) -> Result<ExitCode> {
-    let positive = |x: f64| x.is_finite() && x > 0.0;
-    if !(positive(a.hours) && positive(a.growth) && positive(a.temperature)) {
-        bail!("--hours, --growth and --temperature must be positive");
+    let setup = study::prepare(&a.request())?;
+    let workload = setup.workload;
+    let mut warnings = setup.warnings();
+    for w in &warnings {
+        eprintln!("warning: {w}");
     }
-    let workload = WorkloadParams {
-        growth_delay: a.growth,
-        temperature: a.temperature,
-        workers: a.workers,
-        nodes: a.nodes.unwrap_or(if a.trace.is_some() { 1 } else { 8 }),
-        hours: a.hours,
-        seed: a.seed,
-    };
-    let segments = match &a.trace {
-        Some(p) => Some(trace_segments(p, &workload)?),
-        None => None,
-    };
-    let policies = policies();
-    let bar = indicatif::ProgressBar::new(policies.len() as u64 * 1000).with_message(format!(
-        "{} policies, {} h of ParSplice",
+    let policies = study::policies();
+    let bar = indicatif::ProgressBar::new(1000).with_message(format!(
+        "{} policies, {}",
         policies.len(),
-        a.hours
+        setup.replay.as_ref().map_or_else(
+            || format!("{} h of ParSplice", workload.hours),
+            |r| format!("replaying {} reads", r.coverage.reads)
+        )
     ));
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {percent}% ({elapsed})")
@@ -166,57 +101,45 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         }
         store.read_latency_seconds = p;
     }
-    let reports = run_all(workload, store, segments.as_deref(), &policies, &bar)?;
+    let reports = study::run_all(workload, store, setup.segments(), &policies, &|f| {
+        bar.set_position((f * 1000.0) as u64)
+    })?;
     bar.finish_and_clear();
     let seconds = t.elapsed().as_secs_f64();
-    let end = a.hours * 3600.0;
-    let base = &reports[0];
-    let rows: Vec<Row> = reports
-        .iter()
-        .map(|r| Row {
-            policy: r.policy.clone(),
-            efficiency: efficiency(r, base, end),
-            final_memory_bytes: r.final_bytes,
-            peak_memory_bytes: r.peak_bytes,
-            memory_fraction: r.final_bytes as f64 / base.final_bytes.max(1) as f64,
-            peak_store_reads_per_s: r.peak_store_reads_per_s,
-            auto_regime3_start_s: r.auto.map(|x| x.regime3_start),
-            auto_threshold_keys: r.auto.map(|x| x.threshold_keys),
-        })
-        .collect();
-    write_report(&a.report, a, &workload, &reports, &rows)?;
+    let rows = study::rows(&reports, workload.hours * 3600.0);
+    let undecided = study::undecided(&rows);
+    // Text mode prints this under the table it qualifies; JSON carries it with the others.
+    if let Some(w) = &undecided {
+        warnings.push(w.clone());
+    }
+    let header = Header::new(&setup, seconds);
+    write_report(&a.report, &header, &warnings, &reports, &rows)?;
     if a.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "hours": a.hours,
-                "growth_delay": a.growth,
+                "hours": workload.hours,
+                "growth_delay": workload.growth_delay,
+                "growth_delay_from": setup.growth_from,
+                "temperature": workload.temperature,
                 "nodes": workload.nodes,
                 "workers_per_node": workload.workers,
                 "source": a.trace.as_ref().map_or("model".to_string(), |p| p.display().to_string()),
+                "replay": setup.replay.as_ref().map(|r| &r.coverage),
+                "warnings": warnings,
                 "seconds": seconds,
                 "policies": rows,
             }))?
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "ParSplice, {} h, growth delay {}, {} nodes × {} workers ({}), {:.1} s\n",
-        a.hours,
-        a.growth,
-        workload.nodes,
-        workload.workers,
-        a.trace
-            .as_ref()
-            .map_or("model".to_string(), |p| p.display().to_string()),
-        seconds
-    );
+    println!("{}\n", header.text);
     println!(
         "{:<22} {:>10} {:>13} {:>13} {:>11} {:>16}",
         "policy", "efficiency", "final memory", "peak memory", "% of unlim.", "peak store rd/s"
     );
     for r in &rows {
-        let [policy, eff, fin, peak, frac, store] = r.cells();
+        let [policy, eff, fin, peak, frac, store] = cells(r);
         println!("{policy:<22} {eff:>10} {fin:>13} {peak:>13} {frac:>11} {store:>16}");
     }
     if let Some(r) = rows.iter().find(|r| r.auto_threshold_keys.is_some()) {
@@ -226,22 +149,66 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             r.auto_threshold_keys.unwrap_or(0)
         );
     }
+    if let Some(w) = &undecided {
+        println!("\nwarning: {w}");
+    }
     println!("\nreport: {}", a.report.join("index.html").display());
     Ok(ExitCode::SUCCESS)
 }
 
-fn trace_segments(p: &Path, w: &WorkloadParams) -> Result<Vec<pliant_parsplice::Segment>> {
-    let opts = pliant_trace::ReadOptions {
-        format: Some(pliant_trace::Format::ParSplice),
-        ..pliant_trace::ReadOptions::default()
-    };
-    let recs = pliant_trace::reader(p, &opts)?
-        .map(|r| r.map(|r| (r.op == pliant_trace::Op::Get, r.key)))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    if recs.is_empty() {
-        bail!("{}: no ParSplice operations", p.display());
+/// What the run was, in a few lines for the table's header and the report.
+struct Header {
+    text: String,
+}
+
+impl Header {
+    fn new(s: &study::Prepared, seconds: f64) -> Self {
+        let w = &s.workload;
+        let mut text = match &s.replay {
+            Some(r) => {
+                let c = &r.coverage;
+                format!(
+                    "ParSplice trace {}, replayed on its own clock: {} reads and {} writes of {} \
+                     keys over {:.0} s ({:.2} h) of its {:.0} s, {} nodes × {} workers",
+                    c.path.display(),
+                    c.reads,
+                    c.writes,
+                    c.keys,
+                    c.span_seconds,
+                    c.span_seconds / 3600.0,
+                    c.trace_seconds,
+                    w.nodes,
+                    w.workers
+                )
+            }
+            None => format!(
+                "ParSplice model, {} h, {} nodes × {} workers",
+                w.hours, w.nodes, w.workers
+            ),
+        };
+        text.push_str(&format!(
+            "\ngrowth delay {} ({}), temperature {}, {:.1} s",
+            w.growth_delay, s.growth_from, s.temperature_from, seconds
+        ));
+        text.push_str(if s.replay.is_some() {
+            "\nefficiency = time the unlimited cache took to replay the trace / time this policy took"
+        } else {
+            "\nefficiency = trajectory at the end / the unlimited cache's"
+        });
+        Self { text }
     }
-    Ok(pliant_parsplice::segments_from_trace(recs, w))
+}
+
+/// The table's cells, shared by the text table and the HTML report.
+fn cells(r: &study::Row) -> [String; 6] {
+    [
+        r.policy.clone(),
+        format!("{:.1}%", 100.0 * r.efficiency),
+        human(r.final_memory_bytes),
+        human(r.peak_memory_bytes),
+        format!("{:.2}%", 100.0 * r.memory_fraction),
+        format!("{:.0}", r.peak_store_reads_per_s),
+    ]
 }
 
 /// `1.5 GB`.
@@ -257,10 +224,10 @@ pub fn human(bytes: u64) -> String {
 
 fn write_report(
     dir: &Path,
-    a: &Args,
-    w: &WorkloadParams,
+    header: &Header,
+    warnings: &[String],
     reports: &[RunReport],
-    rows: &[Row],
+    rows: &[study::Row],
 ) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = &reports[0];
@@ -292,7 +259,10 @@ fn write_report(
             })
             .collect()
     };
-    let eff = lines(&|r, k| (k.t >= 600.0).then(|| 100.0 * efficiency(r, base, k.t)));
+    // A replay's efficiency over time means something only while the unlimited run still replays.
+    let until = base.finished_at.unwrap_or(f64::INFINITY);
+    let eff =
+        lines(&|r, k| (k.t >= 600.0 && k.t <= until).then(|| 100.0 * efficiency(r, base, k.t)));
     let mem = lines(&|_, k| Some(k.bytes as f64 / 1e6));
     let store = lines(&|_, k| Some(k.store_reads_per_s));
     let reads = vec![Series::line(
@@ -359,26 +329,26 @@ fn write_report(
          <th>% of unlimited</th><th>peak store reads/s</th></tr>\n",
     );
     for r in rows {
-        let cells: String = r.cells().iter().map(|c| format!("<td>{c}</td>")).collect();
+        let cells: String = cells(r).iter().map(|c| format!("<td>{c}</td>")).collect();
         table.push_str(&format!("<tr>{cells}</tr>\n"));
     }
+    let escape = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let about = escape(&header.text).replace('\n', "<br>");
+    let warned: String = warnings
+        .iter()
+        .map(|w| format!("<p><strong>warning:</strong> {}</p>", escape(w)))
+        .collect();
     let html = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Pliant: ParSplice cache policies</title>\
          <style>body{{font-family:sans-serif;max-width:1040px;margin:2em auto}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}\
          td:first-child{{text-align:left}}img{{width:100%;margin:1em 0}}</style></head><body>\
-         <h1>ParSplice cache policies</h1><p>{} h of ParSplice, growth delay {}, {} nodes × {} workers, \
-         source: {}. Efficiency = trajectory at the end relative to the unlimited cache; memory = \
-         bytes held by all WorkManager caches at the end.</p><table>{table}</table>{imgs}</body></html>\n",
-        a.hours,
-        w.growth_delay,
-        w.nodes,
-        w.workers,
-        a.trace
-            .as_ref()
-            .map_or("the calibrated model".to_string(), |p| p
-                .display()
-                .to_string())
+         <h1>ParSplice cache policies</h1><p>{about}</p>{warned}<p>Memory = bytes held by all WorkManager \
+         caches at the end.</p><table>{table}</table>{imgs}</body></html>\n"
     );
     std::fs::write(dir.join("index.html"), html)
         .with_context(|| format!("writing {}", dir.join("index.html").display()))?;

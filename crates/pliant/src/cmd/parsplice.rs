@@ -367,8 +367,14 @@ fn compare(a: &CompareArgs) -> Result<ExitCode> {
         ..WorkloadParams::default()
     };
     let policies: Vec<PolicyKind> = runs.iter().map(|(p, _)| p.clone()).collect();
-    let bar = indicatif::ProgressBar::new(policies.len() as u64 * 1000);
-    let reports = super::demo::run_all(workload, StoreParams::default(), None, &policies, &bar)?;
+    let bar = indicatif::ProgressBar::new(1000);
+    let reports = pliant_parsplice::study::run_all(
+        workload,
+        StoreParams::default(),
+        Segments::Model,
+        &policies,
+        &|f| bar.set_position((f * 1000.0) as u64),
+    )?;
     bar.finish_and_clear();
     let base_m = measured(&a.results, runs[0].1)?;
     let mut rows = Vec::new();

@@ -1,0 +1,245 @@
+//! The ParSplice cache study: the studies' policies plus `auto`, each run on the model or on a
+//! replayed trace (in parallel, a scratch store each), and compared with the unlimited cache.
+//!
+//! What "efficiency" means depends on the source. On the model every policy runs for the same
+//! wall-clock span and efficiency is trajectory over the unlimited cache's at its end. A replay
+//! has a fixed amount of work (the trace's reads), so efficiency is the time the unlimited cache
+//! took to replay it over the time the policy took ([`replay_efficiency`]).
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::hierarchy::{RunReport, RunSpec, Segments, run};
+use crate::model::{StoreParams, WorkloadParams};
+use crate::policy::PolicyKind;
+use crate::replay::{Replay, RunConfig, replay_efficiency};
+use crate::store::Store;
+use crate::{ParspliceError, efficiency};
+
+/// Seconds between policy decisions: ParSplice's performance counters come every 10 s
+/// (`<PerfDelay> 10` in the traced runs' ps-config.xml).
+pub const DECISION_INTERVAL: f64 = 10.0;
+
+/// The policies of the ParSplice cache studies (LRU at five sizes, two-phase at four targets),
+/// the unlimited cache they are compared with (first), and `auto`.
+pub fn policies() -> Vec<PolicyKind> {
+    let mut p = vec![PolicyKind::Unlimited];
+    p.extend([10, 100, 1_000, 10_000, 100_000].map(PolicyKind::Lru));
+    p.extend([10, 100, 1_000, 10_000].map(|target| PolicyKind::TwoPhase {
+        absorb: 100_000,
+        target,
+    }));
+    p.push(PolicyKind::Auto);
+    p
+}
+
+/// What a user asks of a study; `None` takes the default (from the trace's `ps-config.xml` when
+/// there is one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// A ParSplice trace to replay instead of the model.
+    pub trace: Option<PathBuf>,
+    /// Hours: of simulated wall-clock time on the model (default 2.5), of the trace's own clock
+    /// on a replay (default: all of it).
+    pub hours: Option<f64>,
+    /// Growth delay, ps.
+    pub growth: Option<f64>,
+    /// WorkManager nodes (default 8 on the model, as in the measured policy runs; 1 on a replay:
+    /// a trace is one WorkManager's).
+    pub nodes: Option<u32>,
+    /// Workers per node.
+    pub workers: u32,
+    /// Temperature relative to the traced runs' own.
+    pub temperature: f64,
+    /// Seed of the state process.
+    pub seed: u64,
+}
+
+/// A study ready to run: the workload, where its parameters came from, and the replay if any.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The workload every policy runs.
+    pub workload: WorkloadParams,
+    /// Where the growth delay came from (`--growth`, a `ps-config.xml`, or `default`).
+    pub growth_from: String,
+    /// The temperature and its reference.
+    pub temperature_from: String,
+    /// The trace to replay, read and paired.
+    pub replay: Option<Replay>,
+}
+
+impl Prepared {
+    /// What the policies run on.
+    pub fn segments(&self) -> Segments<'_> {
+        self.replay
+            .as_ref()
+            .map_or(Segments::Model, Segments::Replay)
+    }
+
+    /// Warnings about the input, before anything runs (empty on the model).
+    pub fn warnings(&self) -> Vec<String> {
+        self.replay
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.coverage.warnings())
+    }
+}
+
+/// Checks `req`, reads the trace and its `ps-config.xml` if asked, and settles the workload.
+/// Flags override the file; the temperature stays relative to the file's `<Temperature>`.
+pub fn prepare(req: &Request) -> Result<Prepared, ParspliceError> {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !(req.hours.is_none_or(positive)
+        && req.growth.is_none_or(positive)
+        && positive(req.temperature))
+    {
+        return Err(ParspliceError::Config(
+            "--hours, --growth and --temperature must be positive".into(),
+        ));
+    }
+    if req.workers == 0 || req.nodes == Some(0) {
+        return Err(ParspliceError::Config(
+            "--workers and --nodes must be at least 1".into(),
+        ));
+    }
+    let config = match &req.trace {
+        Some(p) => RunConfig::beside(p)?,
+        None => None,
+    };
+    let (growth, growth_from) = match (req.growth, &config) {
+        (Some(g), _) => (g, "--growth".to_string()),
+        (None, Some(c)) => (c.growth_delay, c.path.display().to_string()),
+        (None, None) => (100_000.0, "default".to_string()),
+    };
+    let temperature_from = match &config {
+        Some(c) => format!(
+            "{:.0} K × {} (reference: {})",
+            c.temperature_k,
+            req.temperature,
+            c.path.display()
+        ),
+        None => format!("{} × the traced runs'", req.temperature),
+    };
+    let mut workload = WorkloadParams {
+        growth_delay: growth,
+        temperature: req.temperature,
+        workers: req.workers,
+        nodes: req.nodes.unwrap_or(if req.trace.is_some() { 1 } else { 8 }),
+        hours: req.hours.unwrap_or(2.5),
+        seed: req.seed,
+    };
+    let replay = match &req.trace {
+        Some(p) => {
+            let r = Replay::from_file(
+                p,
+                &workload,
+                req.hours.map(|h| h * 3600.0),
+                DECISION_INTERVAL,
+            )?;
+            workload.hours = r.coverage.span_seconds / 3600.0;
+            Some(r)
+        }
+        None => None,
+    };
+    Ok(Prepared {
+        workload,
+        growth_from,
+        temperature_from,
+        replay,
+    })
+}
+
+/// One policy's result, as the demo's table and JSON show it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Row {
+    /// Policy label.
+    pub policy: String,
+    /// Efficiency against the unlimited cache (see the module doc).
+    pub efficiency: f64,
+    /// Bytes the caches held at the end.
+    pub final_memory_bytes: u64,
+    /// Most bytes the caches held.
+    pub peak_memory_bytes: u64,
+    /// Final bytes over the unlimited cache's final bytes.
+    pub memory_fraction: f64,
+    /// Highest store reads per second over a decision interval.
+    pub peak_store_reads_per_s: f64,
+    /// A replay's duration, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_s: Option<f64>,
+    /// When `auto` saw the third regime begin, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_regime3_start_s: Option<f64>,
+    /// Keys held then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_threshold_keys: Option<u64>,
+}
+
+/// Runs every policy of `policies` on `segments` in parallel; `progress` gets the fraction of
+/// all runs done. Reports come in the order of `policies`.
+pub fn run_all(
+    workload: WorkloadParams,
+    store: StoreParams,
+    segments: Segments<'_>,
+    policies: &[PolicyKind],
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Vec<RunReport>, ParspliceError> {
+    let done = Mutex::new(vec![0.0f64; policies.len()]);
+    policies
+        .par_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let scratch = Store::temporary()?;
+            let spec = RunSpec {
+                policy: p.clone(),
+                workload,
+                store,
+                interval: DECISION_INTERVAL,
+            };
+            run(&spec, segments, &scratch, None, &|f| {
+                if let Ok(mut d) = done.lock() {
+                    d[i] = f;
+                    progress(d.iter().sum::<f64>() / d.len() as f64);
+                }
+            })
+        })
+        .collect()
+}
+
+/// The rows of `reports`, compared with the first (the unlimited cache): at `end` seconds on the
+/// model, by replay time on a replay.
+pub fn rows(reports: &[RunReport], end: f64) -> Vec<Row> {
+    let Some(base) = reports.first() else {
+        return Vec::new();
+    };
+    reports
+        .iter()
+        .map(|r| Row {
+            policy: r.policy.clone(),
+            efficiency: replay_efficiency(r, base).unwrap_or_else(|| efficiency(r, base, end)),
+            final_memory_bytes: r.final_bytes,
+            peak_memory_bytes: r.peak_bytes,
+            memory_fraction: r.final_bytes as f64 / base.final_bytes.max(1) as f64,
+            peak_store_reads_per_s: r.peak_store_reads_per_s,
+            finished_s: r.finished_at,
+            auto_regime3_start_s: r.auto.map(|x| x.regime3_start),
+            auto_threshold_keys: r.auto.map(|x| x.threshold_keys),
+        })
+        .collect()
+}
+
+/// A warning when the comparison in `rows` carries no information: on a replay, every policy
+/// (the smallest LRU included) finished at the same time as the unlimited cache, so the trace
+/// never made a policy's choice cost anything. `None` when some policy differs, and on the model.
+pub fn undecided(rows: &[Row]) -> Option<String> {
+    let base = rows.first()?.finished_s?;
+    rows.iter().all(|r| r.finished_s == Some(base)).then(|| {
+        format!(
+            "every policy replayed the trace in the same {base:.0} s as the unlimited cache: \
+                 this trace gives a cache policy nothing to decide, so the 100% above says \
+                 nothing about the policies"
+        )
+    })
+}
