@@ -142,6 +142,16 @@ impl Metrics {
         self.layout
     }
 
+    /// Every value, row-major (server by server, in [`Metrics::ids`] order).
+    pub(crate) fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// The row of server `id`.
+    pub(crate) fn row_of(&self, id: &ServerId) -> Option<usize> {
+        self.id_index.get(id).copied()
+    }
+
     fn server_row(&mut self, id: ServerId) -> usize {
         if let Some(&r) = self.id_index.get(&id) {
             return r;

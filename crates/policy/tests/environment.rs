@@ -256,3 +256,224 @@ fn replacing_metrics_with_a_different_layout_of_the_same_size_rebuilds_the_table
     assert!(d.when, "the new layout's metric is visible");
     assert_eq!(d.howmuch, Some(HowMuch::Amount(7.0)));
 }
+
+/// A cluster of `n` servers with ids 1..=n and three metrics each.
+fn numbered(n: i64) -> Metrics {
+    let mut m = Metrics::new(1);
+    for id in 1..=n {
+        m.set(id, "keys", id as f64);
+        m.set(id, "req_rate", 10.0 * id as f64);
+        m.set(id, "cpu", 0.5);
+    }
+    m
+}
+
+/// `pairs(servers)` as a JSON object `{id: req_rate}`, counting each id it yields.
+const PAIRS_REPORT: &str = r#"
+function when() return true end
+function howmuch()
+  local seen, out = {}, {}
+  for id, s in pairs(servers) do
+    assert(not seen[id], "id yielded twice")
+    seen[id] = true
+    out[tostring(id)] = s["req_rate"]
+  end
+  return out
+end
+"#;
+
+#[test]
+fn pairs_over_servers_yields_every_id_once_with_refreshed_values() {
+    let mut e = Engine::in_memory(numbered(300));
+    e.install(f(PAIRS_REPORT)).expect("install");
+    let expect = |e: &mut Engine| {
+        let h = e.decide().expect("decide").howmuch.expect("table");
+        let got = serde_json::to_value(&h).expect("json");
+        let want: serde_json::Map<String, serde_json::Value> = e
+            .metrics()
+            .ids()
+            .iter()
+            .map(|id| {
+                let v = e.metrics().get(id, "req_rate").expect("reported");
+                (id.to_string(), serde_json::json!(v))
+            })
+            .collect();
+        assert_eq!(got, serde_json::Value::Object(want));
+    };
+    expect(&mut e);
+    for id in (1..=300).step_by(7) {
+        e.metrics_mut().set(id, "req_rate", -(id as f64));
+    }
+    expect(&mut e);
+    // A new server is a new layout: the tables are rebuilt and it is yielded too.
+    e.metrics_mut().set(301, "req_rate", 5.0);
+    expect(&mut e);
+}
+
+#[test]
+fn length_and_ipairs_see_the_numbered_servers() {
+    let mut e = Engine::in_memory(numbered(50));
+    let h = howmuch_of(
+        &mut e,
+        r#"function howmuch()
+             local n = 0
+             for i, s in ipairs(servers) do assert(s == servers[i]); n = n + 1 end
+             return {len = #servers, ipairs = n, mds = #mds}
+           end"#,
+    );
+    assert_eq!(
+        serde_json::to_value(&h).expect("json"),
+        serde_json::json!({"len": 50, "ipairs": 50, "mds": 50})
+    );
+}
+
+#[test]
+fn a_value_changed_between_decisions_is_seen_by_the_next_decision() {
+    let mut e = Engine::in_memory(numbered(20));
+    // `cpu` is read only from the third decision on, so it is first copied in then; `keys` is
+    // read every time.
+    e.install(f(r#"
+        local n = 0
+        function when() n = n + 1; return n >= 3 end
+        function howmuch() return servers[20]["keys"] * 1000 + servers[20]["cpu"] end
+    "#))
+        .expect("install");
+    e.decide().expect("decide");
+    e.metrics_mut().set(20, "keys", 7.0);
+    e.metrics_mut().set(20, "cpu", 0.25);
+    let d = e.decide().expect("decide");
+    assert_eq!(d.howmuch, Some(HowMuch::Amount(7000.25)));
+    e.metrics_mut().set(20, "keys", 8.0);
+    e.metrics_mut().set(20, "cpu", 0.75);
+    let d = e.decide().expect("decide");
+    assert_eq!(d.howmuch, Some(HowMuch::Amount(8000.75)));
+    // A metric that stops being reported (NaN) reads as nil again.
+    e.metrics_mut().set(20, "cpu", f64::NAN);
+    e.install(f(r#"function when() return servers[20]["cpu"] == nil end"#))
+        .expect("install");
+    assert!(e.decide().expect("decide").when);
+}
+
+#[test]
+fn load_assigned_on_every_server_lasts_one_decision() {
+    let mut e = Engine::in_memory(numbered(100));
+    // Sets `load` everywhere on odd decisions only; even decisions must see none of it.
+    e.install(f(r#"
+        local n = 0
+        function load()
+          n = n + 1
+          if n % 2 == 1 then for _, s in pairs(servers) do s["load"] = s["keys"] end end
+        end
+        function when()
+          local set = 0
+          for _, s in pairs(servers) do if s["load"] ~= nil then set = set + 1 end end
+          return set > 0
+        end
+        function howmuch()
+          local set = 0
+          for _, s in pairs(servers) do if s["load"] ~= nil then set = set + 1 end end
+          return set
+        end
+    "#))
+        .expect("install"); // the dry run is call 1
+    let d = e.decide().expect("decide"); // call 2
+    assert!(!d.when, "nothing carried over from the dry run");
+    let d = e.decide().expect("decide"); // call 3
+    assert_eq!(
+        d.howmuch,
+        Some(HowMuch::Amount(100.0)),
+        "all visible this decision"
+    );
+    assert!(
+        !e.decide().expect("decide").when,
+        "and cleared before the next"
+    );
+}
+
+#[test]
+fn supplied_load_is_restored_after_a_policy_overwrote_it() {
+    let mut m = numbered(3);
+    for id in 1..=3 {
+        m.set(id, "load", 1.0);
+    }
+    let mut e = Engine::in_memory(m);
+    e.install(f(r#"
+        function load() servers[2]["load"] = 99 end
+        function when() return true end
+        function howmuch() return servers[2]["load"] + servers[3]["load"] end
+    "#))
+        .expect("install");
+    assert_eq!(
+        e.decide().expect("decide").howmuch,
+        Some(HowMuch::Amount(100.0))
+    );
+    e.install(f(
+        "function when() return true end function howmuch() return servers[2].load end",
+    ))
+    .expect("install");
+    assert_eq!(
+        e.decide().expect("decide").howmuch,
+        Some(HowMuch::Amount(1.0))
+    );
+}
+
+/// Documented behaviour: the engine writes a metric field only when the supplied value changes,
+/// so a policy's assignment to a reported metric stays until then.
+#[test]
+fn an_assignment_to_a_metric_stays_until_the_supplied_value_changes() {
+    let mut e = Engine::in_memory(numbered(3));
+    e.install(f(r#"
+        local n = 0
+        function when() return true end
+        function howmuch()
+          n = n + 1
+          local seen = servers[2]["keys"]
+          if n == 2 then servers[2]["keys"] = -5 end
+          return seen
+        end
+    "#))
+        .expect("install"); // dry run: n = 1
+    assert_eq!(e.decide().expect("2").howmuch, Some(HowMuch::Amount(2.0)));
+    assert_eq!(
+        e.decide().expect("3").howmuch,
+        Some(HowMuch::Amount(-5.0)),
+        "supplied value unchanged: the assignment is still there"
+    );
+    e.metrics_mut().set(2, "keys", 4.0);
+    assert_eq!(e.decide().expect("4").howmuch, Some(HowMuch::Amount(4.0)));
+}
+
+#[test]
+fn pairs_over_one_server_yields_every_metric() {
+    let mut e = Engine::in_memory(numbered(3));
+    let h = howmuch_of(
+        &mut e,
+        r#"function howmuch()
+             local out = {}
+             for k, v in pairs(servers[3]) do out[k] = v end
+             return out
+           end"#,
+    );
+    assert_eq!(
+        serde_json::to_value(&h).expect("json"),
+        serde_json::json!({"keys": 3.0, "req_rate": 30.0, "cpu": 0.5})
+    );
+}
+
+#[test]
+fn server_tables_keep_their_metatable() {
+    let mut e = Engine::in_memory(numbered(3));
+    let err = e
+        .install(f(
+            "function when() setmetatable(servers[1], nil) return true end",
+        ))
+        .expect_err("protected");
+    assert!(err.to_string().contains("protected metatable"), "{err}");
+    assert_eq!(
+        howmuch_of(
+            &mut e,
+            r#"function howmuch() return getmetatable(servers[1]) == "protected" and 1 or 0 end"#
+        ),
+        HowMuch::Amount(1.0)
+    );
+}

@@ -1,0 +1,416 @@
+//! The `servers` table policies read (also `server` and `mds`): one plain Lua table per server,
+//! kept in step with the service's metric matrix.
+//!
+//! Plain tables, because a field of a plain table is the one read the Lua VM does without a call:
+//! policies read `servers[id][metric]` thousands of times per decision, and on the 2,048-server
+//! benchmark an `__index` proxy over a data table made that scan 22% slower and a userdata view
+//! slower still. What a decision pays instead is keeping the tables current, and three things
+//! keep that small:
+//!
+//! - values are written with the raw C API on a *holder* thread whose stack keeps every server's
+//!   table and every metric name, so a write is three API calls (~5 ns) with no registry lookups,
+//!   where mlua's safe `Table::raw_set` costs ~27 ns;
+//! - only values that differ from the last refresh are written;
+//! - a metric is copied into the tables only once a policy reads it (a whole column at once,
+//!   through the row metatable's `__index`), after which every refresh keeps it current. A policy
+//!   that reads 3 of 8 metrics pays for 3.
+//!
+//! What a policy assigns: `load` (by `load()`'s return value or by assignment) lasts for the
+//! decision and is cleared (or restored to the supplied `load` metric) before the next one. The
+//! engine notices assignments only when they fill a `nil` field: the row metatable's
+//! `__newindex` then marks the tables for a sweep and removes itself for the rest of the decision,
+//! so a policy that sets `load` on every server pays one metamethod call, not 2,048. An
+//! assignment to a reported metric is not noticed; the engine writes a metric field only when its
+//! supplied value changes (or when it first copies the column in), so the policy's value stays
+//! until then. Fields a policy adds under other names are its own and persist.
+//!
+//! The raw C API is why this module allows `unsafe`: every call goes through [`put`] or the two
+//! builders below, which only address stack slots they pushed themselves, on a holder thread that
+//! no Lua code can reach, while no Lua code runs.
+//!
+//! Lazily copied columns are invisible to `next` and `rawget` until a policy reads the metric
+//! (`pairs` copies every column first, through `__pairs`).
+
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use mlua::{Function, Lua, Table, Thread, ffi};
+
+use super::convert::server_key;
+use crate::env::{Metrics, ServerId};
+
+/// The row metatable and its lazy-column bookkeeping. `materialize(c)` copies column `c`
+/// (0-based) into every row; `note_write()` tells the engine a `nil` field was assigned.
+const ROWS: &str = r#"
+local materialize, materialize_all, note_write = ...
+local rawget, rawset, next = rawget, rawset, next
+local lazy = {}
+local mt = { __metatable = "protected" }
+local function track(t, k, v)
+  note_write()
+  mt.__newindex = nil
+  local c = lazy[k]
+  if c then materialize(c) end
+  rawset(t, k, v)
+end
+mt.__newindex = track
+function mt.__index(t, k)
+  local c = lazy[k]
+  if c then
+    materialize(c)
+    return rawget(t, k)
+  end
+end
+function mt.__pairs(t)
+  if next(lazy) ~= nil then materialize_all() end
+  return next, t, nil
+end
+return mt, lazy, track
+"#;
+
+/// Stack slot of the first metric name on the holder thread; slot 1 is the thread's body.
+const FIRST_KEY: i32 = 2;
+
+/// What the refresh and the lazy-column callback share.
+struct Columns {
+    /// Keeps the Lua-side layout on its stack: metric names, then the `load` key, then one table
+    /// per server, in [`Metrics::ids`] order. `None` until the first refresh.
+    holder: Option<Thread>,
+    /// Metric names (columns).
+    names: usize,
+    /// Servers (rows).
+    rows: usize,
+    /// The supplied values as of the last refresh, row-major like [`Metrics`], for every column,
+    /// so a lazily copied column is copied as the policy's decision sees the cluster.
+    values: Vec<f64>,
+    /// Columns copied into the Lua tables, which every refresh keeps current.
+    eager: Vec<bool>,
+    /// Maps the names of not-yet-copied columns to their index (the Lua `lazy` table).
+    lazy: Table,
+}
+
+impl Columns {
+    fn key_slot(&self, col: usize) -> i32 {
+        FIRST_KEY + col as i32
+    }
+
+    fn load_key_slot(&self) -> i32 {
+        FIRST_KEY + self.names as i32
+    }
+
+    fn row_slot(&self, row: usize) -> i32 {
+        FIRST_KEY + self.names as i32 + 1 + row as i32
+    }
+
+    /// Copies column `col` into every row and takes it off the lazy list.
+    fn materialize(&mut self, lua: &Lua, col: usize) -> mlua::Result<()> {
+        let Some(holder) = &self.holder else {
+            return Ok(());
+        };
+        if self.eager.get(col).copied().unwrap_or(true) {
+            return Ok(());
+        }
+        let th = holder.state();
+        let (n, key) = (self.names, self.key_slot(col));
+        let values = &self.values;
+        without_memory_cap(lua, || unsafe {
+            lua.exec_raw::<()>(&self.lazy, |l| {
+                for (row, v) in values.iter().skip(col).step_by(n).enumerate() {
+                    put(th, self.row_slot(row), key, *v);
+                }
+                ffi::lua_pushvalue(th, key);
+                ffi::lua_xmove(th, l, 1);
+                ffi::lua_pushnil(l);
+                ffi::lua_rawset(l, 1);
+            })
+        })?;
+        self.eager[col] = true;
+        Ok(())
+    }
+}
+
+/// Writes `v` (`nil` for NaN, an absent metric) into the table at `row`, under the name at `key`.
+///
+/// # Safety
+/// `row` must hold a table and `key` a string on `th`'s stack, and `th` must have two free slots.
+unsafe fn put(th: *mut ffi::lua_State, row: i32, key: i32, v: f64) {
+    unsafe {
+        ffi::lua_pushvalue(th, key);
+        if v.is_nan() {
+            ffi::lua_pushnil(th);
+        } else {
+            ffi::lua_pushnumber(th, v);
+        }
+        ffi::lua_rawset(th, row);
+    }
+}
+
+/// Runs `f` with the memory cap lifted: what the engine writes into the tables is bounded by the
+/// metrics, not by the policy, and with a cap mlua guards every call with a protected call.
+fn without_memory_cap<R>(lua: &Lua, f: impl FnOnce() -> mlua::Result<R>) -> mlua::Result<R> {
+    let cap = lua.set_memory_limit(0)?;
+    let r = f();
+    lua.set_memory_limit(cap)?;
+    r
+}
+
+/// The `servers` table and what keeps it current.
+pub(super) struct Servers {
+    table: Table,
+    columns: Rc<RefCell<Columns>>,
+    row_mt: Table,
+    track: Function,
+    /// Set by the row metatable when a policy assigned a `nil` field: the next refresh clears
+    /// `load` in every row and puts the tracker back.
+    written: Rc<Cell<bool>>,
+    /// The row whose `load` the engine set from `load()`'s return value.
+    load_row: Cell<Option<usize>>,
+    layout: Option<u64>,
+    load_col: Option<usize>,
+    whoami: Option<ServerId>,
+    whoami_row: Option<usize>,
+}
+
+impl Servers {
+    /// An empty `servers`, published under its three names in `protected`.
+    pub(super) fn new(lua: &Lua, protected: &Table) -> mlua::Result<Self> {
+        let written = Rc::new(Cell::new(false));
+        let columns = Rc::new(RefCell::new(Columns {
+            holder: None,
+            names: 0,
+            rows: 0,
+            values: Vec::new(),
+            eager: Vec::new(),
+            lazy: lua.create_table()?,
+        }));
+        let materialize = {
+            let columns = Rc::downgrade(&columns);
+            lua.create_function(move |lua, col: usize| match columns.upgrade() {
+                Some(c) => c.borrow_mut().materialize(lua, col),
+                None => Ok(()),
+            })?
+        };
+        let materialize_all = {
+            let columns = Rc::downgrade(&columns);
+            lua.create_function(move |lua, ()| {
+                let Some(c) = columns.upgrade() else {
+                    return Ok(());
+                };
+                let mut c = c.borrow_mut();
+                (0..c.names).try_for_each(|col| c.materialize(lua, col))
+            })?
+        };
+        let note_write = {
+            let written = written.clone();
+            lua.create_function(move |_, ()| {
+                written.set(true);
+                Ok(())
+            })?
+        };
+        let (row_mt, lazy, track): (Table, Table, Function) =
+            lua.load(ROWS)
+                .set_name("=servers")
+                .call((materialize, materialize_all, note_write))?;
+        columns.borrow_mut().lazy = lazy;
+        let table = lua.create_table()?;
+        for alias in ["servers", "server", "mds"] {
+            protected.raw_set(alias, &table)?;
+        }
+        Ok(Self {
+            table,
+            columns,
+            row_mt,
+            track,
+            written,
+            load_row: Cell::new(None),
+            layout: None,
+            load_col: None,
+            whoami: None,
+            whoami_row: None,
+        })
+    }
+
+    /// Makes the Lua side match `metrics`: rebuilds the tables when the set of servers or metric
+    /// names changed, clears what the last decision assigned, and writes the values that changed.
+    pub(super) fn refresh(
+        &mut self,
+        lua: &Lua,
+        protected: &Table,
+        metrics: &Metrics,
+    ) -> mlua::Result<()> {
+        without_memory_cap(lua, || {
+            let rebuilt = self.layout != Some(metrics.layout());
+            if rebuilt {
+                self.rebuild(lua, protected, metrics)?;
+            }
+            let moved = self.whoami.as_ref() != Some(metrics.whoami());
+            if moved {
+                protected.raw_set("whoami", server_key(lua, metrics.whoami())?)?;
+                self.whoami = Some(metrics.whoami().clone());
+            }
+            if rebuilt || moved {
+                self.whoami_row = metrics.row_of(metrics.whoami());
+            }
+            let sweep = self.written.replace(false);
+            if sweep {
+                self.row_mt.raw_set("__newindex", &self.track)?;
+            }
+            let r = self.write_changes(lua, metrics, sweep);
+            if r.is_err() {
+                // A Lua error resets the holder thread's stack; start over next time.
+                self.layout = None;
+            }
+            r
+        })
+    }
+
+    fn write_changes(&mut self, lua: &Lua, metrics: &Metrics, sweep: bool) -> mlua::Result<()> {
+        let clear_row = self.load_row.take();
+        let load_col = self.load_col;
+        let mut columns = self.columns.borrow_mut();
+        let cols = &mut *columns;
+        let Some(holder) = cols.holder.clone() else {
+            return Ok(());
+        };
+        let first_change = cols
+            .values
+            .iter()
+            .zip(metrics.values())
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        // A supplied `load` is rewritten every time: the policy may have assigned to it, and an
+        // assignment to a field that is not `nil` goes unnoticed.
+        let rewrite_load = load_col.filter(|_| cols.rows > 0);
+        let clear_load = load_col.is_none() && (sweep || clear_row.is_some());
+        if first_change.is_none() && rewrite_load.is_none() && !clear_load {
+            return Ok(());
+        }
+        let th = holder.state();
+        let n = cols.names;
+        let start_row = match (rewrite_load, first_change) {
+            (Some(_), _) => 0,
+            (None, Some(i)) => i / n,
+            (None, None) => cols.rows,
+        };
+        unsafe {
+            lua.exec_raw::<()>((), |_| {
+                if clear_load {
+                    let load = cols.load_key_slot();
+                    let rows = if sweep {
+                        0..cols.rows
+                    } else {
+                        clear_row.map_or(0..0, |r| r..r + 1)
+                    };
+                    for row in rows {
+                        put(th, cols.row_slot(row), load, f64::NAN);
+                    }
+                }
+                for row in start_row..cols.rows {
+                    let slot = cols.row_slot(row);
+                    let new = metrics.row(row);
+                    let old = &mut cols.values[row * n..(row + 1) * n];
+                    let unchanged = old.iter().zip(new).all(|(a, b)| a.to_bits() == b.to_bits());
+                    if unchanged && rewrite_load.is_none() {
+                        continue;
+                    }
+                    for (col, (last, &v)) in old.iter_mut().zip(new).enumerate() {
+                        if v.to_bits() == last.to_bits() && Some(col) != rewrite_load {
+                            continue;
+                        }
+                        *last = v;
+                        if cols.eager[col] {
+                            put(th, slot, FIRST_KEY + col as i32, v);
+                        }
+                    }
+                }
+            })
+        }
+    }
+
+    /// Builds one table per server and publishes the new `servers`.
+    fn rebuild(&mut self, lua: &Lua, protected: &Table, metrics: &Metrics) -> mlua::Result<()> {
+        let ids = metrics.ids();
+        let names = metrics.names();
+        // Integer ids 1..=n go to the array part, where `pairs` and `servers[i]` are cheapest.
+        let in_array = ids
+            .iter()
+            .filter(|id| matches!(id, ServerId::Num(i) if (1..=ids.len() as i64).contains(i)))
+            .count();
+        let table = lua.create_table_with_capacity(in_array, ids.len() - in_array)?;
+        let holder = lua.create_thread(self.track.clone())?;
+        let th = holder.state();
+        let slots = FIRST_KEY as usize + names.len() + 1 + ids.len() + 4;
+        let mut fits = true;
+        unsafe {
+            lua.exec_raw::<()>((&table, &self.row_mt), |l| {
+                if slots > i32::MAX as usize || ffi::lua_checkstack(th, slots as i32) == 0 {
+                    fits = false;
+                    return;
+                }
+                for name in names.iter().map(String::as_str).chain(["load"]) {
+                    ffi::lua_pushlstring(th, name.as_ptr().cast(), name.len());
+                }
+                ffi::lua_checkstack(l, 4);
+                for id in ids {
+                    ffi::lua_createtable(l, 0, names.len() as i32 + 1);
+                    ffi::lua_pushvalue(l, 2);
+                    ffi::lua_setmetatable(l, -2);
+                    match id {
+                        ServerId::Num(i) => ffi::lua_pushinteger(l, *i),
+                        ServerId::Name(s) => {
+                            ffi::lua_pushlstring(l, s.as_ptr().cast(), s.len());
+                        }
+                    }
+                    ffi::lua_pushvalue(l, -2);
+                    ffi::lua_rawset(l, 1);
+                    ffi::lua_xmove(l, th, 1);
+                }
+            })?;
+        }
+        if !fits {
+            return Err(mlua::Error::RuntimeError(format!(
+                "{} servers × {} metrics is more than a Lua stack holds",
+                ids.len(),
+                names.len()
+            )));
+        }
+        self.load_col = names.iter().position(|n| n == "load");
+        let lazy = self.columns.borrow().lazy.clone();
+        lazy.clear()?;
+        for (col, name) in names.iter().enumerate() {
+            if Some(col) != self.load_col {
+                lazy.raw_set(name.as_str(), col)?;
+            }
+        }
+        {
+            let mut c = self.columns.borrow_mut();
+            c.holder = Some(holder);
+            c.names = names.len();
+            c.rows = ids.len();
+            // NaN differs bit for bit from every supplied value but an identical NaN, which is
+            // `nil` either way in a fresh table.
+            c.values = vec![f64::NAN; ids.len() * names.len()];
+            c.eager = (0..names.len())
+                .map(|col| Some(col) == self.load_col)
+                .collect();
+        }
+        for alias in ["servers", "server", "mds"] {
+            protected.raw_set(alias, &table)?;
+        }
+        self.table = table;
+        self.load_row.set(None);
+        self.layout = Some(metrics.layout());
+        Ok(())
+    }
+
+    /// This server's table, if it reports metrics.
+    pub(super) fn me(&self, lua: &Lua, whoami: &ServerId) -> mlua::Result<Option<Table>> {
+        self.table.raw_get(server_key(lua, whoami)?)
+    }
+
+    /// Records that the engine set this server's `load`, so the next refresh clears it.
+    pub(super) fn engine_set_load(&self) {
+        self.load_row.set(self.whoami_row);
+    }
+}
