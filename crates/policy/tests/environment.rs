@@ -257,6 +257,38 @@ fn replacing_metrics_with_a_different_layout_of_the_same_size_rebuilds_the_table
     assert_eq!(d.howmuch, Some(HowMuch::Amount(7.0)));
 }
 
+/// The refresh skips rows whose change stamp it has seen: a copy of the metrics swapped in, or a candidate's dry run refreshing from the same metrics, must not make the active policy
+/// miss a value.
+#[test]
+fn a_stale_copy_or_a_dry_run_never_hides_a_changed_value() {
+    let keys_of_2 = |e: &mut Engine| e.decide().expect("decide").howmuch;
+    let mut e = Engine::in_memory(cluster());
+    e.install(f(r#"function when() return true end
+                   function howmuch() return servers[2]["keys"] end"#))
+        .expect("install");
+    assert_eq!(keys_of_2(&mut e), Some(HowMuch::Amount(100.0)));
+    // A copy that then changes as often as the original: their change counts agree.
+    let mut copy = e.metrics().clone();
+    e.metrics_mut().set(2, "keys", 250.0);
+    assert_eq!(keys_of_2(&mut e), Some(HowMuch::Amount(250.0)));
+    copy.set(2, "keys", 400.0);
+    *e.metrics_mut() = copy;
+    assert_eq!(
+        keys_of_2(&mut e),
+        Some(HowMuch::Amount(400.0)),
+        "the copy's value"
+    );
+
+    // A candidate that fails its dry run has refreshed its own tables from the metrics; the
+    // active policy still sees the change made before it.
+    e.metrics_mut().set(2, "keys", 300.0);
+    assert!(e.install(f("function when() return 1 + nil end")).is_err());
+    assert_eq!(keys_of_2(&mut e), Some(HowMuch::Amount(300.0)));
+    // Setting a value to what it already is changes nothing the policy sees.
+    e.metrics_mut().set(2, "keys", 300.0);
+    assert_eq!(keys_of_2(&mut e), Some(HowMuch::Amount(300.0)));
+}
+
 /// A cluster of `n` servers with ids 1..=n and three metrics each.
 fn numbered(n: i64) -> Metrics {
     let mut m = Metrics::new(1);

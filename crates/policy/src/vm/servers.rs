@@ -87,6 +87,9 @@ struct Columns {
     values: Vec<f64>,
     /// Columns copied into the Lua tables, which every refresh keeps current.
     eager: Vec<bool>,
+    /// Each row's [`Metrics::stamps`] as of the last refresh: rows whose stamp is unchanged are
+    /// skipped without looking at their values.
+    seen: Vec<u64>,
     /// Maps the names of not-yet-copied columns to their index (the Lua `lazy` table).
     lazy: Table,
 }
@@ -183,6 +186,7 @@ impl Servers {
             rows: 0,
             values: Vec::new(),
             eager: Vec::new(),
+            seen: Vec::new(),
             lazy: lua.create_table()?,
         }));
         let materialize = {
@@ -274,11 +278,8 @@ impl Servers {
         let Some(holder) = cols.holder.clone() else {
             return Ok(());
         };
-        let first_change = cols
-            .values
-            .iter()
-            .zip(metrics.values())
-            .position(|(a, b)| a.to_bits() != b.to_bits());
+        let stamps = metrics.stamps();
+        let first_change = cols.seen.iter().zip(stamps).position(|(a, b)| a != b);
         // A supplied `load` is rewritten every time: the policy may have assigned to it, and an
         // assignment to a field that is not `nil` goes unnoticed.
         let rewrite_load = load_col.filter(|_| cols.rows > 0);
@@ -290,7 +291,7 @@ impl Servers {
         let n = cols.names;
         let start_row = match (rewrite_load, first_change) {
             (Some(_), _) => 0,
-            (None, Some(i)) => i / n,
+            (None, Some(row)) => row,
             (None, None) => cols.rows,
         };
         unsafe {
@@ -306,14 +307,14 @@ impl Servers {
                         put(th, cols.row_slot(row), load, f64::NAN);
                     }
                 }
-                for row in start_row..cols.rows {
+                for (row, &stamp) in stamps.iter().enumerate().skip(start_row) {
+                    if cols.seen[row] == stamp && rewrite_load.is_none() {
+                        continue;
+                    }
+                    cols.seen[row] = stamp;
                     let slot = cols.row_slot(row);
                     let new = metrics.row(row);
                     let old = &mut cols.values[row * n..(row + 1) * n];
-                    let unchanged = old.iter().zip(new).all(|(a, b)| a.to_bits() == b.to_bits());
-                    if unchanged && rewrite_load.is_none() {
-                        continue;
-                    }
                     for (col, (last, &v)) in old.iter_mut().zip(new).enumerate() {
                         if v.to_bits() == last.to_bits() && Some(col) != rewrite_load {
                             continue;
@@ -391,6 +392,8 @@ impl Servers {
             // NaN differs bit for bit from every supplied value but an identical NaN, which is
             // `nil` either way in a fresh table.
             c.values = vec![f64::NAN; ids.len() * names.len()];
+            // No stamp is `u64::MAX`, so the first refresh visits every row.
+            c.seen = vec![u64::MAX; ids.len()];
             c.eager = (0..names.len())
                 .map(|col| Some(col) == self.load_col)
                 .collect();
