@@ -56,6 +56,9 @@ pub struct Request {
     pub temperature: f64,
     /// Seed of the state process.
     pub seed: u64,
+    /// Effective penalty of a store read, seconds (default: the model's fitted
+    /// [`READ_LATENCY_SECONDS`](crate::model::READ_LATENCY_SECONDS)).
+    pub miss_penalty: Option<f64>,
 }
 
 /// A study ready to run: the workload, where its parameters came from, and the replay if any.
@@ -63,6 +66,8 @@ pub struct Request {
 pub struct Prepared {
     /// The workload every policy runs.
     pub workload: WorkloadParams,
+    /// The store every policy's misses reach.
+    pub store: StoreParams,
     /// Where the growth delay came from (`--growth`, a `ps-config.xml`, or `default`).
     pub growth_from: String,
     /// The temperature and its reference.
@@ -98,6 +103,15 @@ pub fn prepare(req: &Request) -> Result<Prepared, ParspliceError> {
         return Err(ParspliceError::Config(
             "--hours, --growth and --temperature must be positive".into(),
         ));
+    }
+    let mut store = StoreParams::default();
+    if let Some(p) = req.miss_penalty {
+        if !(p.is_finite() && p >= 0.0) {
+            return Err(ParspliceError::Config(
+                "--miss-penalty must be a non-negative number of seconds".into(),
+            ));
+        }
+        store.read_latency_seconds = p;
     }
     if req.workers == 0 || req.nodes == Some(0) {
         return Err(ParspliceError::Config(
@@ -145,6 +159,7 @@ pub fn prepare(req: &Request) -> Result<Prepared, ParspliceError> {
     };
     Ok(Prepared {
         workload,
+        store,
         growth_from,
         temperature_from,
         replay,

@@ -99,6 +99,7 @@ fn flags_override_the_run_config_and_say_so() {
         workers: 2,
         temperature: 1.0,
         seed: 1,
+        miss_penalty: None,
     };
     let from_file = study::prepare(&req).expect("prepare");
     assert_eq!(from_file.workload.growth_delay, 1_000_000.0);
@@ -109,13 +110,22 @@ fn flags_override_the_run_config_and_say_so() {
     let flags = study::prepare(&Request {
         growth: Some(100_000.0),
         temperature: 1.2,
-        ..req
+        ..req.clone()
     })
     .expect("prepare");
     assert_eq!(flags.workload.growth_delay, 100_000.0);
     assert_eq!(flags.growth_from, "--growth");
     assert_eq!(flags.workload.temperature, 1.2);
     assert!(flags.temperature_from.starts_with("700 K × 1.2"));
+    let e = study::prepare(&Request {
+        miss_penalty: Some(-1.0),
+        ..req
+    })
+    .expect_err("negative penalty");
+    assert!(
+        matches!(e, ParspliceError::Config(ref m) if m.contains("--miss-penalty")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -171,6 +181,7 @@ fn the_unlimited_cache_replays_a_trace_without_reading_the_store() {
     let replay = Replay::from_ops(&ops, &w, None, INTERVAL).expect("replay");
     assert_eq!(replay.coverage.unpaired_writes, 0);
     let p = Prepared {
+        store: StoreParams::default(),
         workload: WorkloadParams {
             hours: replay.coverage.span_seconds / 3600.0,
             ..w
@@ -181,7 +192,7 @@ fn the_unlimited_cache_replays_a_trace_without_reading_the_store() {
     };
     let reports = study::run_all(
         p.workload,
-        StoreParams::default(),
+        p.store,
         p.segments(),
         &[PolicyKind::Unlimited, PolicyKind::Lru(1)],
         &|_| {},
@@ -289,19 +300,14 @@ fn prepare(trace: &Path) -> Prepared {
         workers: 27,
         temperature: 1.0,
         seed: 1,
+        miss_penalty: None,
     })
     .expect("prepare")
 }
 
 fn run(p: &Prepared, policies: &[PolicyKind]) -> Vec<study::Row> {
-    let reports = study::run_all(
-        p.workload,
-        StoreParams::default(),
-        p.segments(),
-        policies,
-        &|_| {},
-    )
-    .expect("run");
+    let reports =
+        study::run_all(p.workload, p.store, p.segments(), policies, &|_| {}).expect("run");
     study::rows(&reports, p.workload.hours * 3600.0)
 }
 
@@ -352,14 +358,8 @@ fn replays_in_full(run_name: &str) {
     );
 
     let policies = [PolicyKind::Unlimited, PolicyKind::Lru(10), PolicyKind::Auto];
-    let reports = study::run_all(
-        p.workload,
-        StoreParams::default(),
-        p.segments(),
-        &policies,
-        &|_| {},
-    )
-    .expect("run");
+    let reports =
+        study::run_all(p.workload, p.store, p.segments(), &policies, &|_| {}).expect("run");
     let rows = study::rows(&reports, p.workload.hours * 3600.0);
     // Every key this trace wrote is one of its distinct keys; the WorkManager traces read
     // nothing they did not write first, so the counts agree.

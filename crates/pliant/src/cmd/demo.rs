@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use pliant_parsplice::{RunReport, StoreParams, efficiency, study};
+use anyhow::{Context, Result};
+use pliant_parsplice::{RunReport, efficiency, study};
 
 use crate::plot::{Chart, Series, draw};
 
@@ -68,6 +68,7 @@ impl Args {
             workers: self.workers,
             temperature: self.temperature,
             seed: self.seed,
+            miss_penalty: self.miss_penalty,
         }
     }
 }
@@ -94,14 +95,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let t = std::time::Instant::now();
-    let mut store = StoreParams::default();
-    if let Some(p) = a.miss_penalty {
-        if !(p.is_finite() && p >= 0.0) {
-            bail!("--miss-penalty must be a non-negative number of seconds");
-        }
-        store.read_latency_seconds = p;
-    }
-    let reports = study::run_all(workload, store, setup.segments(), &policies, &|f| {
+    let reports = study::run_all(workload, setup.store, setup.segments(), &policies, &|f| {
         bar.set_position((f * 1000.0) as u64)
     })?;
     bar.finish_and_clear();
