@@ -12,22 +12,12 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use pliant_policy::{Engine, EngineConfig, MemoryStore, Metrics, PolicySource};
+use pliant_policy::{Engine, Metrics};
 
-const METRICS: [&str; 8] = [
-    "req_rate", "cpu", "keys", "bytes", "hits", "misses", "queue", "net",
-];
-
-fn engine(metrics: Metrics, code: &str) -> Engine {
-    let config = EngineConfig {
-        log_capacity: 0,
-        ..EngineConfig::default()
-    };
-    let mut e = Engine::new(config, std::rc::Rc::new(MemoryStore::new()), metrics);
-    e.install(PolicySource::functions("bench", code))
-        .expect("install");
-    e
-}
+mod common;
+use common::{
+    ALL_METRICS_POLICY, CLUSTER_POLICY, change_all, change_rate, cluster, engine, plain_lua_floor,
+};
 
 fn trivial_when(c: &mut Criterion) {
     let mut m = Metrics::new(0);
@@ -41,43 +31,6 @@ fn trivial_when(c: &mut Criterion) {
     g.finish();
 }
 
-/// Mantle's classic shape: load from this server's metrics; act when above the cluster average,
-/// which scans every server.
-const CLUSTER_POLICY: &str = r#"
-function load()
-  local me = servers[whoami]
-  return me["req_rate"] * 0.5 + me["cpu"] * 0.3 + me["queue"] * 0.2
-end
-function when()
-  local total, n = 0, 0
-  for _, s in pairs(servers) do total = total + s["req_rate"]; n = n + 1 end
-  return servers[whoami]["load"] > total / n
-end
-"#;
-
-/// The same decision over every metric of every server, so no column is left uncopied.
-const ALL_METRICS_POLICY: &str = r#"
-function when()
-  local total = 0
-  for _, s in pairs(servers) do
-    total = total + s.req_rate + s.cpu + s.keys + s.bytes + s.hits + s.misses + s.queue + s.net
-  end
-  return total > 0
-end
-"#;
-
-const SERVERS: i64 = 2048;
-
-fn cluster() -> Metrics {
-    let mut m = Metrics::new(7);
-    for id in 0..SERVERS {
-        for (j, name) in METRICS.iter().enumerate() {
-            m.set(id, name, (id * 8 + j as i64) as f64);
-        }
-    }
-    m
-}
-
 /// Times `decide` alone: `change` (the service updating its metrics) runs outside the clock.
 fn decide_after(e: &mut Engine, iters: u64, mut change: impl FnMut(&mut Metrics)) -> Duration {
     let mut total = Duration::ZERO;
@@ -88,44 +41,6 @@ fn decide_after(e: &mut Engine, iters: u64, mut change: impl FnMut(&mut Metrics)
         total += t.elapsed();
     }
     total
-}
-
-/// The floor: the benchmark policy over plain Lua tables that are never refreshed, under the same
-/// instruction-count hook the engine installs (a step of 1,000). No engine, no refresh.
-fn plain_lua_floor() -> impl FnMut() -> bool {
-    let lua = mlua::Lua::new();
-    let servers = lua.create_table().expect("table");
-    for id in 0..SERVERS {
-        let t = lua.create_table().expect("table");
-        for (j, name) in METRICS.iter().enumerate() {
-            t.raw_set(*name, (id * 8 + j as i64) as f64).expect("set");
-        }
-        servers.raw_set(id, t).expect("set");
-    }
-    lua.globals().set("servers", &servers).expect("set");
-    lua.globals().set("whoami", 7).expect("set");
-    lua.load(CLUSTER_POLICY).exec().expect("policy");
-    let used = std::rc::Rc::new(std::cell::Cell::new(0u64));
-    let u = used.clone();
-    lua.set_hook(
-        mlua::HookTriggers::new().every_nth_instruction(1000),
-        move |_, _| {
-            u.set(u.get() + 1000);
-            Ok(mlua::VmState::Continue)
-        },
-    )
-    .expect("hook");
-    let load: mlua::Function = lua.globals().get("load").expect("load");
-    let when: mlua::Function = lua.globals().get("when").expect("when");
-    let me: mlua::Table = servers.get(7).expect("me");
-    move || {
-        // Owning the state: functions and tables are handles into it.
-        let _state = &lua;
-        used.set(0);
-        let x: f64 = load.call(()).expect("load");
-        me.raw_set("load", x).expect("set");
-        when.call(()).expect("when")
-    }
 }
 
 fn cluster_decision(c: &mut Criterion) {
@@ -145,9 +60,7 @@ fn cluster_decision(c: &mut Criterion) {
         b.iter_custom(|iters| {
             decide_after(&mut e, iters, |m| {
                 tick += 1.0;
-                for row in 0..SERVERS as usize {
-                    m.row_mut(row)[0] += tick;
-                }
+                change_rate(m, tick)
             })
         })
     });
@@ -156,11 +69,7 @@ fn cluster_decision(c: &mut Criterion) {
         b.iter_custom(|iters| {
             decide_after(&mut e, iters, |m| {
                 tick += 1.0;
-                for row in 0..SERVERS as usize {
-                    for v in m.row_mut(row) {
-                        *v += tick;
-                    }
-                }
+                change_all(m, tick)
             })
         })
     });
@@ -173,11 +82,7 @@ fn cluster_decision(c: &mut Criterion) {
         b.iter_custom(|iters| {
             decide_after(&mut all, iters, |m| {
                 tick += 1.0;
-                for row in 0..SERVERS as usize {
-                    for v in m.row_mut(row) {
-                        *v += tick;
-                    }
-                }
+                change_all(m, tick)
             })
         })
     });

@@ -334,6 +334,7 @@ fn evaluate(
     if dry_run {
         vm.refresh(metrics)?;
     }
+    let _loan = vm.lend(metrics);
     let mut rec = Recorder {
         log,
         version,

@@ -75,6 +75,8 @@ pub struct Metrics {
     /// an unchanged row, so a refresh compares 2,048 stamps instead of 16,384 values. Sound because
     /// only this value mutates rows under its layout id: a clone gets a fresh one.
     stamps: Vec<u64>,
+    /// Per column, the same: a refresh skips the columns no update touched.
+    col_stamps: Vec<u64>,
     clock: u64,
 }
 
@@ -89,6 +91,7 @@ impl Clone for Metrics {
             name_index: self.name_index.clone(),
             layout: next_layout(),
             stamps: self.stamps.clone(),
+            col_stamps: self.col_stamps.clone(),
             clock: self.clock,
         }
     }
@@ -120,6 +123,7 @@ impl Metrics {
             name_index: HashMap::new(),
             layout: next_layout(),
             stamps: Vec::new(),
+            col_stamps: Vec::new(),
             clock: 0,
         }
     }
@@ -142,7 +146,23 @@ impl Metrics {
         let slot = &mut self.values[row * n + col];
         if slot.to_bits() != value.to_bits() {
             *slot = value;
-            self.touch(row);
+            self.touch(row, Some(col));
+        }
+    }
+
+    /// Sets the value of server number `row` (in [`Metrics::ids`] order) for metric number `col`
+    /// (in [`Metrics::names`] order): [`Metrics::set`] for services that keep the positions of
+    /// their servers and metrics ([`Metrics::row_of`], [`Metrics::col_of`]).
+    ///
+    /// # Panics
+    /// If `row` or `col` is out of range.
+    pub fn set_at(&mut self, row: usize, col: usize, value: f64) {
+        let n = self.names.len();
+        assert!(col < n, "metric column {col} of {n}");
+        let slot = &mut self.values[row * n + col];
+        if slot.to_bits() != value.to_bits() {
+            *slot = value;
+            self.touch(row, Some(col));
         }
     }
 
@@ -170,9 +190,10 @@ impl Metrics {
         &self.values[row * n..(row + 1) * n]
     }
 
-    /// Mutable access to one server's row, for services that refresh metrics in bulk.
+    /// Mutable access to one server's row, for services that refresh metrics in bulk. The next
+    /// refresh compares every column of the row; [`Metrics::set_at`] tells it which one changed.
     pub fn row_mut(&mut self, row: usize) -> &mut [f64] {
-        self.touch(row);
+        self.touch(row, None);
         let n = self.names.len();
         &mut self.values[row * n..(row + 1) * n]
     }
@@ -186,14 +207,33 @@ impl Metrics {
         &self.stamps
     }
 
-    fn touch(&mut self, row: usize) {
+    /// Every value, row after row.
+    pub(crate) fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// Per column, a stamp that changes whenever the column may have changed.
+    pub(crate) fn col_stamps(&self) -> &[u64] {
+        &self.col_stamps
+    }
+
+    fn touch(&mut self, row: usize, col: Option<usize>) {
         self.clock += 1;
         self.stamps[row] = self.clock;
+        match col {
+            Some(c) => self.col_stamps[c] = self.clock,
+            None => self.col_stamps.fill(self.clock),
+        }
     }
 
     /// The row of server `id`.
-    pub(crate) fn row_of(&self, id: &ServerId) -> Option<usize> {
+    pub fn row_of(&self, id: &ServerId) -> Option<usize> {
         self.id_index.get(id).copied()
+    }
+
+    /// The column of metric `name`.
+    pub fn col_of(&self, name: &str) -> Option<usize> {
+        self.name_index.get(name).copied()
     }
 
     fn server_row(&mut self, id: ServerId) -> usize {
@@ -222,6 +262,7 @@ impl Metrics {
         }
         self.values = values;
         self.names.push(name.to_string());
+        self.col_stamps.push(0);
         self.name_index.insert(name.to_string(), old);
         self.layout = next_layout();
         old

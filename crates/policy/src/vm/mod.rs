@@ -7,11 +7,13 @@
 //! - [`sandbox`]: the prelude that guards the globals, the instruction budget, and the
 //!   engine-provided names;
 //! - [`servers`]: the `servers` table and how it is kept in step with the metrics;
+//! - [`slots`]: direct stores into existing fields of those tables;
 //! - [`convert`]: Lua values to decisions, mlua errors to [`PolicyError`]s.
 
 mod convert;
 mod sandbox;
 mod servers;
+mod slots;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -228,6 +230,11 @@ impl Vm {
             *self.state.value.borrow_mut() = self.state.store.load(&self.state.policy)?;
         }
         Ok(())
+    }
+
+    /// Lends `metrics` to the `servers` table while the loan lives; see [`Servers::lend`].
+    pub(crate) fn lend<'a>(&self, metrics: &'a Metrics) -> servers::Loan<'a> {
+        self.servers.lend(metrics)
     }
 
     /// Makes the Lua-side `servers` table match `metrics` (see [`servers`]).
