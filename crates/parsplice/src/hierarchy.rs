@@ -516,16 +516,18 @@ impl Timeline {
                 t,
                 keys: s.keys,
                 bytes: s.bytes,
+                capacity: n.cache.capacity().amount(),
                 hits: s.hits,
                 misses: s.misses,
                 reads_per_s: (n.reads - r0) as f64 / interval,
                 writes_per_s: (n.puts - p0) as f64 / interval,
                 misses_per_s: (s.misses - m0) as f64 / interval,
+                // Misses waiting for the store (coalesced ones count once).
+                queue_len: Some(n.inflight.values().filter(|&&r| r > t).count() as f64),
+                cpu_load_avg: None,
             };
             n.last = (n.reads, n.puts, s.misses);
-            if let Some(keys) = n.decider.decide(&view)?
-                && keys != n.cache.capacity().amount()
-            {
+            if let Some(keys) = n.decider.decide(&view)? {
                 n.cache.resize(Capacity::Keys(keys));
                 if i == 0 {
                     self.trims.push((t, keys));

@@ -16,7 +16,7 @@
 //!
 //! Dependencies: `fjall` (the LSM store, pure Rust), `rand`/`rand_pcg` (seeded state process),
 //! `foldhash`, `tempfile` (scratch stores), `serde`, `thiserror`, `roxmltree` (reads a run's
-//! `ps-config.xml`), `rayon` (a study's policies run in parallel); Pliant's `cache`, `policy`, `regime` and `trace` (reads recorded traces)
+//! `ps-config.xml`), `rayon` (a study's policies run in parallel); Pliant's `cache`, `policy`, `regime`, `tier` (what a policy sees of a WorkManager cache) and `trace` (reads recorded traces)
 //! crates.
 
 pub mod hierarchy;

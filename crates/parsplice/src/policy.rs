@@ -2,7 +2,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use pliant_policy::{Engine, Metrics, ParamValue, Params, PolicySource, shipped};
+use pliant_policy::{Engine, ParamValue, Params, PolicySource, shipped};
+pub use pliant_tier::CacheView;
 use serde::Serialize;
 
 use crate::ParspliceError;
@@ -56,27 +57,6 @@ impl PolicyKind {
     }
 }
 
-/// What a decision sees about one WorkManager cache.
-#[derive(Debug, Clone, Copy)]
-pub struct CacheView {
-    /// Virtual time, seconds.
-    pub t: f64,
-    /// Keys held.
-    pub keys: u64,
-    /// Bytes held.
-    pub bytes: u64,
-    /// Hits so far.
-    pub hits: u64,
-    /// Misses so far.
-    pub misses: u64,
-    /// Reads per second in the last interval.
-    pub reads_per_s: f64,
-    /// Puts per second in the last interval.
-    pub writes_per_s: f64,
-    /// Misses per second in the last interval.
-    pub misses_per_s: f64,
-}
-
 /// One WorkManager's decision maker.
 pub(crate) enum Decider {
     None,
@@ -87,16 +67,7 @@ pub(crate) enum Decider {
 impl Decider {
     pub fn new(kind: &PolicyKind, seed: u64) -> Result<Self, ParspliceError> {
         let lua = |source: PolicySource, params: Params| -> Result<Self, ParspliceError> {
-            let mut e = Engine::in_memory(view_metrics(&CacheView {
-                t: 0.0,
-                keys: 0,
-                bytes: 0,
-                hits: 0,
-                misses: 0,
-                reads_per_s: 0.0,
-                writes_per_s: 0.0,
-                misses_per_s: 0.0,
-            }));
+            let mut e = Engine::in_memory(CacheView::default().metrics(0));
             e.set_params(params);
             e.install(source)?;
             Ok(Self::Lua(Box::new(e)))
@@ -126,19 +97,15 @@ impl Decider {
         }
     }
 
-    /// A decision: the new key capacity, if it should change.
+    /// A decision: the new key capacity, if it differs from the current one.
     pub fn decide(&mut self, v: &CacheView) -> Result<Option<u64>, ParspliceError> {
         match self {
             Self::None => Ok(None),
             Self::Lua(e) => {
-                *e.metrics_mut() = view_metrics(v);
-                let d = e.decide()?;
-                Ok(match (d.when, d.howmuch.and_then(|h| h.amount())) {
-                    (true, Some(n)) => Some(n.max(0.0) as u64),
-                    _ => None,
-                })
+                v.write_to(e.metrics_mut(), 0);
+                Ok(v.new_capacity(&e.decide()?))
             }
-            Self::Auto(a) => Ok(a.decide(v)),
+            Self::Auto(a) => Ok(a.decide(v).and_then(|n| v.resize_to(n))),
         }
     }
 
@@ -149,22 +116,6 @@ impl Decider {
             _ => None,
         }
     }
-}
-
-fn view_metrics(v: &CacheView) -> Metrics {
-    let mut m = Metrics::new(0);
-    for (k, x) in [
-        ("keys", v.keys as f64),
-        ("bytes", v.bytes as f64),
-        ("hits", v.hits as f64),
-        ("misses", v.misses as f64),
-        ("reads_per_s", v.reads_per_s),
-        ("writes_per_s", v.writes_per_s),
-        ("misses_per_s", v.misses_per_s),
-    ] {
-        m.set(0, k, x);
-    }
-    m
 }
 
 /// The `auto` policy, after the studies' regime analysis, run online:

@@ -8,7 +8,9 @@
 //!
 //! Configurations run in parallel (rayon), each on its own cache. Policies are Lua states and
 //! stay on the calling thread: batches of records are cut at decision boundaries, the caches
-//! process a batch in parallel, then each policy decides over its cache's fresh metrics.
+//! process a batch in parallel, then each policy decides over its cache's fresh metrics, which
+//! `pliant-tier`'s [`CacheView`](pliant_tier::CacheView) defines (the same as everywhere else a
+//! policy sizes a cache).
 //!
 //! Dependencies: `rayon` for parallel configurations; `foldhash` numbers keys for the policies'
 //! time series; `serde` serialises results.

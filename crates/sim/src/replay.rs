@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use pliant_cache::{Cache, Capacity, NO_NEXT_ACCESS, Request};
-use pliant_policy::{Engine, Metrics, PolicySource, TimeSeries};
+use pliant_policy::{Engine, PolicySource, TimeSeries};
+use pliant_tier::CacheView;
 use pliant_trace::{Op, Record, TraceError};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -65,6 +66,9 @@ pub enum SimError {
     /// A configuration is invalid.
     #[error("{0}")]
     Config(String),
+    /// A configuration names an algorithm that does not exist or does not fit its capacity.
+    #[error(transparent)]
+    Algorithm(#[from] pliant_cache::AlgorithmError),
     /// The policy failed to install or to decide.
     #[error("policy: {0}")]
     Policy(#[from] pliant_policy::PolicyError),
@@ -208,8 +212,7 @@ pub fn replay(
     let mut lanes: Vec<Lane> = configs
         .iter()
         .map(|c| {
-            let cache = pliant_cache::cache(&c.algo, c.capacity)
-                .map_err(|e| SimError::Config(e.to_string()))?;
+            let cache = pliant_cache::cache(&c.algo, c.capacity)?;
             Ok(Lane {
                 cache,
                 reads: 0,
@@ -237,9 +240,7 @@ pub fn replay(
                     c.algo, c.capacity
                 )));
             }
-            let mut m = Metrics::new(0);
-            set_metrics(&mut m, lane, 0, 0, 0, interval);
-            let mut e = Engine::in_memory(m);
+            let mut e = Engine::in_memory(view(lane, 0, 0, 0, 0, interval).metrics(0));
             e.set_timeseries(series.clone());
             e.set_params(p.params.clone());
             e.install(p.source.clone())?;
@@ -272,7 +273,8 @@ pub fn replay(
                 crossed = true;
                 break;
             }
-            let r = trace.next().unwrap_or_else(|| unreachable!())?;
+            let Some(r) = trace.next() else { break };
+            let r = r?;
             read += 1;
             if r.op == Op::Put {
                 interval_writes += 1;
@@ -314,21 +316,18 @@ pub fn replay(
             for (i, lane) in lanes.iter_mut().enumerate() {
                 let (reads, misses, _) = lane.close_interval(t0, interval);
                 if let Some(e) = engines.get_mut(i) {
-                    set_metrics(
-                        e.metrics_mut(),
+                    let v = view(
                         lane,
+                        t0 + interval,
                         reads,
                         interval_writes,
                         misses,
                         interval,
                     );
-                    let d = e.decide()?;
-                    if let (true, Some(n)) = (d.when, d.howmuch.and_then(|h| h.amount())) {
-                        let n = n.max(0.0) as u64;
-                        if n != lane.cache.capacity().amount() {
-                            lane.cache.resize(Capacity::Keys(n));
-                            lane.resizes.push((t0 + interval, n));
-                        }
+                    v.write_to(e.metrics_mut(), 0);
+                    if let Some(n) = v.new_capacity(&e.decide()?) {
+                        lane.cache.resize(Capacity::Keys(n));
+                        lane.resizes.push((t0 + interval, n));
                     }
                 }
             }
@@ -381,20 +380,21 @@ pub fn replay(
         .collect())
 }
 
-/// The metrics the live service would give a policy about its cache (server 0).
-fn set_metrics(m: &mut Metrics, lane: &Lane, reads: u64, writes: u64, misses: u64, secs: u64) {
+/// What the cache of `lane` reports to its policy at the end of an interval.
+fn view(lane: &Lane, t: u64, reads: u64, writes: u64, misses: u64, secs: u64) -> CacheView {
     let s = lane.cache.stats();
     let secs = secs.max(1) as f64;
-    for (name, v) in [
-        ("keys", s.keys as f64),
-        ("bytes", s.bytes as f64),
-        ("hits", s.hits as f64),
-        ("misses", s.misses as f64),
-        ("reads_per_s", reads as f64 / secs),
-        ("writes_per_s", writes as f64 / secs),
-        ("misses_per_s", misses as f64 / secs),
-        ("capacity", lane.cache.capacity().amount() as f64),
-    ] {
-        m.set(0, name, v);
+    CacheView {
+        t: t as f64,
+        keys: s.keys,
+        bytes: s.bytes,
+        capacity: lane.cache.capacity().amount(),
+        hits: s.hits,
+        misses: s.misses,
+        reads_per_s: reads as f64 / secs,
+        writes_per_s: writes as f64 / secs,
+        misses_per_s: misses as f64 / secs,
+        queue_len: None,
+        cpu_load_avg: None,
     }
 }

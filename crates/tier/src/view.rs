@@ -1,0 +1,153 @@
+//! What a cache tells its policy, and what the policy's answer means for the cache.
+
+use pliant_policy::{Decision, Metrics, ServerId};
+
+/// A cache at the end of a decision interval, as its policy sees it.
+///
+/// Counters (`hits`, `misses`) are totals since the cache started; rates are over the interval
+/// that just ended. Metrics that only some caches can report are options: a simulator has no
+/// CPU, so its policies see `cpu_load_avg` as `nil`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CacheView {
+    /// Seconds since the run began (virtual time in a simulation).
+    pub t: f64,
+    /// Keys held.
+    pub keys: u64,
+    /// Bytes held.
+    pub bytes: u64,
+    /// The capacity, in the cache's own unit (keys for the policy-sized caches, whose `howmuch`
+    /// counts keys).
+    pub capacity: u64,
+    /// Hits so far.
+    pub hits: u64,
+    /// Misses so far.
+    pub misses: u64,
+    /// Reads per second in the interval.
+    pub reads_per_s: f64,
+    /// Writes (puts) per second in the interval.
+    pub writes_per_s: f64,
+    /// Misses per second in the interval.
+    pub misses_per_s: f64,
+    /// Requests waiting for the tier above (misses in flight), where the cache has one.
+    pub queue_len: Option<f64>,
+    /// The host's one-minute load average, where the cache runs on a real host.
+    pub cpu_load_avg: Option<f64>,
+}
+
+/// One metric a policy sees about its cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricInfo {
+    /// The name in `servers[whoami][name]`.
+    pub name: &'static str,
+    /// What it means, for `--help` texts and the README.
+    pub meaning: &'static str,
+    /// The Ceph Mantle metric of the same name and sense, if there is one: a Mantle policy
+    /// written for Ceph's metadata servers reads these unchanged.
+    pub mantle: bool,
+}
+
+/// How many metrics a [`CacheView`] can give.
+const N: usize = 11;
+
+/// Every metric a [`CacheView`] can give a policy, in the order it sets them.
+pub const METRICS: [MetricInfo; N] = [
+    info("keys", "keys held", false),
+    info("bytes", "bytes held", false),
+    info(
+        "capacity",
+        "the capacity, in the cache's unit (keys)",
+        false,
+    ),
+    info("hits", "hits so far", false),
+    info("misses", "misses so far", false),
+    info(
+        "reads_per_s",
+        "reads per second in the last interval",
+        false,
+    ),
+    info(
+        "writes_per_s",
+        "writes per second in the last interval",
+        false,
+    ),
+    info(
+        "misses_per_s",
+        "misses per second in the last interval",
+        false,
+    ),
+    info(
+        "req_rate",
+        "requests (reads + writes) per second in the last interval",
+        true,
+    ),
+    info(
+        "queue_len",
+        "requests waiting for the tier above (absent without one)",
+        true,
+    ),
+    info(
+        "cpu_load_avg",
+        "the host's one-minute load average (absent in simulations)",
+        true,
+    ),
+];
+
+const fn info(name: &'static str, meaning: &'static str, mantle: bool) -> MetricInfo {
+    MetricInfo {
+        name,
+        meaning,
+        mantle,
+    }
+}
+
+impl CacheView {
+    /// The values of [`METRICS`], in that order; `None` for a metric this cache cannot report.
+    pub fn values(&self) -> [Option<f64>; N] {
+        [
+            Some(self.keys as f64),
+            Some(self.bytes as f64),
+            Some(self.capacity as f64),
+            Some(self.hits as f64),
+            Some(self.misses as f64),
+            Some(self.reads_per_s),
+            Some(self.writes_per_s),
+            Some(self.misses_per_s),
+            Some(self.reads_per_s + self.writes_per_s),
+            self.queue_len,
+            self.cpu_load_avg,
+        ]
+    }
+
+    /// The view as the metrics of server `whoami`, alone.
+    pub fn metrics(&self, whoami: impl Into<ServerId>) -> Metrics {
+        let whoami = whoami.into();
+        let mut m = Metrics::new(whoami.clone());
+        self.write_to(&mut m, whoami);
+        m
+    }
+
+    /// Updates server `id`'s metrics in place (a service keeps one [`Metrics`] across decisions,
+    /// which is what lets the engine refresh only what changed). A metric this cache cannot
+    /// report now is absent, so a policy sees `nil`, never a value from an earlier interval.
+    pub fn write_to(&self, m: &mut Metrics, id: impl Into<ServerId>) {
+        let id = id.into();
+        for (info, v) in METRICS.iter().zip(self.values()) {
+            m.set(id.clone(), info.name, v.unwrap_or(f64::NAN));
+        }
+    }
+
+    /// The capacity a decision asks for, if it differs from the current one: `when` true and a
+    /// `howmuch` amount, in the cache's unit; a negative amount means empty.
+    pub fn new_capacity(&self, d: &Decision) -> Option<u64> {
+        if !d.when {
+            return None;
+        }
+        let n = d.howmuch.as_ref()?.amount()?;
+        self.resize_to(n.max(0.0) as u64)
+    }
+
+    /// `target`, if it differs from the current capacity.
+    pub fn resize_to(&self, target: u64) -> Option<u64> {
+        (target != self.capacity).then_some(target)
+    }
+}
