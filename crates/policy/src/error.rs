@@ -121,7 +121,91 @@ pub enum PolicyError {
     NoPolicy,
     /// The Lua VM itself failed (should not happen; reported rather than panicking).
     #[error("Lua VM error: {0}")]
-    Vm(String),
+    Vm(#[from] VmError),
+}
+
+/// A failure of the Lua VM outside a policy's own code, kept as typed as `mlua`'s error allows.
+///
+/// `mlua::Error` cannot cross threads (it may hold a non-`Send` error), and the simulations run
+/// policies on worker threads, so this is its sendable image: the kind to match on, the message,
+/// and the chain of causes as further `VmError`s, which [`std::error::Error::source`] walks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmError {
+    /// What failed.
+    pub kind: VmErrorKind,
+    /// `mlua`'s description of it.
+    pub message: String,
+    /// What caused it, if `mlua` said.
+    pub cause: Option<Box<VmError>>,
+}
+
+impl std::fmt::Display for VmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for VmError {
+    /// The cause itself, not its box, so callers can `downcast_ref::<VmError>()` it.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|c| c as _)
+    }
+}
+
+/// The kinds of [`VmError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VmErrorKind {
+    /// Lua code did not compile.
+    Syntax,
+    /// Lua code raised an error.
+    Runtime,
+    /// An allocation failed or a memory limit was reached.
+    Memory,
+    /// The Lua stack could not grow.
+    Stack,
+    /// A Rust callback failed; `cause` says why.
+    Callback,
+    /// A value had the wrong type for a conversion.
+    Conversion,
+    /// Anything else `mlua` reports.
+    Other,
+}
+
+impl From<mlua::Error> for VmError {
+    fn from(e: mlua::Error) -> Self {
+        use mlua::Error as E;
+        let message = e.to_string();
+        let (kind, cause) = match e {
+            E::SyntaxError { .. } => (VmErrorKind::Syntax, None),
+            E::RuntimeError(_) => (VmErrorKind::Runtime, None),
+            E::MemoryError(_) => (VmErrorKind::Memory, None),
+            E::StackError => (VmErrorKind::Stack, None),
+            E::CallbackError { cause, .. } => (
+                VmErrorKind::Callback,
+                Some(Box::new(Self::from((*cause).clone()))),
+            ),
+            E::FromLuaConversionError { .. } | E::BadArgument { .. } => {
+                (VmErrorKind::Conversion, None)
+            }
+            E::WithContext { cause, .. } => {
+                let inner = Self::from((*cause).clone());
+                (inner.kind, Some(Box::new(inner)))
+            }
+            _ => (VmErrorKind::Other, None),
+        };
+        Self {
+            kind,
+            message,
+            cause,
+        }
+    }
+}
+
+impl From<mlua::Error> for PolicyError {
+    fn from(e: mlua::Error) -> Self {
+        Self::Vm(e.into())
+    }
 }
 
 impl PolicyError {
@@ -189,6 +273,34 @@ mod tests {
             })
         );
         assert_eq!(msg, "attempt to index a nil value");
+    }
+
+    /// A failing Rust callback reaches the caller as a matchable kind whose `source()` is the
+    /// callback's own error, and the whole thing can cross threads.
+    #[test]
+    fn a_vm_error_keeps_its_kind_and_cause_chain() {
+        fn sendable<T: Send + Sync + 'static>(_: &T) {}
+        let lua = mlua::Lua::new();
+        let f = lua
+            .create_function(|_, ()| -> mlua::Result<()> {
+                Err(mlua::Error::RuntimeError("disk on fire".into()))
+            })
+            .expect("function");
+        let e = PolicyError::from(f.call::<()>(()).expect_err("fails"));
+        sendable(&e);
+        let PolicyError::Vm(vm) = &e else {
+            panic!("not a VM error: {e:?}")
+        };
+        assert_eq!(vm.kind, VmErrorKind::Callback);
+        let cause = std::error::Error::source(vm).expect("a cause");
+        assert!(cause.to_string().contains("disk on fire"), "{cause}");
+        assert!(matches!(
+            cause.downcast_ref::<VmError>(),
+            Some(VmError {
+                kind: VmErrorKind::Runtime,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -32,7 +32,7 @@ mod vm;
 pub use decision::{Decision, HowMuch, Targets};
 pub use engine::{Engine, EngineConfig, Limits, Version};
 pub use env::{Metrics, ParamValue, Params, Point, ServerId, TimeSeries};
-pub use error::{Location, PolicyError};
+pub use error::{Location, PolicyError, VmError, VmErrorKind};
 pub use log::{DecisionLog, LogEntry};
 pub use source::{Callback, Chunk, PolicySource, Style};
 pub use state::{FileStore, MemoryStore, StateStore, StateValue};

@@ -34,7 +34,7 @@ pub enum RegimeError {
     ZeroK,
     /// The clustering library failed.
     #[error("k-means: {0}")]
-    KMeans(String),
+    KMeans(#[from] linfa_clustering::KMeansError),
 }
 
 /// One regime found by k-means.
@@ -99,8 +99,7 @@ pub fn kmeans_regimes(points: &[(f64, f64)], k: usize, seed: u64) -> Result<Regi
         .n_runs(10)
         .max_n_iterations(300)
         .tolerance(1e-6)
-        .fit(&dataset)
-        .map_err(|e| RegimeError::KMeans(e.to_string()))?;
+        .fit(&dataset)?;
     let raw: Vec<usize> = model.predict(&dataset).to_vec();
 
     // Order clusters by the time of their first point; empty clusters are dropped.

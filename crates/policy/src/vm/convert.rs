@@ -9,7 +9,7 @@ use crate::error::split_location;
 use crate::source::Callback;
 
 pub(super) fn vm_err(e: mlua::Error) -> PolicyError {
-    PolicyError::Vm(e.to_string())
+    e.into()
 }
 
 pub(super) fn server_key(lua: &Lua, id: &ServerId) -> mlua::Result<Value> {
