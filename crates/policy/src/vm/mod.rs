@@ -24,7 +24,7 @@ use self::convert::{
     as_f64, describe, is_memory_error, malformed, runtime_error, server_key, syntax_error,
     table_to_json, vm_err,
 };
-use self::sandbox::{Budget, PRELUDE, StateCell, bal_log, install_env, set_budget_hook};
+use self::sandbox::{Budget, CapLifted, PRELUDE, StateCell, bal_log, install_env, set_budget_hook};
 use self::servers::Servers;
 use crate::decision::{HowMuch, Targets};
 use crate::env::{Metrics, Params, ServerId, TimeSeries};
@@ -282,8 +282,8 @@ impl Vm {
     pub(crate) fn eval_where(&self, metrics: &Metrics) -> Result<Targets, PolicyError> {
         // Built with the cap lifted, like the refresh: its size is set by the cluster, not the
         // policy, and capped writes each cost a protected call.
-        self.lua.set_memory_limit(0).map_err(vm_err)?;
         let targets = (|| {
+            let _lifted = CapLifted::new(&self.lua)?;
             let t = self
                 .lua
                 .create_table_with_capacity(0, metrics.ids().len())?;
@@ -292,9 +292,6 @@ impl Vm {
             }
             Ok(t)
         })();
-        self.lua
-            .set_memory_limit(self.limits.memory_bytes)
-            .map_err(vm_err)?;
         let targets = targets.map_err(|e| self.map_alloc_error(Callback::Where, e))?;
         let Some(f) = self.style.get(Callback::Where) else {
             return Ok(Targets::new());

@@ -218,3 +218,29 @@ pub(super) fn bal_log(lua: &Lua, policy: &str) -> mlua::Result<Function> {
         Ok(())
     })
 }
+
+/// The memory cap lifted for as long as this lives, for what the engine itself builds in a
+/// policy's state (the `servers` tables, `targets`): its size is set by the cluster, not by the
+/// policy, and with a cap mlua wraps every call in a protected call. Dropping it restores the cap,
+/// on every path out, errors included.
+pub(super) struct CapLifted<'a> {
+    lua: &'a Lua,
+    cap: usize,
+}
+
+impl<'a> CapLifted<'a> {
+    pub(super) fn new(lua: &'a Lua) -> mlua::Result<Self> {
+        let cap = lua.set_memory_limit(0)?;
+        Ok(Self { lua, cap })
+    }
+}
+
+impl Drop for CapLifted<'_> {
+    fn drop(&mut self) {
+        // Setting a limit fails only where memory control is unavailable, and lifting it just
+        // succeeded on this same state.
+        if let Err(e) = self.lua.set_memory_limit(self.cap) {
+            tracing::error!("could not restore a policy's memory cap: {e}");
+        }
+    }
+}

@@ -51,6 +51,7 @@ use std::rc::Rc;
 use mlua::{Function, Lua, Table, Thread, ffi};
 
 use super::convert::server_key;
+use super::sandbox::CapLifted;
 use super::slots::{self, Layout};
 use crate::env::{Metrics, ServerId};
 
@@ -166,7 +167,8 @@ impl Columns {
         self.old
             .extend((0..self.rows).map(|row| metrics.row(row)[col]));
         self.seen_cols[col] = metrics.col_stamps()[col];
-        without_memory_cap(lua, || unsafe {
+        let _lifted = CapLifted::new(lua)?;
+        unsafe {
             lua.exec_raw::<()>(&lazy, |l| {
                 for row in 0..self.rows {
                     self.set(th, row, col, self.old[at * self.rows + row]);
@@ -175,8 +177,8 @@ impl Columns {
                 ffi::lua_xmove(th, l, 1);
                 ffi::lua_pushnil(l);
                 ffi::lua_rawset(l, 1);
-            })
-        })?;
+            })?;
+        }
         self.eager[col] = Some(at);
         self.eager_cols.push(col);
         Ok(())
@@ -255,15 +257,6 @@ unsafe fn put(th: *mut ffi::lua_State, row: i32, key: i32, v: f64) {
         }
         ffi::lua_rawset(th, row);
     }
-}
-
-/// Runs `f` with the memory cap lifted: what the engine writes into the tables is bounded by the
-/// metrics, not by the policy, and with a cap mlua guards every call with a protected call.
-fn without_memory_cap<R>(lua: &Lua, f: impl FnOnce() -> mlua::Result<R>) -> mlua::Result<R> {
-    let cap = lua.set_memory_limit(0)?;
-    let r = f();
-    lua.set_memory_limit(cap)?;
-    r
 }
 
 /// The `servers` table and what keeps it current.
@@ -363,31 +356,30 @@ impl Servers {
         protected: &Table,
         metrics: &Metrics,
     ) -> mlua::Result<()> {
-        without_memory_cap(lua, || {
-            let rebuilt = self.layout != Some(metrics.layout());
-            if rebuilt {
-                self.rebuild(lua, protected, metrics)?;
-            }
-            let moved = self.whoami.as_ref() != Some(metrics.whoami());
-            if moved {
-                protected.raw_set("whoami", server_key(lua, metrics.whoami())?)?;
-                self.whoami = Some(metrics.whoami().clone());
-            }
-            if rebuilt || moved {
-                self.whoami_row = metrics.row_of(metrics.whoami());
-            }
-            let sweep = self.written.replace(false);
-            if sweep {
-                self.row_mt.raw_set("__newindex", &self.track)?;
-            }
-            let r = self.write_changes(lua, metrics, sweep);
-            if r.is_err() {
-                // A Lua error resets the holder thread's stack; start over next time.
-                self.layout = None;
-                self.columns.borrow_mut().layout = None;
-            }
-            r
-        })
+        let _lifted = CapLifted::new(lua)?;
+        let rebuilt = self.layout != Some(metrics.layout());
+        if rebuilt {
+            self.rebuild(lua, protected, metrics)?;
+        }
+        let moved = self.whoami.as_ref() != Some(metrics.whoami());
+        if moved {
+            protected.raw_set("whoami", server_key(lua, metrics.whoami())?)?;
+            self.whoami = Some(metrics.whoami().clone());
+        }
+        if rebuilt || moved {
+            self.whoami_row = metrics.row_of(metrics.whoami());
+        }
+        let sweep = self.written.replace(false);
+        if sweep {
+            self.row_mt.raw_set("__newindex", &self.track)?;
+        }
+        let r = self.write_changes(lua, metrics, sweep);
+        if r.is_err() {
+            // A Lua error resets the holder thread's stack; start over next time.
+            self.layout = None;
+            self.columns.borrow_mut().layout = None;
+        }
+        r
     }
 
     fn write_changes(&mut self, lua: &Lua, metrics: &Metrics, sweep: bool) -> mlua::Result<()> {
