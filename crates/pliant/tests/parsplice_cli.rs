@@ -1,8 +1,6 @@
 //! `pliant demo`, `pliant regimes` and `pliant parsplice` as a user runs them.
 
-mod common;
-
-use common::{err, json, ok, pliant};
+use crate::common::{err, json, ok, pliant};
 
 #[test]
 fn demo_json_has_every_policy_and_writes_the_report() {

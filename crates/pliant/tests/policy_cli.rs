@@ -1,10 +1,8 @@
 //! `pliant policy` and `pliant demo` as a user runs them: exit codes, output shapes, errors.
 
-mod common;
-
 use std::path::Path;
 
-use common::{pliant, stderr, stdout};
+use crate::common::{pliant, stderr, stdout};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))

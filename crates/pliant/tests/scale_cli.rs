@@ -1,8 +1,6 @@
 //! `pliant scale` as a user runs it.
 
-mod common;
-
-use common::{json as ok, pliant};
+use crate::common::{json as ok, pliant};
 
 const CLUSTER: &str = r#"{
   "servers": [1, 2, 3],

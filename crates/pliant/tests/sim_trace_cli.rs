@@ -1,10 +1,8 @@
 //! `pliant sim` and `pliant trace` as a user runs them.
 
-mod common;
-
 use std::path::Path;
 
-use common::{err, ok, pliant};
+use crate::common::{err, ok, pliant};
 
 #[test]
 fn gen_convert_stats_and_sim_with_belady() {

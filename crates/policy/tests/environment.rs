@@ -1,8 +1,6 @@
 //! Every name of the policy environment, as policies see it.
 
-mod common;
-
-use common::{cluster, f};
+use crate::common::{cluster, f};
 use pliant_policy::{Engine, HowMuch, Metrics, ParamValue, Params, ServerId};
 
 fn howmuch_of(engine: &mut Engine, code: &str) -> HowMuch {

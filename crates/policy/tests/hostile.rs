@@ -1,9 +1,7 @@
 //! Hostile policies, one test each: every one is contained with a typed error, and the engine
 //! keeps serving the good policy that was running before.
 
-mod common;
-
-use common::{cluster, f, small_engine};
+use crate::common::{cluster, f, small_engine};
 use pliant_policy::{Callback, Engine, PolicyError};
 
 const GOOD: &str = "function when() return true end function howmuch() return 42 end";

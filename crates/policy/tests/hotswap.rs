@@ -1,9 +1,7 @@
 //! Hot swap: install, versions, history, rollback; a failing candidate never replaces the running
 //! policy.
 
-mod common;
-
-use common::{cluster, f};
+use crate::common::{cluster, f};
 use pliant_policy::{Engine, HowMuch, PolicyError};
 
 fn amount(e: &mut Engine) -> f64 {

@@ -1,7 +1,5 @@
 //! The shipped policies on hand-made scenarios with known answers.
 
-mod common;
-
 use std::rc::Rc;
 
 use pliant_policy::{

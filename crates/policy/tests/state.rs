@@ -1,10 +1,8 @@
 //! `WRstate` persistence: across decisions, across engine restarts, and not during dry runs.
 
-mod common;
-
 use std::rc::Rc;
 
-use common::{cluster, f};
+use crate::common::{cluster, f};
 use pliant_policy::{Engine, EngineConfig, FileStore, HowMuch, StateStore, StateValue};
 
 const COUNTER: &str = r#"

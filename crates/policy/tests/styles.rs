@@ -1,8 +1,6 @@
 //! Both policy styles: global functions in one file, and Mantle-library chunks.
 
-mod common;
-
-use common::{cluster, f};
+use crate::common::{cluster, f};
 use pliant_policy::{Callback, Engine, HowMuch, PolicySource, ServerId, Style};
 
 #[test]

@@ -1,5 +1,4 @@
 //! Running the `pliant` binary from tests.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Output};

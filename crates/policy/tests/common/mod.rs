@@ -1,5 +1,4 @@
 //! Helpers shared by the policy integration tests.
-#![allow(dead_code)]
 
 use std::rc::Rc;
 

@@ -1,0 +1,9 @@
+//! The integration tests of `pliant`, as one binary: every test binary links the whole
+//! dependency tree (the Lua VM among it), so one binary instead of one per file saves those
+//! links in every build of the suite. Each module is one subject.
+
+mod common;
+mod parsplice_cli;
+mod policy_cli;
+mod scale_cli;
+mod sim_trace_cli;
