@@ -16,9 +16,9 @@
 //! - The ghost-hit flags are cleared only by a later hit (data or ghost) or by the insert that
 //!   follows a ghost hit, and REPLACE's tie rule reads the flag as it stands.
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::List;
-use crate::policy::{Evicted, Policy, Request, Units};
 
 const T1: u32 = 0;
 const T2: u32 = 1;
@@ -116,7 +116,7 @@ impl Arc {
     }
 }
 
-impl Policy for Arc {
+impl Algorithm for Arc {
     fn name(&self) -> &'static str {
         "arc"
     }

@@ -8,8 +8,8 @@
 //! strictly smaller, sift-down to the larger child preferring the left on ties, removal by moving
 //! the last element into the hole).
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::list::{Index, new_index};
-use crate::policy::{Evicted, Policy, Request, Units};
 
 #[derive(Debug, Clone, Copy)]
 struct Node {
@@ -134,7 +134,7 @@ fn priority(next_access: i64) -> f64 {
     }
 }
 
-impl Policy for Belady {
+impl Algorithm for Belady {
     fn name(&self) -> &'static str {
         "belady"
     }

@@ -1,7 +1,7 @@
 //! The cache core: capacity in bytes or keys, per-operation eviction, run-time resize, and the
 //! counters every caller wants.
 
-use crate::policy::{Policy, Request, Units};
+use crate::algorithm::{Algorithm, Request, Units};
 
 /// A cache's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +102,7 @@ pub enum PutOutcome {
 
 /// A cache: an eviction algorithm plus capacity, resize and counters.
 pub struct Cache {
-    policy: Box<dyn Policy>,
+    algo: Box<dyn Algorithm>,
     capacity: Capacity,
     stats: Stats,
 }
@@ -110,7 +110,7 @@ pub struct Cache {
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
-            .field("algorithm", &self.policy.name())
+            .field("algorithm", &self.algo.name())
             .field("capacity", &self.capacity)
             .field("stats", &self.stats)
             .finish()
@@ -119,9 +119,9 @@ impl std::fmt::Debug for Cache {
 
 impl Cache {
     /// A cache around an algorithm built for `capacity` (see [`crate::build`]).
-    pub fn new(policy: Box<dyn Policy>, capacity: Capacity) -> Self {
+    pub fn new(algo: Box<dyn Algorithm>, capacity: Capacity) -> Self {
         Self {
-            policy,
+            algo,
             capacity,
             stats: Stats::default(),
         }
@@ -129,7 +129,7 @@ impl Cache {
 
     /// The algorithm's name.
     pub fn algorithm(&self) -> &'static str {
-        self.policy.name()
+        self.algo.name()
     }
 
     /// The capacity.
@@ -144,21 +144,21 @@ impl Cache {
 
     /// Heap bytes the algorithm's structures have allocated.
     pub fn allocated_bytes(&self) -> usize {
-        self.policy.allocated_bytes()
+        self.algo.allocated_bytes()
     }
 
     /// libCacheSim's `get`: a hit records the access; a miss admits the object (evicting as
     /// needed) unless it can never fit. Returns whether it was a hit.
     #[inline]
     pub fn access(&mut self, req: &Request) -> bool {
-        if self.policy.find(req, true).is_some() {
+        if self.algo.find(req, true).is_some() {
             self.stats.hits += 1;
             self.stats.byte_hits += u64::from(req.size);
             return true;
         }
         self.stats.misses += 1;
         self.stats.byte_misses += u64::from(req.size);
-        if self.policy.can_insert(req) {
+        if self.algo.can_insert(req) {
             self.admit(req);
         }
         false
@@ -167,7 +167,7 @@ impl Cache {
     /// A lookup that does not admit on a miss (a tier that fetches from its parent and then
     /// [`Cache::put`]s). Returns the held size on a hit.
     pub fn get(&mut self, req: &Request) -> Option<u32> {
-        let r = self.policy.find(req, true);
+        let r = self.algo.find(req, true);
         if r.is_some() {
             self.stats.hits += 1;
             self.stats.byte_hits += u64::from(req.size);
@@ -180,20 +180,20 @@ impl Cache {
 
     /// Whether `key` is held, without touching any state.
     pub fn contains(&mut self, key: u64) -> bool {
-        self.policy.find(&Request::new(key, 0), false).is_some()
+        self.algo.find(&Request::new(key, 0), false).is_some()
     }
 
     /// Stores an object. A key already held with the same size is a redundant put: nothing
     /// changes (not even recency). A different size replaces the object.
     pub fn put(&mut self, req: &Request) -> PutOutcome {
-        match self.policy.find(req, false) {
+        match self.algo.find(req, false) {
             Some(size) if size == req.size => {
                 self.stats.redundant_puts += 1;
                 PutOutcome::Redundant
             }
             Some(_) => {
-                self.policy.remove(req.key);
-                let admitted = self.policy.can_insert(req) && self.admit(req);
+                self.algo.remove(req.key);
+                let admitted = self.algo.can_insert(req) && self.admit(req);
                 self.sync();
                 if admitted {
                     PutOutcome::Resized
@@ -201,14 +201,14 @@ impl Cache {
                     PutOutcome::Rejected
                 }
             }
-            None if self.policy.can_insert(req) && self.admit(req) => PutOutcome::Inserted,
+            None if self.algo.can_insert(req) && self.admit(req) => PutOutcome::Inserted,
             None => PutOutcome::Rejected,
         }
     }
 
     /// Removes a key; returns whether it was held.
     pub fn remove(&mut self, key: u64) -> bool {
-        let removed = self.policy.remove(key).is_some();
+        let removed = self.algo.remove(key).is_some();
         self.sync();
         removed
     }
@@ -225,10 +225,10 @@ impl Cache {
             "a cache cannot change between byte and key capacity"
         );
         self.capacity = capacity;
-        self.policy.set_capacity(capacity.amount());
+        self.algo.set_capacity(capacity.amount());
         let probe = Request::new(u64::MAX, 0);
-        while self.policy.occupied() > capacity.amount() && !self.policy.is_empty() {
-            if self.policy.evict(&probe).is_some() {
+        while self.algo.occupied() > capacity.amount() && !self.algo.is_empty() {
+            if self.algo.evict(&probe).is_some() {
                 self.stats.evictions += 1;
             }
         }
@@ -239,12 +239,12 @@ impl Cache {
     fn admit(&mut self, req: &Request) -> bool {
         let cap = self.capacity.amount();
         let w = self.capacity.units().weight(req.size);
-        while self.policy.occupied() + w > cap && !self.policy.is_empty() {
-            if self.policy.evict(req).is_some() {
+        while self.algo.occupied() + w > cap && !self.algo.is_empty() {
+            if self.algo.evict(req).is_some() {
                 self.stats.evictions += 1;
             }
         }
-        let inserted = self.policy.insert(req);
+        let inserted = self.algo.insert(req);
         if inserted {
             self.stats.insertions += 1;
         }
@@ -255,8 +255,8 @@ impl Cache {
     #[inline]
     fn sync(&mut self) {
         let s = &mut self.stats;
-        s.keys = self.policy.len();
-        s.bytes = self.policy.bytes();
+        s.keys = self.algo.len();
+        s.bytes = self.algo.bytes();
         s.peak_keys = s.peak_keys.max(s.keys);
         s.peak_bytes = s.peak_bytes.max(s.bytes);
     }

@@ -5,9 +5,9 @@
 //! Eviction looks at the tail: while its frequency is at least 1, decrement it and move the object
 //! to the head; then evict the tail. Hits keep the original size.
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::List;
-use crate::policy::{Evicted, Policy, Request, Units};
 
 /// CLOCK with one reference bit.
 #[derive(Debug)]
@@ -31,7 +31,7 @@ impl Clock {
     }
 }
 
-impl Policy for Clock {
+impl Algorithm for Clock {
     fn name(&self) -> &'static str {
         "clock"
     }

@@ -1,7 +1,7 @@
 //! State shared by the list-based algorithms: the key index, node storage, units and capacity.
 
+use crate::algorithm::{Evicted, Units};
 use crate::list::{Index, List, NIL, Slab, new_index};
-use crate::policy::{Evicted, Units};
 
 /// Index + slab + capacity bookkeeping. Ghost entries, where an algorithm keeps them, live here
 /// too; resident weight and bytes are tracked by the algorithm's lists.
@@ -87,7 +87,7 @@ impl Core {
     }
 }
 
-/// The `Policy` methods every single-queue algorithm (`core` + one list `q`) implements the same
+/// The `Algorithm` methods every single-queue algorithm (`core` + one list `q`) implements the same
 /// way: removal, occupancy, capacity and memory accounting.
 macro_rules! single_queue_accounting {
     () => {

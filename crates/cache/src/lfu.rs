@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::List;
-use crate::policy::{Evicted, Policy, Request, Units};
 
 /// Least frequently used, FIFO among equal frequencies.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ impl Lfu {
     }
 }
 
-impl Policy for Lfu {
+impl Algorithm for Lfu {
     fn name(&self) -> &'static str {
         "lfu"
     }

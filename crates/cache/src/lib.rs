@@ -13,6 +13,7 @@
 //! Dependencies: `foldhash` for the key index (fast on integer keys, fixed seed so runs are
 //! deterministic); `thiserror` for the typed error.
 
+mod algorithm;
 pub mod arc;
 pub mod belady;
 mod cache;
@@ -22,25 +23,120 @@ pub mod fifo;
 pub mod lfu;
 mod list;
 pub mod lru;
-mod policy;
 pub mod s3fifo;
 pub mod sieve;
 pub mod wtinylfu;
 
+pub use algorithm::{Algorithm, Evicted, NO_NEXT_ACCESS, Request, Units};
 pub use cache::{Cache, Capacity, PutOutcome, Stats};
-pub use policy::{Evicted, NO_NEXT_ACCESS, Policy, Request, Units};
 
-/// Registered algorithm names.
-pub const ALGORITHMS: [&str; 9] = [
-    "lru", "fifo", "clock", "lfu", "arc", "sieve", "s3fifo", "wtinylfu", "belady",
+/// One registered algorithm: everything the CLI, the README's table and the tests know of it.
+#[derive(Debug, Clone, Copy)]
+pub struct AlgorithmInfo {
+    /// The name `--algo` takes.
+    pub name: &'static str,
+    /// Other names accepted for it.
+    pub aliases: &'static [&'static str],
+    /// What it is, in a few words.
+    pub summary: &'static str,
+    /// The parameters it takes after a colon (`s3fifo:small=0.2`); empty if none.
+    pub params: &'static str,
+    make: Make,
+}
+
+/// A built algorithm, or why its parameters were refused.
+type Built = Result<Box<dyn Algorithm>, AlgorithmError>;
+
+#[derive(Debug, Clone, Copy)]
+enum Make {
+    Plain(fn(u64, Units) -> Box<dyn Algorithm>),
+    WithParams(fn(u64, Units, &str) -> Built),
+}
+
+/// Every algorithm, in the order tables list them. Adding one is adding its module and an entry
+/// here: [`build`], the CLI's help, the tests that run every algorithm and the check of the
+/// README's table (`tests/api.rs`) all follow from this list.
+pub const ALGORITHMS: &[AlgorithmInfo] = &[
+    plain("lru", &[], "least recently used", |c, u| {
+        Box::new(lru::Lru::new(c, u))
+    }),
+    plain("fifo", &[], "first in, first out", |c, u| {
+        Box::new(fifo::Fifo::new(c, u))
+    }),
+    plain("clock", &[], "CLOCK with one reference bit", |c, u| {
+        Box::new(clock::Clock::new(c, u))
+    }),
+    plain(
+        "lfu",
+        &[],
+        "least frequently used, FIFO among equals",
+        |c, u| Box::new(lfu::Lfu::new(c, u)),
+    ),
+    plain("arc", &[], "adaptive replacement cache", |c, u| {
+        Box::new(arc::Arc::new(c, u))
+    }),
+    plain("sieve", &[], "SIEVE", |c, u| {
+        Box::new(sieve::Sieve::new(c, u))
+    }),
+    AlgorithmInfo {
+        name: "s3fifo",
+        aliases: &["s3-fifo"],
+        summary: "S3-FIFO: small, main and ghost FIFO queues",
+        params: "small=RATIO in (0, 1), default 0.1; threshold=N ≥ 1, default 2",
+        make: Make::WithParams(s3fifo_with),
+    },
+    plain(
+        "wtinylfu",
+        &["w-tinylfu"],
+        "W-TinyLFU: 1% LRU window, SLRU main, count-min sketch",
+        |c, u| Box::new(wtinylfu::WTinyLfu::new(c, u)),
+    ),
+    plain(
+        "belady",
+        &["min"],
+        "Belady's MIN, the offline optimum (needs next-access times)",
+        |c, u| Box::new(belady::Belady::new(c, u)),
+    ),
 ];
+
+const fn plain(
+    name: &'static str,
+    aliases: &'static [&'static str],
+    summary: &'static str,
+    new: fn(u64, Units) -> Box<dyn Algorithm>,
+) -> AlgorithmInfo {
+    AlgorithmInfo {
+        name,
+        aliases,
+        summary,
+        params: "",
+        make: Make::Plain(new),
+    }
+}
+
+/// The registered algorithm called `name` (or one of its aliases), case-insensitively.
+pub fn algorithm(name: &str) -> Option<&'static AlgorithmInfo> {
+    let name = name.trim();
+    ALGORITHMS.iter().find(|a| {
+        a.name.eq_ignore_ascii_case(name) || a.aliases.iter().any(|x| x.eq_ignore_ascii_case(name))
+    })
+}
+
+/// The registered names, comma-separated (for help texts and errors).
+pub fn algorithm_names() -> String {
+    ALGORITHMS
+        .iter()
+        .map(|a| a.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// An algorithm name (or its parameters) that is not understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AlgorithmError {
     /// No algorithm of that name.
-    #[error("unknown algorithm {name:?}; known: {}", ALGORITHMS.join(", "))]
+    #[error("unknown algorithm {name:?}; known: {}", algorithm_names())]
     Unknown {
         /// The name given.
         name: String,
@@ -59,68 +155,53 @@ pub enum AlgorithmError {
 
 /// Builds the algorithm `spec` (a name from [`ALGORITHMS`], optionally `name:key=value,...`)
 /// for `capacity`.
-pub fn build(spec: &str, capacity: Capacity) -> Result<Box<dyn Policy>, AlgorithmError> {
+pub fn build(spec: &str, capacity: Capacity) -> Built {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
-    let name = name.trim().to_ascii_lowercase();
+    let info = algorithm(name).ok_or_else(|| AlgorithmError::Unknown {
+        name: name.trim().to_ascii_lowercase(),
+    })?;
     let (cap, units) = (capacity.amount(), capacity.units());
-    let no_params = || {
-        if params.is_empty() {
-            Ok(())
-        } else {
-            Err(AlgorithmError::Param {
-                algorithm: name.clone(),
-                param: params.to_string(),
-                reason: "this algorithm takes no parameters".into(),
-            })
-        }
-    };
-    Ok(match name.as_str() {
-        "lru" => no_params().map(|_| Box::new(lru::Lru::new(cap, units)) as Box<dyn Policy>)?,
-        "fifo" => no_params().map(|_| Box::new(fifo::Fifo::new(cap, units)) as Box<dyn Policy>)?,
-        "clock" => {
-            no_params().map(|_| Box::new(clock::Clock::new(cap, units)) as Box<dyn Policy>)?
-        }
-        "lfu" => no_params().map(|_| Box::new(lfu::Lfu::new(cap, units)) as Box<dyn Policy>)?,
-        "arc" => no_params().map(|_| Box::new(arc::Arc::new(cap, units)) as Box<dyn Policy>)?,
-        "sieve" => {
-            no_params().map(|_| Box::new(sieve::Sieve::new(cap, units)) as Box<dyn Policy>)?
-        }
-        "wtinylfu" | "w-tinylfu" => {
-            no_params().map(|_| Box::new(wtinylfu::WTinyLfu::new(cap, units)) as Box<dyn Policy>)?
-        }
-        "belady" | "min" => {
-            no_params().map(|_| Box::new(belady::Belady::new(cap, units)) as Box<dyn Policy>)?
-        }
-        "s3fifo" | "s3-fifo" => {
-            let (mut small, mut threshold) = (0.1, 2);
-            for kv in params.split(',').filter(|s| !s.trim().is_empty()) {
-                let bad = |reason: &str| AlgorithmError::Param {
-                    algorithm: "s3fifo".into(),
-                    param: kv.to_string(),
-                    reason: reason.into(),
-                };
-                match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
-                    Some(("small", v)) => {
-                        small = v
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|x| *x > 0.0 && *x < 1.0)
-                            .ok_or_else(|| bad("small must be a ratio in (0, 1)"))?;
-                    }
-                    Some(("threshold", v)) => {
-                        threshold = v
-                            .parse::<u32>()
-                            .ok()
-                            .filter(|x| *x >= 1)
-                            .ok_or_else(|| bad("threshold must be an integer ≥ 1"))?;
-                    }
-                    _ => return Err(bad("expected small=RATIO or threshold=N")),
-                }
+    match info.make {
+        Make::WithParams(make) => make(cap, units, params),
+        Make::Plain(_) if !params.is_empty() => Err(AlgorithmError::Param {
+            algorithm: info.name.into(),
+            param: params.to_string(),
+            reason: "this algorithm takes no parameters".into(),
+        }),
+        Make::Plain(new) => Ok(new(cap, units)),
+    }
+}
+
+/// S3-FIFO with `small=RATIO,threshold=N` parameters (each optional).
+fn s3fifo_with(cap: u64, units: Units, params: &str) -> Built {
+    let (mut small, mut threshold) = (0.1, 2);
+    for kv in params.split(',').filter(|s| !s.trim().is_empty()) {
+        let bad = |reason: &str| AlgorithmError::Param {
+            algorithm: "s3fifo".into(),
+            param: kv.to_string(),
+            reason: reason.into(),
+        };
+        match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("small", v)) => {
+                small = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| *x > 0.0 && *x < 1.0)
+                    .ok_or_else(|| bad("small must be a ratio in (0, 1)"))?;
             }
-            Box::new(s3fifo::S3Fifo::with_params(cap, units, small, threshold))
+            Some(("threshold", v)) => {
+                threshold = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|x| *x >= 1)
+                    .ok_or_else(|| bad("threshold must be an integer ≥ 1"))?;
+            }
+            _ => return Err(bad("expected small=RATIO or threshold=N")),
         }
-        _ => return Err(AlgorithmError::Unknown { name }),
-    })
+    }
+    Ok(Box::new(s3fifo::S3Fifo::with_params(
+        cap, units, small, threshold,
+    )))
 }
 
 /// A [`Cache`] running algorithm `spec` at `capacity`.

@@ -4,9 +4,9 @@
 //! head and keeps its original size; eviction takes the tail. An object heavier than the whole
 //! cache is never admitted.
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::List;
-use crate::policy::{Evicted, Policy, Request, Units};
 
 /// Least recently used.
 pub type Lru = Queue<true>;
@@ -32,7 +32,7 @@ impl<const PROMOTE: bool> Queue<PROMOTE> {
     }
 }
 
-impl<const PROMOTE: bool> Policy for Queue<PROMOTE> {
+impl<const PROMOTE: bool> Algorithm for Queue<PROMOTE> {
     fn name(&self) -> &'static str {
         if PROMOTE { "lru" } else { "fifo" }
     }

@@ -16,9 +16,9 @@
 //!   objects larger than itself); repeat until one left or small is empty. Main: take the oldest;
 //!   with frequency ≥ 1 it is reinserted at frequency min(f, 3) − 1, else it leaves.
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::List;
-use crate::policy::{Evicted, Policy, Request, Units};
 
 const SMALL: u32 = 0;
 const MAIN: u32 = 1;
@@ -155,7 +155,7 @@ impl S3Fifo {
     }
 }
 
-impl Policy for S3Fifo {
+impl Algorithm for S3Fifo {
     fn name(&self) -> &'static str {
         "s3fifo"
     }

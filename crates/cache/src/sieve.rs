@@ -7,9 +7,9 @@
 //! the object just head-ward of it (none if it was the head). Removing the object under the hand
 //! moves the hand head-ward too.
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::{List, NIL};
-use crate::policy::{Evicted, Policy, Request, Units};
 
 /// SIEVE.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ impl Sieve {
     }
 }
 
-impl Policy for Sieve {
+impl Algorithm for Sieve {
     fn name(&self) -> &'static str {
         "sieve"
     }

@@ -13,9 +13,9 @@
 //!   main has room, else competes with main's victim (probation's oldest, or protected's): the
 //!   object with the higher estimate stays, a tie keeps the incumbent.
 
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 use crate::core::Core;
 use crate::list::List;
-use crate::policy::{Evicted, Policy, Request, Units};
 
 const WINDOW: u32 = 0;
 const PROBATION: u32 = 1;
@@ -141,7 +141,7 @@ impl WTinyLfu {
     }
 }
 
-impl Policy for WTinyLfu {
+impl Algorithm for WTinyLfu {
     fn name(&self) -> &'static str {
         "wtinylfu"
     }

@@ -8,7 +8,7 @@ fn req(key: u64, size: u32) -> Request {
 
 #[test]
 fn redundant_put_is_counted_and_changes_nothing() {
-    for algo in ALGORITHMS {
+    for algo in ALGORITHMS.iter().map(|a| a.name) {
         let mut c = pliant_cache::cache(algo, Capacity::Keys(100)).expect("algorithm");
         assert_eq!(c.put(&req(1, 100)), PutOutcome::Inserted, "{algo}");
         assert_eq!(c.put(&req(1, 100)), PutOutcome::Redundant, "{algo}");
@@ -24,7 +24,7 @@ fn redundant_put_is_counted_and_changes_nothing() {
 
 #[test]
 fn put_with_new_size_replaces_the_object() {
-    for algo in ALGORITHMS {
+    for algo in ALGORITHMS.iter().map(|a| a.name) {
         let mut c = pliant_cache::cache(algo, Capacity::Bytes(10_000)).expect("algorithm");
         c.put(&req(1, 100));
         assert_eq!(c.put(&req(1, 300)), PutOutcome::Resized, "{algo}");
@@ -34,7 +34,7 @@ fn put_with_new_size_replaces_the_object() {
 
 #[test]
 fn object_larger_than_cache_is_never_admitted() {
-    for algo in ALGORITHMS {
+    for algo in ALGORITHMS.iter().map(|a| a.name) {
         let mut c = pliant_cache::cache(algo, Capacity::Bytes(1000)).expect("algorithm");
         c.access(&req(1, 10));
         assert!(!c.access(&req(2, 5000)), "{algo}");
@@ -46,7 +46,7 @@ fn object_larger_than_cache_is_never_admitted() {
 
 #[test]
 fn get_does_not_admit_but_access_does() {
-    for algo in ALGORITHMS {
+    for algo in ALGORITHMS.iter().map(|a| a.name) {
         let mut c = pliant_cache::cache(algo, Capacity::Keys(100)).expect("algorithm");
         assert_eq!(c.get(&req(1, 10)), None, "{algo}");
         assert!(!c.contains(1), "{algo}");
@@ -59,7 +59,7 @@ fn get_does_not_admit_but_access_does() {
 
 #[test]
 fn remove_forgets_the_key() {
-    for algo in ALGORITHMS {
+    for algo in ALGORITHMS.iter().map(|a| a.name) {
         let mut c = pliant_cache::cache(algo, Capacity::Keys(100)).expect("algorithm");
         c.access(&req(1, 10));
         c.access(&req(2, 10));
@@ -133,4 +133,48 @@ fn s3fifo_under_twenty_keys_admits_nothing_like_libcachesim() {
     let mut c = pliant_cache::cache("s3fifo", Capacity::Keys(20)).expect("s3fifo");
     c.access(&req(1, 1));
     assert_eq!(c.stats().keys, 1);
+}
+
+/// The README's algorithm table names exactly the registered algorithms, each once, so adding
+/// one to the registry without documenting it (or the reverse) fails here.
+#[test]
+fn the_readme_table_lists_every_registered_algorithm() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| algorithm | name | notes |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(!table.is_empty(), "no algorithm table in README.md");
+    let mut named: Vec<String> = table
+        .iter()
+        .filter_map(|row| row.split('|').nth(2))
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .map(|name| name.split(':').next().unwrap_or(name).to_string())
+        .collect();
+    named.sort();
+    named.dedup();
+    let mut registered: Vec<String> = ALGORITHMS.iter().map(|a| a.name.to_string()).collect();
+    registered.sort();
+    assert_eq!(named, registered);
+}
+
+/// Every name and alias of the registry builds its algorithm; a plain one refuses parameters.
+#[test]
+fn every_registered_name_and_alias_builds() {
+    for a in ALGORITHMS {
+        for name in std::iter::once(&a.name).chain(a.aliases) {
+            let c = pliant_cache::cache(&name.to_uppercase(), Capacity::Keys(10))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(c.algorithm(), a.name, "{name}");
+        }
+        if a.params.is_empty() {
+            assert!(matches!(
+                pliant_cache::build(&format!("{}:x=1", a.name), Capacity::Keys(10)),
+                Err(pliant_cache::AlgorithmError::Param { .. })
+            ));
+        }
+    }
 }

@@ -103,7 +103,7 @@ fn miss_counts_match_libcachesim_exactly() {
 #[test]
 fn unit_trace_gives_same_misses_in_bytes_and_keys() {
     let reqs = load("zipf-unit.oracleGeneral.gz");
-    for algo in pliant_cache::ALGORITHMS {
+    for algo in pliant_cache::ALGORITHMS.iter().map(|a| a.name) {
         assert_eq!(
             replay(algo, Capacity::Bytes(100), &reqs),
             replay(algo, Capacity::Keys(100), &reqs),

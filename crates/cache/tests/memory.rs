@@ -51,7 +51,7 @@ fn bytes_per_object(algo: &str) -> f64 {
 #[test]
 fn lru_overhead_is_at_most_64_bytes_per_object() {
     let mut report = Vec::new();
-    for algo in ALGORITHMS {
+    for algo in ALGORITHMS.iter().map(|a| a.name) {
         let b = bytes_per_object(algo);
         report.push(format!("{algo}: {b:.1} B/object"));
         if algo == "lru" {

@@ -38,7 +38,7 @@ proptest! {
     ) {
         let reqs = with_next_access(&t);
         let capacity = if keys_mode { Capacity::Keys(cap / 50 + 1) } else { Capacity::Bytes(cap) };
-        for algo in ALGORITHMS {
+        for algo in ALGORITHMS.iter().map(|a| a.name) {
             let mut c = pliant_cache::cache(algo, capacity).expect("algorithm");
             let mut bytes_requested = 0u64;
             for (n, r) in reqs.iter().enumerate() {
@@ -71,7 +71,7 @@ proptest! {
             c.stats().misses
         };
         let opt = misses("belady");
-        for algo in ALGORITHMS {
+        for algo in ALGORITHMS.iter().map(|a| a.name) {
             prop_assert!(opt <= misses(algo), "belady {} > {} {}", opt, algo, misses(algo));
         }
     }
@@ -83,7 +83,7 @@ proptest! {
         shrink_to in 0u64..100,
     ) {
         let reqs = with_next_access(&t);
-        for algo in ALGORITHMS {
+        for algo in ALGORITHMS.iter().map(|a| a.name) {
             let mut c = pliant_cache::cache(algo, Capacity::Bytes(cap)).expect("algorithm");
             for r in &reqs {
                 c.access(r);

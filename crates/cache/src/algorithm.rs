@@ -62,7 +62,7 @@ pub struct Evicted {
 ///
 /// Weights: every algorithm is built with a capacity and [`Units`]; `occupied` and all internal
 /// sizing (sub-queue shares, ghost sizes) are in those units.
-pub trait Policy: Send + std::fmt::Debug {
+pub trait Algorithm: Send + std::fmt::Debug {
     /// The algorithm's registered name.
     fn name(&self) -> &'static str;
 
