@@ -172,13 +172,11 @@ fn a_second_process_is_locked_out() {
     }
     let (_tmp, dir) = scratch();
     let exe = std::env::current_exe().expect("test binary");
+    // This test's name as libtest knows it: its module path without the crate's name.
+    let (_, module) = module_path!().split_once("::").expect("a module");
+    let name = format!("{module}::a_second_process_is_locked_out");
     let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "a_second_process_is_locked_out",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", &name, "--nocapture", "--test-threads=1"])
         .env(HOLD_ENV, &dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
