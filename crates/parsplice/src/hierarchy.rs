@@ -21,7 +21,7 @@ use crate::model::{
 };
 use crate::policy::{AutoChoice, CacheView, Decider, PolicyKind};
 use crate::replay::Replay;
-use crate::store::Store;
+use crate::store::{States, Store};
 use crate::workload::{Segment, StateProcess};
 
 /// Where segments come from.
@@ -184,7 +184,7 @@ const TRACE_EPOCH: u64 = 1_500_000_000;
 pub fn run(
     spec: &RunSpec,
     segments: Segments,
-    store: &Store,
+    store: &dyn Store,
     mut trace: Option<&mut dyn Write>,
     progress: &dyn Fn(f64),
 ) -> Result<RunReport, ParspliceError> {
@@ -216,8 +216,7 @@ pub fn run(
     let mut nodes: Vec<Node> = (0..w.nodes)
         .map(|i| {
             Ok(Node {
-                cache: pliant_cache::cache("lru", Capacity::Keys(spec.policy.initial_capacity()))
-                    .map_err(|e| ParspliceError::Config(e.to_string()))?,
+                cache: pliant_cache::cache("lru", Capacity::Keys(spec.policy.initial_capacity()))?,
                 decider: Decider::new(&spec.policy, w.seed ^ u64::from(i))?,
                 inflight: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(5)),
                 reads: 0,
@@ -252,7 +251,7 @@ pub fn run(
     // States stored before the first read: in the store, and in every WorkManager's cache.
     if let Segments::Replay(r) = segments {
         for &(k, size) in &r.preload {
-            store.put(k, size)?;
+            store.put_state(k, size)?;
             server.put(0.0);
             for node in &mut nodes {
                 node.puts += 1;
@@ -263,7 +262,7 @@ pub fn run(
     // The splicer stores the initial state before any worker reads it.
     if recorded.is_none() {
         let (k, size) = process.take_seeded();
-        store.put(k, size)?;
+        store.put_state(k, size)?;
         server.put(0.0);
     }
 
@@ -307,7 +306,7 @@ pub fn run(
                 }
                 // A put the tier already holds is ignored there and goes no further.
                 if fresh {
-                    store.put(k, size)?;
+                    store.put_state(k, size)?;
                     server.put(t);
                     states += 1;
                 }
@@ -343,15 +342,15 @@ pub fn run(
             None => {
                 let (seg, seeded) = process.next_segment();
                 if let Some((k, size)) = seeded {
-                    store.put(k, size)?;
+                    store.put_state(k, size)?;
                     server.put(t);
                 }
                 (seg, None)
             }
         };
-        if recorded.is_some() && store.size_of(seg.start)?.is_none() {
+        if recorded.is_some() && store.state_len(seg.start)?.is_none() {
             // A recorded trace may read a state written before the trace began.
-            store.put(seg.start, seg.start_size)?;
+            store.put_state(seg.start, seg.start_size)?;
         }
         let node = &mut nodes[node_i];
         node.reads += 1;
@@ -375,7 +374,7 @@ pub fn run(
             _ => {
                 let ready = server.read(t);
                 let len = store
-                    .size_of(seg.start)?
+                    .state_len(seg.start)?
                     .ok_or(ParspliceError::Lost(seg.start))?;
                 if len != seg.start_size as usize {
                     return Err(ParspliceError::Lost(seg.start));
@@ -395,7 +394,7 @@ pub fn run(
                 "{ts},DBMemoryGet,0,{}\n{ts},DBMemoryMRUGet,0,{}",
                 seg.start, seg.start
             )
-            .map_err(|e| ParspliceError::Io(e.to_string()))?;
+            .map_err(ParspliceError::Io)?;
         }
         let finish = t + latency + compute.unwrap_or_else(|| segment_seconds(seg.atoms, w));
         pending[wi as usize] = Some(Pending {
@@ -463,12 +462,11 @@ pub fn run(
 }
 
 fn write_put(out: &mut dyn Write, ts: u64, k: u64, unique: bool) -> Result<(), ParspliceError> {
-    let io = |e: std::io::Error| ParspliceError::Io(e.to_string());
-    writeln!(out, "{ts},DBMemoryPut,0,{k}").map_err(io)?;
+    writeln!(out, "{ts},DBMemoryPut,0,{k}").map_err(ParspliceError::Io)?;
     if unique {
-        writeln!(out, "{ts},DBMemoryPutUnique,0,{k}").map_err(io)?;
+        writeln!(out, "{ts},DBMemoryPutUnique,0,{k}").map_err(ParspliceError::Io)?;
     }
-    writeln!(out, "{ts},DBMemoryMRUPut,0,{k}").map_err(io)
+    writeln!(out, "{ts},DBMemoryMRUPut,0,{k}").map_err(ParspliceError::Io)
 }
 
 /// What the decisions record as the run goes: one tick per interval, the policy's trims, peaks.

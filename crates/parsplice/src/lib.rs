@@ -9,15 +9,16 @@
 //!   simulation;
 //! - [`policy`]: unlimited, static LRU, the two-phase Lua policy, any Lua policy, and `auto`;
 //! - [`replay`]: a recorded trace replayed on its own clock, and `ps-config.xml`;
-//! - [`store`]: fjall on disk;
+//! - [`store`]: state ids and values over the persistent tier (`pliant-store`; fjall on disk in
+//!   the demo);
 //! - [`study`]: the studies' policies run side by side (what `pliant demo` shows).
 //!
 //! Efficiency of a policy at time t is its trajectory at t over the unlimited cache's.
 //!
-//! Dependencies: `fjall` (the LSM store, pure Rust), `rand`/`rand_pcg` (seeded state process),
-//! `foldhash`, `tempfile` (scratch stores), `serde`, `thiserror`, `roxmltree` (reads a run's
-//! `ps-config.xml`), `rayon` (a study's policies run in parallel); Pliant's `cache`, `policy`, `regime`, `tier` (what a policy sees of a WorkManager cache) and `trace` (reads recorded traces)
-//! crates.
+//! Dependencies: `rand`/`rand_pcg` (seeded state process), `foldhash`, `serde`, `thiserror`,
+//! `roxmltree` (reads a run's `ps-config.xml`), `rayon` (a study's policies run in parallel);
+//! Pliant's `cache`, `policy`, `regime`, `store` (the persistent tier), `tier` (what a policy
+//! sees of a WorkManager cache) and `trace` (reads recorded traces) crates.
 
 pub mod hierarchy;
 pub mod model;
@@ -31,7 +32,7 @@ pub use hierarchy::{RunReport, RunSpec, Segments, Tick, run};
 pub use model::{StoreParams, WorkloadParams};
 pub use policy::{AutoChoice, PolicyKind};
 pub use replay::{Coverage, Replay, RunConfig, replay_efficiency};
-pub use store::Store;
+pub use store::{FjallStore, States, Store, StoreError};
 pub use workload::{Segment, StateProcess};
 
 /// What can go wrong.
@@ -43,16 +44,22 @@ pub enum ParspliceError {
     Config(String),
     /// The store failed.
     #[error("store: {0}")]
-    Store(String),
+    Store(#[from] StoreError),
+    /// The store holds a key that is not a state id (not 8 bytes).
+    #[error("the store holds a key that is not a state id: {0:02x?}")]
+    NotAState(Vec<u8>),
+    /// A cache could not be built.
+    #[error("cache: {0}")]
+    Cache(#[from] pliant_cache::AlgorithmError),
     /// A value the store should hold is missing or wrong: data was lost.
     #[error("state {0} is missing from the store or has the wrong size")]
     Lost(u64),
     /// A policy failed.
     #[error("policy: {0}")]
     Policy(#[from] pliant_policy::PolicyError),
-    /// Writing output failed.
-    #[error("{0}")]
-    Io(String),
+    /// Writing output (the generated trace) failed.
+    #[error("writing output: {0}")]
+    Io(#[source] std::io::Error),
     /// An input file could not be read.
     #[error("{}: {source}", path.display())]
     Read {

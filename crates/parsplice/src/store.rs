@@ -1,101 +1,60 @@
-//! The persistent store at the top of the hierarchy: fjall (an LSM tree) on disk, holding every
-//! value that reaches it. Its *speed* in the simulation comes from [`crate::StoreParams`]; the
-//! I/O here is real so that "nothing lost" can be checked by reading every value back.
+//! ParSplice's states in the persistent tier at the top of the hierarchy, any
+//! [`pliant_store::Store`] (the demo's is fjall on disk, [`FjallStore`]).
+//!
+//! A state's key is its id big-endian, so keys sort by id; its value is `size` bytes derived from
+//! the id ([`value_of`]), so that a read-back can check it. The store's *speed* in the simulation
+//! comes from [`crate::StoreParams`]; the I/O is real so that "nothing lost" can be checked by
+//! reading every value back.
 
-use std::path::Path;
-
-use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+pub use pliant_store::{FjallStore, MemStore, Store, StoreError};
 
 use crate::ParspliceError;
 
-/// Values on disk.
-pub struct Store {
-    _db: Database,
-    values: Keyspace,
-    _dir: Option<tempfile::TempDir>,
+/// The store key of state `id`.
+pub fn key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
 }
 
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").finish_non_exhaustive()
-    }
+/// The coordinates of state `key`: `size` bytes derived from the key, so a read-back can check
+/// them.
+pub fn value_of(key: u64, size: u32) -> Vec<u8> {
+    key.to_le_bytes()
+        .iter()
+        .copied()
+        .cycle()
+        .take(size as usize)
+        .collect()
 }
 
-fn err(e: impl std::fmt::Display) -> ParspliceError {
-    ParspliceError::Store(e.to_string())
-}
-
-impl Store {
-    /// A store in a fresh temporary directory, removed when dropped.
-    pub fn temporary() -> Result<Self, ParspliceError> {
-        let dir = tempfile::tempdir().map_err(err)?;
-        let mut s = Self::open(dir.path())?;
-        s._dir = Some(dir);
-        Ok(s)
-    }
-
-    /// A store in `path`.
-    pub fn open(path: &Path) -> Result<Self, ParspliceError> {
-        let db = Database::builder(path).open().map_err(err)?;
-        let values = db
-            .keyspace("values", KeyspaceCreateOptions::default)
-            .map_err(err)?;
-        Ok(Self {
-            _db: db,
-            values,
-            _dir: None,
-        })
-    }
-
-    /// The coordinates of state `key`: `size` bytes derived from the key, so a read-back can check
-    /// them.
-    pub fn value_of(key: u64, size: u32) -> Vec<u8> {
-        key.to_le_bytes()
-            .iter()
-            .copied()
-            .cycle()
-            .take(size as usize)
-            .collect()
-    }
-
+/// ParSplice's operations on a store, in state ids.
+pub trait States {
     /// Writes a state's coordinates.
-    pub fn put(&self, key: u64, size: u32) -> Result<(), ParspliceError> {
-        self.values
-            .insert(key.to_be_bytes(), Self::value_of(key, size))
-            .map_err(err)
+    fn put_state(&self, id: u64, size: u32) -> Result<(), StoreError>;
+
+    /// Size of a state's stored coordinates (the simulation's reads).
+    fn state_len(&self, id: u64) -> Result<Option<usize>, StoreError>;
+
+    /// Every stored `(id, value)`, in id order (for checks that nothing was lost).
+    fn states(&self) -> Result<Vec<(u64, Vec<u8>)>, ParspliceError>;
+}
+
+impl<S: Store + ?Sized> States for S {
+    fn put_state(&self, id: u64, size: u32) -> Result<(), StoreError> {
+        self.put(&key(id), &value_of(id, size))
     }
 
-    /// Reads a state's coordinates.
-    pub fn get(&self, key: u64) -> Result<Option<Vec<u8>>, ParspliceError> {
-        Ok(self
-            .values
-            .get(key.to_be_bytes())
-            .map_err(err)?
-            .map(|v| v.to_vec()))
+    fn state_len(&self, id: u64) -> Result<Option<usize>, StoreError> {
+        self.value_len(&key(id))
     }
 
-    /// Every stored `(key, value)`, in key order (for checks that nothing was lost).
-    pub fn entries(&self) -> Result<Vec<(u64, Vec<u8>)>, ParspliceError> {
-        self.values
-            .iter()
+    fn states(&self) -> Result<Vec<(u64, Vec<u8>)>, ParspliceError> {
+        self.range(pliant_store::ALL)
             .map(|kv| {
-                let (k, v) = kv.into_inner().map_err(err)?;
-                let key = u64::from_be_bytes(
-                    k.as_ref()
-                        .try_into()
-                        .map_err(|_| ParspliceError::Store("a key is not 8 bytes".into()))?,
-                );
-                Ok((key, v.to_vec()))
+                let (k, v) = kv?;
+                let id = <[u8; 8]>::try_from(k.as_slice())
+                    .map_err(|_| ParspliceError::NotAState(k.clone()))?;
+                Ok((u64::from_be_bytes(id), v))
             })
             .collect()
-    }
-
-    /// Size of a state's stored coordinates, without copying them (the simulation's reads).
-    pub fn size_of(&self, key: u64) -> Result<Option<usize>, ParspliceError> {
-        Ok(self
-            .values
-            .get(key.to_be_bytes())
-            .map_err(err)?
-            .map(|v| v.len()))
     }
 }

@@ -16,7 +16,7 @@ use crate::hierarchy::{RunReport, RunSpec, Segments, run};
 use crate::model::{StoreParams, WorkloadParams};
 use crate::policy::PolicyKind;
 use crate::replay::{Replay, RunConfig, replay_efficiency};
-use crate::store::Store;
+use crate::store::FjallStore;
 use crate::{ParspliceError, efficiency};
 
 /// Seconds between policy decisions: ParSplice's performance counters come every 10 s
@@ -206,7 +206,7 @@ pub fn run_all(
         .par_iter()
         .enumerate()
         .map(|(i, p)| {
-            let scratch = Store::temporary()?;
+            let scratch = FjallStore::temporary()?;
             let spec = RunSpec {
                 policy: p.clone(),
                 workload,

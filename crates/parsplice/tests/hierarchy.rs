@@ -1,9 +1,10 @@
 //! The hierarchy's semantics, each on a hand-made sequence of segments, and the model's
 //! guarantees: determinism, nothing lost, unlimited = 100%.
 
+use pliant_parsplice::store::value_of;
 use pliant_parsplice::{
-    PolicyKind, RunReport, RunSpec, Segment, Segments, Store, StoreParams, WorkloadParams,
-    efficiency, run,
+    FjallStore, PolicyKind, RunReport, RunSpec, Segment, Segments, States, Store, StoreParams,
+    WorkloadParams, efficiency, run,
 };
 
 fn seg(start: u64, new: Option<u64>) -> Segment {
@@ -29,14 +30,14 @@ fn spec(policy: PolicyKind, workers: u32, nodes: u32, hours: f64) -> RunSpec {
     }
 }
 
-fn replay(spec: &RunSpec, segs: Vec<Segment>, store: &Store) -> RunReport {
+fn replay(spec: &RunSpec, segs: Vec<Segment>, store: &dyn Store) -> RunReport {
     run(spec, Segments::Recorded(&segs), store, None, &|_| {}).expect("run")
 }
 
 #[test]
 fn reads_go_up_until_a_tier_has_the_key_and_the_tier_keeps_it() {
-    let store = Store::temporary().expect("store");
-    store.put(7, 100).expect("seed");
+    let store = FjallStore::temporary().expect("store");
+    store.put_state(7, 100).expect("seed");
     // One worker reads 7 three times: one store read, then two hits.
     let r = replay(
         &spec(PolicyKind::Unlimited, 1, 1, 0.01),
@@ -48,8 +49,8 @@ fn reads_go_up_until_a_tier_has_the_key_and_the_tier_keeps_it() {
 
 #[test]
 fn concurrent_misses_for_one_key_are_coalesced() {
-    let store = Store::temporary().expect("store");
-    store.put(7, 100).expect("seed");
+    let store = FjallStore::temporary().expect("store");
+    store.put_state(7, 100).expect("seed");
     // Four workers of one WorkManager start at once on key 7: four misses, one store read.
     let r = replay(
         &spec(PolicyKind::Unlimited, 4, 1, 0.01),
@@ -68,8 +69,8 @@ fn concurrent_misses_for_one_key_are_coalesced() {
 
 #[test]
 fn a_put_of_a_key_the_tier_holds_is_ignored_and_not_forwarded() {
-    let store = Store::temporary().expect("store");
-    store.put(1, 100).expect("seed");
+    let store = FjallStore::temporary().expect("store");
+    store.put_state(1, 100).expect("seed");
     // The first segment finds state 9; the second "finds" it again (a redundant put).
     let r = replay(
         &spec(PolicyKind::Unlimited, 1, 1, 0.01),
@@ -95,7 +96,7 @@ fn same_seed_same_run() {
     let a = run(
         &s,
         Segments::Model,
-        &Store::temporary().expect("store"),
+        &FjallStore::temporary().expect("store"),
         None,
         &|_| {},
     )
@@ -103,7 +104,7 @@ fn same_seed_same_run() {
     let b = run(
         &s,
         Segments::Model,
-        &Store::temporary().expect("store"),
+        &FjallStore::temporary().expect("store"),
         None,
         &|_| {},
     )
@@ -113,11 +114,59 @@ fn same_seed_same_run() {
 }
 
 #[test]
+fn the_backend_does_not_change_the_run() {
+    // The store's speed is the model's; which backend holds the values changes nothing.
+    let s = spec(PolicyKind::Lru(100), 27, 2, 0.2);
+    let on_disk = run(
+        &s,
+        Segments::Model,
+        &FjallStore::temporary().expect("store"),
+        None,
+        &|_| {},
+    )
+    .expect("run");
+    let mem = pliant_store::MemStore::new();
+    let in_memory = run(&s, Segments::Model, &mem, None, &|_| {}).expect("run");
+    assert_eq!(on_disk, in_memory);
+    assert!(mem.states().expect("scan").len() as u64 > on_disk.states);
+}
+
+#[test]
+fn a_store_failure_stops_the_run_with_the_store_error_as_source() {
+    use std::error::Error as _;
+    let store = pliant_store::FaultyStore::new(pliant_store::MemStore::new());
+    store.faults().fail_write(50);
+    let err = run(
+        &spec(PolicyKind::Unlimited, 27, 1, 0.3),
+        Segments::Model,
+        &store,
+        None,
+        &|_| {},
+    )
+    .expect_err("the 50th put fails");
+    assert!(matches!(
+        &err,
+        pliant_parsplice::ParspliceError::Store(pliant_store::StoreError::Injected { op: "put" })
+    ));
+    assert!(
+        err.source()
+            .and_then(|e| e.downcast_ref::<pliant_store::StoreError>())
+            .is_some(),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.faults().writes(),
+        50,
+        "the run stopped at the failure"
+    );
+}
+
+#[test]
 fn the_store_holds_every_value_written_and_survives_reopening() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = spec(PolicyKind::Lru(10), 27, 2, 0.3);
     let states = {
-        let store = Store::open(dir.path()).expect("store");
+        let store = FjallStore::open(dir.path()).expect("store");
         let r = run(&s, Segments::Model, &store, None, &|_| {}).expect("run");
         assert!(r.states > 100, "the run created states: {}", r.states);
         assert!(
@@ -126,8 +175,8 @@ fn the_store_holds_every_value_written_and_survives_reopening() {
         );
         r.states
     };
-    let store = Store::open(dir.path()).expect("reopen");
-    let entries = store.entries().expect("scan");
+    let store = FjallStore::open(dir.path()).expect("reopen");
+    let entries = store.states().expect("scan");
     // Every state created, plus the initial state of each superbasin.
     assert!(
         entries.len() as u64 > states,
@@ -135,7 +184,7 @@ fn the_store_holds_every_value_written_and_survives_reopening() {
         entries.len()
     );
     for (k, v) in &entries {
-        assert_eq!(v, &Store::value_of(*k, v.len() as u32), "value of {k}");
+        assert_eq!(v, &value_of(*k, v.len() as u32), "value of {k}");
         assert!(v.len() >= 300, "coordinates are at least 300 bytes");
     }
 }
@@ -147,7 +196,7 @@ fn unlimited_is_the_baseline_and_a_big_enough_lru_matches_it() {
         run(
             &s(p),
             Segments::Model,
-            &Store::temporary().expect("store"),
+            &FjallStore::temporary().expect("store"),
             None,
             &|_| {},
         )
@@ -172,7 +221,7 @@ fn generated_trace_reads_back_as_parsplice_csv() {
     let r = run(
         &s,
         Segments::Model,
-        &Store::temporary().expect("store"),
+        &FjallStore::temporary().expect("store"),
         Some(&mut out),
         &|_| {},
     )

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use pliant_parsplice::{
-    PolicyKind, RunSpec, Segments, Store, StoreParams, WorkloadParams, efficiency,
+    FjallStore, PolicyKind, RunSpec, Segments, StoreParams, WorkloadParams, efficiency,
 };
 use pliant_trace::{Op, ReadOptions, Record};
 use serde::Serialize;
@@ -94,7 +94,7 @@ fn model_trace(w: WorkloadParams) -> Result<Vec<u8>> {
     pliant_parsplice::run(
         &spec,
         Segments::Model,
-        &Store::temporary()?,
+        &FjallStore::temporary()?,
         Some(&mut out),
         &|_| {},
     )?;
