@@ -86,15 +86,14 @@ impl StoreDir {
             .truncate(false)
             .open(path.join(LOCK_FILE))
             .map_err(io("opening the lock file"))?;
-        // Called through the trait: std's inherent `File::try_lock` (Rust 1.89) would shadow it.
-        match fs4::FileExt::try_lock(&lock) {
+        match lock.try_lock() {
             Ok(()) => {}
-            Err(fs4::TryLockError::WouldBlock) => {
+            Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(StoreError::Locked {
                     dir: path.to_path_buf(),
                 });
             }
-            Err(fs4::TryLockError::Error(e)) => return Err(io("locking the lock file")(e)),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("locking the lock file")(e)),
         }
 
         // Checked again under the lock: another process may have created the store meanwhile.

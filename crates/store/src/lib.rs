@@ -14,10 +14,9 @@
 //! - [`StoreError`]: typed errors a caller can match, with the backend's error kept as the
 //!   `source()`.
 //!
-//! Dependencies: `fjall` (the LSM store, pure Rust); `fs4` (the directory lock: advisory
-//! `flock`/`LockFileEx` through rustix, already in the tree; std's `File::try_lock` needs
-//! Rust 1.89, above the workspace's `rust-version`); `tempfile` (temporary stores, and the
-//! format file written by rename); `thiserror` (the typed error).
+//! Dependencies: `fjall` (the LSM store, pure Rust; it sets the workspace's minimum Rust,
+//! 1.90); `tempfile` (temporary stores, and the format file written by rename); `thiserror`
+//! (the typed error). The directory lock is std's `File::try_lock` (`flock`/`LockFileEx`).
 
 mod dir;
 mod error;
