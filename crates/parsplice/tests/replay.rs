@@ -313,20 +313,7 @@ fn run(p: &Prepared, policies: &[PolicyKind]) -> Vec<study::Row> {
 
 /// `../shared/traces/parsplice/<run>/<file>`: required in CI, else `None` with a note.
 fn shared(run: &str, file: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces/parsplice")
-        .join(run)
-        .join(file);
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI: {} is missing; the ParSplice traces must be beside the repository",
-        p.display()
-    );
-    eprintln!("skipped: {} not found", p.display());
-    None
+    pliant_testdata::shared(&format!("traces/parsplice/{run}/{file}"))
 }
 
 /// The whole WorkManager trace replays: its reads, writes and keys are `pliant trace stats`'s;

@@ -10,18 +10,7 @@ use pliant_sim::{Config, PolicySpec, RunResult, SimOptions, replay};
 use pliant_trace::ReadOptions;
 
 fn trace() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces/parsplice/d100K/rank4.csv.gz");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI: {} is missing; the ParSplice traces must be beside the repository",
-        p.display()
-    );
-    eprintln!("skipped: {} not found", p.display());
-    None
+    pliant_testdata::shared("traces/parsplice/d100K/rank4.csv.gz")
 }
 
 fn run(configs: &[Config], opts: &SimOptions) -> Vec<RunResult> {
