@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{pliant, stderr, stdout};
+use crate::common::{dir_with, pliant, stderr, stdout};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
@@ -30,12 +30,7 @@ fn check_passes_every_shipped_policy_file() {
 
 #[test]
 fn check_fails_with_file_and_line() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("bad.lua"),
-        "function when()\n  return nil + 1\nend\n",
-    )
-    .expect("write");
+    let dir = dir_with(&[("bad.lua", "function when()\n  return nil + 1\nend\n")]);
     let o = pliant(&["policy", "check", "bad.lua"], dir.path());
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
@@ -45,12 +40,10 @@ fn check_fails_with_file_and_line() {
 
 #[test]
 fn run_json_has_the_documented_shape() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("m.json"),
+    let dir = dir_with(&[(
+        "m.json",
         r#"{"whoami": 0, "servers": {"0": {"keys": 5000}}}"#,
-    )
-    .expect("write");
+    )]);
     let o = pliant(
         &[
             "policy",
@@ -76,13 +69,13 @@ fn run_json_has_the_documented_shape() {
 
 #[test]
 fn run_with_state_dir_continues_across_runs_and_timeseries_csv() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("m.json"),
-        r#"{"whoami": 0, "servers": {"0": {"keys": 150}}}"#,
-    )
-    .expect("write");
-    std::fs::write(dir.path().join("ts.csv"), "ts,value\n0,1\n1,1\n2,5\n3,5\n").expect("write");
+    let dir = dir_with(&[
+        (
+            "m.json",
+            r#"{"whoami": 0, "servers": {"0": {"keys": 150}}}"#,
+        ),
+        ("ts.csv", "ts,value\n0,1\n1,1\n2,5\n3,5\n"),
+    ]);
     let args = |p: &'static str| {
         vec![
             "policy",
@@ -128,13 +121,10 @@ fn run_with_state_dir_continues_across_runs_and_timeseries_csv() {
 
 #[test]
 fn run_json_reports_policy_errors_and_exits_1() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("m.json"),
-        r#"{"whoami": 0, "servers": {"0": {}}}"#,
-    )
-    .expect("write");
-    std::fs::write(dir.path().join("p.lua"), "function when() return 'yes' end").expect("write");
+    let dir = dir_with(&[
+        ("m.json", r#"{"whoami": 0, "servers": {"0": {}}}"#),
+        ("p.lua", "function when() return 'yes' end"),
+    ]);
     let o = pliant(
         &["policy", "run", "p.lua", "--metrics", "m.json", "--json"],
         dir.path(),
@@ -152,12 +142,10 @@ fn run_json_reports_policy_errors_and_exits_1() {
 
 #[test]
 fn bad_inputs_name_file_line_or_field() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("m.json"),
+    let dir = dir_with(&[(
+        "m.json",
         "{\"whoami\": 0,\n \"servers\": {\"0\": {\"keys\": \"many\"}}}",
-    )
-    .expect("write");
+    )]);
     let o = pliant(
         &["policy", "run", "static-limit", "--metrics", "m.json"],
         dir.path(),

@@ -1,6 +1,6 @@
 //! `pliant scale` as a user runs it.
 
-use crate::common::{json as ok, pliant};
+use crate::common::{dir_with, err, json as ok, pliant};
 
 const CLUSTER: &str = r#"{
   "servers": [1, 2, 3],
@@ -56,51 +56,27 @@ fn plan_add_and_remove_from_a_cluster_file() {
 
 #[test]
 fn plan_errors_name_the_problem() {
-    let d = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        d.path().join("c.json"),
-        "{\"servers\": [1],\n \"buckets\": 7}",
-    )
-    .expect("w");
-    let o = pliant(
-        &["scale", "plan", "--state", "c.json", "--add", "1"],
-        d.path(),
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("c.json:2:"));
-    std::fs::write(d.path().join("c.json"), CLUSTER).expect("write");
-    let o = pliant(
-        &["scale", "plan", "--state", "c.json", "--remove", "9"],
-        d.path(),
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("server 9 is not in the cluster"));
-    let o = pliant(
-        &[
-            "scale",
-            "plan",
-            "--state",
-            "c.json",
-            "--add",
-            "1",
-            "--strategy",
-            "fast",
-        ],
-        d.path(),
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("known: l, lt, dt, ldt"));
-    let o = pliant(
-        &[
-            "scale",
-            "plan",
-            "--state",
-            "c.json",
-            "--add",
-            "1",
-            "--weights",
-            "0.5,0.5,1",
-        ],
-        d.path(),
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("max(W_L, W_D) must be 1"));
+    let bad = dir_with(&[("c.json", "{\"servers\": [1],\n \"buckets\": 7}")]);
+    let good = dir_with(&[("c.json", CLUSTER)]);
+    let plan = ["scale", "plan", "--state", "c.json"];
+    for (dir, extra, says) in [
+        (&bad, &["--add", "1"][..], "c.json:2:"),
+        (&good, &["--remove", "9"], "server 9 is not in the cluster"),
+        (
+            &good,
+            &["--add", "1", "--strategy", "fast"],
+            "known: l, lt, dt, ldt",
+        ),
+        (
+            &good,
+            &["--add", "1", "--weights", "0.5,0.5,1"],
+            "max(W_L, W_D) must be 1",
+        ),
+    ] {
+        let args: Vec<&str> = plan.iter().chain(extra).copied().collect();
+        let e = err(&pliant(&args, dir.path()));
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
 }
 
 #[test]

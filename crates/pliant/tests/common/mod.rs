@@ -38,3 +38,12 @@ pub fn err(o: &Output) -> String {
 pub fn json(o: &Output) -> serde_json::Value {
     serde_json::from_str(&ok(o)).expect("json")
 }
+
+/// A fresh directory holding `files` (`(name, contents)`), for a command to run in.
+pub fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tempdir");
+    for (name, contents) in files {
+        std::fs::write(d.path().join(name), contents).expect("write");
+    }
+    d
+}
