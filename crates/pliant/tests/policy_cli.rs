@@ -142,52 +142,32 @@ fn run_json_reports_policy_errors_and_exits_1() {
 
 #[test]
 fn bad_inputs_name_file_line_or_field() {
-    let dir = dir_with(&[(
-        "m.json",
-        "{\"whoami\": 0,\n \"servers\": {\"0\": {\"keys\": \"many\"}}}",
-    )]);
-    let o = pliant(
-        &["policy", "run", "static-limit", "--metrics", "m.json"],
-        dir.path(),
-    );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("servers[0][keys]"), "{}", stderr(&o));
-
-    std::fs::write(
-        dir.path().join("m.json"),
-        r#"{"whoami": 9, "servers": {"0": {}}}"#,
-    )
-    .expect("write");
-    let o = pliant(
-        &["policy", "run", "static-limit", "--metrics", "m.json"],
-        dir.path(),
-    );
-    assert!(
-        stderr(&o).contains("whoami 9 is not among the servers"),
-        "{}",
-        stderr(&o)
-    );
-
-    std::fs::write(
-        dir.path().join("m.json"),
-        r#"{"whoami": 0, "servers": {"0": {}}}"#,
-    )
-    .expect("write");
-    std::fs::write(dir.path().join("ts.csv"), "1,2\n3,x\n").expect("write");
-    let o = pliant(
-        &[
-            "policy",
-            "run",
-            "static-limit",
-            "--metrics",
-            "m.json",
-            "--timeseries",
-            "ts.csv",
-        ],
-        dir.path(),
-    );
-    assert!(stderr(&o).contains("ts.csv:2:"), "{}", stderr(&o));
-
+    let run = ["policy", "run", "static-limit", "--metrics", "m.json"];
+    let fine = r#"{"whoami": 0, "servers": {"0": {}}}"#;
+    for (files, extra, says) in [
+        (
+            [(
+                "m.json",
+                "{\"whoami\": 0,\n \"servers\": {\"0\": {\"keys\": \"many\"}}}",
+            )],
+            &[][..],
+            "servers[0][keys]",
+        ),
+        (
+            [("m.json", r#"{"whoami": 9, "servers": {"0": {}}}"#)],
+            &[],
+            "whoami 9 is not among the servers",
+        ),
+        ([("m.json", fine)], &["--timeseries", "ts.csv"], "ts.csv:2:"),
+    ] {
+        let dir = dir_with(&files);
+        std::fs::write(dir.path().join("ts.csv"), "1,2\n3,x\n").expect("write");
+        let args: Vec<&str> = run.iter().chain(extra).copied().collect();
+        let o = pliant(&args, dir.path());
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    let dir = dir_with(&[("m.json", fine)]);
     let o = pliant(
         &["policy", "run", "no-such-policy", "--metrics", "m.json"],
         dir.path(),
