@@ -144,23 +144,36 @@ pub struct Report {
 
 /// A cluster of `servers` servers holding `p.buckets` buckets with normally distributed sizes and
 /// loads (loads sum to 100), placed at random.
-pub fn cluster(p: &Params, servers: usize, rng: &mut Pcg64Mcg) -> Cluster {
-    let mean = p.total_gb / p.buckets as f64;
-    let draw = |rng: &mut Pcg64Mcg, mean: f64| {
-        let n = Normal::new(mean, p.stdev * mean).unwrap_or_else(|_| unreachable!());
+pub fn cluster(p: &Params, servers: usize, rng: &mut Pcg64Mcg) -> Result<Cluster, PlanError> {
+    // Draws are redrawn until positive, so a mean that is not positive would never end.
+    if !(p.buckets > 0 && servers > 0 && p.total_gb.is_finite() && p.total_gb > 0.0) {
+        return Err(PlanError::Request(format!(
+            "an emulated cluster needs buckets, servers and a positive total size \
+             ({} buckets, {servers} servers, {} GB)",
+            p.buckets, p.total_gb
+        )));
+    }
+    let normal = |mean: f64| {
+        Normal::new(mean, p.stdev * mean).map_err(|e| {
+            PlanError::Request(format!(
+                "sizes and loads: standard deviation {} × the mean: {e}",
+                p.stdev
+            ))
+        })
+    };
+    let (sizes, loads) = (normal(p.total_gb / p.buckets as f64)?, normal(1.0)?);
+    let draw = |rng: &mut Pcg64Mcg, n: &Normal<f64>| loop {
         // Redraw non-positive samples: sizes and loads are positive.
-        loop {
-            let x: f64 = n.sample(rng);
-            if x > 0.0 {
-                return x;
-            }
+        let x: f64 = n.sample(rng);
+        if x > 0.0 {
+            return x;
         }
     };
     let mut buckets: Vec<Bucket> = (0..p.buckets)
         .map(|i| Bucket {
             id: i as u32,
-            size: draw(rng, mean),
-            load: draw(rng, 1.0),
+            size: draw(rng, &sizes),
+            load: draw(rng, &loads),
             server: rng.random_range(0..servers as u32),
         })
         .collect();
@@ -172,12 +185,12 @@ pub fn cluster(p: &Params, servers: usize, rng: &mut Pcg64Mcg) -> Cluster {
         b.size *= p.total_gb / size;
         b.load *= 100.0 / load;
     }
-    Cluster {
+    Ok(Cluster {
         servers: (0..servers as u32).collect(),
         buckets,
         capacity: f64::INFINITY,
         transfer: TransferModel::Network { s_net: p.s_net },
-    }
+    })
 }
 
 /// Rescales `c` to `to` servers (new ids, or random ones removed), applies the plan, and returns
@@ -228,7 +241,7 @@ pub fn emulate(scenario: Scenario, strategy: Strategy, p: &Params) -> Result<Rep
         scenario.from.min(scenario.to),
         scenario.from.max(scenario.to),
     );
-    let mut c = cluster(p, scenario.from, &mut rng);
+    let mut c = cluster(p, scenario.from, &mut rng)?;
     let mut next_id = scenario.from as ServerId;
     for _ in 0..p.warmup {
         let to = rng.random_range(lo..=hi);

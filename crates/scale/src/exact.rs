@@ -129,7 +129,7 @@ fn solve(
         good_lp::ResolutionError::Infeasible => {
             PlanError::Infeasible("the caps on L_max and D_max cannot hold together".into())
         }
-        other => PlanError::Solver(other.to_string()),
+        other => PlanError::Solver(other),
     })?;
     let placement = x
         .iter()
@@ -233,7 +233,7 @@ pub fn compare(
                 .map(|i| {
                     let mut rng =
                         rand_pcg::Pcg64Mcg::seed_from_u64(seed.wrapping_mul(1000) + i as u64);
-                    let c = emulate::cluster(&small, from as usize, &mut rng);
+                    let c = emulate::cluster(&small, from as usize, &mut rng)?;
                     let out = compare_one(&c, &r, st);
                     progress();
                     out

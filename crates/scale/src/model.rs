@@ -141,8 +141,9 @@ pub enum PlanError {
     #[error("inconsistent plan: {0}")]
     Inconsistent(String),
     /// The exact solver failed.
+    #[cfg(feature = "exact")]
     #[error("solver: {0}")]
-    Solver(String),
+    Solver(#[source] good_lp::ResolutionError),
     /// The exact model's constraints cannot all hold (e.g. LDT's `L_max` and `D_max` both within
     /// 10% of their separate optima).
     #[error("no placement satisfies: {0}")]

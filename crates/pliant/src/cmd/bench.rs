@@ -90,7 +90,7 @@ fn scale(a: &ScaleArgs) -> Result<ExitCode> {
         let mut best = f64::INFINITY;
         for rep in 0..a.reps.max(1) {
             let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(rep as u64);
-            let mut c = pliant_scale::emulate::cluster(&params, from, &mut rng);
+            let mut c = pliant_scale::emulate::cluster(&params, from, &mut rng)?;
             let mut next = from as u32;
             let (_, ms) = pliant_scale::emulate::rescale(
                 &mut c,
