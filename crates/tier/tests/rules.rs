@@ -236,7 +236,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..8u64, 0..3u8, 0..4u8).prop_map(|(key, after, fetch)| Op::Read { key, after, fetch }),
+        6 => (0..8u64, 0..3u8, 0..4u8)
+            .prop_map(|(key, after, fetch)| Op::Read { key, after, fetch }),
         3 => (0..8u64).prop_map(|key| Op::Put { key }),
         1 => Just(Op::WaitForPut),
         1 => Just(Op::Expire),
