@@ -1,17 +1,23 @@
 //! The cache hierarchy in virtual time: workers → their node's WorkManager cache → the shared
 //! persistent store. A discrete-event simulation, deterministic for a seed.
 //!
-//! ParSplice semantics: a read goes up until a tier has the key, and the WorkManager keeps what it
-//! fetched; a worker's put is stored in its WorkManager and forwarded to the store once (a put of
-//! a key a tier already holds is ignored); concurrent misses for one key at one WorkManager are
-//! coalesced into one store read. The store is one FIFO server with the service model of
-//! [`StoreParams`]; reads wait in its queue, puts are asynchronous for the worker but occupy it.
+//! A WorkManager is a [`Tier`] (`pliant-tier`), which holds ParSplice's rules: a read goes up
+//! until a tier has the key, and the WorkManager keeps what it fetched; a worker's put is stored
+//! in its WorkManager and forwarded to the store once (a put of a key a tier already holds is
+//! ignored); concurrent misses for one key at one WorkManager are coalesced into one store read.
+//!
+//! This module supplies time and the rest of the machine: workers as events, a fetch in flight
+//! as the virtual time its value arrives, a replay's timing, and the store as one FIFO server
+//! with the service model of [`StoreParams`] (reads wait in its queue, puts are asynchronous for
+//! the worker but occupy it) in front of a real [`Store`].
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::Write;
+use std::iter::{Enumerate, Peekable};
 
-use pliant_cache::{Cache, Capacity, Request};
+use pliant_cache::Capacity;
+use pliant_tier::{Put, Read, Tier};
 use serde::Serialize;
 
 use crate::ParspliceError;
@@ -19,7 +25,7 @@ use crate::model::{
     CACHE_HIT_SECONDS, STORE_NETWORK_SECONDS, StoreParams, WorkloadParams, segment_seconds,
     segment_trajectory,
 };
-use crate::policy::{AutoChoice, CacheView, Decider, PolicyKind};
+use crate::policy::{AutoChoice, Decider, PolicyKind};
 use crate::replay::Replay;
 use crate::store::{States, Store};
 use crate::workload::{Segment, StateProcess};
@@ -132,20 +138,30 @@ impl RunReport {
     }
 }
 
+/// A WorkManager: its tier (cache, fetches in flight, counters) and the policy that sizes it.
 struct Node {
-    cache: Cache,
+    /// A fetch in flight is the virtual time its value arrives.
+    tier: Tier,
     decider: Decider,
-    inflight: HashMap<u64, f64, foldhash::fast::FixedState>,
-    reads: u64,
-    puts: u64,
-    /// Reads that waited for another worker's store read of the same key.
-    coalesced: u64,
-    /// Reads that waited for the segment finding their state.
-    waited: u64,
-    last: (u64, u64, u64),
 }
 
+impl Node {
+    /// The policy decides at `t` over the `interval` just ended and resizes the tier if it asks;
+    /// then the fetches that have arrived by `t` are forgotten. Returns the new capacity.
+    fn decide(&mut self, t: f64, interval: f64) -> Result<Option<u64>, ParspliceError> {
+        let view = self.tier.view(t, interval);
+        let resized = self.decider.decide(&view)?;
+        if let Some(keys) = resized {
+            self.tier.resize(keys);
+        }
+        self.tier.expire(t);
+        Ok(resized)
+    }
+}
+
+/// A worker's segment under way.
 struct Pending {
+    /// The state it will have found when it ends, and its size.
     new_state: Option<(u64, u32)>,
 }
 
@@ -177,7 +193,90 @@ impl Server {
     }
 }
 
+/// What a worker does at an event. At one instant every segment completes (and its state
+/// reaches the cache) before any worker starts reading, as in the traced run, where a state
+/// written and read in the same second was written first: hence `Complete` orders first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Complete,
+    Start,
+}
+
+/// The workers' events `(ns, phase, worker)`, earliest first.
+#[derive(Default)]
+struct Events(BinaryHeap<Reverse<(u64, Phase, u32)>>);
+
+impl Events {
+    fn push(&mut self, ns: u64, phase: Phase, worker: u32) {
+        self.0.push(Reverse((ns, phase, worker)));
+    }
+
+    fn pop(&mut self) -> Option<(u64, Phase, u32)> {
+        self.0.pop().map(|Reverse(e)| e)
+    }
+}
+
+/// Virtual seconds as the events' nanoseconds.
+fn ns(t: f64) -> u64 {
+    (t * 1e9) as u64
+}
+
+/// Recorded segments with the start and compute times a replay prescribes (else the model's).
+type Recorded<'s> = Box<dyn Iterator<Item = (&'s Segment, Option<(f64, f64)>)> + 's>;
+
+/// Recorded segments, numbered, with a look at the next one's start.
+type Given<'s> = Peekable<Enumerate<Recorded<'s>>>;
+
+fn given(segments: Segments<'_>) -> Option<Given<'_>> {
+    let it: Recorded<'_> = match segments {
+        Segments::Model => return None,
+        Segments::Recorded(v) => Box::new(v.iter().map(|s| (s, None))),
+        Segments::Replay(r) => Box::new(
+            r.segments
+                .iter()
+                .zip(r.start.iter().zip(&r.compute).map(|(s, c)| Some((*s, *c)))),
+        ),
+    };
+    Some(it.enumerate().peekable())
+}
+
 const TRACE_EPOCH: u64 = 1_500_000_000;
+
+/// WorkManager 0's operations in the ParSplice keyspace CSV format (the real traces'), if asked.
+struct TraceOut<'w>(Option<&'w mut dyn Write>);
+
+impl<'w> TraceOut<'w> {
+    /// Node 0's writer, if there is one.
+    fn of(&mut self, node: usize) -> Option<&mut (dyn Write + 'w)> {
+        if node == 0 {
+            self.0.as_deref_mut()
+        } else {
+            None
+        }
+    }
+
+    fn read(&mut self, node: usize, t: f64, k: u64) -> Result<(), ParspliceError> {
+        let Some(out) = self.of(node) else {
+            return Ok(());
+        };
+        let ts = TRACE_EPOCH + t as u64;
+        writeln!(out, "{ts},DBMemoryGet,0,{k}\n{ts},DBMemoryMRUGet,0,{k}")
+            .map_err(ParspliceError::Io)
+    }
+
+    /// A put; `unique` when the tier did not hold the key (ParSplice's `PutUnique`).
+    fn put(&mut self, node: usize, t: f64, k: u64, unique: bool) -> Result<(), ParspliceError> {
+        let Some(out) = self.of(node) else {
+            return Ok(());
+        };
+        let ts = TRACE_EPOCH + t as u64;
+        writeln!(out, "{ts},DBMemoryPut,0,{k}").map_err(ParspliceError::Io)?;
+        if unique {
+            writeln!(out, "{ts},DBMemoryPutUnique,0,{k}").map_err(ParspliceError::Io)?;
+        }
+        writeln!(out, "{ts},DBMemoryMRUPut,0,{k}").map_err(ParspliceError::Io)
+    }
+}
 
 /// Runs one simulation. With `trace`, WorkManager 0's operations are written there in the
 /// ParSplice keyspace CSV format (the same as the real traces). `progress` gets the fraction done.
@@ -185,288 +284,368 @@ pub fn run(
     spec: &RunSpec,
     segments: Segments,
     store: &dyn Store,
-    mut trace: Option<&mut dyn Write>,
+    trace: Option<&mut dyn Write>,
     progress: &dyn Fn(f64),
 ) -> Result<RunReport, ParspliceError> {
-    let w = &spec.workload;
+    check(&spec.workload)?;
+    let mut sim = Sim::new(spec, segments, store, TraceOut(trace), progress)?;
+    sim.preload(segments)?;
+    sim.run_events()?;
+    sim.finish()
+}
+
+fn check(w: &WorkloadParams) -> Result<(), ParspliceError> {
     let positive = |x: f64| x.is_finite() && x > 0.0;
     if w.workers == 0 || w.nodes == 0 || !positive(w.hours) || !positive(w.growth_delay) {
         return Err(ParspliceError::Config(
             "workers, nodes, hours and growth delay must be positive".into(),
         ));
     }
-    let (end, total) = match segments {
-        Segments::Replay(r) => (f64::INFINITY, r.segments.len()),
-        _ => (w.hours * 3600.0, 0),
-    };
-    let per_segment = segment_trajectory(w);
-    let mut process = StateProcess::new(*w);
-    // Recorded segments with the start and compute times a replay prescribes (else the model's).
-    type Given<'s> = Box<dyn Iterator<Item = (&'s Segment, Option<(f64, f64)>)> + 's>;
-    let mut recorded = match segments {
-        Segments::Model => None,
-        Segments::Recorded(v) => Some(Box::new(v.iter().map(|s| (s, None))) as Given<'_>),
-        Segments::Replay(r) => Some(Box::new(
-            r.segments
-                .iter()
-                .zip(r.start.iter().zip(&r.compute).map(|(s, c)| Some((*s, *c)))),
-        ) as Given<'_>),
-    }
-    .map(|it| it.enumerate().peekable());
-    let mut nodes: Vec<Node> = (0..w.nodes)
-        .map(|i| {
-            Ok(Node {
-                cache: pliant_cache::cache("lru", Capacity::Keys(spec.policy.initial_capacity()))?,
-                decider: Decider::new(&spec.policy, w.seed ^ u64::from(i))?,
-                inflight: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(5)),
-                reads: 0,
-                puts: 0,
-                coalesced: 0,
-                waited: 0,
-                last: (0, 0, 0),
+    Ok(())
+}
+
+/// A run under way: the simulated machine, the workers' events, and what the run has done.
+struct Sim<'a, 'w> {
+    spec: &'a RunSpec,
+    store: &'a dyn Store,
+    trace: TraceOut<'w>,
+    progress: &'a dyn Fn(f64),
+    nodes: Vec<Node>,
+    server: Server,
+    /// The model's state process; with recorded segments it only hears of the states found.
+    process: StateProcess,
+    recorded: Option<Given<'a>>,
+    /// A replay's segments (0 on the model and on recorded segments: progress goes by time).
+    total: usize,
+    /// When the run ends (never, for a replay: it ends when its segments have).
+    end: f64,
+    events: Events,
+    /// Each worker's segment under way.
+    pending: Vec<Option<Pending>>,
+    /// Recorded states being found, and when (ns) their segments end.
+    producing: HashMap<u64, u64, foldhash::fast::FixedState>,
+    timeline: Timeline,
+    next_decision: f64,
+    trajectory: f64,
+    segments_done: u64,
+    /// States that reached the store from a worker.
+    states: u64,
+    last_progress: f64,
+    /// The last event's time.
+    now: f64,
+}
+
+impl<'a, 'w> Sim<'a, 'w> {
+    fn new(
+        spec: &'a RunSpec,
+        segments: Segments<'a>,
+        store: &'a dyn Store,
+        trace: TraceOut<'w>,
+        progress: &'a dyn Fn(f64),
+    ) -> Result<Self, ParspliceError> {
+        let w = &spec.workload;
+        let nodes = (0..w.nodes)
+            .map(|i| {
+                let capacity = Capacity::Keys(spec.policy.initial_capacity());
+                Ok(Node {
+                    tier: Tier::new(pliant_cache::cache("lru", capacity)?),
+                    decider: Decider::new(&spec.policy, w.seed ^ u64::from(i))?,
+                })
             })
-        })
-        .collect::<Result<_, ParspliceError>>()?;
-    let mut server = Server {
-        free_at: 0.0,
-        params: spec.store,
-        puts: 0,
-        reads: 0,
-    };
-    let workers = (w.workers * w.nodes) as usize;
-    let mut pending: Vec<Option<Pending>> = (0..workers).map(|_| None).collect();
-    // Recorded states being found, and when their segments end.
-    let mut producing: HashMap<u64, u64, _> =
-        HashMap::with_hasher(foldhash::fast::FixedState::with_seed(6));
-    // Events `(ns, phase, worker)`: at one instant every segment completes (and its state reaches
-    // the cache) before any worker starts reading, as in the traced run, where a state written
-    // and read in the same second was written first.
-    const COMPLETE: u8 = 0;
-    const START: u8 = 1;
-    let mut heap: BinaryHeap<Reverse<(u64, u8, u32)>> = BinaryHeap::new();
-    let ns = |t: f64| (t * 1e9) as u64;
-    for i in 0..workers {
-        heap.push(Reverse((i as u64, START, i as u32)));
-    }
-    // States stored before the first read: in the store, and in every WorkManager's cache.
-    if let Segments::Replay(r) = segments {
-        for &(k, size) in &r.preload {
-            store.put_state(k, size)?;
-            server.put(0.0);
-            for node in &mut nodes {
-                node.puts += 1;
-                node.cache.put(&Request::new(k, size));
-            }
+            .collect::<Result<_, ParspliceError>>()?;
+        let workers = w.workers * w.nodes;
+        let mut events = Events::default();
+        // Workers start one nanosecond apart, in order.
+        for i in 0..workers {
+            events.push(u64::from(i), Phase::Start, i);
         }
-    }
-    // The splicer stores the initial state before any worker reads it.
-    if recorded.is_none() {
-        let (k, size) = process.take_seeded();
-        store.put_state(k, size)?;
-        server.put(0.0);
-    }
-
-    let mut trajectory = 0.0;
-    let mut segments_done = 0u64;
-    let mut states = 0u64;
-    let mut timeline = Timeline::default();
-    let mut next_decision = spec.interval;
-    let mut last_progress = 0.0;
-    let mut now = 0.0;
-
-    while let Some(Reverse((tn, phase, wi))) = heap.pop() {
-        let t = tn as f64 / 1e9;
-        if t >= end {
-            break;
-        }
-        now = t;
-        timeline.decide_through(
-            &mut nodes,
-            &mut next_decision,
-            t,
-            spec.interval,
-            trajectory,
-            &server,
-        )?;
-        let node_i = wi as usize / w.workers as usize;
-        // Complete the worker's segment.
-        if let Some(p) = pending[wi as usize].take() {
-            trajectory += per_segment;
-            segments_done += 1;
-            if let Some((k, size)) = p.new_state {
-                producing.remove(&k);
-                let node = &mut nodes[node_i];
-                node.puts += 1;
-                let outcome = node.cache.put(&Request::new(k, size));
-                let fresh = outcome != pliant_cache::PutOutcome::Redundant;
-                if node_i == 0
-                    && let Some(out) = trace.as_deref_mut()
-                {
-                    write_put(out, TRACE_EPOCH + t as u64, k, fresh)?;
-                }
-                // A put the tier already holds is ignored there and goes no further.
-                if fresh {
-                    store.put_state(k, size)?;
-                    server.put(t);
-                    states += 1;
-                }
-                process.publish(k);
-            }
-        }
-        if phase == COMPLETE {
-            heap.push(Reverse((tn, START, wi)));
-            continue;
-        }
-        // Start the next one.
-        let (seg, compute) = match recorded.as_mut() {
-            Some(it) => {
-                // The trace has not made this read yet: the worker waits for its clock.
-                let wait = it
-                    .peek()
-                    .and_then(|&(_, (_, timing))| timing.map(|(start, _)| ns(start)))
-                    .filter(|&start| start > tn);
-                if let Some(at) = wait {
-                    heap.push(Reverse((at, START, wi)));
-                    continue;
-                }
-                match it.next() {
-                    Some((i, (s, c))) => {
-                        if total > 0 && i % 1024 == 0 {
-                            progress(i as f64 / total as f64);
-                        }
-                        (*s, c.map(|(_, compute)| compute))
-                    }
-                    None => continue,
-                }
-            }
-            None => {
-                let (seg, seeded) = process.next_segment();
-                if let Some((k, size)) = seeded {
-                    store.put_state(k, size)?;
-                    server.put(t);
-                }
-                (seg, None)
-            }
+        let (end, total) = match segments {
+            Segments::Replay(r) => (f64::INFINITY, r.segments.len()),
+            _ => (w.hours * 3600.0, 0),
         };
-        if recorded.is_some() && store.state_len(seg.start)?.is_none() {
-            // A recorded trace may read a state written before the trace began.
-            store.put_state(seg.start, seg.start_size)?;
+        Ok(Self {
+            spec,
+            store,
+            trace,
+            progress,
+            nodes,
+            server: Server {
+                free_at: 0.0,
+                params: spec.store,
+                puts: 0,
+                reads: 0,
+            },
+            process: StateProcess::new(*w),
+            recorded: given(segments),
+            total,
+            end,
+            events,
+            pending: (0..workers).map(|_| None).collect(),
+            producing: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(6)),
+            timeline: Timeline::default(),
+            next_decision: spec.interval,
+            trajectory: 0.0,
+            segments_done: 0,
+            states: 0,
+            last_progress: 0.0,
+            now: 0.0,
+        })
+    }
+
+    /// Stores what exists before the first read: a replay's earlier states, in the store and in
+    /// every WorkManager; on the model, the initial state, which the splicer stores before any
+    /// worker reads it.
+    fn preload(&mut self, segments: Segments) -> Result<(), ParspliceError> {
+        if let Segments::Replay(r) = segments {
+            for &(k, size) in &r.preload {
+                self.store.put_state(k, size)?;
+                self.server.put(0.0);
+                for node in &mut self.nodes {
+                    // Nothing to forward: the store has it already.
+                    let _ = node.tier.put(k, size);
+                }
+            }
         }
-        let node = &mut nodes[node_i];
-        node.reads += 1;
-        node.decider.on_read(t, seg.start);
-        let req = Request::new(seg.start, seg.start_size);
+        if self.recorded.is_none() {
+            let (k, size) = self.process.take_seeded();
+            self.store.put_state(k, size)?;
+            self.server.put(0.0);
+        }
+        Ok(())
+    }
+
+    /// The event loop, until the run's end or the last event. Decisions due by an event's time
+    /// are made before it.
+    fn run_events(&mut self) -> Result<(), ParspliceError> {
+        while let Some((tn, phase, worker)) = self.events.pop() {
+            let t = tn as f64 / 1e9;
+            if t >= self.end {
+                break;
+            }
+            self.now = t;
+            self.decide_through(t)?;
+            self.complete_segment(worker, t)?;
+            match phase {
+                Phase::Complete => self.events.push(tn, Phase::Start, worker),
+                Phase::Start => self.start_segment(worker, tn, t)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn node_of(&self, worker: u32) -> usize {
+        (worker / self.spec.workload.workers) as usize
+    }
+
+    /// Makes every decision due at or before `until`.
+    fn decide_through(&mut self, until: f64) -> Result<(), ParspliceError> {
+        self.timeline.decide_through(
+            &mut self.nodes,
+            &mut self.next_decision,
+            until,
+            self.spec.interval,
+            self.trajectory,
+            &self.server,
+        )
+    }
+
+    /// Ends `worker`'s segment, if one is under way: its trajectory counts, and the state it
+    /// found goes to its WorkManager.
+    fn complete_segment(&mut self, worker: u32, t: f64) -> Result<(), ParspliceError> {
+        let Some(p) = self.pending[worker as usize].take() else {
+            return Ok(());
+        };
+        self.trajectory += segment_trajectory(&self.spec.workload);
+        self.segments_done += 1;
+        if let Some((k, size)) = p.new_state {
+            self.put_found_state(self.node_of(worker), k, size, t)?;
+        }
+        Ok(())
+    }
+
+    /// A worker of `node` puts the state `k` it found: its WorkManager keeps it and forwards it
+    /// to the store unless it held it already.
+    fn put_found_state(
+        &mut self,
+        node: usize,
+        k: u64,
+        size: u32,
+        t: f64,
+    ) -> Result<(), ParspliceError> {
+        self.producing.remove(&k);
+        let forward = self.nodes[node].tier.put(k, size) == Put::Forward;
+        self.trace.put(node, t, k, forward)?;
+        if forward {
+            self.store.put_state(k, size)?;
+            self.server.put(t);
+            self.states += 1;
+        }
+        self.process.publish(k);
+        Ok(())
+    }
+
+    /// Starts `worker`'s next segment, if there is one and its time has come: the worker reads
+    /// the segment's start state, computes, and completes the segment later.
+    fn start_segment(&mut self, worker: u32, tn: u64, t: f64) -> Result<(), ParspliceError> {
+        let Some((seg, compute)) = self.next_segment(worker, tn, t)? else {
+            return Ok(());
+        };
+        if self.recorded.is_some() && self.store.state_len(seg.start)?.is_none() {
+            // A recorded trace may read a state written before the trace began.
+            self.store.put_state(seg.start, seg.start_size)?;
+        }
+        let node = self.node_of(worker);
+        let latency = self.read_latency(node, &seg, tn, t)?;
+        self.trace.read(node, t, seg.start)?;
+        let compute = compute.unwrap_or_else(|| segment_seconds(seg.atoms, &self.spec.workload));
+        let finish = t + latency + compute;
+        self.pending[worker as usize] = Some(Pending {
+            new_state: seg.new_state,
+        });
+        if self.recorded.is_some()
+            && let Some((k, _)) = seg.new_state
+        {
+            self.producing.insert(k, ns(finish));
+        }
+        self.events.push(ns(finish), Phase::Complete, worker);
+        if self.total == 0 && t - self.last_progress > self.end / 200.0 {
+            self.last_progress = t;
+            (self.progress)(t / self.end);
+        }
+        Ok(())
+    }
+
+    /// The segment `worker` starts at `t` (`tn` ns), and its compute time if a replay gives it:
+    /// the model's next, or the next recorded one. `None` when there is nothing to start now: the
+    /// recorded segments are done, or the trace has not made the next read yet (the worker is
+    /// woken again when it has).
+    fn next_segment(
+        &mut self,
+        worker: u32,
+        tn: u64,
+        t: f64,
+    ) -> Result<Option<(Segment, Option<f64>)>, ParspliceError> {
+        let Some(recorded) = self.recorded.as_mut() else {
+            let (seg, seeded) = self.process.next_segment();
+            if let Some((k, size)) = seeded {
+                self.store.put_state(k, size)?;
+                self.server.put(t);
+            }
+            return Ok(Some((seg, None)));
+        };
+        let not_yet = recorded
+            .peek()
+            .and_then(|&(_, (_, timing))| timing.map(|(start, _)| ns(start)))
+            .filter(|&start| start > tn);
+        if let Some(at) = not_yet {
+            self.events.push(at, Phase::Start, worker);
+            return Ok(None);
+        }
+        let Some((i, (seg, timing))) = recorded.next() else {
+            return Ok(None);
+        };
+        if self.total > 0 && i % 1024 == 0 {
+            (self.progress)(i as f64 / self.total as f64);
+        }
+        Ok(Some((*seg, timing.map(|(_, compute)| compute))))
+    }
+
+    /// How long `seg`'s start state takes to reach a worker of `node` that reads it at `t`
+    /// (`tn` ns): as its WorkManager serves the read (a hit, joining another worker's fetch, or a
+    /// miss that fetches from the store), or once the segment finding the state has ended.
+    fn read_latency(
+        &mut self,
+        node: usize,
+        seg: &Segment,
+        tn: u64,
+        t: f64,
+    ) -> Result<f64, ParspliceError> {
+        let (key, size) = (seg.start, seg.start_size);
+        let n = &mut self.nodes[node];
+        n.decider.on_read(t, key);
         // A state is read only once found: a read of the state an unfinished segment will write
         // waits for it (the traced run could not read it sooner either), then finds it in the
         // cache, where the segment's end puts it.
-        let found = producing.get(&seg.start).copied().filter(|&f| f > tn);
-        let latency = match node.inflight.get(&seg.start) {
-            _ if let Some(f) = found => {
-                node.waited += 1;
-                (f - tn) as f64 / 1e9 + CACHE_HIT_SECONDS
-            }
-            // Another worker's read of this key is on its way up: wait for it (coalesced).
-            Some(&ready) if ready > t => {
-                node.coalesced += 1;
+        if let Some(found) = self.producing.get(&key).copied().filter(|&f| f > tn) {
+            n.tier.read_waiting_for_put();
+            return Ok((found - tn) as f64 / 1e9 + CACHE_HIT_SECONDS);
+        }
+        Ok(match n.tier.read(key, size, t) {
+            Read::Hit => CACHE_HIT_SECONDS,
+            Read::Join(ready) => ready - t + CACHE_HIT_SECONDS,
+            Read::Miss => {
+                let ready = self.fetch(key, size, t)?;
+                self.nodes[node].tier.fetching(key, size, ready);
                 ready - t + CACHE_HIT_SECONDS
             }
-            _ if node.cache.get(&req).is_some() => CACHE_HIT_SECONDS,
-            _ => {
-                let ready = server.read(t);
-                let len = store
-                    .state_len(seg.start)?
-                    .ok_or(ParspliceError::Lost(seg.start))?;
-                if len != seg.start_size as usize {
-                    return Err(ParspliceError::Lost(seg.start));
-                }
-                node.inflight.insert(seg.start, ready);
-                // The tier keeps what it fetched; readers arriving before `ready` wait above.
-                node.cache.put(&req);
-                ready - t + CACHE_HIT_SECONDS
-            }
-        };
-        if node_i == 0
-            && let Some(out) = trace.as_deref_mut()
-        {
-            let ts = TRACE_EPOCH + t as u64;
-            writeln!(
-                out,
-                "{ts},DBMemoryGet,0,{}\n{ts},DBMemoryMRUGet,0,{}",
-                seg.start, seg.start
-            )
-            .map_err(ParspliceError::Io)?;
-        }
-        let finish = t + latency + compute.unwrap_or_else(|| segment_seconds(seg.atoms, w));
-        pending[wi as usize] = Some(Pending {
-            new_state: seg.new_state,
-        });
-        if recorded.is_some()
-            && let Some((k, _)) = seg.new_state
-        {
-            producing.insert(k, ns(finish));
-        }
-        heap.push(Reverse((ns(finish), COMPLETE, wi)));
-        if total == 0 && t - last_progress > end / 200.0 {
-            last_progress = t;
-            progress(t / end);
-        }
+        })
     }
-    let finished_at = (total > 0).then_some(now);
-    timeline.decide_through(
-        &mut nodes,
-        &mut next_decision,
-        finished_at.unwrap_or(end + 1e-9),
-        spec.interval,
-        trajectory,
-        &server,
-    )?;
-    // A replay ends between decisions: one last, shorter interval records the end state.
-    if let Some(t) = finished_at
-        && timeline.ticks.last().is_none_or(|k| k.t < t)
-    {
-        let since = timeline.ticks.last().map_or(0.0, |k| k.t);
-        timeline.decide(&mut nodes, t, (t - since).max(1e-9), trajectory, &server)?;
-    }
-    progress(1.0);
-    let Timeline {
-        ticks, trims, peak, ..
-    } = timeline;
-    let last = ticks.last().copied();
-    let sum = |f: fn(&pliant_cache::Stats) -> u64| nodes.iter().map(|n| f(n.cache.stats())).sum();
-    Ok(RunReport {
-        cache_hits: sum(|s| s.hits),
-        cache_misses: sum(|s| s.misses) + nodes.iter().map(|n| n.coalesced).sum::<u64>(),
-        waited_for_state: nodes.iter().map(|n| n.waited).sum(),
-        redundant_puts: sum(|s| s.redundant_puts),
-        policy: spec.policy.label(),
-        peak_store_reads_per_s: ticks
-            .iter()
-            .map(|k| k.store_reads_per_s)
-            .fold(0.0, f64::max),
-        ticks,
-        segments: segments_done,
-        states,
-        store_reads: server.reads,
-        store_puts: server.puts,
-        peak_bytes: peak.1,
-        final_bytes: last.map_or(0, |k| k.bytes),
-        peak_keys: peak.0,
-        final_keys: last.map_or(0, |k| k.keys),
-        auto: nodes[0].decider.auto_threshold().map(|(t, k)| AutoChoice {
-            regime3_start: t,
-            threshold_keys: k,
-        }),
-        trims,
-        finished_at,
-    })
-}
 
-fn write_put(out: &mut dyn Write, ts: u64, k: u64, unique: bool) -> Result<(), ParspliceError> {
-    writeln!(out, "{ts},DBMemoryPut,0,{k}").map_err(ParspliceError::Io)?;
-    if unique {
-        writeln!(out, "{ts},DBMemoryPutUnique,0,{k}").map_err(ParspliceError::Io)?;
+    /// A store read of `key` at `t`, queued at the store server; the value is checked against
+    /// what the store holds. Returns when it arrives.
+    fn fetch(&mut self, key: u64, size: u32, t: f64) -> Result<f64, ParspliceError> {
+        let ready = self.server.read(t);
+        let len = self
+            .store
+            .state_len(key)?
+            .ok_or(ParspliceError::Lost(key))?;
+        if len != size as usize {
+            return Err(ParspliceError::Lost(key));
+        }
+        Ok(ready)
     }
-    writeln!(out, "{ts},DBMemoryMRUPut,0,{k}").map_err(ParspliceError::Io)
+
+    /// The last decisions, and the report.
+    fn finish(mut self) -> Result<RunReport, ParspliceError> {
+        let finished_at = (self.total > 0).then_some(self.now);
+        self.decide_through(finished_at.unwrap_or(self.end + 1e-9))?;
+        // A replay ends between decisions: one last, shorter interval records the end state.
+        if let Some(t) = finished_at
+            && self.timeline.ticks.last().is_none_or(|k| k.t < t)
+        {
+            let since = self.timeline.ticks.last().map_or(0.0, |k| k.t);
+            let interval = (t - since).max(1e-9);
+            self.timeline
+                .decide(&mut self.nodes, t, interval, self.trajectory, &self.server)?;
+        }
+        (self.progress)(1.0);
+        Ok(self.report(finished_at))
+    }
+
+    fn report(self, finished_at: Option<f64>) -> RunReport {
+        let Timeline {
+            ticks, trims, peak, ..
+        } = self.timeline;
+        let last = ticks.last().copied();
+        let nodes = &self.nodes;
+        let sum = |f: fn(&Node) -> u64| nodes.iter().map(f).sum::<u64>();
+        RunReport {
+            cache_hits: sum(|n| n.tier.stats().hits),
+            cache_misses: sum(|n| n.tier.stats().misses + n.tier.counters().joined),
+            waited_for_state: sum(|n| n.tier.counters().waited),
+            redundant_puts: sum(|n| n.tier.stats().redundant_puts),
+            policy: self.spec.policy.label(),
+            peak_store_reads_per_s: ticks
+                .iter()
+                .map(|k| k.store_reads_per_s)
+                .fold(0.0, f64::max),
+            ticks,
+            segments: self.segments_done,
+            states: self.states,
+            store_reads: self.server.reads,
+            store_puts: self.server.puts,
+            peak_bytes: peak.1,
+            final_bytes: last.map_or(0, |k| k.bytes),
+            peak_keys: peak.0,
+            final_keys: last.map_or(0, |k| k.keys),
+            auto: nodes[0].decider.auto_threshold().map(|(t, k)| AutoChoice {
+                regime3_start: t,
+                threshold_keys: k,
+            }),
+            trims,
+            finished_at,
+        }
+    }
 }
 
 /// What the decisions record as the run goes: one tick per interval, the policy's trims, peaks.
@@ -508,50 +687,31 @@ impl Timeline {
         server: &Server,
     ) -> Result<(), ParspliceError> {
         for (i, n) in nodes.iter_mut().enumerate() {
-            let s = *n.cache.stats();
-            let (r0, p0, m0) = n.last;
-            let view = CacheView {
-                t,
-                keys: s.keys,
-                bytes: s.bytes,
-                capacity: n.cache.capacity().amount(),
-                hits: s.hits,
-                misses: s.misses,
-                reads_per_s: (n.reads - r0) as f64 / interval,
-                writes_per_s: (n.puts - p0) as f64 / interval,
-                misses_per_s: (s.misses - m0) as f64 / interval,
-                // Misses waiting for the store (coalesced ones count once).
-                queue_len: Some(n.inflight.values().filter(|&&r| r > t).count() as f64),
-                cpu_load_avg: None,
-            };
-            n.last = (n.reads, n.puts, s.misses);
-            if let Some(keys) = n.decider.decide(&view)? {
-                n.cache.resize(Capacity::Keys(keys));
-                if i == 0 {
-                    self.trims.push((t, keys));
-                }
+            if let Some(keys) = n.decide(t, interval)?
+                && i == 0
+            {
+                self.trims.push((t, keys));
             }
-            n.inflight.retain(|_, r| *r > t);
         }
-        let reads: u64 = nodes.iter().map(|n| n.reads).sum();
-        let misses: u64 = nodes.iter().map(|n| n.cache.stats().misses).sum();
-        let keys: u64 = nodes.iter().map(|n| n.cache.stats().keys).sum();
-        let bytes: u64 = nodes.iter().map(|n| n.cache.stats().bytes).sum();
-        let peak_keys: u64 = nodes.iter().map(|n| n.cache.stats().peak_keys).sum();
-        let peak_bytes: u64 = nodes.iter().map(|n| n.cache.stats().peak_bytes).sum();
+        let sum = |f: fn(&Node) -> u64| nodes.iter().map(f).sum::<u64>();
+        let reads = sum(|n| n.tier.counters().reads);
+        let misses = sum(|n| n.tier.stats().misses);
+        let peak_keys = sum(|n| n.tier.stats().peak_keys);
+        let peak_bytes = sum(|n| n.tier.stats().peak_bytes);
         self.peak = (self.peak.0.max(peak_keys), self.peak.1.max(peak_bytes));
+        let reads_node0 = nodes[0].tier.counters().reads;
         let (r, r0, m, sr) = self.last;
         self.ticks.push(Tick {
             t,
             trajectory,
             reads: reads - r,
-            reads_node0: nodes[0].reads - r0,
+            reads_node0: reads_node0 - r0,
             misses: misses - m,
             store_reads_per_s: (server.reads - sr) as f64 / interval,
-            keys,
-            bytes,
+            keys: sum(|n| n.tier.stats().keys),
+            bytes: sum(|n| n.tier.stats().bytes),
         });
-        self.last = (reads, nodes[0].reads, misses, server.reads);
+        self.last = (reads, reads_node0, misses, server.reads);
         Ok(())
     }
 }

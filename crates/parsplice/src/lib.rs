@@ -5,8 +5,9 @@
 //! - [`model`]: the fitted constants (trajectory rate, growth, value sizes, store speed);
 //! - [`workload`]: the state process (superbasins, new states), independent of timing so every
 //!   policy sees the same trajectory;
-//! - [`hierarchy`]: workers → WorkManager caches (a policy each) → the store, as a discrete-event
-//!   simulation;
+//! - [`hierarchy`]: workers → WorkManagers (a `pliant-tier` tier and a policy each) → the store,
+//!   as a discrete-event simulation: the tier holds the rules for reads and puts, this crate the
+//!   time, the workers and the store's speed;
 //! - [`policy`]: unlimited, static LRU, the two-phase Lua policy, any Lua policy, and `auto`;
 //! - [`replay`]: a recorded trace replayed on its own clock, and `ps-config.xml`;
 //! - [`store`]: state ids and values over the persistent tier (`pliant-store`; fjall on disk in
@@ -17,8 +18,9 @@
 //!
 //! Dependencies: `rand`/`rand_pcg` (seeded state process), `foldhash`, `serde`, `thiserror`,
 //! `roxmltree` (reads a run's `ps-config.xml`), `rayon` (a study's policies run in parallel);
-//! Pliant's `cache`, `policy`, `regime`, `store` (the persistent tier), `tier` (what a policy
-//! sees of a WorkManager cache) and `trace` (reads recorded traces) crates.
+//! Pliant's `cache`, `policy`, `regime`, `store` (the persistent tier), `tier` (a WorkManager's
+//! rules for reads and puts, and what its policy sees of it) and `trace` (reads recorded traces)
+//! crates.
 
 pub mod hierarchy;
 pub mod model;

@@ -1,14 +1,28 @@
-//! A cache tier run by a policy: the one contract between a cache and the policy engine.
+//! A cache tier run by a policy: the rules of one tier of a cache hierarchy, and the one contract
+//! between a cache and the policy engine.
 //!
-//! Every place a policy sizes a cache (the trace simulator, the ParSplice hierarchy, and next the
-//! live service) reports the cache to its policy through [`CacheView`] and turns the policy's
-//! decision into a new capacity through [`CacheView::new_capacity`], so a policy sees the same
-//! names with the same meaning everywhere: one written against `pliant sim` runs unchanged in
-//! `pliant demo`. [`METRICS`] lists them, Ceph Mantle's among them.
+//! - [`Tier`] (module `tier`): a cache with the hierarchy's rules as pure operations (a read
+//!   hits, joins a fetch in flight or misses; the tier keeps what it fetched; a put is forwarded
+//!   up once, a redundant one not at all), the fetches in flight, the counters, and the view its
+//!   policy decides on. The ParSplice simulator runs it in virtual time, and the service will run
+//!   it on real requests: neither has rules of its own.
+//! - [`CacheView`] (module `view`): every place a policy sizes a cache (the trace simulator, the
+//!   ParSplice hierarchy, and next the live service) reports the cache to its policy through it
+//!   and turns the policy's decision into a new capacity through [`CacheView::new_capacity`], so
+//!   a policy sees the same names with the same meaning everywhere: one written against
+//!   `pliant sim` runs unchanged in `pliant demo`. [`METRICS`] lists them, Ceph Mantle's among
+//!   them.
 //!
-//! Dependencies: Pliant's `policy` crate (the [`Metrics`](pliant_policy::Metrics) a view fills
-//! and the [`Decision`](pliant_policy::Decision) it reads). No I/O.
+//! No I/O, no clock and no model of time: callers go up the hierarchy themselves and pass the
+//! time in (see the `tier` module on why a fetch in flight is a token of the caller's type).
+//!
+//! Dependencies: Pliant's `cache` crate (the [`Cache`](pliant_cache::Cache) a tier holds) and
+//! `policy` crate (the [`Metrics`](pliant_policy::Metrics) a view fills and the
+//! [`Decision`](pliant_policy::Decision) it reads); `foldhash` (the in-flight table is looked up
+//! on every read).
 
+mod tier;
 mod view;
 
+pub use tier::{Counters, InFlight, Put, Read, Tier};
 pub use view::{CacheView, METRICS, MetricInfo};

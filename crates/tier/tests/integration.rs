@@ -1,0 +1,5 @@
+//! The integration tests of `tier`, as one binary (the workspace's convention: one link of the
+//! dependency tree, the Lua VM among it, instead of one per file). Each module is one subject.
+
+mod contract;
+mod rules;
