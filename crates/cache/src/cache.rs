@@ -38,6 +38,53 @@ impl std::fmt::Display for Capacity {
     }
 }
 
+/// A capacity string that is not bytes, keys or `unlimited`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("size {0:?}: expected bytes (4096, 128MiB, 1GB), keys (1000keys) or unlimited")]
+pub struct CapacityError(pub String);
+
+impl std::str::FromStr for Capacity {
+    type Err = CapacityError;
+
+    /// Parses what users and configuration files write: bytes (`4096`, `4096B`, decimal units
+    /// `KB`/`MB`/`GB`/`TB`, binary units `KiB`/`MiB`/`GiB`/`TiB` or just `K`/`M`/`G`/`T`), keys
+    /// (`1000keys`, `1e5keys`), or `unlimited` (`inf`), case-insensitive; `_` separates digits.
+    /// Zero, negative and non-finite sizes are errors: a cache that can hold nothing is a
+    /// mistake, not a configuration.
+    fn from_str(s: &str) -> Result<Self, CapacityError> {
+        let bad = || CapacityError(s.to_string());
+        let t = s.trim().to_ascii_lowercase();
+        if t == "unlimited" || t == "inf" {
+            return Ok(Self::Keys(u64::MAX));
+        }
+        if let Some(n) = t.strip_suffix("keys").or_else(|| t.strip_suffix("key")) {
+            let n = positive(n).ok_or_else(bad)?;
+            return Ok(Self::Keys(n as u64));
+        }
+        let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let mult: f64 = match unit {
+            "" | "b" => 1.0,
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            "kib" | "k" => 1024.0,
+            "mib" | "m" => 1024.0 * 1024.0,
+            "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
+            "tib" | "t" => 1024f64.powi(4),
+            _ => return Err(bad()),
+        };
+        let n = positive(num).ok_or_else(bad)?;
+        Ok(Self::Bytes((n * mult).round() as u64))
+    }
+}
+
+fn positive(s: &str) -> Option<f64> {
+    let v: f64 = s.trim().replace('_', "").parse().ok()?;
+    (v.is_finite() && v > 0.0).then_some(v)
+}
+
 /// Counters. Byte counters count request sizes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -259,5 +306,66 @@ impl Cache {
         s.bytes = self.algo.bytes();
         s.peak_keys = s.peak_keys.max(s.keys);
         s.peak_bytes = s.peak_bytes.max(s.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_every_unit() {
+        let parse = |s: &str| s.parse::<Capacity>().ok();
+        assert_eq!(parse("128MiB"), Some(Capacity::Bytes(128 << 20)));
+        assert_eq!(parse("128m"), Some(Capacity::Bytes(128 << 20)));
+        assert_eq!(parse("1GB"), Some(Capacity::Bytes(1_000_000_000)));
+        assert_eq!(parse("1.5KB"), Some(Capacity::Bytes(1500)));
+        assert_eq!(parse("2TiB"), Some(Capacity::Bytes(2 << 40)));
+        assert_eq!(parse("4096"), Some(Capacity::Bytes(4096)));
+        assert_eq!(parse(" 4_096B "), Some(Capacity::Bytes(4096)));
+        assert_eq!(parse("1000keys"), Some(Capacity::Keys(1000)));
+        assert_eq!(parse("1key"), Some(Capacity::Keys(1)));
+        assert_eq!(parse("1e5keys"), Some(Capacity::Keys(100_000)));
+        assert_eq!(parse("unlimited"), Some(Capacity::Keys(u64::MAX)));
+        assert_eq!(parse("INF"), Some(Capacity::Keys(u64::MAX)));
+        for bad in [
+            "",
+            "12parsecs",
+            "-5",
+            "keys",
+            "0",
+            "0keys",
+            "nankeys",
+            "1e999",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_input_and_the_accepted_forms() {
+        let e = "10furlongs"
+            .parse::<Capacity>()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "size \"10furlongs\": expected bytes (4096, 128MiB, 1GB), keys (1000keys) or \
+                 unlimited"
+            )
+        );
+    }
+
+    /// Results label their size with `Display`; reading a label back gives the same capacity.
+    #[test]
+    fn display_reads_back() {
+        for c in [
+            Capacity::Bytes(1),
+            Capacity::Bytes(134_217_728),
+            Capacity::Keys(100),
+        ] {
+            assert_eq!(c.to_string().parse::<Capacity>().ok(), Some(c), "{c}");
+        }
     }
 }

@@ -8,7 +8,8 @@
 //! (`tests/golden.rs`, goldens produced by `tools/golden/make_goldens.py`).
 //!
 //! Algorithms are registered by name ([`ALGORITHMS`], [`build`]); S3-FIFO takes parameters as
-//! `s3fifo:small=0.1,threshold=2`.
+//! `s3fifo:small=0.1,threshold=2`. A [`Capacity`] parses from what users write (`128MiB`,
+//! `1GB`, `1000keys`, `unlimited`), for the CLI and services alike.
 //!
 //! Dependencies: `foldhash` for the key index (fast on integer keys, fixed seed so runs are
 //! deterministic); `thiserror` for the typed error.
@@ -28,7 +29,7 @@ pub mod sieve;
 pub mod wtinylfu;
 
 pub use algorithm::{Algorithm, Evicted, NO_NEXT_ACCESS, Request, Units};
-pub use cache::{Cache, Capacity, PutOutcome, Stats};
+pub use cache::{Cache, Capacity, CapacityError, PutOutcome, Stats};
 
 /// One registered algorithm: everything the CLI, the README's table and the tests know of it.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,6 @@
-//! Trace-reading options shared by every command that reads a trace, and size parsing.
+//! Trace-reading options shared by every command that reads a trace.
 
 use anyhow::{Result, bail};
-use pliant_cache::Capacity;
 use pliant_trace::{CsvOptions, Format, Ops, ReadOptions};
 
 /// How to read a trace.
@@ -92,72 +91,5 @@ impl TraceArgs {
             },
             ..ReadOptions::default()
         })
-    }
-}
-
-/// Parses `128MiB`, `1GB`, `4096`, `1000keys`, `unlimited`.
-pub fn parse_capacity(s: &str) -> Result<Capacity> {
-    let t = s.trim().to_ascii_lowercase();
-    if t == "unlimited" || t == "inf" {
-        return Ok(Capacity::Keys(u64::MAX));
-    }
-    if let Some(n) = t.strip_suffix("keys").or_else(|| t.strip_suffix("key")) {
-        let n = parse_number(n).ok_or_else(|| bad_size(s))?;
-        return Ok(Capacity::Keys(n as u64));
-    }
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: f64 = match unit {
-        "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "kib" | "k" => 1024.0,
-        "mib" | "m" => 1024.0 * 1024.0,
-        "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
-        "tib" | "t" => 1024f64.powi(4),
-        _ => return Err(bad_size(s)),
-    };
-    let n = parse_number(num).ok_or_else(|| bad_size(s))?;
-    Ok(Capacity::Bytes((n * mult).round() as u64))
-}
-
-fn parse_number(s: &str) -> Option<f64> {
-    let v: f64 = s.trim().replace('_', "").parse().ok()?;
-    (v.is_finite() && v > 0.0).then_some(v)
-}
-
-fn bad_size(s: &str) -> anyhow::Error {
-    anyhow::anyhow!("size {s:?}: expected bytes (4096, 128MiB, 1GB), keys (1000keys) or unlimited")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_in_every_unit() {
-        assert_eq!(
-            parse_capacity("128MiB").ok(),
-            Some(Capacity::Bytes(128 << 20))
-        );
-        assert_eq!(
-            parse_capacity("1GB").ok(),
-            Some(Capacity::Bytes(1_000_000_000))
-        );
-        assert_eq!(parse_capacity("4096").ok(), Some(Capacity::Bytes(4096)));
-        assert_eq!(parse_capacity("1000keys").ok(), Some(Capacity::Keys(1000)));
-        assert_eq!(
-            parse_capacity("1e5keys").ok(),
-            Some(Capacity::Keys(100_000))
-        );
-        assert_eq!(
-            parse_capacity("unlimited").ok(),
-            Some(Capacity::Keys(u64::MAX))
-        );
-        for bad in ["", "12parsecs", "-5", "keys", "0"] {
-            assert!(parse_capacity(bad).is_err(), "{bad}");
-        }
     }
 }

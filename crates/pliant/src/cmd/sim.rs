@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use pliant_cache::Capacity;
 use pliant_policy::{ParamValue, PolicySource};
 use pliant_sim::{Config, PolicySpec, RunResult, SimOptions};
 
-use super::input::{TraceArgs, parse_capacity};
+use super::input::TraceArgs;
 use crate::plot::{Chart, Series, draw};
 
 /// Arguments of `sim`.
@@ -56,11 +57,11 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     let opts = a.input.options()?;
     let mut configs = Vec::new();
     for algo in &a.algo {
-        pliant_cache::build(algo, pliant_cache::Capacity::Keys(1))?;
+        pliant_cache::build(algo, Capacity::Keys(1))?;
         for s in &a.size {
             configs.push(Config {
                 algo: algo.clone(),
-                capacity: parse_capacity(s)?,
+                capacity: s.parse()?,
             });
         }
     }
@@ -165,9 +166,12 @@ fn print_table(results: &[RunResult]) {
     }
 }
 
+/// A result's size label as a chart coordinate; `unlimited` has none.
 fn size_value(size: &str) -> Option<f64> {
-    let t = size.trim_end_matches("keys").trim_end_matches('B');
-    t.parse::<f64>().ok()
+    match size.parse::<Capacity>().ok()? {
+        Capacity::Keys(u64::MAX) | Capacity::Bytes(u64::MAX) => None,
+        c => Some(c.amount() as f64),
+    }
 }
 
 fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
