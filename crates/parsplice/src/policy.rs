@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use pliant_policy::{Engine, ParamValue, Params, PolicySource, shipped};
+use pliant_regime::THRESHOLD_REGIME;
 pub use pliant_tier::CacheView;
 use serde::Serialize;
 
@@ -188,14 +189,10 @@ impl Auto {
                     .filter(|(t, _)| *t > v.t - AUTO_WINDOW_SECONDS)
                     .count();
                 let tail = &r.labels[r.labels.len() - recent.min(r.labels.len())..];
-                if r.regimes.len() >= 3 && tail.iter().all(|&l| l >= 2) {
-                    let t3 = r.regimes[2].start;
-                    let keys = self
-                        .keys_at
-                        .iter()
-                        .find(|(t, _)| *t >= t3)
-                        .map_or(v.keys, |x| x.1);
-                    self.armed = Some((t3, keys));
+                if tail.iter().all(|&l| l >= THRESHOLD_REGIME) {
+                    // `keys_at` has a sample at every fitted point, so a third regime always
+                    // yields a threshold.
+                    self.armed = r.threshold(&self.keys_at).map(|t| (t.start, t.keys));
                 }
             }
         }

@@ -6,6 +6,8 @@
 //!   of the third regime as the point where the cache can be trimmed.
 //! - [`fans`]: the "fan" detector over `(timestamp, key id)` accesses, with ids numbered in order
 //!   of first appearance; the same algorithm as the shipped `regime-fan` Lua policy.
+//! - [`Regimes::threshold`]: the studies' cache threshold, the keys held when the third regime
+//!   began; [`analyse`] runs all three over one run.
 //!
 //! Dependencies: `linfa` / `linfa-clustering` (k-means), `ndarray` (its data type),
 //! `rand_xoshiro` 0.6 (the RNG type linfa takes, seeded here), `serde`, `thiserror`.
@@ -63,10 +65,35 @@ pub struct Regimes {
     pub labels: Vec<usize>,
 }
 
+/// The regime at whose start the studies trim the cache: the third (0-based 2), after the
+/// opening flash crowd and its decline.
+pub const THRESHOLD_REGIME: usize = 2;
+
+/// A cache threshold read off a run's regimes.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Threshold {
+    /// When the third regime began, seconds.
+    pub start: f64,
+    /// Keys held then.
+    pub keys: u64,
+}
+
 impl Regimes {
-    /// Start of regime `i` (0-based), if found. The studies' threshold is `start_of(2)`.
+    /// Start of regime `i` (0-based), if found.
     pub fn start_of(&self, i: usize) -> Option<f64> {
         self.regimes.get(i).map(|r| r.start)
+    }
+
+    /// The studies' threshold: the keys held when the third regime began. `keys_held` is
+    /// `(time, keys held)` in time order, sampled at least at the clustered points' times; the
+    /// first sample at or after the regime's start counts, so a sample taken with the regime's
+    /// first point is the one used. `None` with fewer than three regimes, or no sample that late.
+    pub fn threshold(&self, keys_held: &[(f64, u64)]) -> Option<Threshold> {
+        let start = self.start_of(THRESHOLD_REGIME)?;
+        keys_held
+            .iter()
+            .find(|(t, _)| *t >= start)
+            .map(|&(_, keys)| Threshold { start, keys })
     }
 }
 
@@ -201,4 +228,128 @@ pub fn fans(points: &[(f64, u64)]) -> Vec<FanRegime> {
 /// Total id span of fan regimes: the keys they need cached (`regime-fan`'s `howmuch`).
 pub fn fan_span(regimes: &[FanRegime]) -> u64 {
     regimes.iter().map(FanRegime::span).sum()
+}
+
+/// What regime detection finds in one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Analysis {
+    /// k-means regimes of the read rate.
+    pub regimes: Regimes,
+    /// The studies' threshold, when there are at least three regimes.
+    pub threshold: Option<Threshold>,
+    /// Fan regimes of the accesses, newest first.
+    pub fans: Vec<FanRegime>,
+}
+
+/// Regimes of a run: k-means (`k`, `seed`) over `rates` (`(time, reads/s)`), the threshold from
+/// `keys_held` (see [`Regimes::threshold`]), and the fan detector over `accesses`
+/// (`(time, key id)`, ids by first appearance).
+pub fn analyse(
+    rates: &[(f64, f64)],
+    keys_held: &[(f64, u64)],
+    accesses: &[(f64, u64)],
+    k: usize,
+    seed: u64,
+) -> Result<Analysis, RegimeError> {
+    let regimes = kmeans_regimes(rates, k, seed)?;
+    Ok(Analysis {
+        threshold: regimes.threshold(keys_held),
+        fans: fans(accesses),
+        regimes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regimes(starts: &[f64]) -> Regimes {
+        Regimes {
+            regimes: starts
+                .iter()
+                .enumerate()
+                .map(|(index, &start)| Regime {
+                    index,
+                    start,
+                    end: start + 5.0,
+                    mean_rate: 1.0,
+                    points: 1,
+                    centroid: (start, 1.0),
+                })
+                .collect(),
+            labels: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn threshold_is_the_keys_held_when_the_third_regime_began() {
+        let held = [(0.0, 5), (10.0, 9), (20.0, 14), (30.0, 20), (40.0, 21)];
+        let t = regimes(&[0.0, 10.0, 30.0, 40.0]).threshold(&held);
+        assert_eq!(
+            t,
+            Some(Threshold {
+                start: 30.0,
+                keys: 20
+            })
+        );
+        // Sampled less often than the points: the first sample after the start.
+        let t = regimes(&[0.0, 10.0, 25.0]).threshold(&held);
+        assert_eq!(
+            t,
+            Some(Threshold {
+                start: 25.0,
+                keys: 20
+            })
+        );
+    }
+
+    #[test]
+    fn no_threshold_without_a_third_regime_or_a_late_enough_sample() {
+        let held = [(0.0, 5), (10.0, 9)];
+        assert_eq!(regimes(&[0.0, 10.0]).threshold(&held), None);
+        assert_eq!(regimes(&[0.0, 5.0, 50.0]).threshold(&held), None);
+        assert_eq!(regimes(&[0.0, 5.0, 8.0]).threshold(&[]), None);
+    }
+
+    /// A run in four phases (flash crowd, decline, plateau, tail) whose keys grow by one per
+    /// 10-s point and whose reads sweep through a new basin of ids every 100 points.
+    #[test]
+    fn analyse_puts_the_threshold_at_the_plateaus_start() {
+        let (mut rates, mut held, mut accesses) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..400u64 {
+            let t = i as f64 * 10.0;
+            let rate = match i {
+                0..=49 => 600.0 + (i % 7) as f64,
+                50..=149 => 300.0 - (i - 50) as f64 * 2.0,
+                150..=299 => 100.0 + (i % 5) as f64,
+                _ => 40.0 + (i % 3) as f64,
+            };
+            rates.push((t, rate));
+            held.push((t, 1000 + i));
+            accesses.push((t, (i / 100) * 100 + 99 - i % 100));
+        }
+        let a = analyse(&rates, &held, &accesses, 4, 7).expect("analyse");
+        assert_eq!(a.regimes, kmeans_regimes(&rates, 4, 7).expect("kmeans"));
+        let start = a
+            .regimes
+            .start_of(THRESHOLD_REGIME)
+            .expect("a third regime");
+        assert!(
+            (1000.0..=2000.0).contains(&start),
+            "plateau from 1,500 s: {start}"
+        );
+        assert_eq!(
+            a.threshold,
+            Some(Threshold {
+                start,
+                keys: 1000 + (start / 10.0) as u64
+            })
+        );
+        assert_eq!(a.fans, fans(&accesses));
+        assert_eq!(a.fans.len(), 4, "one per basin: {:?}", a.fans);
+        assert!(matches!(
+            analyse(&rates[..3], &held, &accesses, 4, 7),
+            Err(RegimeError::TooFewPoints { k: 4, points: 3 })
+        ));
+    }
 }

@@ -1,6 +1,8 @@
 //! Pliant's traces: streaming readers for real key-value traces (ParSplice keyspace CSV,
 //! libCacheSim oracleGeneral, generic CSV, Twitter cache traces), gzip/zstd by extension, the
-//! oracleGeneral writer with next-access times, one-pass statistics, and seeded generators.
+//! oracleGeneral writer with next-access times, one-pass statistics, profiles over time (reads and
+//! distinct keys per bucket, popularity: what calibration and regime detection read), and seeded
+//! generators.
 //!
 //! Every reader error names the file and the line (text) or byte offset (binary); lenient mode
 //! skips malformed lines and counts them instead.
@@ -12,6 +14,7 @@ mod convert;
 mod error;
 mod generate;
 mod open;
+mod profile;
 mod readers;
 mod record;
 mod stats;
@@ -20,6 +23,7 @@ pub use convert::{fill_next_access, write_oracle_general};
 pub use error::TraceError;
 pub use generate::{Popularity, Workload, generate};
 pub use open::open;
+pub use profile::{Profile, ProfileBuilder, profile};
 pub use readers::{ORACLE_RECORD, TraceReader, reader};
 pub use record::{Op, Record, hash_id};
 pub use stats::{StatsBuilder, TopKey, TraceStats};

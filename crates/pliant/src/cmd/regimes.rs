@@ -1,12 +1,10 @@
 //! `pliant regimes`: find a run's regimes (k-means over reads/s) and the fan detector's
 //! superbasins, and the cache thresholds they suggest.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use pliant_trace::Op;
 use serde::Serialize;
 
 use super::input::TraceArgs;
@@ -57,52 +55,27 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     if a.bucket == 0 {
         bail!("--bucket must be at least 1 second");
     }
-    let mut rd = pliant_trace::reader(&a.trace, &a.input.options()?)?;
-    let mut first: Option<u64> = None;
-    let mut buckets: Vec<u64> = Vec::new();
-    // Distinct keys by bucket end: what an unlimited cache holds then.
-    let mut distinct_at: Vec<u64> = Vec::new();
-    let mut ids: HashMap<u64, u64> = HashMap::new();
-    let mut accesses: Vec<(f64, u64)> = Vec::new();
-    let mut reads = 0u64;
-    for r in rd.by_ref() {
-        let r = r?;
-        let t0 = *first.get_or_insert(r.time);
-        let b = (r.time.saturating_sub(t0) / a.bucket) as usize;
-        if buckets.len() <= b {
-            buckets.resize(b + 1, 0);
-            distinct_at.resize(b + 1, ids.len() as u64);
-        }
-        let next = ids.len() as u64;
-        let id = *ids.entry(r.key).or_insert(next);
-        distinct_at[b] = ids.len() as u64;
-        if r.op == Op::Get {
-            reads += 1;
-            buckets[b] += 1;
-            accesses.push(((r.time - t0) as f64, id));
-        }
-    }
-    let points: Vec<(f64, f64)> = buckets
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| ((i as u64 * a.bucket) as f64, n as f64 / a.bucket as f64))
-        .collect();
-    let found = pliant_regime::kmeans_regimes(&points, a.k, a.seed)?;
-    let threshold = found.start_of(2).map(|t| {
-        let b = (t as u64 / a.bucket) as usize;
-        distinct_at.get(b).copied().unwrap_or(0)
-    });
-    let fans = pliant_regime::fans(&accesses);
+    let reader = pliant_trace::reader(&a.trace, &a.input.options()?)?;
+    let profile = pliant_trace::profile(reader, a.bucket, true)?;
+    let points = profile.read_rates();
+    let found = pliant_regime::analyse(
+        &points,
+        &profile.keys_held(),
+        &profile.accesses,
+        a.k,
+        a.seed,
+    )?;
     let out = Output {
         trace: a.trace.display().to_string(),
-        reads,
-        distinct_keys: ids.len() as u64,
-        suggested_threshold_keys: threshold,
-        fan_regimes: fans.len(),
-        newest_fan_spans: fans.iter().take(5).map(|f| f.span()).collect(),
-        fan_suggested_keys: pliant_regime::fan_span(&fans),
-        regimes: found.regimes.clone(),
+        reads: profile.reads,
+        distinct_keys: profile.distinct_keys,
+        suggested_threshold_keys: found.threshold.map(|t| t.keys),
+        fan_regimes: found.fans.len(),
+        newest_fan_spans: found.fans.iter().take(5).map(|f| f.span()).collect(),
+        fan_suggested_keys: pliant_regime::fan_span(&found.fans),
+        regimes: found.regimes.regimes.clone(),
     };
+    let found = found.regimes;
     if let Some(p) = &a.plot {
         let mut series: Vec<Series> = (0..found.regimes.len())
             .map(|r| {
