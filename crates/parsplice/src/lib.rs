@@ -12,9 +12,12 @@
 //! - [`replay`]: a recorded trace replayed on its own clock, and `ps-config.xml`;
 //! - [`store`]: state ids and values over the persistent tier (`pliant-store`; fjall on disk in
 //!   the demo);
-//! - [`study`]: the studies' policies run side by side (what `pliant demo` shows).
+//! - [`study`]: the studies' policies run side by side (what `pliant demo` shows);
+//! - [`calibration`]: the model's trace beside the real traces (`pliant parsplice calibrate`);
+//! - [`measured`]: the measured 8-node policy runs beside the model (`pliant parsplice compare`).
 //!
-//! Efficiency of a policy at time t is its trajectory at t over the unlimited cache's.
+//! Efficiency of a policy at time t is its trajectory at t over the unlimited cache's
+//! ([`efficiency`], with trajectories read by [`interpolate`]).
 //!
 //! Dependencies: `rand`/`rand_pcg` (seeded state process), `foldhash`, `serde`, `thiserror`,
 //! `roxmltree` (reads a run's `ps-config.xml`), `rayon` (a study's policies run in parallel);
@@ -22,7 +25,9 @@
 //! rules for reads and puts, and what its policy sees of it) and `trace` (reads recorded traces)
 //! crates.
 
+pub mod calibration;
 pub mod hierarchy;
+pub mod measured;
 pub mod model;
 pub mod policy;
 pub mod replay;
@@ -88,10 +93,76 @@ pub enum ParspliceError {
 
 /// Efficiency of `run` against `baseline` at time `t`: trajectory ratio.
 pub fn efficiency(run: &RunReport, baseline: &RunReport, t: f64) -> f64 {
-    let b = baseline.trajectory_at(t);
-    if b <= 0.0 {
-        0.0
-    } else {
-        run.trajectory_at(t) / b
+    let at = |r: &RunReport| interpolate(r.ticks.iter().map(|k| (k.t, k.trajectory)), t);
+    let b = at(baseline);
+    if b <= 0.0 { 0.0 } else { at(run) / b }
+}
+
+/// A run's trajectory at `t` from its `(seconds, trajectory)` samples in time order: linear
+/// between samples, from `(0, 0)` (a run starts with none) to the first, and the last sample's
+/// value after the last. The model's ticks (every 10 s) and a measured run's `times.txt` (every
+/// 100 s) are both read this way, so model and measurement are compared alike.
+///
+/// Linear, not a step, because trajectory is cumulative: it only grows, so between two samples
+/// it lies between their values, and the line is exact at every sample and splits the unknown
+/// growth in between. A step would put all of that growth at one end: `pliant parsplice
+/// compare` used to take the first sample at or after `t`, which credits a run at `t` with
+/// trajectory spliced up to 100 s later. At the times `compare` reads (9,000 s and 15,000 s,
+/// both sample times of every measured run) the two agree exactly, so no reported number moved.
+pub fn interpolate(samples: impl IntoIterator<Item = (f64, f64)>, t: f64) -> f64 {
+    let mut prev = (0.0, 0.0);
+    for (s, v) in samples {
+        if s >= t {
+            let f = if s > prev.0 {
+                (t - prev.0) / (s - prev.0)
+            } else {
+                1.0
+            };
+            return prev.1 + f * (v - prev.1);
+        }
+        prev = (s, v);
+    }
+    prev.1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpolation_is_linear_between_samples_and_exact_at_them() {
+        let s = [(100.0, 1000.0), (200.0, 1500.0), (300.0, 1500.0)];
+        let at = |t: f64| interpolate(s, t);
+        assert_eq!(at(100.0), 1000.0);
+        assert_eq!(at(200.0), 1500.0);
+        assert_eq!(at(150.0), 1250.0);
+        assert_eq!(at(250.0), 1500.0, "a plateau stays flat");
+        assert_eq!(at(50.0), 500.0, "from nothing at t = 0");
+        assert_eq!(at(0.0), 0.0);
+        assert_eq!(at(1e9), 1500.0, "the last sample holds after the end");
+        assert_eq!(interpolate([], 10.0), 0.0);
+    }
+
+    /// Between two samples the estimate stays between them: never the later sample's value
+    /// before its time.
+    #[test]
+    fn interpolation_does_not_credit_later_growth() {
+        let s = [(100.0, 0.0), (200.0, 100.0)];
+        for t in [101.0, 150.0, 199.0] {
+            let v = interpolate(s, t);
+            assert!(v > 0.0 && v < 100.0, "{t}: {v}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_sample_time_reads_as_its_first_value_there_and_its_last_after() {
+        assert_eq!(
+            interpolate([(0.0, 0.0), (10.0, 4.0), (10.0, 6.0)], 10.0),
+            4.0
+        );
+        assert_eq!(
+            interpolate([(10.0, 4.0), (10.0, 6.0), (20.0, 6.0)], 15.0),
+            6.0
+        );
     }
 }

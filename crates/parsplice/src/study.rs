@@ -258,3 +258,100 @@ pub fn undecided(rows: &[Row]) -> Option<String> {
         )
     })
 }
+
+/// Efficiency charts start here, seconds: before it the runs have spliced little trajectory,
+/// and a ratio of small numbers says little about a policy.
+pub const EFFICIENCY_CHART_FROM: f64 = 600.0;
+
+/// `(t, efficiency of run against base)` at each of `run`'s ticks from
+/// [`EFFICIENCY_CHART_FROM`] on; on a replay only while `base` is still replaying, as a replay's
+/// efficiency over time means something only until the unlimited cache has finished.
+pub fn efficiency_over_time(run: &RunReport, base: &RunReport) -> Vec<(f64, f64)> {
+    let until = base.finished_at.unwrap_or(f64::INFINITY);
+    run.ticks
+        .iter()
+        .filter(|k| k.t >= EFFICIENCY_CHART_FROM && k.t <= until)
+        .map(|k| (k.t, efficiency(run, base, k.t)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn efficiency_over_time_starts_at_ten_minutes_and_is_the_efficiency_then() {
+        let w = WorkloadParams {
+            nodes: 1,
+            hours: 0.25,
+            ..WorkloadParams::default()
+        };
+        let policies = [PolicyKind::Unlimited, PolicyKind::Lru(10)];
+        let reports = run_all(
+            w,
+            StoreParams::default(),
+            Segments::Model,
+            &policies,
+            &|_| {},
+        )
+        .expect("run");
+        let (base, lru) = (&reports[0], &reports[1]);
+        let e = efficiency_over_time(lru, base);
+        let ticks: Vec<f64> = lru
+            .ticks
+            .iter()
+            .map(|k| k.t)
+            .filter(|&t| t >= EFFICIENCY_CHART_FROM)
+            .collect();
+        assert!(ticks.len() > 10, "{ticks:?}");
+        assert_eq!(e.iter().map(|p| p.0).collect::<Vec<_>>(), ticks);
+        assert!(e.iter().all(|&(t, x)| x == efficiency(lru, base, t)));
+        assert!(efficiency_over_time(base, base).iter().all(|p| p.1 == 1.0));
+    }
+
+    /// One new state a second for 1,200 s, each read with the state of half its age: a cache
+    /// of one key misses every older read, so LRU 1 finishes after the unlimited cache.
+    #[test]
+    fn a_replays_efficiency_over_time_ends_when_the_unlimited_cache_finished() {
+        let mut ops: Vec<crate::replay::Op> = vec![(0, false, 100), (0, true, 100)];
+        for s in 1..1200 {
+            ops.extend([
+                (s, false, 100 + s),
+                (s, true, 100 + s),
+                (s, true, 100 + s / 2),
+            ]);
+        }
+        let w = WorkloadParams {
+            workers: 2,
+            nodes: 1,
+            ..WorkloadParams::default()
+        };
+        let replay = Replay::from_ops(&ops, &w, None, DECISION_INTERVAL).expect("replay");
+        let w = WorkloadParams {
+            hours: replay.coverage.span_seconds / 3600.0,
+            ..w
+        };
+        let policies = [PolicyKind::Unlimited, PolicyKind::Lru(1)];
+        let reports = run_all(
+            w,
+            StoreParams::default(),
+            Segments::Replay(&replay),
+            &policies,
+            &|_| {},
+        )
+        .expect("run");
+        let (base, lru) = (&reports[0], &reports[1]);
+        let until = base.finished_at.expect("a replay ends");
+        assert!(
+            lru.ticks.iter().any(|k| k.t > until),
+            "LRU 1 is still replaying after {until} s"
+        );
+        let e = efficiency_over_time(lru, base);
+        assert!(!e.is_empty());
+        assert!(
+            e.iter()
+                .all(|&(t, _)| (EFFICIENCY_CHART_FROM..=until).contains(&t)),
+            "{e:?}"
+        );
+    }
+}

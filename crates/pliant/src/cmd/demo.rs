@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use pliant_parsplice::{RunReport, efficiency, study};
+use pliant_parsplice::{RunReport, study};
 
 use crate::plot::{Chart, Series, draw};
 
@@ -239,26 +239,31 @@ fn write_report(
         })
         .collect();
     // One line per shown policy, a point per tick.
-    let lines = |f: &dyn Fn(&RunReport, &pliant_parsplice::Tick) -> Option<f64>| -> Vec<Series> {
+    let lines = |f: &dyn Fn(&pliant_parsplice::Tick) -> f64| -> Vec<Series> {
         shown
             .iter()
             .map(|r| {
                 Series::line(
                     r.policy.clone(),
-                    r.ticks
-                        .iter()
-                        .filter_map(|k| f(r, k).map(|y| (k.t / 3600.0, y)))
-                        .collect(),
+                    r.ticks.iter().map(|k| (k.t / 3600.0, f(k))).collect(),
                 )
             })
             .collect()
     };
-    // A replay's efficiency over time means something only while the unlimited run still replays.
-    let until = base.finished_at.unwrap_or(f64::INFINITY);
-    let eff =
-        lines(&|r, k| (k.t >= 600.0 && k.t <= until).then(|| 100.0 * efficiency(r, base, k.t)));
-    let mem = lines(&|_, k| Some(k.bytes as f64 / 1e6));
-    let store = lines(&|_, k| Some(k.store_reads_per_s));
+    let eff = shown
+        .iter()
+        .map(|r| {
+            Series::line(
+                r.policy.clone(),
+                study::efficiency_over_time(r, base)
+                    .into_iter()
+                    .map(|(t, e)| (t / 3600.0, 100.0 * e))
+                    .collect(),
+            )
+        })
+        .collect();
+    let mem = lines(&|k| k.bytes as f64 / 1e6);
+    let store = lines(&|k| k.store_reads_per_s);
     let reads = vec![Series::line(
         "reads/s (all WorkManagers)",
         base.ticks

@@ -1,15 +1,13 @@
 //! `pliant parsplice`: the ParSplice workload model's own tools: write its trace, calibrate it
 //! against the real traces, and compare its efficiency predictions with measured runs.
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use pliant_parsplice::{
-    FjallStore, PolicyKind, RunSpec, Segments, StoreParams, WorkloadParams, efficiency,
-};
-use pliant_trace::{Op, ReadOptions, Record};
+use anyhow::{Context, Result};
+use pliant_parsplice::calibration::{self, Calibration};
+use pliant_parsplice::{WorkloadParams, measured};
+use pliant_trace::Profile;
 use serde::Serialize;
 
 use crate::plot::{Chart, Series, draw};
@@ -83,24 +81,6 @@ pub fn run(c: Command) -> Result<ExitCode> {
     }
 }
 
-fn model_trace(w: WorkloadParams) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let spec = RunSpec {
-        policy: PolicyKind::Unlimited,
-        workload: w,
-        store: StoreParams::default(),
-        interval: 10.0,
-    };
-    pliant_parsplice::run(
-        &spec,
-        Segments::Model,
-        &FjallStore::temporary()?,
-        Some(&mut out),
-        &|_| {},
-    )?;
-    Ok(out)
-}
-
 fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
     let w = WorkloadParams {
         growth_delay: a.growth,
@@ -110,7 +90,7 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
         hours: a.hours,
         seed: a.seed,
     };
-    let bytes = model_trace(w)?;
+    let bytes = calibration::model_trace(w)?;
     let f = std::fs::File::create(&a.output)
         .with_context(|| format!("creating {}", a.output.display()))?;
     if a.output.extension().is_some_and(|e| e == "gz") {
@@ -125,134 +105,91 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the calibration compares, for one trace.
+/// What the calibration reports of one trace.
 #[derive(Serialize)]
-struct Profile {
+struct Summary {
     reads: u64,
     writes: u64,
     keys: u64,
     read_write_ratio: f64,
     peak_reads_per_s: f64,
     top_key_share: f64,
-    /// Reads/s per 100 s.
-    #[serde(skip)]
-    rate: Vec<(f64, f64)>,
-    /// Distinct keys so far, per 100 s.
-    #[serde(skip)]
-    keys_over_time: Vec<(f64, f64)>,
-    /// Share of reads of the key of each popularity rank (1-based).
-    #[serde(skip)]
-    popularity: Vec<(f64, f64)>,
 }
 
-fn profile(path: &Path) -> Result<Profile> {
-    let opts = ReadOptions {
-        format: Some(pliant_trace::Format::ParSplice),
-        ..ReadOptions::default()
-    };
-    let recs: Vec<Record> = pliant_trace::reader(path, &opts)?.collect::<Result<_, _>>()?;
-    let t0 = recs.first().map_or(0, |r| r.time);
-    let mut per_bucket: Vec<u64> = Vec::new();
-    let mut keys_at: Vec<u64> = Vec::new();
-    let mut seen = HashSet::new();
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    let (mut reads, mut writes) = (0u64, 0u64);
-    let mut per_second: HashMap<u64, u64> = HashMap::new();
-    for r in &recs {
-        let b = ((r.time - t0) / 100) as usize;
-        if per_bucket.len() <= b {
-            per_bucket.resize(b + 1, 0);
-            keys_at.resize(b + 1, seen.len() as u64);
-        }
-        seen.insert(r.key);
-        keys_at[b] = seen.len() as u64;
-        if r.op == Op::Get {
-            reads += 1;
-            per_bucket[b] += 1;
-            *counts.entry(r.key).or_default() += 1;
-            *per_second.entry(r.time).or_default() += 1;
-        } else {
-            writes += 1;
+impl Summary {
+    fn of(p: &Profile) -> Self {
+        Self {
+            reads: p.reads,
+            writes: p.writes,
+            keys: p.distinct_keys,
+            read_write_ratio: p.read_write_ratio(),
+            peak_reads_per_s: p.peak_reads_per_second as f64,
+            top_key_share: p.top_key_share(),
         }
     }
-    let mut pop: Vec<u64> = counts.into_values().collect();
-    pop.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(Profile {
-        reads,
-        writes,
-        keys: seen.len() as u64,
-        read_write_ratio: reads as f64 / writes.max(1) as f64,
-        peak_reads_per_s: per_second.values().copied().max().unwrap_or(0) as f64,
-        top_key_share: pop.first().copied().unwrap_or(0) as f64 / reads.max(1) as f64,
-        rate: per_bucket
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (i as f64 / 36.0, n as f64 / 100.0))
-            .collect(),
-        keys_over_time: keys_at
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (i as f64 / 36.0, n as f64))
-            .collect(),
-        popularity: pop
+}
+
+/// The real and the model's profile side by side: reads/s, distinct keys, key popularity.
+fn charts(c: &Calibration) -> [Chart<'static>; 3] {
+    let hours = |v: Vec<(f64, f64)>| v.into_iter().map(|(t, y)| (t / 3600.0, y)).collect();
+    let rate = |p: &Profile| hours(p.read_rates());
+    let keys = |p: &Profile| {
+        hours(
+            p.keys_held()
+                .into_iter()
+                .map(|(t, n)| (t, n as f64))
+                .collect(),
+        )
+    };
+    let popularity = |p: &Profile| {
+        p.popularity
             .iter()
             .take(5000)
             .enumerate()
-            .map(|(i, &n)| ((i + 1) as f64, 100.0 * n as f64 / reads.max(1) as f64))
-            .collect(),
-    })
+            .map(|(i, &n)| ((i + 1) as f64, 100.0 * n as f64 / p.reads.max(1) as f64))
+            .collect()
+    };
+    let pair = |f: &dyn Fn(&Profile) -> Vec<(f64, f64)>| {
+        vec![
+            Series::line("real", f(&c.real)),
+            Series::line("model", f(&c.model)),
+        ]
+    };
+    [
+        Chart {
+            title: "Reads per second (100-s means)",
+            x_label: "hours",
+            y_label: "reads/s",
+            log_x: false,
+            series: pair(&rate),
+        },
+        Chart {
+            title: "Distinct keys so far",
+            x_label: "hours",
+            y_label: "keys",
+            log_x: false,
+            series: pair(&keys),
+        },
+        Chart {
+            title: "Key popularity: share of reads by rank",
+            x_label: "rank",
+            y_label: "% of reads",
+            log_x: true,
+            series: pair(&popularity),
+        },
+    ]
 }
 
 fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&a.out)?;
-    let tmp = tempfile::tempdir()?;
+    let runs = calibration::calibrate(&a.traces)?;
     let mut summary = Vec::new();
-    for (name, growth) in [("d100K", 100_000.0), ("d1M", 1_000_000.0)] {
-        let real = a.traces.join(name).join("rank4.csv.gz");
-        if !real.exists() {
-            bail!("{} not found (pass --traces DIR)", real.display());
-        }
-        let model_path = tmp.path().join(format!("model-{name}.csv"));
-        std::fs::write(
-            &model_path,
-            model_trace(WorkloadParams {
-                growth_delay: growth,
-                nodes: 1,
-                hours: 15_000.0 / 3600.0,
-                ..WorkloadParams::default()
-            })?,
-        )?;
-        let (m, r) = (profile(&model_path)?, profile(&real)?);
-        let pair = |f: fn(&Profile) -> Vec<(f64, f64)>| {
-            vec![Series::line("real", f(&r)), Series::line("model", f(&m))]
-        };
-        let charts = [
-            Chart {
-                title: "Reads per second (100-s means)",
-                x_label: "hours",
-                y_label: "reads/s",
-                log_x: false,
-                series: pair(|p| p.rate.clone()),
-            },
-            Chart {
-                title: "Distinct keys so far",
-                x_label: "hours",
-                y_label: "keys",
-                log_x: false,
-                series: pair(|p| p.keys_over_time.clone()),
-            },
-            Chart {
-                title: "Key popularity: share of reads by rank",
-                x_label: "rank",
-                y_label: "% of reads",
-                log_x: true,
-                series: pair(|p| p.popularity.clone()),
-            },
-        ];
+    for c in &runs {
+        let name = c.trace;
         for ext in ["png", "svg"] {
-            draw(&a.out.join(format!("calibration-{name}.{ext}")), &charts)?;
+            draw(&a.out.join(format!("calibration-{name}.{ext}")), &charts(c))?;
         }
-        summary.push(serde_json::json!({"trace": name, "real": r, "model": m}));
+        let (r, m) = (Summary::of(&c.real), Summary::of(&c.model));
         if !a.json {
             println!("{name} (4.2 h, one WorkManager, 27 workers)");
             println!("                      real       model");
@@ -273,6 +210,7 @@ fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
                 100.0 * m.top_key_share
             );
         }
+        summary.push(serde_json::json!({"trace": name, "real": r, "model": m}));
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -282,113 +220,10 @@ fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Trajectory of a measured run at `t` seconds (`times.txt`: `seconds trajectory other`).
-fn measured(dir: &Path, prefix: &str) -> Result<Vec<(f64, f64)>> {
-    let entry = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .with_context(|| format!("no {prefix}* in {}", dir.display()))?;
-    let text = std::fs::read_to_string(entry.path())?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            let mut f = l.split_whitespace();
-            let t = f.next().and_then(|x| x.parse().ok());
-            let v = f.next().and_then(|x| x.parse().ok());
-            t.zip(v).with_context(|| {
-                format!(
-                    "{}:{}: expected `seconds trajectory`",
-                    entry.path().display(),
-                    i + 1
-                )
-            })
-        })
-        .collect()
-}
-
-fn at(series: &[(f64, f64)], t: f64) -> f64 {
-    series
-        .iter()
-        .find(|(s, _)| *s >= t)
-        .or(series.last())
-        .map_or(0.0, |p| p.1)
-}
-
-#[derive(Serialize)]
-struct CompareRow {
-    policy: String,
-    measured_2_5h: f64,
-    model_2_5h: f64,
-    measured_4_2h: f64,
-    model_4_2h: f64,
-}
-
 fn compare(a: &CompareArgs) -> Result<ExitCode> {
-    let runs: [(PolicyKind, &str); 7] = [
-        (PolicyKind::Unlimited, "scale-cachelimit-8n-unlimited"),
-        (
-            PolicyKind::Lru(100_000),
-            "scale-cachelimit-8n-100000-72005-LRU",
-        ),
-        (PolicyKind::Lru(10), "scale-cachelimit-8n-10-"),
-        (
-            PolicyKind::TwoPhase {
-                absorb: 100_000,
-                target: 10,
-            },
-            "scale-cachedecrease-8n-10-",
-        ),
-        (
-            PolicyKind::TwoPhase {
-                absorb: 100_000,
-                target: 100,
-            },
-            "scale-cachedecrease-8n-100-",
-        ),
-        (
-            PolicyKind::TwoPhase {
-                absorb: 100_000,
-                target: 1000,
-            },
-            "scale-cachedecrease-8n-1000-",
-        ),
-        (
-            PolicyKind::TwoPhase {
-                absorb: 100_000,
-                target: 10000,
-            },
-            "scale-cachedecrease-8n-10000-",
-        ),
-    ];
-    let workload = WorkloadParams {
-        hours: 15_000.0 / 3600.0,
-        ..WorkloadParams::default()
-    };
-    let policies: Vec<PolicyKind> = runs.iter().map(|(p, _)| p.clone()).collect();
     let bar = indicatif::ProgressBar::new(1000);
-    let reports = pliant_parsplice::study::run_all(
-        workload,
-        StoreParams::default(),
-        Segments::Model,
-        &policies,
-        &|f| bar.set_position((f * 1000.0) as u64),
-    )?;
+    let rows = measured::compare(&a.results, &|f| bar.set_position((f * 1000.0) as u64))?;
     bar.finish_and_clear();
-    let base_m = measured(&a.results, runs[0].1)?;
-    let mut rows = Vec::new();
-    for ((p, prefix), rep) in runs.iter().zip(&reports) {
-        let m = measured(&a.results, prefix)?;
-        let eff = |t: f64| at(&m, t) / at(&base_m, t);
-        rows.push(CompareRow {
-            policy: p.label(),
-            measured_2_5h: eff(9_000.0),
-            model_2_5h: efficiency(rep, &reports[0], 9_000.0),
-            measured_4_2h: eff(15_000.0),
-            model_4_2h: efficiency(rep, &reports[0], 15_000.0),
-        });
-    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);

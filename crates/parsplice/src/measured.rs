@@ -1,0 +1,235 @@
+//! The measured 8-node policy runs (`../shared/results/parsplice-8node-policies`) and the
+//! model's predictions for them: what `pliant parsplice compare` shows.
+//!
+//! Each run left a `times.txt`: `wallclock_seconds trajectory other` every 100 s up to
+//! 15,000 s. A policy's measured efficiency at t is its trajectory at t over the unlimited run's,
+//! read with [`interpolate`](crate::interpolate) like the model's.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::hierarchy::Segments;
+use crate::model::{StoreParams, WorkloadParams};
+use crate::policy::PolicyKind;
+use crate::{ParspliceError, efficiency, interpolate, study};
+
+/// `(seconds, trajectory)` samples of one run, in time order.
+pub type Series = Vec<(f64, f64)>;
+
+/// The measured runs: each policy and the prefix of its `times.txt` file. The unlimited cache,
+/// the baseline, comes first.
+pub fn runs() -> [(PolicyKind, &'static str); 7] {
+    let two_phase = |target| PolicyKind::TwoPhase {
+        absorb: 100_000,
+        target,
+    };
+    [
+        (PolicyKind::Unlimited, "scale-cachelimit-8n-unlimited"),
+        (
+            PolicyKind::Lru(100_000),
+            "scale-cachelimit-8n-100000-72005-LRU",
+        ),
+        (PolicyKind::Lru(10), "scale-cachelimit-8n-10-"),
+        (two_phase(10), "scale-cachedecrease-8n-10-"),
+        (two_phase(100), "scale-cachedecrease-8n-100-"),
+        (two_phase(1000), "scale-cachedecrease-8n-1000-"),
+        (two_phase(10000), "scale-cachedecrease-8n-10000-"),
+    ]
+}
+
+/// Reads the trajectory of the run whose file in `dir` starts with `prefix`. Exactly one file
+/// may match: which of several a directory listing gives first is not defined.
+pub fn load(dir: &Path, prefix: &str) -> Result<Series, ParspliceError> {
+    let input = |path: &Path, message: String| ParspliceError::Input {
+        path: path.to_path_buf(),
+        message,
+    };
+    let entries = std::fs::read_dir(dir).map_err(|source| ParspliceError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    let path = match &found[..] {
+        [one] => one,
+        [] => return Err(input(dir, format!("no {prefix}* here"))),
+        _ => {
+            return Err(input(
+                dir,
+                format!("{} files start with {prefix}; expected one", found.len()),
+            ));
+        }
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| ParspliceError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    parse(&text).map_err(|line| input(path, format!("line {line}: expected `seconds trajectory`")))
+}
+
+/// The `(seconds, trajectory)` pairs of a `times.txt` text, or the 1-based number of the first
+/// line that has none. Blank lines are skipped; fields after the second are ignored.
+fn parse(text: &str) -> Result<Series, usize> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let mut f = l.split_whitespace();
+            let t = f.next().and_then(|x| x.parse().ok());
+            let v = f.next().and_then(|x| x.parse().ok());
+            t.zip(v).ok_or(i + 1)
+        })
+        .collect()
+}
+
+/// Measured efficiency of `run` against `base` (the unlimited run) at `t`: trajectory ratio.
+pub fn measured_efficiency(run: &Series, base: &Series, t: f64) -> f64 {
+    interpolate(run.iter().copied(), t) / interpolate(base.iter().copied(), t)
+}
+
+/// One policy: measured and modelled efficiency at 2.5 h and 4.2 h.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Row {
+    /// Policy label.
+    pub policy: String,
+    /// Measured efficiency at 9,000 s.
+    pub measured_2_5h: f64,
+    /// The model's at 9,000 s.
+    pub model_2_5h: f64,
+    /// Measured efficiency at 15,000 s.
+    pub measured_4_2h: f64,
+    /// The model's at 15,000 s.
+    pub model_4_2h: f64,
+}
+
+/// Seconds the comparison reads efficiency at: 2.5 h, and the measured runs' end (~4.2 h).
+pub const AT: [f64; 2] = [9_000.0, 15_000.0];
+
+/// Runs the model (8 nodes, growth delay 100,000, the measured runs' 15,000 s) for every
+/// policy of [`runs`] and compares its efficiency with the measured runs' in `dir`. `progress`
+/// gets the fraction of the model runs done.
+pub fn compare(dir: &Path, progress: &(dyn Fn(f64) + Sync)) -> Result<Vec<Row>, ParspliceError> {
+    let runs = runs();
+    // Every file first: a missing one should not cost a model run.
+    let measured: Vec<Series> = runs
+        .iter()
+        .map(|(_, prefix)| load(dir, prefix))
+        .collect::<Result<_, _>>()?;
+    let workload = WorkloadParams {
+        hours: 15_000.0 / 3600.0,
+        ..WorkloadParams::default()
+    };
+    let policies: Vec<PolicyKind> = runs.iter().map(|(p, _)| p.clone()).collect();
+    let reports = study::run_all(
+        workload,
+        StoreParams::default(),
+        Segments::Model,
+        &policies,
+        progress,
+    )?;
+    Ok(policies
+        .iter()
+        .zip(&measured)
+        .zip(&reports)
+        .map(|((p, m), rep)| Row {
+            policy: p.label(),
+            measured_2_5h: measured_efficiency(m, &measured[0], AT[0]),
+            model_2_5h: efficiency(rep, &reports[0], AT[0]),
+            measured_4_2h: measured_efficiency(m, &measured[0], AT[1]),
+            model_4_2h: efficiency(rep, &reports[0], AT[1]),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_txt_parses_and_bad_lines_are_numbered() {
+        assert_eq!(
+            parse("100 1814818 2425059\n\n200 2302211 3658486\n"),
+            Ok(vec![(100.0, 1_814_818.0), (200.0, 2_302_211.0)])
+        );
+        assert_eq!(parse("100 5\n200\n"), Err(2));
+        assert_eq!(parse("100 5\nx 6\n"), Err(2));
+    }
+
+    #[test]
+    fn exactly_one_file_per_prefix() {
+        let d = tempfile::tempdir().expect("tempdir");
+        for (name, text) in [
+            ("run-a-1.times.txt", "100 10\n200 30\n"),
+            ("run-ab-1.times.txt", "100 1\n"),
+            ("run-ab-2.times.txt", "100 2\n"),
+            ("run-bad.times.txt", "100 1\n200 two\n"),
+        ] {
+            std::fs::write(d.path().join(name), text).expect("write");
+        }
+        let load = |prefix: &str| load(d.path(), prefix);
+        assert_eq!(
+            load("run-a-").ok(),
+            Some(vec![(100.0, 10.0), (200.0, 30.0)])
+        );
+        let err = |prefix: &str| {
+            load(prefix)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(
+            err("run-ab-").contains("2 files start with run-ab-"),
+            "{}",
+            err("run-ab-")
+        );
+        assert!(err("run-c").contains("no run-c*"), "{}", err("run-c"));
+        assert!(
+            err("run-bad").contains("run-bad.times.txt: line 2"),
+            "{}",
+            err("run-bad")
+        );
+        assert!(matches!(
+            super::load(&d.path().join("nowhere"), "run"),
+            Err(ParspliceError::Read { .. })
+        ));
+    }
+
+    #[test]
+    fn measured_efficiency_reads_both_runs_at_the_same_time() {
+        let base = vec![(100.0, 100.0), (200.0, 300.0)];
+        let run = vec![(100.0, 50.0), (200.0, 240.0)];
+        assert_eq!(measured_efficiency(&run, &base, 100.0), 0.5);
+        assert_eq!(measured_efficiency(&run, &base, 200.0), 0.8);
+        assert_eq!(measured_efficiency(&run, &base, 150.0), 145.0 / 200.0);
+        assert_eq!(measured_efficiency(&run, &base, 1e6), 0.8, "the end holds");
+    }
+
+    /// The measured runs beside the repository: every policy has exactly one file, and the
+    /// efficiencies at 2.5 h are those `../shared/results/README.md` quotes from the files.
+    #[test]
+    fn the_shared_measured_runs() {
+        let Some(dir) = pliant_testdata::shared("results/parsplice-8node-policies") else {
+            return;
+        };
+        let runs = runs();
+        assert_eq!(runs[0].0, PolicyKind::Unlimited, "the baseline comes first");
+        let series: Vec<Series> = runs
+            .iter()
+            .map(|(_, prefix)| load(&dir, prefix).expect(prefix))
+            .collect();
+        assert!(
+            series
+                .iter()
+                .all(|s| s.len() == 150 && s[149].0 == 15_000.0)
+        );
+        let at = |i: usize| measured_efficiency(&series[i], &series[0], AT[0]);
+        assert_eq!(at(0), 1.0);
+        assert_eq!(at(2), 3_909_214.0 / 5_182_228.0, "LRU-10");
+        assert_eq!(at(3), 4_965_811.0 / 5_182_228.0, "decrease to 10");
+    }
+}
