@@ -7,6 +7,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use rand_pcg::Pcg64Mcg;
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::heuristic::{PlanOptions, Strategy, plan};
@@ -85,6 +86,18 @@ pub const SCENARIOS: [Scenario; 4] = [
         to: 256,
     },
 ];
+
+impl std::str::FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        SCENARIOS.into_iter().find(|x| x.name == s).ok_or_else(|| {
+            format!(
+                "unknown scenario {s:?}; known: {}",
+                SCENARIOS.map(|x| x.name).join(", ")
+            )
+        })
+    }
+}
 
 /// Min, quartiles, max.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -271,11 +284,9 @@ pub fn emulate(scenario: Scenario, strategy: Strategy, p: &Params) -> Result<Rep
             &mut next_id,
             &mut rng,
         )?;
-        ratios.0.push(o.l_max / o.l_t);
-        ratios.1.push(o.d_max / o.d_t);
-        ratios
-            .2
-            .push(if o.t_t > 0.0 { o.t_max / o.t_t } else { 1.0 });
+        ratios.0.push(o.load_ratio());
+        ratios.1.push(o.data_ratio());
+        ratios.2.push(o.transfer_ratio());
         ratios.3.push(o.moved_fraction);
         ratios.4.push(ms);
     }
@@ -288,4 +299,147 @@ pub fn emulate(scenario: Scenario, strategy: Strategy, p: &Params) -> Result<Rep
         moved_fraction: Quartiles::of(ratios.3),
         plan_ms: Quartiles::of(ratios.4),
     })
+}
+
+/// Every `scenario` × `strategy` (scenario by scenario), in parallel; `progress` is called as
+/// each finishes. Reports come in that order.
+pub fn emulate_all(
+    scenarios: &[Scenario],
+    strategies: &[Strategy],
+    p: &Params,
+    progress: &(dyn Fn() + Sync),
+) -> Result<Vec<Report>, PlanError> {
+    let jobs: Vec<(Scenario, Strategy)> = scenarios
+        .iter()
+        .flat_map(|sc| strategies.iter().map(move |st| (*sc, *st)))
+        .collect();
+    jobs.par_iter()
+        .map(|&(sc, st)| {
+            let r = emulate(sc, st, p);
+            progress();
+            r
+        })
+        .collect()
+}
+
+/// The sizes `pliant bench scale` plans, `(servers after, buckets)`: commissioning 15/16 of the
+/// final servers as in 1,920-onto-128, from 128 servers and 8 K buckets to 16,384 and 1 M.
+pub const SCALING: [(usize, usize); 5] = [
+    (128, 8_192),
+    (512, 32_768),
+    (2_048, 131_072),
+    (8_192, 524_288),
+    (16_384, 1_048_576),
+];
+
+/// Planning time of one commission from `servers / 16` to `servers` servers holding `buckets`
+/// buckets of 0.5 GB on average: the best of `reps` (at least 1) seeded clusters, in ms, since
+/// on a shared machine the fastest run is the one least disturbed.
+pub fn best_plan_ms(
+    servers: usize,
+    buckets: usize,
+    strategy: Strategy,
+    reps: usize,
+) -> Result<f64, PlanError> {
+    if servers < 16 {
+        return Err(PlanError::Request(format!(
+            "{servers} servers: a commission from servers / 16 needs at least 16"
+        )));
+    }
+    let from = servers / 16;
+    let params = Params {
+        buckets,
+        total_gb: buckets as f64 / 2.0,
+        ..Params::default()
+    };
+    let mut best = f64::INFINITY;
+    for rep in 0..reps.max(1) {
+        let mut rng = Pcg64Mcg::seed_from_u64(rep as u64);
+        let mut c = cluster(&params, from, &mut rng)?;
+        let mut next = from as ServerId;
+        let (_, ms) = rescale(
+            &mut c,
+            servers,
+            strategy,
+            PlanOptions::default(),
+            &mut next,
+            &mut rng,
+        )?;
+        best = best.min(ms);
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Params {
+        Params {
+            buckets: 256,
+            total_gb: 128.0,
+            warmup: 2,
+            reps: 3,
+            between: 2,
+            ..Params::default()
+        }
+    }
+
+    /// Everything but the planning time, which is the machine's.
+    fn ratios(r: &Report) -> [Quartiles; 4] {
+        [
+            r.l_max_over_l_t,
+            r.d_max_over_d_t,
+            r.t_max_over_t_t,
+            r.moved_fraction,
+        ]
+    }
+
+    #[test]
+    fn scenarios_parse_by_name() {
+        assert_eq!("decommission-64-of-320".parse(), Ok(SCENARIOS[3]));
+        let e = "grow-a-lot".parse::<Scenario>().err().unwrap_or_default();
+        assert!(
+            e.contains("\"grow-a-lot\"") && e.contains("commission-1920-onto-128"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn emulate_all_is_every_pair_in_order_as_run_alone() {
+        let scenarios = [SCENARIOS[1], SCENARIOS[3]];
+        let strategies = [Strategy::Lt, Strategy::Ldt];
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let all = emulate_all(&scenarios, &strategies, &small(), &|| {
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .expect("emulate");
+        assert_eq!(done.into_inner(), 4);
+        let names: Vec<(&str, &str)> = all.iter().map(|r| (r.scenario, r.strategy)).collect();
+        assert_eq!(
+            names,
+            [
+                ("commission-64-onto-256", "lt"),
+                ("commission-64-onto-256", "ldt"),
+                ("decommission-64-of-320", "lt"),
+                ("decommission-64-of-320", "ldt"),
+            ]
+        );
+        for r in &all {
+            let sc = scenarios.iter().find(|s| s.name == r.scenario).copied();
+            let st = r.strategy.parse().ok();
+            let alone = emulate(sc.expect("scenario"), st.expect("strategy"), &small());
+            assert_eq!(ratios(r), ratios(&alone.expect("alone")), "{}", r.scenario);
+        }
+    }
+
+    #[test]
+    fn planning_time_is_measured_and_needs_sixteen_servers() {
+        let ms = best_plan_ms(32, 512, Strategy::Ldt, 2).expect("plan");
+        assert!(ms.is_finite() && ms >= 0.0, "{ms}");
+        assert!(matches!(
+            best_plan_ms(15, 512, Strategy::Ldt, 1),
+            Err(PlanError::Request(m)) if m.contains("at least 16")
+        ));
+    }
 }

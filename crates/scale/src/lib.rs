@@ -8,7 +8,8 @@
 //! - [`heuristic`]: the Pufferscale heuristic, streaming moves as it decides them;
 //! - [`exact`] (cargo feature `exact`): a mixed-integer model of the same problem for small
 //!   instances (the baseline), and the heuristic-versus-optimum comparison;
-//! - [`emulate`]: the paper's emulation at scale.
+//! - [`emulate`]: the paper's emulation at scale, every scenario and strategy in parallel, and
+//!   planning time as the cluster grows (`pliant bench scale`).
 //!
 //! Dependencies: `good_lp` with HiGHS for the exact baseline, only with the `exact` feature:
 //! HiGHS is built from source with cmake and its bindings are generated with bindgen, which needs

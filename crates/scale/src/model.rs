@@ -85,6 +85,26 @@ pub struct Rescale {
     pub remove: Vec<ServerId>,
 }
 
+impl Rescale {
+    /// Commissions `n` new servers, numbered after the largest id in `cluster` (from 1 in an
+    /// empty one), so that they are new whatever ids it uses.
+    pub fn commission(cluster: &Cluster, n: u32) -> Self {
+        let top = cluster.servers.iter().max().copied().unwrap_or(0);
+        Self {
+            add: (1..=n).map(|i| top + i).collect(),
+            remove: Vec::new(),
+        }
+    }
+
+    /// Decommissions `servers`.
+    pub fn decommission(servers: Vec<ServerId>) -> Self {
+        Self {
+            add: Vec::new(),
+            remove: servers,
+        }
+    }
+}
+
 /// Where every bucket ends, by position in `Cluster::buckets`.
 pub type Placement = Vec<ServerId>;
 
@@ -169,6 +189,28 @@ pub struct Outcome {
     pub moved_bytes: f64,
     /// Bytes moved over all bytes.
     pub moved_fraction: f64,
+}
+
+impl Outcome {
+    /// `L_max / L_t`.
+    pub fn load_ratio(&self) -> f64 {
+        self.l_max / self.l_t
+    }
+
+    /// `D_max / D_t`.
+    pub fn data_ratio(&self) -> f64 {
+        self.d_max / self.d_t
+    }
+
+    /// `T_max / T_t`, or 1 when the target is 0 (no transfer needed), where the ratio has no
+    /// meaning and a plan that moves nothing is on target.
+    pub fn transfer_ratio(&self) -> f64 {
+        if self.t_t > 0.0 {
+            self.t_max / self.t_t
+        } else {
+            1.0
+        }
+    }
 }
 
 /// The targets of the Pufferscale paper for a rescaling.
@@ -372,5 +414,53 @@ impl Cluster {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(servers: Vec<ServerId>) -> Cluster {
+        Cluster {
+            servers,
+            buckets: Vec::new(),
+            capacity: f64::INFINITY,
+            transfer: TransferModel::Network { s_net: 1.0 },
+        }
+    }
+
+    #[test]
+    fn commissioned_servers_are_numbered_after_the_largest_id() {
+        let r = Rescale::commission(&cluster(vec![7, 2, 40]), 3);
+        assert_eq!(r.add, [41, 42, 43]);
+        assert!(r.remove.is_empty());
+        assert_eq!(Rescale::commission(&cluster(vec![]), 2).add, [1, 2]);
+        let c = cluster(vec![1, 2, 3]);
+        assert_eq!(
+            c.after(&Rescale::commission(&c, 2)).ok(),
+            Some(vec![1, 2, 3, 4, 5])
+        );
+        let r = Rescale::decommission(vec![2]);
+        assert_eq!((r.add.len(), r.remove), (0, vec![2]));
+    }
+
+    #[test]
+    fn outcome_ratios_and_a_transfer_target_of_zero() {
+        let o = Outcome {
+            l_max: 3.0,
+            d_max: 5.0,
+            t_max: 4.0,
+            l_t: 2.0,
+            d_t: 4.0,
+            t_t: 8.0,
+            moved_bytes: 1.0,
+            moved_fraction: 0.1,
+        };
+        assert_eq!(
+            (o.load_ratio(), o.data_ratio(), o.transfer_ratio()),
+            (1.5, 1.25, 0.5)
+        );
+        assert_eq!(Outcome { t_t: 0.0, ..o }.transfer_ratio(), 1.0);
     }
 }

@@ -71,37 +71,11 @@ pub fn run(c: Command) -> Result<ExitCode> {
 }
 
 fn scale(a: &ScaleArgs) -> Result<ExitCode> {
-    use rand::SeedableRng;
     let strategy: pliant_scale::Strategy = a.strategy.parse().map_err(anyhow::Error::msg)?;
     let mut rows = Vec::new();
-    for (servers, buckets) in [
-        (128usize, 8_192usize),
-        (512, 32_768),
-        (2_048, 131_072),
-        (8_192, 524_288),
-        (16_384, 1_048_576),
-    ] {
+    for (servers, buckets) in pliant_scale::emulate::SCALING {
         let from = servers / 16;
-        let params = pliant_scale::emulate::Params {
-            buckets,
-            total_gb: buckets as f64 / 2.0,
-            ..pliant_scale::emulate::Params::default()
-        };
-        let mut best = f64::INFINITY;
-        for rep in 0..a.reps.max(1) {
-            let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(rep as u64);
-            let mut c = pliant_scale::emulate::cluster(&params, from, &mut rng)?;
-            let mut next = from as u32;
-            let (_, ms) = pliant_scale::emulate::rescale(
-                &mut c,
-                servers,
-                strategy,
-                pliant_scale::PlanOptions::default(),
-                &mut next,
-                &mut rng,
-            )?;
-            best = best.min(ms);
-        }
+        let best = pliant_scale::emulate::best_plan_ms(servers, buckets, strategy, a.reps)?;
         if !a.json {
             println!(
                 "{from:>6} → {servers:>6} servers, {buckets:>8} buckets: {best:>9.1} ms ({:.2} µs per bucket)",

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use pliant_scale::emulate::{self, Params, Quartiles, Report, SCENARIOS};
+use pliant_scale::emulate::{self, Params, Quartiles, Report, SCENARIOS, Scenario};
 use pliant_scale::{Cluster, Move, PlanOptions, Rescale, Strategy, Weights, plan};
-use rayon::prelude::*;
 
 use crate::plot::{Chart, Series, draw};
 
@@ -130,17 +129,8 @@ fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
     let cluster: Cluster = serde_json::from_str(&text)
         .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", a.state.display(), e.line(), e.column()))?;
     let r = match (a.add, a.remove.is_empty()) {
-        (Some(n), true) => {
-            let top = cluster.servers.iter().max().copied().unwrap_or(0);
-            Rescale {
-                add: (1..=n).map(|i| top + i).collect(),
-                remove: vec![],
-            }
-        }
-        (None, false) => Rescale {
-            add: vec![],
-            remove: a.remove.clone(),
-        },
+        (Some(n), true) => Rescale::commission(&cluster, n),
+        (None, false) => Rescale::decommission(a.remove.clone()),
         _ => bail!("give --add N or --remove ID,..."),
     };
     let w = weights(&a.strategy, &a.weights)?;
@@ -179,32 +169,21 @@ fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
             "\n{} moves, {:.1}% of the data; L_max/L_t {:.3}, D_max/D_t {:.3}, T_max/T_t {:.3}; planned in {ms:.2} ms",
             moves.len(),
             100.0 * o.moved_fraction,
-            o.l_max / o.l_t,
-            o.d_max / o.d_t,
-            if o.t_t > 0.0 { o.t_max / o.t_t } else { 1.0 }
+            o.load_ratio(),
+            o.data_ratio(),
+            o.transfer_ratio()
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn emulate_cmd(a: &EmulateArgs) -> Result<ExitCode> {
-    let scenarios: Vec<_> = if a.scenario.is_empty() {
+    let scenarios: Vec<Scenario> = if a.scenario.is_empty() {
         SCENARIOS.to_vec()
     } else {
         a.scenario
             .iter()
-            .map(|n| {
-                SCENARIOS
-                    .iter()
-                    .find(|s| s.name == n)
-                    .copied()
-                    .with_context(|| {
-                        format!(
-                            "unknown scenario {n:?}; known: {}",
-                            SCENARIOS.map(|s| s.name).join(", ")
-                        )
-                    })
-            })
+            .map(|n| n.parse().map_err(anyhow::Error::msg))
             .collect::<Result<_>>()?
     };
     let strategies: Vec<Strategy> = if a.strategy.is_empty() {
@@ -220,19 +199,8 @@ fn emulate_cmd(a: &EmulateArgs) -> Result<ExitCode> {
         seed: a.seed,
         ..Params::default()
     };
-    let jobs: Vec<_> = scenarios
-        .iter()
-        .flat_map(|sc| strategies.iter().map(move |st| (*sc, *st)))
-        .collect();
-    let bar = indicatif::ProgressBar::new(jobs.len() as u64);
-    let reports: Vec<Report> = jobs
-        .par_iter()
-        .map(|(sc, st)| {
-            let r = emulate::emulate(*sc, *st, &params);
-            bar.inc(1);
-            r
-        })
-        .collect::<Result<_, _>>()?;
+    let bar = indicatif::ProgressBar::new((scenarios.len() * strategies.len()) as u64);
+    let reports = emulate::emulate_all(&scenarios, &strategies, &params, &|| bar.inc(1))?;
     bar.finish_and_clear();
     if let Some(p) = &a.plot {
         boxplot(p, &reports)?;
