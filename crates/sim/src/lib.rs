@@ -12,9 +12,12 @@
 //! `pliant-tier`'s [`CacheView`](pliant_tier::CacheView) defines (the same as everywhere else a
 //! policy sizes a cache).
 //!
+//! [`bench`] is the replay-speed benchmark (`pliant bench sim`).
+//!
 //! Dependencies: `rayon` for parallel configurations; `foldhash` numbers keys for the policies'
 //! time series; `serde` serialises results.
 
+pub mod bench;
 mod replay;
 
 pub use replay::{Config, IntervalStats, PolicySpec, RunResult, SimError, SimOptions, replay};

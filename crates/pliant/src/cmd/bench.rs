@@ -5,8 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use pliant_cache::Capacity;
-use pliant_sim::{Config, SimOptions};
-use pliant_trace::{Popularity, ReadOptions, Workload};
+use pliant_sim::Config;
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
@@ -104,53 +103,34 @@ fn sim(a: &SimArgs) -> Result<ExitCode> {
             a.keys,
             path.display()
         );
-        let mut recs: Vec<_> = pliant_trace::generate(Workload {
-            popularity: Popularity::Zipf(a.alpha),
-            keys: a.keys,
-            requests: a.requests,
-            size: 1,
-            rate: 100_000,
-            seed: 20,
-        })
-        .collect();
-        pliant_trace::fill_next_access(&mut recs);
-        pliant_trace::write_oracle_general(&path, &recs)?;
+        pliant_sim::bench::write_zipf_trace(&path, a.requests, a.keys, a.alpha)?;
     }
     let mut rows = Vec::new();
     for algo in &a.algo {
         for &f in &a.fractions {
             let keys = ((a.keys as f64) * f).round() as u64;
-            let mut best: Option<pliant_sim::RunResult> = None;
-            for _ in 0..a.reps.max(1) {
-                let rd = pliant_trace::reader(&path, &ReadOptions::default())?;
-                let cfg = [Config {
-                    algo: algo.clone(),
-                    capacity: Capacity::Keys(keys),
-                }];
-                let r = pliant_sim::replay(rd, &cfg, &SimOptions::default(), &|_| {})?.remove(0);
-                if best.as_ref().is_none_or(|b| r.seconds < b.seconds) {
-                    best = Some(r);
-                }
+            let config = Config {
+                algo: algo.clone(),
+                capacity: Capacity::Keys(keys),
+            };
+            let r = pliant_sim::bench::best_replay(&path, &config, a.reps)?;
+            if !a.json {
+                println!(
+                    "{:<8} {:>9} keys ({:>4.1}% of working set): {:>6.2} M requests/s \
+                     (miss ratio {:.4}, {:.2} s)",
+                    algo,
+                    keys,
+                    100.0 * f,
+                    r.mreq_per_s,
+                    r.miss_ratio,
+                    r.seconds
+                );
             }
-            if let Some(r) = best {
-                if !a.json {
-                    println!(
-                        "{:<8} {:>9} keys ({:>4.1}% of working set): {:>6.2} M requests/s \
-                         (miss ratio {:.4}, {:.2} s)",
-                        algo,
-                        keys,
-                        100.0 * f,
-                        r.mreq_per_s,
-                        r.miss_ratio,
-                        r.seconds
-                    );
-                }
-                rows.push(serde_json::json!({
-                    "algo": algo, "keys": keys, "fraction": f,
-                    "mreq_per_s": r.mreq_per_s, "miss_ratio": r.miss_ratio,
-                    "seconds": r.seconds, "requests": r.requests,
-                }));
-            }
+            rows.push(serde_json::json!({
+                "algo": algo, "keys": keys, "fraction": f,
+                "mreq_per_s": r.mreq_per_s, "miss_ratio": r.miss_ratio,
+                "seconds": r.seconds, "requests": r.requests,
+            }));
         }
     }
     if a.json {
