@@ -204,6 +204,38 @@ impl PolicySource {
             }
         }
     }
+
+    /// Splits paths naming several policies (as `pliant policy check` takes them) into one list
+    /// per policy, for [`from_paths`](Self::from_paths): chunk files (existing files named
+    /// `load.lua`, `when.lua`, `where.lua` or `howmuch.lua`) group by directory, at the place of
+    /// their directory's first file; anything else (a function-style file, a chunk directory, a
+    /// name that is not a file) stands alone.
+    pub fn group_paths(paths: &[PathBuf]) -> Vec<Vec<PathBuf>> {
+        let is_chunk = |p: &Path| {
+            p.is_file()
+                && p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .and_then(Callback::from_stem)
+                    .is_some()
+        };
+        let mut groups: Vec<Vec<PathBuf>> = Vec::new();
+        let mut by_dir: Vec<(PathBuf, usize)> = Vec::new();
+        for p in paths {
+            if !is_chunk(p) {
+                groups.push(vec![p.clone()]);
+                continue;
+            }
+            let dir = p.parent().map(Path::to_path_buf).unwrap_or_default();
+            match by_dir.iter().find(|(d, _)| *d == dir) {
+                Some(&(_, i)) => groups[i].push(p.clone()),
+                None => {
+                    by_dir.push((dir, groups.len()));
+                    groups.push(vec![p.clone()]);
+                }
+            }
+        }
+        groups
+    }
 }
 
 #[cfg(test)]
@@ -241,5 +273,42 @@ mod tests {
         let e = PolicySource::from_paths(&["a/when.lua".into(), "a/other.lua".into()])
             .expect_err("mixed");
         assert!(e.to_string().contains("other.lua"), "{e}");
+    }
+
+    #[test]
+    fn chunk_files_group_by_directory_and_the_rest_stand_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        for d in [&a, &b] {
+            std::fs::create_dir(d).expect("mkdir");
+            for f in ["load.lua", "when.lua", "howmuch.lua"] {
+                std::fs::write(d.join(f), "return 1").expect("write");
+            }
+        }
+        std::fs::write(dir.path().join("f.lua"), "").expect("write");
+        let paths: Vec<PathBuf> = vec![
+            a.join("when.lua"),
+            dir.path().join("f.lua"),
+            b.join("load.lua"),
+            a.join("load.lua"),
+            "static-limit".into(),
+            b.join("howmuch.lua"),
+            // Not a file: a name like any other, alone.
+            a.join("where.lua"),
+            b.clone(),
+        ];
+        let p = |i: usize| paths[i].clone();
+        assert_eq!(
+            PolicySource::group_paths(&paths),
+            [
+                vec![p(0), p(3)],
+                vec![p(1)],
+                vec![p(2), p(5)],
+                vec![p(4)],
+                vec![p(6)],
+                vec![p(7)],
+            ]
+        );
+        assert!(PolicySource::group_paths(&[]).is_empty());
     }
 }

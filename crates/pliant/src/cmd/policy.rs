@@ -1,15 +1,14 @@
 //! `pliant policy`: check, run and list policies offline, the way an administrator tests one
 //! before installing it on a live service.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 
 use anyhow::{Context, Result, bail};
 use pliant_policy::{
-    Callback, Decision, Engine, EngineConfig, FileStore, Limits, MemoryStore, Metrics, ParamValue,
-    Params, PolicySource, ServerId, StateStore, Style, TimeSeries, shipped,
+    Decision, Engine, EngineConfig, FileStore, Limits, MemoryStore, Metrics, ParamValue, Params,
+    PolicySource, ServerId, StateStore, Style, TimeSeries, shipped,
 };
 
 /// Policy subcommands.
@@ -137,33 +136,6 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     }
 }
 
-/// Splits arguments into policies: chunk files group by directory; anything else stands alone.
-fn group(files: &[PathBuf]) -> Vec<Vec<PathBuf>> {
-    let is_chunk = |p: &Path| {
-        p.is_file()
-            && p.file_stem()
-                .and_then(|s| s.to_str())
-                .is_some_and(|s| Callback::ALL.iter().any(|c| c.name() == s))
-    };
-    let mut groups: Vec<Vec<PathBuf>> = Vec::new();
-    let mut by_dir: BTreeMap<PathBuf, usize> = BTreeMap::new();
-    for f in files {
-        if is_chunk(f) {
-            let dir = f.parent().map(Path::to_path_buf).unwrap_or_default();
-            match by_dir.get(&dir) {
-                Some(&i) => groups[i].push(f.clone()),
-                None => {
-                    by_dir.insert(dir, groups.len());
-                    groups.push(vec![f.clone()]);
-                }
-            }
-        } else {
-            groups.push(vec![f.clone()]);
-        }
-    }
-    groups
-}
-
 fn load_policy(files: &[PathBuf]) -> Result<PolicySource> {
     if let [one] = files
         && !one.exists()
@@ -209,7 +181,7 @@ fn sample_environment() -> (Metrics, TimeSeries) {
 
 fn check(a: &CheckArgs) -> Result<ExitCode> {
     let mut failed = 0;
-    let groups = group(&a.files);
+    let groups = PolicySource::group_paths(&a.files);
     for files in &groups {
         let label = files
             .iter()
