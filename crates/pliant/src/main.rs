@@ -83,3 +83,15 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command's arguments are consistent (ids, flattened options, help overrides), which
+    /// clap otherwise checks only when that command runs.
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::args::Json;
 use anyhow::Result;
 use pliant_cache::Capacity;
 use pliant_sim::Config;
@@ -27,9 +28,8 @@ pub struct ScaleArgs {
     /// Strategy.
     #[arg(long, default_value = "ldt")]
     strategy: String,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Arguments of `bench sim`.
@@ -56,9 +56,8 @@ pub struct SimArgs {
     /// Keep the generated trace here (default: a temporary file).
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Runs a benchmark.
@@ -75,7 +74,7 @@ fn scale(a: &ScaleArgs) -> Result<ExitCode> {
     for (servers, buckets) in pliant_scale::emulate::SCALING {
         let from = servers / 16;
         let best = pliant_scale::emulate::best_plan_ms(servers, buckets, strategy, a.reps)?;
-        if !a.json {
+        if !a.output.json {
             println!(
                 "{from:>6} → {servers:>6} servers, {buckets:>8} buckets: {best:>9.1} ms ({:.2} µs per bucket)",
                 1e3 * best / buckets as f64
@@ -83,7 +82,7 @@ fn scale(a: &ScaleArgs) -> Result<ExitCode> {
         }
         rows.push(serde_json::json!({"from": from, "servers": servers, "buckets": buckets, "plan_ms": best}));
     }
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     }
     Ok(ExitCode::SUCCESS)
@@ -114,7 +113,7 @@ fn sim(a: &SimArgs) -> Result<ExitCode> {
                 capacity: Capacity::Keys(keys),
             };
             let r = pliant_sim::bench::best_replay(&path, &config, a.reps)?;
-            if !a.json {
+            if !a.output.json {
                 println!(
                     "{:<8} {:>9} keys ({:>4.1}% of working set): {:>6.2} M requests/s \
                      (miss ratio {:.4}, {:.2} s)",
@@ -133,7 +132,7 @@ fn sim(a: &SimArgs) -> Result<ExitCode> {
             }));
         }
     }
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     }
     Ok(ExitCode::SUCCESS)

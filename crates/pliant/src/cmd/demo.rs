@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use pliant_parsplice::{RunReport, study};
 
+use super::args::{Json, Seed};
 use crate::plot::{Chart, Series, draw};
 
 /// Arguments of `demo`.
@@ -22,6 +23,8 @@ With --trace, the recorded reads and writes are replayed on the trace's own cloc
 trace, or its first --hours), the growth delay and temperature come from the ps-config.xml beside
 the trace, and efficiency is the time the unlimited cache took to replay it over the time each
 policy took.")]
+#[command(mut_arg("json", |a| a.help("Print one JSON object instead of the table")))]
+#[command(mut_arg("seed", |a| a.help("Seed of the state process")))]
 pub struct Args {
     /// Hours to run: of simulated wall-clock time on the model (default 2.5), of the trace's own
     /// clock with --trace (default: all of it).
@@ -40,9 +43,8 @@ pub struct Args {
     /// Temperature relative to the traced runs' (1.0 = their `<Temperature>`, 700 K).
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
-    /// Seed of the state process.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// Effective penalty of a store read in seconds (the model's one parameter fitted to a
     /// measured policy run; see `pliant_parsplice::model::READ_LATENCY_SECONDS`).
     #[arg(long, value_name = "SECONDS")]
@@ -53,9 +55,8 @@ pub struct Args {
     /// Where to write the HTML report and charts.
     #[arg(long, default_value = "pliant-report")]
     report: PathBuf,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 impl Args {
@@ -67,7 +68,7 @@ impl Args {
             nodes: self.nodes,
             workers: self.workers,
             temperature: self.temperature,
-            seed: self.seed,
+            seed: self.rng.seed,
             miss_penalty: self.miss_penalty,
         }
     }
@@ -108,7 +109,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     }
     let header = Header::new(&setup, seconds);
     write_report(&a.report, &header, &warnings, &reports, &rows)?;
-    if a.json {
+    if a.output.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod args;
 pub mod bench;
 pub mod demo;
 pub mod input;

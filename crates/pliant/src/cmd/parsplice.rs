@@ -10,6 +10,7 @@ use pliant_parsplice::{WorkloadParams, measured};
 use pliant_trace::Profile;
 use serde::Serialize;
 
+use super::args::{Json, Seed};
 use crate::plot::{Chart, Series, draw};
 
 /// ParSplice model subcommands.
@@ -40,9 +41,8 @@ pub struct GenArgs {
     /// Workers (one WorkManager).
     #[arg(long, default_value_t = 27)]
     workers: u32,
-    /// Seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// Output CSV (`.gz` compresses).
     output: PathBuf,
 }
@@ -56,9 +56,8 @@ pub struct CalibrateArgs {
     /// Where to write the charts.
     #[arg(long, default_value = "pliant-report/calibration")]
     out: PathBuf,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Arguments of `parsplice compare`.
@@ -67,9 +66,8 @@ pub struct CompareArgs {
     /// Directory of the measured runs' `times.txt` files.
     #[arg(long, default_value = "../shared/results/parsplice-8node-policies")]
     results: PathBuf,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Runs a parsplice subcommand.
@@ -88,7 +86,7 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
         workers: a.workers,
         nodes: 1,
         hours: a.hours,
-        seed: a.seed,
+        seed: a.rng.seed,
     };
     let bytes = calibration::model_trace(w)?;
     let f = std::fs::File::create(&a.output)
@@ -190,7 +188,7 @@ fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
             draw(&a.out.join(format!("calibration-{name}.{ext}")), &charts(c))?;
         }
         let (r, m) = (Summary::of(&c.real), Summary::of(&c.model));
-        if !a.json {
+        if !a.output.json {
             println!("{name} (4.2 h, one WorkManager, 27 workers)");
             println!("                      real       model");
             println!("  reads        {:>11} {:>11}", r.reads, m.reads);
@@ -212,7 +210,7 @@ fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
         }
         summary.push(serde_json::json!({"trace": name, "real": r, "model": m}));
     }
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         eprintln!("charts in {}", a.out.display());
@@ -224,7 +222,7 @@ fn compare(a: &CompareArgs) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new(1000);
     let rows = measured::compare(&a.results, &|f| bar.set_position((f * 1000.0) as u64))?;
     bar.finish_and_clear();
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }

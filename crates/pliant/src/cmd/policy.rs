@@ -7,9 +7,11 @@ use std::rc::Rc;
 
 use anyhow::{Context, Result, bail};
 use pliant_policy::{
-    Decision, Engine, EngineConfig, FileStore, Limits, MemoryStore, Metrics, ParamValue, Params,
-    PolicySource, ServerId, StateStore, Style, TimeSeries, shipped,
+    Decision, Engine, EngineConfig, FileStore, Limits, MemoryStore, Metrics, Params, PolicySource,
+    ServerId, StateStore, Style, TimeSeries, shipped,
 };
+
+use super::args::{Json, PolicyParams};
 
 /// Policy subcommands.
 #[derive(clap::Subcommand)]
@@ -52,6 +54,7 @@ pub struct CheckArgs {
 
 /// Arguments of `policy run`.
 #[derive(clap::Args)]
+#[command(mut_arg("json", |a| a.help("Print one JSON object instead of text")))]
 pub struct RunArgs {
     /// One policy: a .lua file, its chunk files, a chunk directory, or a shipped policy name.
     #[arg(required = true)]
@@ -68,9 +71,8 @@ pub struct RunArgs {
     /// Persist WRstate in this directory (default: in memory, forgotten after the run).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
     /// Also write the decision log (JSON lines) here.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
@@ -80,10 +82,12 @@ pub struct RunArgs {
 
 /// Options shared by check and run.
 #[derive(clap::Args)]
+#[command(mut_arg("params", |a| a.help(
+    "Policy parameter, visible as `params.KEY` (repeatable), e.g. --param target=1000"
+)))]
 struct Common {
-    /// Policy parameter, visible as `params.KEY` (repeatable), e.g. --param target=1000.
-    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
-    params: Vec<(String, ParamValue)>,
+    #[command(flatten)]
+    params: PolicyParams,
     /// Instruction budget per callback.
     #[arg(long, default_value_t = Limits::default().instructions)]
     budget: u64,
@@ -102,19 +106,9 @@ impl Common {
             ..EngineConfig::default()
         };
         let mut e = Engine::new(config, store, metrics);
-        e.set_params(self.params.iter().cloned().collect::<Params>());
+        e.set_params(self.params.params.iter().cloned().collect::<Params>());
         e
     }
-}
-
-fn parse_param(s: &str) -> Result<(String, ParamValue), String> {
-    let (k, v) = s
-        .split_once('=')
-        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
-    if k.is_empty() {
-        return Err(format!("empty parameter name in {s:?}"));
-    }
-    Ok((k.to_string(), ParamValue::parse(v)))
 }
 
 /// Runs a policy subcommand.
@@ -265,7 +259,7 @@ fn run_once(a: &RunArgs) -> Result<ExitCode> {
         e.log().write_jsonl(std::io::BufWriter::new(f))?;
     }
     let ok = result.is_ok();
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string(&run_json(&result))?);
     } else {
         match &result {

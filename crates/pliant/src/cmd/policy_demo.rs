@@ -5,19 +5,20 @@
 
 use std::process::ExitCode;
 
+use super::args::Json;
 use anyhow::Result;
 use pliant_policy::{Engine, Metrics, ParamValue, PolicySource, ServerId, shipped};
 use serde::Serialize;
 
 /// Arguments of `demo`.
 #[derive(clap::Args)]
+#[command(mut_arg("json", |a| a.help("Print one JSON object instead of tables")))]
 pub struct Args {
     /// Decision intervals to simulate.
     #[arg(long, default_value_t = 12)]
     ticks: u32,
-    /// Print one JSON object instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 #[derive(Serialize)]
@@ -173,7 +174,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         spill: spill_run(a.ticks)?,
         fan: fan_run(a.ticks)?,
     };
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }

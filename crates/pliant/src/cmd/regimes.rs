@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use serde::Serialize;
 
+use super::args::{Json, Plot, Seed};
 use super::input::TraceArgs;
 use crate::plot::{Chart, Series, draw};
 
@@ -14,6 +15,8 @@ use crate::plot::{Chart, Series, draw};
 #[derive(clap::Args)]
 #[command(after_help = "Example:
   pliant regimes ../shared/traces/parsplice/d100K/rank4.csv.gz --plot regimes.png")]
+#[command(mut_arg("seed", |a| a.help("k-means seed")))]
+#[command(mut_arg("plot", |a| a.help("Chart of reads/s coloured by regime, with the centroids (.png or .svg)")))]
 pub struct Args {
     /// The trace.
     trace: PathBuf,
@@ -25,15 +28,12 @@ pub struct Args {
     /// Seconds per reads/s point (ParSplice's counters come every 10 s).
     #[arg(long, default_value_t = 10)]
     bucket: u64,
-    /// k-means seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-    /// Chart of reads/s coloured by regime, with the centroids (.png or .svg).
-    #[arg(long, value_name = "FILE")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    rng: Seed,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    chart: Plot,
 }
 
 #[derive(Serialize)]
@@ -63,7 +63,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         &profile.keys_held(),
         &profile.accesses,
         a.k,
-        a.seed,
+        a.rng.seed,
     )?;
     let out = Output {
         trace: a.trace.display().to_string(),
@@ -76,7 +76,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         regimes: found.regimes.regimes.clone(),
     };
     let found = found.regimes;
-    if let Some(p) = &a.plot {
+    if let Some(p) = &a.chart.plot {
         let mut series: Vec<Series> = (0..found.regimes.len())
             .map(|r| {
                 Series::dots(
@@ -110,7 +110,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         )?;
         eprintln!("wrote {}", p.display());
     }
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }

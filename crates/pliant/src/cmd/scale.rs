@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use pliant_scale::emulate::{self, Params, Quartiles, Report, SCENARIOS, Scenario};
 use pliant_scale::{Cluster, Move, PlanOptions, Rescale, Strategy, Weights, plan};
 
+use super::args::{Json, Plot, Seed};
 use crate::plot::{Chart, Series, draw};
 
 /// Rescaling subcommands.
@@ -53,13 +54,14 @@ pub struct PlanArgs {
     /// Candidate servers per bucket (0 = all).
     #[arg(long, default_value_t = 16)]
     candidates: usize,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Arguments of `scale emulate`.
 #[derive(clap::Args)]
+#[command(mut_arg("json", |a| a.help("Print a JSON array, one object per (scenario, strategy)")))]
+#[command(mut_arg("plot", |a| a.help("Box-plot figure (.png or .svg)")))]
 pub struct EmulateArgs {
     /// Scenarios (default: all four).
     #[arg(long, value_delimiter = ',')]
@@ -70,15 +72,12 @@ pub struct EmulateArgs {
     /// Recorded rescalings per scenario.
     #[arg(long, default_value_t = 100)]
     reps: usize,
-    /// Seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print a JSON array, one object per (scenario, strategy).
-    #[arg(long)]
-    json: bool,
-    /// Box-plot figure (.png or .svg).
-    #[arg(long, value_name = "FILE")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    rng: Seed,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    chart: Plot,
 }
 
 /// Arguments of `scale optimal`.
@@ -87,12 +86,10 @@ pub struct OptimalArgs {
     /// Instances per scenario.
     #[arg(long, default_value_t = 100)]
     instances: usize,
-    /// Seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    rng: Seed,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Runs a scale subcommand.
@@ -144,7 +141,7 @@ fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
     let mut moves: Vec<Move> = Vec::new();
     let t = std::time::Instant::now();
     let placement = plan(&cluster, &r, w, opts, |m| {
-        if !a.json {
+        if !a.output.json {
             println!(
                 "move bucket {:>6}  {:>5} -> {:<5}  {:>14.0} bytes",
                 m.bucket, m.from, m.to, m.bytes
@@ -154,7 +151,7 @@ fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
     })?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let o = cluster.evaluate(&r, &placement)?;
-    if a.json {
+    if a.output.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
@@ -196,16 +193,16 @@ fn emulate_cmd(a: &EmulateArgs) -> Result<ExitCode> {
     };
     let params = Params {
         reps: a.reps,
-        seed: a.seed,
+        seed: a.rng.seed,
         ..Params::default()
     };
     let bar = indicatif::ProgressBar::new((scenarios.len() * strategies.len()) as u64);
     let reports = emulate::emulate_all(&scenarios, &strategies, &params, &|| bar.inc(1))?;
     bar.finish_and_clear();
-    if let Some(p) = &a.plot {
+    if let Some(p) = &a.chart.plot {
         boxplot(p, &reports)?;
     }
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -291,9 +288,9 @@ fn optimal_cmd(_: &OptimalArgs) -> Result<ExitCode> {
 #[cfg(feature = "exact")]
 fn optimal_cmd(a: &OptimalArgs) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new((a.instances * 2 * 3) as u64);
-    let rows = pliant_scale::exact::compare(a.instances, a.seed, &|| bar.inc(1))?;
+    let rows = pliant_scale::exact::compare(a.instances, a.rng.seed, &|| bar.inc(1))?;
     bar.finish_and_clear();
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }

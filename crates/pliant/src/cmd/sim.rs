@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use pliant_cache::Capacity;
-use pliant_policy::{ParamValue, PolicySource};
+use pliant_policy::PolicySource;
 use pliant_sim::{Config, PolicySpec, RunResult, SimOptions};
 
+use super::args::{Json, Plot, PolicyParams};
 use super::input::TraceArgs;
 use crate::plot::{Chart, Series, draw};
 
@@ -19,6 +20,8 @@ use crate::plot::{Chart, Series, draw};
   pliant sim rank4.csv.gz --algo lru --size unlimited \\
       --policy policies/parsplice-absorb-trim.lua --param absorb=10000 --param target=1000 \\
       --interval 10 --plot two-phase.png")]
+#[command(mut_arg("json", |a| a.help("Print a JSON array, one object per configuration")))]
+#[command(mut_arg("plot", |a| a.help("Write charts here (.png or .svg): miss ratio over size; with a timeline, also misses/s and cache size over time in FILE-timeline.EXT")))]
 pub struct Args {
     /// The trace file.
     trace: PathBuf,
@@ -37,19 +40,15 @@ pub struct Args {
     /// A policy (Lua) that resizes every cache: when `when` holds, trim to `howmuch` keys.
     #[arg(long, num_args = 1.., value_name = "FILES")]
     policy: Vec<PathBuf>,
-    /// Policy parameter KEY=VALUE (repeatable).
-    #[arg(long = "param", value_name = "KEY=VALUE")]
-    params: Vec<String>,
+    #[command(flatten)]
+    params: PolicyParams,
     /// Seconds of trace time between policy decisions and timeline points.
     #[arg(long, value_name = "SECONDS")]
     interval: Option<u64>,
-    /// Print a JSON array, one object per configuration.
-    #[arg(long)]
-    json: bool,
-    /// Write charts here (.png or .svg): miss ratio over size; with a timeline, also
-    /// misses/s and cache size over time in FILE-timeline.EXT.
-    #[arg(long, value_name = "FILE")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    chart: Plot,
 }
 
 /// Runs `sim`.
@@ -84,15 +83,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     } else {
         Some(PolicySpec {
             source: PolicySource::from_paths(&a.policy)?,
-            params: a
-                .params
-                .iter()
-                .map(|kv| {
-                    kv.split_once('=')
-                        .map(|(k, v)| (k.to_string(), ParamValue::parse(v)))
-                        .with_context(|| format!("--param {kv:?}: expected KEY=VALUE"))
-                })
-                .collect::<Result<_>>()?,
+            params: a.params.params.iter().cloned().collect(),
         })
     };
     let sim = SimOptions {
@@ -114,10 +105,10 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     let results = pliant_sim::replay(reader, &configs, &sim, &|n| bar.set_position(n))?;
     bar.finish_and_clear();
 
-    if let Some(p) = &a.plot {
+    if let Some(p) = &a.chart.plot {
         plot(p, &results)?;
     }
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         print_table(&results);

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use pliant_trace::{Popularity, Record, StatsBuilder, TraceStats, Workload};
 
+use super::args::{Json, Plot, Seed};
 use super::input::TraceArgs;
 use crate::plot::{Chart, Series, draw};
 
@@ -27,6 +28,8 @@ pub enum Command {
 
 /// Arguments of `trace stats`.
 #[derive(clap::Args)]
+#[command(mut_arg("json", |a| a.help("Print JSON instead of text")))]
+#[command(mut_arg("plot", |a| a.help("Write charts (PNG and SVG) of reads/s and distinct keys/s into this directory").value_name("DIR")))]
 pub struct StatsArgs {
     /// The trace file.
     trace: PathBuf,
@@ -35,12 +38,10 @@ pub struct StatsArgs {
     /// How many of the most requested keys to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Write charts (PNG and SVG) of reads/s and distinct keys/s into this directory.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    chart: Plot,
 }
 
 /// Arguments of `trace convert`.
@@ -59,6 +60,7 @@ pub struct ConvertArgs {
 
 /// Arguments of `trace gen`.
 #[derive(clap::Args)]
+#[command(mut_arg("seed", |a| a.help("RNG seed")))]
 pub struct GenArgs {
     /// Popularity: zipf or uniform.
     #[arg(long, default_value = "zipf")]
@@ -78,9 +80,8 @@ pub struct GenArgs {
     /// Requests per second of trace time.
     #[arg(long, default_value_t = 10_000)]
     rate: u64,
-    /// RNG seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    rng: Seed,
     /// Output file (`.gz` compresses).
     output: PathBuf,
 }
@@ -116,14 +117,14 @@ fn stats(a: &StatsArgs) -> Result<ExitCode> {
     }
     let skipped = rd.skipped();
     let s = b.finish(a.top);
-    if let Some(dir) = &a.plot {
+    if let Some(dir) = &a.chart.plot {
         std::fs::create_dir_all(dir)?;
         for ext in ["png", "svg"] {
             draw(&dir.join(format!("trace-stats.{ext}")), &charts(&s))?;
         }
         eprintln!("wrote {}/trace-stats.png and .svg", dir.display());
     }
-    if a.json {
+    if a.output.json {
         let mut v = serde_json::to_value(&s)?;
         v["skipped_lines"] = skipped.into();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -241,7 +242,7 @@ fn generate(a: &GenArgs) -> Result<ExitCode> {
         requests: a.requests,
         size: a.size,
         rate: a.rate,
-        seed: a.seed,
+        seed: a.rng.seed,
     })
     .collect();
     pliant_trace::fill_next_access(&mut recs);
