@@ -58,7 +58,11 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     let reader = pliant_trace::reader(&a.trace, &a.input.options()?)?;
     let profile = pliant_trace::profile(reader, a.bucket, true)?;
     let points = profile.read_rates();
-    let found = pliant_regime::analyse(
+    let pliant_regime::Analysis {
+        regimes: found,
+        threshold,
+        fans,
+    } = pliant_regime::analyse(
         &points,
         &profile.keys_held(),
         &profile.accesses,
@@ -69,13 +73,12 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         trace: a.trace.display().to_string(),
         reads: profile.reads,
         distinct_keys: profile.distinct_keys,
-        suggested_threshold_keys: found.threshold.map(|t| t.keys),
-        fan_regimes: found.fans.len(),
-        newest_fan_spans: found.fans.iter().take(5).map(|f| f.span()).collect(),
-        fan_suggested_keys: pliant_regime::fan_span(&found.fans),
-        regimes: found.regimes.regimes.clone(),
+        suggested_threshold_keys: threshold.map(|t| t.keys),
+        fan_regimes: fans.len(),
+        newest_fan_spans: fans.iter().take(5).map(|f| f.span()).collect(),
+        fan_suggested_keys: pliant_regime::fan_span(&fans),
+        regimes: found.regimes.clone(),
     };
-    let found = found.regimes;
     if let Some(p) = &a.chart.plot {
         let mut series: Vec<Series> = (0..found.regimes.len())
             .map(|r| {
