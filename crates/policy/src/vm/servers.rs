@@ -99,8 +99,6 @@ struct Columns {
     /// Columns copied into the Lua tables, which every refresh keeps current, in the order they
     /// were copied in.
     eager_cols: Vec<usize>,
-    /// Per column, its place in `eager_cols`.
-    eager: Vec<Option<usize>>,
     /// For the eager columns, the supplied values as of the last refresh, one column of `rows`
     /// values after another: a refresh reads only the columns it keeps, contiguously, which on
     /// 2,048 servers is the difference between 48 KiB and 128 KiB of memory traffic.
@@ -129,16 +127,12 @@ struct Columns {
 }
 
 impl Columns {
-    fn key_slot(&self, col: usize) -> i32 {
-        FIRST_KEY + col as i32
-    }
-
     fn load_key_slot(&self) -> i32 {
-        FIRST_KEY + self.names as i32
+        key_slot(self.names)
     }
 
     fn row_slot(&self, row: usize) -> i32 {
-        FIRST_KEY + self.names as i32 + 1 + row as i32
+        row_slot(self.names, row)
     }
 
     /// Copies column `col` into every row, as the lent metrics have it, and takes it off the
@@ -147,7 +141,7 @@ impl Columns {
         let Some(holder) = self.holder.clone() else {
             return Ok(());
         };
-        if self.eager.get(col).is_none_or(Option::is_some) {
+        if col >= self.names || self.eager_cols.contains(&col) {
             return Ok(());
         }
         // SAFETY: `lent` is non-null only while a `Loan` borrows the metrics it points to (see
@@ -161,7 +155,7 @@ impl Columns {
             }
         };
         let th = holder.state();
-        let key = self.key_slot(col);
+        let key = key_slot(col);
         let lazy = self.lazy.clone();
         let at = self.eager_cols.len();
         self.old
@@ -179,7 +173,6 @@ impl Columns {
                 ffi::lua_rawset(l, 1);
             })?;
         }
-        self.eager[col] = Some(at);
         self.eager_cols.push(col);
         Ok(())
     }
@@ -215,13 +208,12 @@ impl Columns {
                 continue;
             }
             old[row] = v;
-            let written = self.direct.is_some_and(|layout| unsafe {
-                slots::write(layout, self.tables[row], key, &mut hints[row], v)
-            });
-            if !written {
-                let slot = FIRST_KEY + n as i32 + 1 + row as i32;
-                unsafe { put(th, slot, FIRST_KEY + col as i32, v) };
-            }
+            let field = Field {
+                table: self.tables[row],
+                key,
+                slots: (row_slot(n, row), key_slot(col)),
+            };
+            unsafe { store(self.direct, th, field, &mut hints[row], v) };
         }
     }
 
@@ -231,15 +223,54 @@ impl Columns {
     /// # Safety
     /// As [`put`], with `th` the holder thread; no Lua code may run.
     unsafe fn set(&mut self, th: *mut ffi::lua_State, row: usize, col: usize, v: f64) {
-        unsafe {
-            if let Some(layout) = self.direct {
-                let hint = &mut self.hints[col * self.rows + row];
-                if slots::write(layout, self.tables[row], self.keys[col], hint, v) {
-                    return;
-                }
-            }
-            put(th, self.row_slot(row), self.key_slot(col), v);
+        let field = Field {
+            table: self.tables[row],
+            key: self.keys[col],
+            slots: (self.row_slot(row), key_slot(col)),
+        };
+        let hint = &mut self.hints[col * self.rows + row];
+        unsafe { store(self.direct, th, field, hint, v) }
+    }
+}
+
+/// Stack slot of column `col`'s name on the holder thread (`col == names` is `load`'s).
+fn key_slot(col: usize) -> i32 {
+    FIRST_KEY + col as i32
+}
+
+/// Stack slot of row `row`'s table on the holder thread, with `names` metric columns.
+fn row_slot(names: usize, row: usize) -> i32 {
+    FIRST_KEY + names as i32 + 1 + row as i32
+}
+
+/// One field of one server's table: its addresses for [`slots::write`], its stack slots (row,
+/// key) for [`put`].
+struct Field {
+    table: *const c_void,
+    key: *const c_void,
+    slots: (i32, i32),
+}
+
+/// Writes `v` into `field`: straight into the node that holds it where [`slots::write`] can
+/// (`hint` is where it was last time), else through [`put`].
+///
+/// # Safety
+/// As [`put`] for `field.slots` on `th`, the holder thread, and as [`slots::write`] for its
+/// addresses; no Lua code may run.
+unsafe fn store(
+    direct: Option<Layout>,
+    th: *mut ffi::lua_State,
+    field: Field,
+    hint: &mut u32,
+    v: f64,
+) {
+    unsafe {
+        if let Some(layout) = direct
+            && slots::write(layout, field.table, field.key, hint, v)
+        {
+            return;
         }
+        put(th, field.slots.0, field.slots.1, v);
     }
 }
 
@@ -287,7 +318,6 @@ impl Servers {
             holder: None,
             names: 0,
             rows: 0,
-            eager: Vec::new(),
             eager_cols: Vec::new(),
             old: Vec::new(),
             seen_cols: Vec::new(),
@@ -523,9 +553,6 @@ impl Servers {
             // No stamp is `u64::MAX`, so the first refresh visits every row.
             c.seen = vec![u64::MAX; ids.len()];
             c.seen_cols = vec![u64::MAX; names.len()];
-            c.eager = (0..names.len())
-                .map(|col| (Some(col) == self.load_col).then_some(0))
-                .collect();
             c.eager_cols = self.load_col.into_iter().collect();
             c.layout = Some(metrics.layout());
             c.tables = tables;
