@@ -120,21 +120,10 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// Trajectory at time `t` (linear between ticks).
+    /// Trajectory at time `t`, interpolated between ticks like every other trajectory
+    /// ([`crate::interpolate`]).
     pub fn trajectory_at(&self, t: f64) -> f64 {
-        let mut prev = (0.0, 0.0);
-        for k in &self.ticks {
-            if k.t >= t {
-                let f = if k.t > prev.0 {
-                    (t - prev.0) / (k.t - prev.0)
-                } else {
-                    1.0
-                };
-                return prev.1 + f * (k.trajectory - prev.1);
-            }
-            prev = (k.t, k.trajectory);
-        }
-        prev.1
+        crate::interpolate(self.ticks.iter().map(|k| (k.t, k.trajectory)), t)
     }
 }
 

@@ -93,9 +93,12 @@ pub enum ParspliceError {
 
 /// Efficiency of `run` against `baseline` at time `t`: trajectory ratio.
 pub fn efficiency(run: &RunReport, baseline: &RunReport, t: f64) -> f64 {
-    let at = |r: &RunReport| interpolate(r.ticks.iter().map(|k| (k.t, k.trajectory)), t);
-    let b = at(baseline);
-    if b <= 0.0 { 0.0 } else { at(run) / b }
+    let b = baseline.trajectory_at(t);
+    if b <= 0.0 {
+        0.0
+    } else {
+        run.trajectory_at(t) / b
+    }
 }
 
 /// A run's trajectory at `t` from its `(seconds, trajectory)` samples in time order: linear
