@@ -146,25 +146,29 @@ fn load_policy(files: &[PathBuf]) -> Result<PolicySource> {
     Ok(PolicySource::from_paths(files)?)
 }
 
-/// A small cluster and access history that exercises the metrics policies commonly read.
+/// A small cluster and access history that exercises the metrics policies commonly read: every
+/// metric a cache gives its policy (`pliant_tier::METRICS`, as a service would report them),
+/// plus the `cpu` and `load` of Mantle's metadata-server policies.
 fn sample_environment() -> (Metrics, TimeSeries) {
     let mut m = Metrics::new(0);
     for id in 0..4i64 {
         let x = (id + 1) as f64;
-        for (name, v) in [
-            ("keys", 50_000.0 * x),
-            ("bytes", 4.0e7 * x),
-            ("hits", 9_000.0 * x),
-            ("misses", 1_000.0 * x),
-            ("reads_per_s", 500.0 * x),
-            ("writes_per_s", 10.0 * x),
-            ("misses_per_s", 50.0 * x),
-            ("req_rate", 100.0 * x),
-            ("cpu", 0.2 * x),
-            ("load", 10.0 * x),
-        ] {
-            m.set(id, name, v);
-        }
+        let cache = pliant_tier::CacheView {
+            t: 600.0,
+            keys: 50_000 * id as u64 + 50_000,
+            bytes: 40_000_000 * id as u64 + 40_000_000,
+            capacity: 250_000,
+            hits: 9_000 * id as u64 + 9_000,
+            misses: 1_000 * id as u64 + 1_000,
+            reads_per_s: 500.0 * x,
+            writes_per_s: 10.0 * x,
+            misses_per_s: 50.0 * x,
+            queue_len: Some(2.0 * x),
+            cpu_load_avg: Some(0.2 * x),
+        };
+        cache.write_to(&mut m, id);
+        m.set(id, "cpu", 0.2 * x);
+        m.set(id, "load", 10.0 * x);
     }
     let ts = TimeSeries::new();
     for i in 0..1000u32 {
