@@ -39,8 +39,6 @@ pub struct CacheView {
 pub struct MetricInfo {
     /// The name in `servers[whoami][name]`.
     pub name: &'static str,
-    /// What it means, for `--help` texts and the README.
-    pub meaning: &'static str,
     /// The Ceph Mantle metric of the same name and sense, if there is one: a Mantle policy
     /// written for Ceph's metadata servers reads these unchanged.
     pub mantle: bool,
@@ -51,53 +49,30 @@ const N: usize = 11;
 
 /// Every metric a [`CacheView`] can give a policy, in the order it sets them.
 pub const METRICS: [MetricInfo; N] = [
-    info("keys", "keys held", false),
-    info("bytes", "bytes held", false),
-    info(
-        "capacity",
-        "the capacity, in the cache's unit (keys)",
-        false,
-    ),
-    info("hits", "hits so far", false),
-    info("misses", "misses so far", false),
-    info(
-        "reads_per_s",
-        "reads per second in the last interval",
-        false,
-    ),
-    info(
-        "writes_per_s",
-        "writes per second in the last interval",
-        false,
-    ),
-    info(
-        "misses_per_s",
-        "misses per second in the last interval",
-        false,
-    ),
-    info(
-        "req_rate",
-        "requests (reads + writes) per second in the last interval",
-        true,
-    ),
-    info(
-        "queue_len",
-        "requests waiting for the tier above (absent without one)",
-        true,
-    ),
-    info(
-        "cpu_load_avg",
-        "the host's one-minute load average (absent in simulations)",
-        true,
-    ),
+    ours("keys"),
+    ours("bytes"),
+    ours("capacity"),
+    ours("hits"),
+    ours("misses"),
+    ours("reads_per_s"),
+    ours("writes_per_s"),
+    ours("misses_per_s"),
+    mantle("req_rate"),
+    mantle("queue_len"),
+    mantle("cpu_load_avg"),
 ];
 
-const fn info(name: &'static str, meaning: &'static str, mantle: bool) -> MetricInfo {
+/// A metric of Pliant's own (its meaning: the [`CacheView`] field of the same name).
+const fn ours(name: &'static str) -> MetricInfo {
     MetricInfo {
         name,
-        meaning,
-        mantle,
+        mantle: false,
     }
+}
+
+/// A metric under Ceph Mantle's name and in its sense.
+const fn mantle(name: &'static str) -> MetricInfo {
+    MetricInfo { name, mantle: true }
 }
 
 impl CacheView {

@@ -142,3 +142,28 @@ fn writing_in_place_follows_the_view() {
     assert_eq!(m.get(&0.into(), "cpu_load_avg"), Some(0.5));
     assert_eq!(m.get(&0.into(), "req_rate"), Some(42.0));
 }
+
+/// The README's table of what a policy sees names exactly these metrics, and marks Mantle's.
+#[test]
+fn the_readme_table_lists_every_metric() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let rows: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| metric | meaning | Ceph Mantle name |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let mut listed = Vec::new();
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        for name in cells[1].split('`').skip(1).step_by(2) {
+            listed.push((name.to_string(), cells[3] == "yes"));
+        }
+    }
+    let want: Vec<(String, bool)> = METRICS
+        .iter()
+        .map(|m| (m.name.to_string(), m.mantle))
+        .collect();
+    assert_eq!(listed, want);
+}
