@@ -13,9 +13,12 @@ use std::path::PathBuf;
 /// # Panics
 /// In CI (`CI` set in the environment), if it does not exist.
 pub fn shared(relative: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(relative);
+    // The running test's crate directory (cargo sets it for every test process), not this
+    // crate's as compiled: a build reused from another checkout would otherwise look beside that
+    // checkout. Every crate sits at the same depth, `crates/<name>`.
+    let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let p = crate_dir.join("../../../shared").join(relative);
     if p.exists() {
         return Some(p);
     }
