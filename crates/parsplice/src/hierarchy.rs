@@ -17,7 +17,7 @@ use std::io::Write;
 use std::iter::{Enumerate, Peekable};
 
 use pliant_cache::Capacity;
-use pliant_tier::{Put, Read, Tier};
+use pliant_tier::{Decider, Put, Read, Tier};
 use serde::Serialize;
 
 use crate::ParspliceError;
@@ -25,7 +25,7 @@ use crate::model::{
     CACHE_HIT_SECONDS, STORE_NETWORK_SECONDS, StoreParams, WorkloadParams, segment_seconds,
     segment_trajectory,
 };
-use crate::policy::{AutoChoice, Decider, PolicyKind};
+use crate::policy::{AutoChoice, PolicyKind};
 use crate::replay::Replay;
 use crate::store::{States, Store};
 use crate::workload::{Segment, StateProcess};
@@ -338,7 +338,7 @@ impl<'a, 'w> Sim<'a, 'w> {
                 let capacity = Capacity::Keys(spec.policy.initial_capacity());
                 Ok(Node {
                     tier: Tier::new(pliant_cache::cache("lru", capacity)?),
-                    decider: Decider::new(&spec.policy, w.seed ^ u64::from(i))?,
+                    decider: spec.policy.decider(w.seed ^ u64::from(i))?,
                 })
             })
             .collect::<Result<_, ParspliceError>>()?;
@@ -627,9 +627,9 @@ impl<'a, 'w> Sim<'a, 'w> {
             final_bytes: last.map_or(0, |k| k.bytes),
             peak_keys: peak.0,
             final_keys: last.map_or(0, |k| k.keys),
-            auto: nodes[0].decider.auto_threshold().map(|(t, k)| AutoChoice {
-                regime3_start: t,
-                threshold_keys: k,
+            auto: nodes[0].decider.auto_threshold().map(|t| AutoChoice {
+                regime3_start: t.start,
+                threshold_keys: t.keys,
             }),
             trims,
             finished_at,

@@ -8,11 +8,13 @@
 //! - [`hierarchy`]: workers → WorkManagers (a `pliant-tier` tier and a policy each) → the store,
 //!   as a discrete-event simulation: the tier holds the rules for reads and puts, this crate the
 //!   time, the workers and the store's speed;
-//! - [`policy`]: unlimited, static LRU, the two-phase Lua policy, any Lua policy, and `auto`;
+//! - [`policy`]: the study's names for its policies (unlimited, static LRU, the two-phase Lua
+//!   policy, any Lua policy, `auto`) and the `pliant-tier` decider each becomes;
 //! - [`replay`]: a recorded trace replayed on its own clock, and `ps-config.xml`;
 //! - [`store`]: state ids and values over the persistent tier (`pliant-store`; fjall on disk in
 //!   the demo);
-//! - [`study`]: the studies' policies run side by side (what `pliant demo` shows);
+//! - [`study`]: the registry of the study's policies, run side by side (what `pliant demo`
+//!   shows);
 //! - [`calibration`]: the model's trace beside the real traces (`pliant parsplice calibrate`);
 //! - [`measured`]: the measured 8-node policy runs beside the model (`pliant parsplice compare`).
 //!
@@ -21,7 +23,7 @@
 //!
 //! Dependencies: `rand`/`rand_pcg` (seeded state process), `foldhash`, `serde`, `thiserror`,
 //! `roxmltree` (reads a run's `ps-config.xml`), `rayon` (a study's policies run in parallel);
-//! Pliant's `cache`, `policy`, `regime`, `store` (the persistent tier), `tier` (a WorkManager's
+//! Pliant's `cache`, `policy`, `store` (the persistent tier), `tier` (a WorkManager's
 //! rules for reads and puts, and what its policy sees of it) and `trace` (reads recorded traces)
 //! crates.
 

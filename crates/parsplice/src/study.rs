@@ -23,16 +23,37 @@ use crate::{ParspliceError, efficiency};
 /// (`<PerfDelay> 10` in the traced runs' ps-config.xml).
 pub const DECISION_INTERVAL: f64 = 10.0;
 
-/// The policies of the ParSplice cache studies (LRU at five sizes, two-phase at four targets),
-/// the unlimited cache they are compared with (first), and `auto`.
-pub fn policies() -> Vec<PolicyKind> {
-    let mut p = vec![PolicyKind::Unlimited];
-    p.extend([10, 100, 1_000, 10_000, 100_000].map(PolicyKind::Lru));
-    p.extend([10, 100, 1_000, 10_000].map(|target| PolicyKind::TwoPhase {
-        absorb: 100_000,
-        target,
+/// One policy of the study.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyPolicy {
+    /// The policy.
+    pub kind: PolicyKind,
+    /// Whether the demo's charts draw it: the unlimited reference, the extremes of LRU, the
+    /// smallest two-phase target and `auto`, so the lines stay readable.
+    pub charted: bool,
+}
+
+/// The study's policies, in the order every table lists them: the unlimited cache the others are
+/// compared with (first), the ParSplice studies' LRU at five sizes and two-phase policy at four
+/// targets, and `auto`. The demo, its report and the README's tables derive from this list (a
+/// test holds the README to it); adding a policy to the study is adding it here.
+pub fn policies() -> Vec<StudyPolicy> {
+    let entry = |kind, charted| StudyPolicy { kind, charted };
+    let mut p = vec![entry(PolicyKind::Unlimited, true)];
+    p.extend(
+        [10, 100, 1_000, 10_000, 100_000]
+            .map(|n| entry(PolicyKind::Lru(n), n == 10 || n == 100_000)),
+    );
+    p.extend([10, 100, 1_000, 10_000].map(|target| {
+        entry(
+            PolicyKind::TwoPhase {
+                absorb: 100_000,
+                target,
+            },
+            target == 10,
+        )
     }));
-    p.push(PolicyKind::Auto);
+    p.push(entry(PolicyKind::Auto, true));
     p
 }
 

@@ -12,17 +12,25 @@
 //!   a policy sees the same names with the same meaning everywhere: one written against
 //!   `pliant sim` runs unchanged in `pliant demo`. [`METRICS`] lists them, Ceph Mantle's among
 //!   them.
+//! - [`Decider`] (module `decider`): what decides a tier's capacity, a Lua policy of the engine
+//!   or [`Auto`] (module `auto`, thresholds from regime detection), the same in the simulator and
+//!   the service.
 //!
 //! No I/O, no clock and no model of time: callers go up the hierarchy themselves and pass the
 //! time in (see the `tier` module on why a fetch in flight is a token of the caller's type).
 //!
 //! Dependencies: Pliant's `cache` crate (the [`Cache`](pliant_cache::Cache) a tier holds) and
-//! `policy` crate (the [`Metrics`](pliant_policy::Metrics) a view fills and the
-//! [`Decision`](pliant_policy::Decision) it reads); `foldhash` (the in-flight table is looked up
+//! `policy` crate (the [`Metrics`](pliant_policy::Metrics) a view fills, the
+//! [`Decision`](pliant_policy::Decision) it reads, the engine a [`Decider`] runs) and `regime`
+//! crate (`auto`'s k-means); `foldhash` (the in-flight table and `auto`'s live keys are looked up
 //! on every read).
 
+mod auto;
+mod decider;
 mod tier;
 mod view;
 
+pub use auto::Auto;
+pub use decider::Decider;
 pub use tier::{Counters, InFlight, Put, Read, Tier};
 pub use view::{CacheView, METRICS, MetricInfo};

@@ -2,4 +2,5 @@
 //! dependency tree, the Lua VM among it, instead of one per file). Each module is one subject.
 
 mod contract;
+mod decider;
 mod rules;

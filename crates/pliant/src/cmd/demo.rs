@@ -82,7 +82,13 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let policies = study::policies();
+    let study_policies = study::policies();
+    let policies: Vec<_> = study_policies.iter().map(|p| p.kind.clone()).collect();
+    let charted: Vec<String> = study_policies
+        .iter()
+        .filter(|p| p.charted)
+        .map(|p| p.kind.label())
+        .collect();
     let bar = indicatif::ProgressBar::new(1000).with_message(format!(
         "{} policies, {}",
         policies.len(),
@@ -108,7 +114,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         warnings.push(w.clone());
     }
     let header = Header::new(&setup, seconds);
-    write_report(&a.report, &header, &warnings, &reports, &rows)?;
+    write_report(&a.report, &header, &warnings, &reports, &charted, &rows)?;
     if a.output.json {
         println!(
             "{}",
@@ -222,22 +228,14 @@ fn write_report(
     header: &Header,
     warnings: &[String],
     reports: &[RunReport],
+    charted: &[String],
     rows: &[study::Row],
 ) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = &reports[0];
     let shown: Vec<&RunReport> = reports
         .iter()
-        .filter(|r| {
-            [
-                "unlimited",
-                "lru-10",
-                "lru-100000",
-                "two-phase-100000-10",
-                "auto",
-            ]
-            .contains(&r.policy.as_str())
-        })
+        .filter(|r| charted.contains(&r.policy))
         .collect();
     // One line per shown policy, a point per tick.
     let lines = |f: &dyn Fn(&pliant_parsplice::Tick) -> f64| -> Vec<Series> {
