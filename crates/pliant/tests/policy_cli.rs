@@ -185,12 +185,21 @@ fn policy_demo_runs_and_json_is_parseable() {
     let o = pliant(&["policy", "demo", "--json"], dir.path());
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
-    // The absorb-trim cache crosses 100,000 keys at tick 4 and is trimmed to 1,000.
-    let absorb = &v["cache"][0][1];
-    assert_eq!(absorb[3]["when"], true);
-    assert_eq!(absorb[3]["keys_after"], 1000.0);
-    assert_eq!(absorb[2]["when"], false);
-    // Greedy spill acts on the third overloaded tick.
-    assert_eq!(v["spill"][2]["when"], true);
-    assert_eq!(v["spill"][1]["when"], false);
+    // What the scenarios decide is tested in pliant-policy; here, that all three are printed.
+    assert_eq!(v["cache"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        v["spill"].as_array().map(Vec::len),
+        Some(12),
+        "--ticks defaults to 12"
+    );
+    assert_eq!(v["fan"].as_array().map(Vec::len), Some(12));
+    let text = stdout(&pliant(&["policy", "demo", "--ticks", "3"], dir.path()));
+    for section in [
+        "parsplice-absorb-trim",
+        "static-limit",
+        "cephfs-greedy-spill",
+        "regime-fan",
+    ] {
+        assert!(text.contains(section), "{section} missing from\n{text}");
+    }
 }

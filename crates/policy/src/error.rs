@@ -46,6 +46,16 @@ pub enum PolicyError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A policy named by one path that is neither a file or directory nor a shipped policy.
+    #[error(
+        "{}: no such file, and not a shipped policy (shipped: {})",
+        path.display(),
+        crate::shipped::NAMES.join(", ")
+    )]
+    NotFound {
+        /// The path, or name, given.
+        path: PathBuf,
+    },
     /// The files given do not form a policy (unknown chunk name, nothing defined, duplicates).
     #[error("not a policy: {0}")]
     Shape(String),

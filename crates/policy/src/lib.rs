@@ -5,7 +5,7 @@
 //! This crate owns the Lua sandbox, the environment policies see (`whoami`, `servers[id][metric]`
 //! with aliases `server` and `mds`, `timeseries()`, `params`, `WRstate`/`RDstate`, `BAL_LOG`),
 //! resource limits, hot swap with version history, the decision log, and the policies Pliant
-//! ships (see [`shipped`]).
+//! ships (see [`shipped`]) with the built-in scenarios that show them deciding ([`scenarios`]).
 //!
 //! Two styles of policy are first-class:
 //! - one file defining global functions `load()`, `when()`, `where(targets)`, `howmuch()`; a
@@ -24,6 +24,7 @@ mod engine;
 mod env;
 mod error;
 mod log;
+pub mod scenarios;
 pub mod shipped;
 mod source;
 mod state;

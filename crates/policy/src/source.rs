@@ -62,6 +62,16 @@ pub enum Style {
     Chunks(Vec<(Callback, Chunk)>),
 }
 
+impl Style {
+    /// `functions` or `chunks`, as the CLI and logs name the style.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Functions(_) => "functions",
+            Self::Chunks(_) => "chunks",
+        }
+    }
+}
+
 /// A policy as written: a name (which also keys its persisted state) and its source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySource {
@@ -105,6 +115,21 @@ impl PolicySource {
             name: name.into(),
             style: Style::Chunks(chunks),
         }
+    }
+
+    /// A policy as a user names one: a file, chunk files or a chunk directory (as
+    /// [`from_paths`](Self::from_paths)), or, when one path names nothing on disk, the shipped
+    /// policy of that name (see [`shipped`](crate::shipped)).
+    pub fn resolve(paths: &[PathBuf]) -> Result<Self, PolicyError> {
+        if let [one] = paths
+            && !one.exists()
+        {
+            return one
+                .to_str()
+                .and_then(crate::shipped::get)
+                .ok_or_else(|| PolicyError::NotFound { path: one.clone() });
+        }
+        Self::from_paths(paths)
     }
 
     /// Loads a policy from files, recognising the style:

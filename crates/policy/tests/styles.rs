@@ -1,7 +1,7 @@
 //! Both policy styles: global functions in one file, and Mantle-library chunks.
 
 use crate::common::{cluster, f};
-use pliant_policy::{Callback, Engine, HowMuch, PolicySource, ServerId, Style};
+use pliant_policy::{Callback, Engine, HowMuch, PolicyError, PolicySource, ServerId, Style};
 
 #[test]
 fn function_style_missing_callbacks_take_defaults() {
@@ -113,4 +113,25 @@ fn syntax_error_names_the_chunk_file_and_line() {
     let err = e.install(src).expect_err("syntax");
     let loc = err.location().expect("location");
     assert_eq!((loc.chunk.as_str(), loc.line), ("when.lua", 3));
+}
+
+#[test]
+fn a_name_that_is_no_file_resolves_to_the_shipped_policy_and_a_file_wins_over_it() {
+    let shipped = PolicySource::resolve(&["static-limit".into()]).expect("shipped policy");
+    assert_eq!(shipped.name, "static-limit");
+    let e = PolicySource::resolve(&["no-such-policy".into()]).expect_err("unknown name");
+    assert!(matches!(&e, PolicyError::NotFound { path } if path.as_os_str() == "no-such-policy"));
+    assert!(
+        e.to_string().contains("static-limit"),
+        "the error lists what is shipped: {e}"
+    );
+    // A file of that name in the working directory is what the user meant.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("static-limit");
+    std::fs::write(&file, "function when() return true end").expect("write");
+    let mine = PolicySource::resolve(std::slice::from_ref(&file)).expect("the file");
+    assert_ne!(
+        mine, shipped,
+        "the file, not the shipped policy of the same name"
+    );
 }

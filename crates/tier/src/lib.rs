@@ -14,7 +14,7 @@
 //!   them.
 //! - [`Decider`] (module `decider`): what decides a tier's capacity, a Lua policy of the engine
 //!   or [`Auto`] (module `auto`, thresholds from regime detection), the same in the simulator and
-//!   the service.
+//!   the service; [`sample_environment`] is a cluster of such caches to dry-run a policy in.
 //!
 //! No I/O, no clock and no model of time: callers go up the hierarchy themselves and pass the
 //! time in (see the `tier` module on why a fetch in flight is a token of the caller's type).
@@ -27,10 +27,12 @@
 
 mod auto;
 mod decider;
+mod sample;
 mod tier;
 mod view;
 
 pub use auto::Auto;
 pub use decider::Decider;
+pub use sample::{SAMPLE_SERVERS, sample_environment};
 pub use tier::{Counters, InFlight, Put, Read, Tier};
 pub use view::{CacheView, METRICS, MetricInfo};

@@ -167,3 +167,18 @@ fn the_readme_table_lists_every_metric() {
         .collect();
     assert_eq!(listed, want);
 }
+
+/// `policy check` dry-runs a policy in this environment: every server reports every metric a
+/// cache gives, and Mantle's metadata-server `cpu` and `load`, so a check sees what a live cache
+/// gives and no name a policy reads is nil only in the check.
+#[test]
+fn the_sample_environment_reports_every_metric_on_every_server() {
+    let (m, ts) = pliant_tier::sample_environment();
+    assert_eq!(m.ids().len() as i64, pliant_tier::SAMPLE_SERVERS);
+    for id in m.ids() {
+        for name in METRICS.iter().map(|i| i.name).chain(["cpu", "load"]) {
+            assert!(m.get(id, name).is_some(), "server {id} lacks {name}");
+        }
+    }
+    assert!(!ts.is_empty());
+}

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use anyhow::{Context, Result, bail};
 use pliant_policy::{
     Decision, Engine, EngineConfig, FileStore, Limits, MemoryStore, Metrics, Params, PolicySource,
-    ServerId, StateStore, Style, TimeSeries, shipped,
+    ServerId, StateStore, TimeSeries, shipped,
 };
 
 use super::args::{Json, PolicyParams};
@@ -119,62 +119,12 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         Command::Demo(a) => super::policy_demo::run(&a),
         Command::List => {
             for name in shipped::NAMES {
-                let style = match shipped::get(name).map(|p| p.style) {
-                    Some(Style::Chunks(_)) => "chunks",
-                    _ => "functions",
-                };
+                let style = shipped::get(name).map_or("?", |p| p.style.name());
                 println!("{name:24} ({style})");
             }
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn load_policy(files: &[PathBuf]) -> Result<PolicySource> {
-    if let [one] = files
-        && !one.exists()
-    {
-        if let Some(p) = one.to_str().and_then(shipped::get) {
-            return Ok(p);
-        }
-        bail!(
-            "{}: no such file, and not a shipped policy (shipped: {})",
-            one.display(),
-            shipped::NAMES.join(", ")
-        );
-    }
-    Ok(PolicySource::from_paths(files)?)
-}
-
-/// A small cluster and access history that exercises the metrics policies commonly read: every
-/// metric a cache gives its policy (`pliant_tier::METRICS`, as a service would report them),
-/// plus the `cpu` and `load` of Mantle's metadata-server policies.
-fn sample_environment() -> (Metrics, TimeSeries) {
-    let mut m = Metrics::new(0);
-    for id in 0..4i64 {
-        let x = (id + 1) as f64;
-        let cache = pliant_tier::CacheView {
-            t: 600.0,
-            keys: 50_000 * id as u64 + 50_000,
-            bytes: 40_000_000 * id as u64 + 40_000_000,
-            capacity: 250_000,
-            hits: 9_000 * id as u64 + 9_000,
-            misses: 1_000 * id as u64 + 1_000,
-            reads_per_s: 500.0 * x,
-            writes_per_s: 10.0 * x,
-            misses_per_s: 50.0 * x,
-            queue_len: Some(2.0 * x),
-            cpu_load_avg: Some(0.2 * x),
-        };
-        cache.write_to(&mut m, id);
-        m.set(id, "cpu", 0.2 * x);
-        m.set(id, "load", 10.0 * x);
-    }
-    let ts = TimeSeries::new();
-    for i in 0..1000u32 {
-        ts.push(f64::from(i), f64::from(i / 100 * 50 + i % 37));
-    }
-    (m, ts)
 }
 
 fn check(a: &CheckArgs) -> Result<ExitCode> {
@@ -186,22 +136,21 @@ fn check(a: &CheckArgs) -> Result<ExitCode> {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(" ");
-        let result = load_policy(files).and_then(|src| {
-            let (metrics, ts) = sample_environment();
-            let mut e = a.common.engine(Rc::new(MemoryStore::new()), metrics);
-            e.timeseries().replace(ts.with_mut(std::mem::take));
-            let d = e.check(&src)?;
-            Ok((src, d))
-        });
+        let result = PolicySource::resolve(files)
+            .map_err(anyhow::Error::from)
+            .and_then(|src| {
+                let (metrics, ts) = pliant_tier::sample_environment();
+                let mut e = a.common.engine(Rc::new(MemoryStore::new()), metrics);
+                e.timeseries().replace(ts.with_mut(std::mem::take));
+                let d = e.check(&src)?;
+                Ok((src, d))
+            });
         match result {
             Ok((src, d)) => {
-                let style = match src.style {
-                    Style::Functions(_) => "functions",
-                    Style::Chunks(_) => "chunks",
-                };
                 println!(
-                    "ok    {label} ({}, {style}): dry run when={} howmuch={}",
+                    "ok    {label} ({}, {}): dry run when={} howmuch={}",
                     src.name,
+                    src.style.name(),
                     d.when,
                     d.howmuch
                         .map(|h| serde_json::to_string(&h).unwrap_or_default())
@@ -225,7 +174,7 @@ fn check(a: &CheckArgs) -> Result<ExitCode> {
 }
 
 fn run_once(a: &RunArgs) -> Result<ExitCode> {
-    let src = load_policy(&a.files)?;
+    let src = PolicySource::resolve(&a.files)?;
     let text = std::fs::read_to_string(&a.metrics)
         .with_context(|| format!("cannot read metrics {}", a.metrics.display()))?;
     let mut metrics = Metrics::from_json(&text, &a.metrics.display().to_string())?;
@@ -297,11 +246,7 @@ fn run_json(r: &Result<Decision, pliant_policy::PolicyError>) -> serde_json::Val
 }
 
 fn print_decision(src: &PolicySource, d: &Decision) {
-    let style = match src.style {
-        Style::Functions(_) => "functions",
-        Style::Chunks(_) => "chunks",
-    };
-    println!("policy   {} ({style})", src.name);
+    println!("policy   {} ({})", src.name, src.style.name());
     if let Some(l) = d.load {
         println!("load     {l}");
     }
