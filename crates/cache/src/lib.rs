@@ -42,6 +42,9 @@ pub struct AlgorithmInfo {
     pub summary: &'static str,
     /// The parameters it takes after a colon (`s3fifo:small=0.2`); empty if none.
     pub params: &'static str,
+    /// Whether it reads each request's next-access time (an offline algorithm): only traces
+    /// that carry them (oracleGeneral) can drive it.
+    pub needs_next_access: bool,
     make: Make,
 }
 
@@ -84,6 +87,7 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         aliases: &["s3-fifo"],
         summary: "S3-FIFO: small, main and ghost FIFO queues",
         params: "small=RATIO in (0, 1), default 0.1; threshold=N ≥ 1, default 2",
+        needs_next_access: false,
         make: Make::WithParams(s3fifo_with),
     },
     plain(
@@ -92,12 +96,15 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         "W-TinyLFU: 1% LRU window, SLRU main, count-min sketch",
         |c, u| Box::new(wtinylfu::WTinyLfu::new(c, u)),
     ),
-    plain(
-        "belady",
-        &["min"],
-        "Belady's MIN, the offline optimum (needs next-access times)",
-        |c, u| Box::new(belady::Belady::new(c, u)),
-    ),
+    AlgorithmInfo {
+        needs_next_access: true,
+        ..plain(
+            "belady",
+            &["min"],
+            "Belady's MIN, the offline optimum (needs next-access times)",
+            |c, u| Box::new(belady::Belady::new(c, u)),
+        )
+    },
 ];
 
 const fn plain(
@@ -111,6 +118,7 @@ const fn plain(
         aliases,
         summary,
         params: "",
+        needs_next_access: false,
         make: Make::Plain(new),
     }
 }

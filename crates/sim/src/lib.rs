@@ -20,4 +20,6 @@
 pub mod bench;
 mod replay;
 
-pub use replay::{Config, IntervalStats, PolicySpec, RunResult, SimError, SimOptions, replay};
+pub use replay::{
+    Config, IntervalStats, PolicySpec, RunResult, SimError, SimOptions, replay, replay_file,
+};

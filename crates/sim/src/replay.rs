@@ -1,12 +1,13 @@
 //! One pass over a trace, many configurations.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Instant;
 
 use pliant_cache::{Cache, Capacity, NO_NEXT_ACCESS, Request};
 use pliant_policy::{Engine, PolicySource, TimeSeries};
 use pliant_tier::CacheView;
-use pliant_trace::{Op, Record, TraceError};
+use pliant_trace::{Format, Op, ReadOptions, Record, TraceError};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -72,6 +73,19 @@ pub enum SimError {
     /// The policy failed to install or to decide.
     #[error("policy: {0}")]
     Policy(#[from] pliant_policy::PolicyError),
+    /// An offline algorithm (Belady's MIN) asked for over a trace without next-access times.
+    #[error(
+        "{algo} needs next-access times, which only oracle-general traces carry; convert {} \
+         first (pliant trace convert {} --to oracle-general OUT)",
+        path.display(),
+        path.display()
+    )]
+    NeedsNextAccess {
+        /// The algorithm.
+        algo: String,
+        /// The trace.
+        path: std::path::PathBuf,
+    },
 }
 
 /// One point of a configuration's timeline.
@@ -196,6 +210,31 @@ impl Lane {
             },
         )
     }
+}
+
+/// [`replay`] of the trace file at `path`, read with `opts`. An algorithm that needs next-access
+/// times ([`AlgorithmInfo::needs_next_access`](pliant_cache::AlgorithmInfo)) is refused before
+/// anything is read unless the trace is oracleGeneral: over another format it would see no
+/// future and silently act as a poor FIFO.
+pub fn replay_file(
+    path: &Path,
+    opts: &ReadOptions,
+    configs: &[Config],
+    sim: &SimOptions,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<RunResult>, SimError> {
+    if pliant_trace::format_of(path, opts)? != Format::OracleGeneral
+        && let Some(c) = configs.iter().find(|c| {
+            let name = c.algo.split_once(':').map_or(c.algo.as_str(), |(n, _)| n);
+            pliant_cache::algorithm(name).is_some_and(|a| a.needs_next_access)
+        })
+    {
+        return Err(SimError::NeedsNextAccess {
+            algo: c.algo.clone(),
+            path: path.to_path_buf(),
+        });
+    }
+    replay(pliant_trace::reader(path, opts)?, configs, sim, progress)
 }
 
 /// Replays `trace` once through every configuration. `progress` is called with the number of

@@ -5,9 +5,43 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use crate::TraceError;
 use crate::open::BUF;
 use crate::record::Record;
+use crate::{ReadOptions, TraceError, reader};
+
+/// What a conversion did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Converted {
+    /// Records written.
+    pub records: u64,
+    /// Malformed lines skipped (lenient reading only).
+    pub skipped: u64,
+}
+
+/// Converts the trace at `input` (read with `opts`) to oracleGeneral at `output`, with
+/// next-access times. The whole trace is held in memory (the next-access pass runs backward);
+/// `progress` is called with the records read so far, every 65,536.
+pub fn convert_to_oracle_general(
+    input: &Path,
+    opts: &ReadOptions,
+    output: &Path,
+    progress: &dyn Fn(u64),
+) -> Result<Converted, TraceError> {
+    let mut rd = reader(input, opts)?;
+    let mut recs = Vec::new();
+    for r in rd.by_ref() {
+        recs.push(r?);
+        if recs.len() % 65_536 == 0 {
+            progress(recs.len() as u64);
+        }
+    }
+    fill_next_access(&mut recs);
+    write_oracle_general(output, &recs)?;
+    Ok(Converted {
+        records: recs.len() as u64,
+        skipped: rd.skipped(),
+    })
+}
 
 /// Fills in each record's `next_access`: the index of the next record with the same key, −1 if
 /// none. Works backward over the whole trace in memory (16 bytes per distinct key).

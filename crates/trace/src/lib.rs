@@ -19,12 +19,12 @@ mod readers;
 mod record;
 mod stats;
 
-pub use convert::{fill_next_access, write_oracle_general};
+pub use convert::{Converted, convert_to_oracle_general, fill_next_access, write_oracle_general};
 pub use error::TraceError;
-pub use generate::{Popularity, Workload, generate};
+pub use generate::{Popularity, Workload, generate, write_workload};
 pub use open::open;
 pub use profile::{Profile, ProfileBuilder, profile};
-pub use readers::{ORACLE_RECORD, TraceReader, reader};
+pub use readers::{ORACLE_RECORD, TraceReader, format_of, reader};
 pub use record::{Op, Record, hash_id};
 pub use stats::{StatsBuilder, TopKey, TraceStats};
 

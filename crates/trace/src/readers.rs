@@ -15,12 +15,18 @@ pub trait TraceReader: Iterator<Item = Result<Record, TraceError>> + Send {
     }
 }
 
+/// The format `reader` reads `path` in: `opts.format`, or guessed from the name (`*.oracleGeneral*`,
+/// `*.bin`) or the first line.
+pub fn format_of(path: &Path, opts: &ReadOptions) -> Result<Format, TraceError> {
+    match opts.format {
+        Some(f) => Ok(f),
+        None => guess(path),
+    }
+}
+
 /// Opens `path` with `opts`, guessing the format when `opts.format` is `None`.
 pub fn reader(path: &Path, opts: &ReadOptions) -> Result<Box<dyn TraceReader>, TraceError> {
-    let format = match opts.format {
-        Some(f) => f,
-        None => guess(path)?,
-    };
+    let format = format_of(path, opts)?;
     let input = open(path)?;
     Ok(match format {
         Format::OracleGeneral => Box::new(OracleReader::new(path, input)),

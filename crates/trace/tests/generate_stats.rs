@@ -73,3 +73,68 @@ fn stats_on_a_hand_made_trace() {
     assert_eq!(st.reads_per_second, [(0, 3), (1, 1), (3, 1)]);
     assert_eq!(st.distinct_keys_per_second, [(0, 2), (1, 1), (3, 2)]);
 }
+
+#[test]
+fn an_impossible_workload_is_refused_naming_the_field() {
+    for (w, field) in [
+        (Workload { keys: 0, ..zipf(1) }, "keys"),
+        (Workload { rate: 0, ..zipf(1) }, "rate"),
+        (
+            Workload {
+                popularity: Popularity::Zipf(-1.0),
+                ..zipf(1)
+            },
+            "alpha",
+        ),
+        (
+            Workload {
+                popularity: Popularity::Zipf(f64::NAN),
+                ..zipf(1)
+            },
+            "alpha",
+        ),
+    ] {
+        let e = w.validate().expect_err("invalid");
+        assert!(e.to_string().starts_with(field), "{field}: {e}");
+    }
+    assert!(zipf(1).validate().is_ok());
+    assert!(matches!(Popularity::named("zipf", 0.8), Ok(Popularity::Zipf(a)) if a == 0.8));
+    assert!(matches!(
+        Popularity::named("uniform", 5.0),
+        Ok(Popularity::Uniform)
+    ));
+    let e = Popularity::named("pareto", 1.0).expect_err("unknown");
+    assert!(e.to_string().contains("zipf or uniform"), "{e}");
+}
+
+#[test]
+fn a_written_workload_reads_back_with_its_next_access_times() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("z.oracleGeneral.gz");
+    let w = Workload {
+        requests: 5000,
+        ..zipf(4)
+    };
+    assert_eq!(
+        pliant_trace::write_workload(&path, w).expect("written"),
+        5000
+    );
+    let back: Vec<Record> = pliant_trace::reader(&path, &Default::default())
+        .expect("opens")
+        .collect::<Result<_, _>>()
+        .expect("reads");
+    let mut expected: Vec<Record> = generate(w).collect();
+    pliant_trace::fill_next_access(&mut expected);
+    assert_eq!(back, expected);
+    assert!(back.iter().any(|r| r.next_access > 0));
+    // Converting it again changes nothing.
+    let again = dir.path().join("again.oracleGeneral");
+    let c = pliant_trace::convert_to_oracle_general(&path, &Default::default(), &again, &|_| {})
+        .expect("converts");
+    assert_eq!((c.records, c.skipped), (5000, 0));
+    assert_eq!(std::fs::read(&again).expect("read"), {
+        let plain = dir.path().join("plain.oracleGeneral");
+        pliant_trace::write_oracle_general(&plain, &expected).expect("write");
+        std::fs::read(&plain).expect("read")
+    });
+}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use pliant_cache::Capacity;
 use pliant_policy::PolicySource;
 use pliant_sim::{Config, PolicySpec, RunResult, SimOptions};
@@ -64,20 +64,6 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             });
         }
     }
-    if a.algo.iter().any(|x| x == "belady")
-        && opts.format != Some(pliant_trace::Format::OracleGeneral)
-        && !a
-            .trace
-            .to_string_lossy()
-            .to_lowercase()
-            .contains("oraclegeneral")
-    {
-        bail!(
-            "belady needs next-access times, which only oracle-general traces carry; \
-             run `pliant trace convert {} --to oracle-general OUT` first",
-            a.trace.display()
-        );
-    }
     let policy = if a.policy.is_empty() {
         None
     } else {
@@ -92,7 +78,6 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         policy,
         ..SimOptions::default()
     };
-    let reader = pliant_trace::reader(&a.trace, &opts)?;
     let bar = indicatif::ProgressBar::new_spinner().with_message(format!(
         "replaying {} through {} configurations",
         a.trace.display(),
@@ -102,7 +87,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         indicatif::ProgressStyle::with_template("{spinner} {msg}: {human_pos} records ({per_sec})")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
-    let results = pliant_sim::replay(reader, &configs, &sim, &|n| bar.set_position(n))?;
+    let results =
+        pliant_sim::replay_file(&a.trace, &opts, &configs, &sim, &|n| bar.set_position(n))?;
     bar.finish_and_clear();
 
     if let Some(p) = &a.chart.plot {

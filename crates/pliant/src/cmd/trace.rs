@@ -1,10 +1,10 @@
 //! `pliant trace`: statistics, conversion and generation of traces.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
-use pliant_trace::{Popularity, Record, StatsBuilder, TraceStats, Workload};
+use anyhow::{Context, Result, bail};
+use pliant_trace::{Popularity, StatsBuilder, TraceStats, Workload};
 
 use super::args::{Json, Plot, Seed};
 use super::input::TraceArgs;
@@ -93,20 +93,6 @@ pub fn run(c: Command) -> Result<ExitCode> {
         Command::Convert(a) => convert(&a),
         Command::Gen(a) => generate(&a),
     }
-}
-
-fn read_all(path: &Path, input: &TraceArgs) -> Result<(Vec<Record>, u64)> {
-    let mut rd = pliant_trace::reader(path, &input.options()?)?;
-    let bar = indicatif::ProgressBar::new_spinner();
-    let mut out = Vec::new();
-    for r in rd.by_ref() {
-        out.push(r?);
-        if out.len() % 65_536 == 0 {
-            bar.set_position(out.len() as u64);
-        }
-    }
-    bar.finish_and_clear();
-    Ok((out, rd.skipped()))
 }
 
 fn stats(a: &StatsArgs) -> Result<ExitCode> {
@@ -206,15 +192,20 @@ fn convert(a: &ConvertArgs) -> Result<ExitCode> {
     if a.to.parse::<pliant_trace::Format>()? != pliant_trace::Format::OracleGeneral {
         bail!("--to {}: only oracle-general can be written", a.to);
     }
-    let (mut recs, skipped) = read_all(&a.input_trace, &a.input)?;
-    pliant_trace::fill_next_access(&mut recs);
-    pliant_trace::write_oracle_general(&a.output, &recs)?;
+    let bar = indicatif::ProgressBar::new_spinner();
+    let done = pliant_trace::convert_to_oracle_general(
+        &a.input_trace,
+        &a.input.options()?,
+        &a.output,
+        &|n| bar.set_position(n),
+    )?;
+    bar.finish_and_clear();
     eprintln!(
         "wrote {} records to {}{}",
-        recs.len(),
+        done.records,
         a.output.display(),
-        if skipped > 0 {
-            format!(" ({skipped} malformed lines skipped)")
+        if done.skipped > 0 {
+            format!(" ({} malformed lines skipped)", done.skipped)
         } else {
             String::new()
         }
@@ -223,30 +214,15 @@ fn convert(a: &ConvertArgs) -> Result<ExitCode> {
 }
 
 fn generate(a: &GenArgs) -> Result<ExitCode> {
-    let popularity = match a.dist.as_str() {
-        "zipf" => {
-            if !(a.alpha.is_finite() && a.alpha >= 0.0) {
-                bail!("--alpha {}: must be a non-negative number", a.alpha);
-            }
-            Popularity::Zipf(a.alpha)
-        }
-        "uniform" => Popularity::Uniform,
-        other => bail!("--dist {other:?}: expected zipf or uniform"),
-    };
-    if a.keys == 0 || a.rate == 0 {
-        bail!("--keys and --rate must be at least 1");
-    }
-    let mut recs: Vec<Record> = pliant_trace::generate(Workload {
-        popularity,
+    let workload = Workload {
+        popularity: Popularity::named(&a.dist, a.alpha)?,
         keys: a.keys,
         requests: a.requests,
         size: a.size,
         rate: a.rate,
         seed: a.rng.seed,
-    })
-    .collect();
-    pliant_trace::fill_next_access(&mut recs);
-    pliant_trace::write_oracle_general(&a.output, &recs)?;
-    eprintln!("wrote {} requests to {}", recs.len(), a.output.display());
+    };
+    let n = pliant_trace::write_workload(&a.output, workload).context("trace gen")?;
+    eprintln!("wrote {n} requests to {}", a.output.display());
     Ok(ExitCode::SUCCESS)
 }
