@@ -1,6 +1,7 @@
 //! The model against the real traces (`pliant parsplice calibrate`), and the model's own trace
 //! (`pliant parsplice gen`).
 
+use std::io::Write;
 use std::path::Path;
 
 use pliant_trace::{Format, Profile, ReadOptions};
@@ -19,6 +20,25 @@ pub const BUCKET_SECONDS: u64 = 100;
 
 /// The traced runs' span, seconds (both end after about 15,000 s).
 const SPAN_SECONDS: f64 = 15_000.0;
+
+/// Writes [`model_trace`] to `path`, gzipped if the name ends in `.gz` (as the real traces are).
+pub fn write_model_trace(path: &Path, workload: WorkloadParams) -> Result<(), ParspliceError> {
+    let bytes = model_trace(workload)?;
+    let io = |source| ParspliceError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = std::fs::File::create(path).map_err(io)?;
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut enc = flate2::write::GzEncoder::new(f, flate2::Compression::default());
+        enc.write_all(&bytes).map_err(io)?;
+        enc.finish().map_err(io)?.sync_all().map_err(io)
+    } else {
+        let mut f = f;
+        f.write_all(&bytes).map_err(io)?;
+        f.sync_all().map_err(io)
+    }
+}
 
 /// The ParSplice keyspace CSV of WorkManager 0 of a model run with an unlimited cache: the same
 /// format as the real traces.
@@ -121,8 +141,16 @@ mod tests {
         );
         assert_ne!(bytes, model_trace(short(2)).expect("seed 2"));
         let d = tempfile::tempdir().expect("tempdir");
-        let path = d.path().join("model.csv");
-        std::fs::write(&path, bytes).expect("write");
+        // Written gzipped, as the real traces are, it reads back to the same bytes.
+        let path = d.path().join("model.csv.gz");
+        write_model_trace(&path, short(1)).expect("write");
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("open")),
+            &mut back,
+        )
+        .expect("gunzip");
+        assert_eq!(back, bytes);
         let p = profile(&path).expect("profile");
         assert!(
             p.reads > p.writes && p.writes > 0,

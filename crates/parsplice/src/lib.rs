@@ -22,7 +22,8 @@
 //! ([`efficiency`], with trajectories read by [`interpolate`]).
 //!
 //! Dependencies: `rand`/`rand_pcg` (seeded state process), `foldhash`, `serde`, `thiserror`,
-//! `roxmltree` (reads a run's `ps-config.xml`), `rayon` (a study's policies run in parallel);
+//! `roxmltree` (reads a run's `ps-config.xml`), `flate2` (writes the model's trace gzipped, as
+//! the real ones are), `rayon` (a study's policies run in parallel);
 //! Pliant's `cache`, `policy`, `store` (the persistent tier), `tier` (a WorkManager's
 //! rules for reads and puts, and what its policy sees of it) and `trace` (reads recorded traces)
 //! crates.
@@ -69,6 +70,14 @@ pub enum ParspliceError {
     /// Writing output (the generated trace) failed.
     #[error("writing output: {0}")]
     Io(#[source] std::io::Error),
+    /// An output file could not be written.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An input file could not be read.
     #[error("{}: {source}", path.display())]
     Read {

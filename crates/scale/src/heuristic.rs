@@ -101,6 +101,21 @@ impl std::str::FromStr for Strategy {
 }
 
 impl Weights {
+    /// Weights given as the list `[W_L, W_D, W_T]` (as `--weights` takes them).
+    pub fn from_list(w: &[f64]) -> Result<Self, PlanError> {
+        let [load, data, transfer] = w[..] else {
+            return Err(PlanError::Request(format!(
+                "weights are three numbers W_L,W_D,W_T, got {}",
+                w.len()
+            )));
+        };
+        Ok(Self {
+            load,
+            data,
+            transfer,
+        })
+    }
+
     /// Checks `max(W_L, W_D) = 1` and all > 0.
     pub fn validate(&self) -> Result<(), PlanError> {
         let ok = |x: f64| x.is_finite() && x > 0.0;
@@ -352,4 +367,21 @@ pub fn plan(
         placement[k] = ids[to];
     }
     Ok(placement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_are_three_numbers() {
+        let w = Weights::from_list(&[1.0, 0.5, 2.0]).expect("three");
+        assert_eq!((w.load, w.data, w.transfer), (1.0, 0.5, 2.0));
+        for bad in [&[1.0, 1.0][..], &[1.0, 1.0, 1.0, 1.0][..], &[][..]] {
+            assert!(matches!(
+                Weights::from_list(bad),
+                Err(PlanError::Request(_))
+            ));
+        }
+    }
 }

@@ -14,8 +14,8 @@
 //! Dependencies: `good_lp` with HiGHS for the exact baseline, only with the `exact` feature:
 //! HiGHS is built from source with cmake and its bindings are generated with bindgen, which needs
 //! libclang, so the default build (and `pliant demo`) must not pull it in; `rayon` runs the
-//! comparison's instances in parallel; `rand`, `rand_distr`, `rand_pcg` for seeded emulation; `serde` for cluster files and
-//! results; `thiserror`.
+//! comparison's instances in parallel; `rand`, `rand_distr`, `rand_pcg` for seeded emulation;
+//! `serde` and `serde_json` for cluster files and results; `thiserror`.
 
 pub mod emulate;
 #[cfg(feature = "exact")]

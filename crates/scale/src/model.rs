@@ -66,14 +66,32 @@ pub struct Cluster {
     /// Buckets and where they are.
     pub buckets: Vec<Bucket>,
     /// Bytes a server can hold (`C`); `null`/absent = unbounded.
-    #[serde(default = "unbounded")]
+    #[serde(default = "unbounded", deserialize_with = "null_is_unbounded")]
     pub capacity: f64,
     /// Transfer model.
     pub transfer: TransferModel,
 }
 
+impl Cluster {
+    /// Reads a cluster from JSON `text`; errors name `source_name` (a file name), line and column.
+    pub fn from_json(text: &str, source_name: &str) -> Result<Self, PlanError> {
+        serde_json::from_str(text).map_err(|e| PlanError::Json {
+            source_name: source_name.to_string(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })
+    }
+}
+
 fn unbounded() -> f64 {
     f64::INFINITY
+}
+
+/// JSON has no infinity: serde_json writes an unbounded capacity as `null`, so `null` must read
+/// back as unbounded (it was refused as "invalid type: null, expected f64").
+fn null_is_unbounded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as Deserialize>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
 /// What to change.
@@ -157,6 +175,18 @@ pub enum PlanError {
     /// The rescaling itself is impossible or inconsistent.
     #[error("invalid rescaling: {0}")]
     Request(String),
+    /// A cluster description is not valid JSON of a [`Cluster`].
+    #[error("{source_name}:{line}:{column}: {message}")]
+    Json {
+        /// Where the text came from (a file name).
+        source_name: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What serde found wrong.
+        message: String,
+    },
     /// Two buckets share an id, or the move stream does not lead to the placement.
     #[error("inconsistent plan: {0}")]
     Inconsistent(String),
@@ -428,6 +458,32 @@ mod tests {
             capacity: f64::INFINITY,
             transfer: TransferModel::Network { s_net: 1.0 },
         }
+    }
+
+    #[test]
+    fn a_bad_cluster_file_is_named_with_line_and_column() {
+        let e = Cluster::from_json("{\n  \"servers\": [1, 2],\n  \"buckets\": 3\n}", "c.json")
+            .expect_err("buckets is not a list");
+        assert!(
+            matches!(&e, PlanError::Json { source_name, line: 3, .. } if source_name == "c.json"),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("c.json:3:"), "{e}");
+    }
+
+    #[test]
+    fn an_unbounded_cluster_written_as_json_reads_back() {
+        let json = serde_json::to_string(&cluster(vec![1, 2])).expect("serialise");
+        assert!(json.contains("\"capacity\":null,"), "{json}");
+        assert_eq!(
+            Cluster::from_json(&json, "ok.json"),
+            Ok(cluster(vec![1, 2]))
+        );
+        let absent = json.replace("\"capacity\":null,", "");
+        assert_eq!(
+            Cluster::from_json(&absent, "ok.json"),
+            Ok(cluster(vec![1, 2]))
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use pliant_parsplice::calibration::{self, Calibration};
 use pliant_parsplice::{WorkloadParams, measured};
 use pliant_trace::Profile;
@@ -88,17 +88,7 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
         hours: a.hours,
         seed: a.rng.seed,
     };
-    let bytes = calibration::model_trace(w)?;
-    let f = std::fs::File::create(&a.output)
-        .with_context(|| format!("creating {}", a.output.display()))?;
-    if a.output.extension().is_some_and(|e| e == "gz") {
-        let mut enc = flate2::write::GzEncoder::new(f, flate2::Compression::default());
-        std::io::Write::write_all(&mut enc, &bytes)?;
-        enc.finish()?;
-    } else {
-        let mut f = f;
-        std::io::Write::write_all(&mut f, &bytes)?;
-    }
+    calibration::write_model_trace(&a.output, w)?;
     eprintln!("wrote {}", a.output.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -103,16 +103,7 @@ pub fn run(c: Command) -> Result<ExitCode> {
 
 fn weights(strategy: &str, free: &Option<Vec<f64>>) -> Result<Weights> {
     Ok(match free {
-        Some(w) => {
-            let [load, data, transfer] = w[..] else {
-                bail!("--weights takes three numbers W_L,W_D,W_T, got {}", w.len());
-            };
-            Weights {
-                load,
-                data,
-                transfer,
-            }
-        }
+        Some(w) => Weights::from_list(w).context("--weights")?,
         None => strategy
             .parse::<Strategy>()
             .map_err(anyhow::Error::msg)?
@@ -123,8 +114,7 @@ fn weights(strategy: &str, free: &Option<Vec<f64>>) -> Result<Weights> {
 fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&a.state)
         .with_context(|| format!("reading {}", a.state.display()))?;
-    let cluster: Cluster = serde_json::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", a.state.display(), e.line(), e.column()))?;
+    let cluster = Cluster::from_json(&text, &a.state.display().to_string())?;
     let r = match (a.add, a.remove.is_empty()) {
         (Some(n), true) => Rescale::commission(&cluster, n),
         (None, false) => Rescale::decommission(a.remove.clone()),
