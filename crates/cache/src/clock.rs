@@ -46,10 +46,6 @@ impl Algorithm for Clock {
         Some(n.size)
     }
 
-    fn can_insert(&self, req: &Request) -> bool {
-        self.core.weight(req.size) <= self.core.capacity
-    }
-
     fn insert(&mut self, req: &Request) -> bool {
         self.core.add_resident(&mut self.q, req.key, req.size, 0);
         true

@@ -88,9 +88,13 @@ impl Core {
 }
 
 /// The `Algorithm` methods every single-queue algorithm (`core` + one list `q`) implements the same
-/// way: removal, occupancy, capacity and memory accounting.
+/// way: admission by size, removal, occupancy, capacity and memory accounting.
 macro_rules! single_queue_accounting {
     () => {
+        fn can_insert(&self, req: &Request) -> bool {
+            self.core.weight(req.size) <= self.core.capacity
+        }
+
         fn remove(&mut self, key: u64) -> Option<u32> {
             let i = self.core.lookup(key)?;
             self.before_remove(i);

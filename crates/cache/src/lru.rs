@@ -46,10 +46,6 @@ impl<const PROMOTE: bool> Algorithm for Queue<PROMOTE> {
         Some(self.core.slab.get(i).size)
     }
 
-    fn can_insert(&self, req: &Request) -> bool {
-        self.core.weight(req.size) <= self.core.capacity
-    }
-
     #[inline]
     fn insert(&mut self, req: &Request) -> bool {
         self.core.add_resident(&mut self.q, req.key, req.size, 0);

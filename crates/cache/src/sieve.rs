@@ -51,10 +51,6 @@ impl Algorithm for Sieve {
         Some(n.size)
     }
 
-    fn can_insert(&self, req: &Request) -> bool {
-        self.core.weight(req.size) <= self.core.capacity
-    }
-
     #[inline]
     fn insert(&mut self, req: &Request) -> bool {
         self.core.add_resident(&mut self.q, req.key, req.size, 0);

@@ -30,6 +30,12 @@ fn spec(policy: PolicyKind, workers: u32, nodes: u32, hours: f64) -> RunSpec {
     }
 }
 
+/// A run of the model on a scratch store.
+fn model_run(spec: &RunSpec) -> RunReport {
+    let store = FjallStore::temporary().expect("store");
+    run(spec, Segments::Model, &store, None, &|_| {}).expect("run")
+}
+
 fn replay(spec: &RunSpec, segs: Vec<Segment>, store: &dyn Store) -> RunReport {
     run(spec, Segments::Recorded(&segs), store, None, &|_| {}).expect("run")
 }
@@ -93,22 +99,8 @@ fn same_seed_same_run() {
         2,
         0.3,
     );
-    let a = run(
-        &s,
-        Segments::Model,
-        &FjallStore::temporary().expect("store"),
-        None,
-        &|_| {},
-    )
-    .expect("run");
-    let b = run(
-        &s,
-        Segments::Model,
-        &FjallStore::temporary().expect("store"),
-        None,
-        &|_| {},
-    )
-    .expect("run");
+    let a = model_run(&s);
+    let b = model_run(&s);
     assert_eq!(a, b);
     assert!(!a.trims.is_empty(), "the policy acted");
 }
@@ -117,14 +109,7 @@ fn same_seed_same_run() {
 fn the_backend_does_not_change_the_run() {
     // The store's speed is the model's; which backend holds the values changes nothing.
     let s = spec(PolicyKind::Lru(100), 27, 2, 0.2);
-    let on_disk = run(
-        &s,
-        Segments::Model,
-        &FjallStore::temporary().expect("store"),
-        None,
-        &|_| {},
-    )
-    .expect("run");
+    let on_disk = model_run(&s);
     let mem = pliant_store::MemStore::new();
     let in_memory = run(&s, Segments::Model, &mem, None, &|_| {}).expect("run");
     assert_eq!(on_disk, in_memory);
@@ -192,16 +177,7 @@ fn the_store_holds_every_value_written_and_survives_reopening() {
 #[test]
 fn unlimited_is_the_baseline_and_a_big_enough_lru_matches_it() {
     let s = |p| spec(p, 27, 1, 0.3);
-    let go = |p| {
-        run(
-            &s(p),
-            Segments::Model,
-            &FjallStore::temporary().expect("store"),
-            None,
-            &|_| {},
-        )
-        .expect("run")
-    };
+    let go = |p| model_run(&s(p));
     let unlimited = go(PolicyKind::Unlimited);
     let big = go(PolicyKind::Lru(1_000_000));
     let tiny = go(PolicyKind::Lru(1));
