@@ -21,6 +21,7 @@ use pliant_tier::{Decider, Put, Read, Tier};
 use serde::Serialize;
 
 use crate::ParspliceError;
+use crate::meter::MemoryMeter;
 use crate::model::{
     CACHE_HIT_SECONDS, STORE_NETWORK_SECONDS, StoreParams, WorkloadParams, segment_seconds,
     segment_trajectory,
@@ -91,11 +92,13 @@ pub struct RunReport {
     pub store_reads: u64,
     /// Store puts.
     pub store_puts: u64,
-    /// Most bytes the caches held at once.
+    /// Most bytes the caches held at once, all together (the peak of the sum).
     pub peak_bytes: u64,
     /// Bytes held at the end.
     pub final_bytes: u64,
-    /// Most keys held at once.
+    /// Bytes held, all caches together, averaged over the run's time.
+    pub mean_bytes: u64,
+    /// Most keys held at once, all caches together.
     pub peak_keys: u64,
     /// Keys held at the end.
     pub final_keys: u64,
@@ -371,7 +374,7 @@ impl<'a, 'w> Sim<'a, 'w> {
             events,
             pending: (0..workers).map(|_| None).collect(),
             producing: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(6)),
-            timeline: Timeline::default(),
+            timeline: Timeline::new(w.nodes as usize),
             next_decision: spec.interval,
             trajectory: 0.0,
             segments_done: 0,
@@ -393,6 +396,9 @@ impl<'a, 'w> Sim<'a, 'w> {
                     // Nothing to forward: the store has it already.
                     let _ = node.tier.put(k, size);
                 }
+            }
+            for (i, node) in self.nodes.iter().enumerate() {
+                self.timeline.observe(0.0, i, node);
             }
         }
         if self.recorded.is_none() {
@@ -418,6 +424,9 @@ impl<'a, 'w> Sim<'a, 'w> {
                 Phase::Complete => self.events.push(tn, Phase::Start, worker),
                 Phase::Start => self.start_segment(worker, tn, t)?,
             }
+            // An event changes only its worker's WorkManager.
+            let node = self.node_of(worker);
+            self.timeline.observe(t, node, &self.nodes[node]);
         }
         Ok(())
     }
@@ -603,8 +612,12 @@ impl<'a, 'w> Sim<'a, 'w> {
 
     fn report(self, finished_at: Option<f64>) -> RunReport {
         let Timeline {
-            ticks, trims, peak, ..
+            ticks,
+            trims,
+            mut memory,
+            ..
         } = self.timeline;
+        let memory = memory.measure(finished_at.unwrap_or(self.end));
         let last = ticks.last().copied();
         let nodes = &self.nodes;
         let sum = |f: fn(&Node) -> u64| nodes.iter().map(f).sum::<u64>();
@@ -623,9 +636,10 @@ impl<'a, 'w> Sim<'a, 'w> {
             states: self.states,
             store_reads: self.server.reads,
             store_puts: self.server.puts,
-            peak_bytes: peak.1,
+            peak_bytes: memory.peak_bytes,
             final_bytes: last.map_or(0, |k| k.bytes),
-            peak_keys: peak.0,
+            mean_bytes: memory.mean_bytes.round() as u64,
+            peak_keys: memory.peak_keys,
             final_keys: last.map_or(0, |k| k.keys),
             auto: nodes[0].decider.auto_threshold().map(|t| AutoChoice {
                 regime3_start: t.start,
@@ -638,17 +652,31 @@ impl<'a, 'w> Sim<'a, 'w> {
 }
 
 /// What the decisions record as the run goes: one tick per interval, the policy's trims, peaks.
-#[derive(Default)]
 struct Timeline {
     ticks: Vec<Tick>,
     /// Totals at the last tick: reads, reads at WorkManager 0, misses, store reads.
     last: (u64, u64, u64, u64),
     trims: Vec<(f64, u64)>,
-    /// Most keys and bytes held at once.
-    peak: (u64, u64),
+    /// What all the caches hold together, as it changes.
+    memory: MemoryMeter,
 }
 
 impl Timeline {
+    fn new(nodes: usize) -> Self {
+        Self {
+            ticks: Vec::new(),
+            last: (0, 0, 0, 0),
+            trims: Vec::new(),
+            memory: MemoryMeter::new(nodes),
+        }
+    }
+
+    /// Node `i` changed what it holds at `t`.
+    fn observe(&mut self, t: f64, i: usize, node: &Node) {
+        let s = node.tier.stats();
+        self.memory.observe(t, i, s.keys, s.bytes);
+    }
+
     /// Makes every decision due at or before `until`, advancing `next` past it.
     fn decide_through(
         &mut self,
@@ -685,9 +713,10 @@ impl Timeline {
         let sum = |f: fn(&Node) -> u64| nodes.iter().map(f).sum::<u64>();
         let reads = sum(|n| n.tier.counters().reads);
         let misses = sum(|n| n.tier.stats().misses);
-        let peak_keys = sum(|n| n.tier.stats().peak_keys);
-        let peak_bytes = sum(|n| n.tier.stats().peak_bytes);
-        self.peak = (self.peak.0.max(peak_keys), self.peak.1.max(peak_bytes));
+        for (i, n) in nodes.iter().enumerate() {
+            self.memory
+                .observe(t, i, n.tier.stats().keys, n.tier.stats().bytes);
+        }
         let reads_node0 = nodes[0].tier.counters().reads;
         let (r, r0, m, sr) = self.last;
         self.ticks.push(Tick {

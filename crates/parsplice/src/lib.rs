@@ -31,6 +31,7 @@
 pub mod calibration;
 pub mod hierarchy;
 pub mod measured;
+mod meter;
 pub mod model;
 pub mod policy;
 pub mod replay;

@@ -196,10 +196,16 @@ pub struct Row {
     pub efficiency: f64,
     /// Bytes the caches held at the end.
     pub final_memory_bytes: u64,
-    /// Most bytes the caches held.
+    /// Most bytes the caches held at once, all together.
     pub peak_memory_bytes: u64,
-    /// Final bytes over the unlimited cache's final bytes.
+    /// Bytes the caches held, all together, averaged over the run's time.
+    pub mean_memory_bytes: u64,
+    /// Final bytes over the unlimited cache's final bytes (the studies' measure).
     pub memory_fraction: f64,
+    /// Peak bytes over the unlimited cache's peak bytes.
+    pub peak_fraction: f64,
+    /// Mean bytes over the unlimited cache's mean bytes.
+    pub mean_fraction: f64,
     /// Highest store reads per second over a decision interval.
     pub peak_store_reads_per_s: f64,
     /// A replay's duration, seconds.
@@ -257,13 +263,25 @@ pub fn rows(reports: &[RunReport], end: f64) -> Vec<Row> {
             efficiency: replay_efficiency(r, base).unwrap_or_else(|| efficiency(r, base, end)),
             final_memory_bytes: r.final_bytes,
             peak_memory_bytes: r.peak_bytes,
-            memory_fraction: r.final_bytes as f64 / base.final_bytes.max(1) as f64,
+            mean_memory_bytes: r.mean_bytes,
+            memory_fraction: ratio(r.final_bytes, base.final_bytes),
+            peak_fraction: ratio(r.peak_bytes, base.peak_bytes),
+            mean_fraction: ratio(r.mean_bytes, base.mean_bytes),
             peak_store_reads_per_s: r.peak_store_reads_per_s,
             finished_s: r.finished_at,
             auto_regime3_start_s: r.auto.map(|x| x.regime3_start),
             auto_threshold_keys: r.auto.map(|x| x.threshold_keys),
         })
         .collect()
+}
+
+/// `part / whole`, 0 when the whole is nothing.
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
 }
 
 /// A warning when the comparison in `rows` carries no information: on a replay, every policy

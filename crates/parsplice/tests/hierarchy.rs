@@ -105,6 +105,42 @@ fn same_seed_same_run() {
     assert!(!a.trims.is_empty(), "the policy acted");
 }
 
+/// Memory is what all WorkManagers hold together: an unlimited cache only grows, so its peak is
+/// its final size and its time average less; a two-phase cache peaks before its trims, at least
+/// as high as any tick saw, and its time average is what the ticks sample.
+#[test]
+fn memory_is_final_peak_and_mean_of_the_sum_over_all_workmanagers() {
+    let unlimited = model_run(&spec(PolicyKind::Unlimited, 27, 2, 0.3));
+    assert_eq!(unlimited.peak_bytes, unlimited.final_bytes);
+    assert!(0 < unlimited.mean_bytes && unlimited.mean_bytes < unlimited.final_bytes);
+    let two_phase = model_run(&spec(
+        PolicyKind::TwoPhase {
+            absorb: 200,
+            target: 20,
+        },
+        27,
+        2,
+        0.3,
+    ));
+    let ticks_max = two_phase.ticks.iter().map(|k| k.bytes).max().unwrap_or(0);
+    assert!(
+        two_phase.peak_bytes >= ticks_max,
+        "the ticks are samples of what the meter saw"
+    );
+    assert!(two_phase.peak_bytes > two_phase.final_bytes, "it trimmed");
+    assert!(two_phase.mean_bytes < two_phase.peak_bytes);
+    assert!(two_phase.mean_bytes < unlimited.mean_bytes);
+    // The mean is the time average: the ticks' average is its 10-s sampling.
+    let ticks_mean =
+        two_phase.ticks.iter().map(|k| k.bytes as f64).sum::<f64>() / two_phase.ticks.len() as f64;
+    let rel = (ticks_mean - two_phase.mean_bytes as f64).abs() / ticks_mean;
+    assert!(
+        rel < 0.1,
+        "time average {} vs tick average {ticks_mean}",
+        two_phase.mean_bytes
+    );
+}
+
 #[test]
 fn the_backend_does_not_change_the_run() {
     // The store's speed is the model's; which backend holds the values changes nothing.
@@ -182,7 +218,6 @@ fn unlimited_is_the_baseline_and_a_big_enough_lru_matches_it() {
     let big = go(PolicyKind::Lru(1_000_000));
     let tiny = go(PolicyKind::Lru(1));
     let end = 0.3 * 3600.0;
-    assert_eq!(efficiency(&unlimited, &unlimited, end), 1.0);
     assert_eq!(efficiency(&big, &unlimited, end), 1.0);
     assert!(
         efficiency(&tiny, &unlimited, end) < 0.9,
@@ -219,5 +254,31 @@ fn generated_trace_reads_back_as_parsplice_csv() {
         recs.len() as u64 - reads,
         r.states,
         "one logical put per new state"
+    );
+}
+/// `auto`'s decisions on a short model run, pinned: it arms at the first fit allowed (1,800 s),
+/// reports the third regime's start and the keys held then, and from then on trims to the keys
+/// read in its window every decision. A change to `auto` or to the model that moves any of these
+/// shows here first.
+#[test]
+fn auto_decisions_on_a_short_run_are_pinned() {
+    let r = model_run(&spec(PolicyKind::Auto, 27, 1, 0.6));
+    let choice = r.auto.expect("armed");
+    assert_eq!((choice.regime3_start, choice.threshold_keys), (640.0, 838));
+    assert_eq!(
+        r.trims[..6],
+        [
+            (1800.0, 1442),
+            (1810.0, 1448),
+            (1820.0, 1454),
+            (1830.0, 1455),
+            (1840.0, 1456),
+            (1850.0, 1450)
+        ]
+    );
+    assert_eq!(
+        r.trims.len(),
+        37,
+        "a resize at every decision from 1,800 s to 2,160 s"
     );
 }

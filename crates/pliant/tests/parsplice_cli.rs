@@ -36,14 +36,29 @@ fn demo_json_has_every_policy_and_writes_the_report() {
             "efficiency",
             "final_memory_bytes",
             "peak_memory_bytes",
+            "mean_memory_bytes",
             "memory_fraction",
+            "peak_fraction",
+            "mean_fraction",
             "peak_store_reads_per_s",
         ] {
             assert!(r[k].is_number(), "{k} in {r}");
         }
     }
-    assert_eq!(rows[0]["efficiency"], 1.0);
-    assert_eq!(rows[0]["memory_fraction"], 1.0);
+    // Each fraction is the row's memory over the unlimited cache's, in the same measure.
+    let bytes = |r: &serde_json::Value, k: &str| r[k].as_f64().expect("bytes");
+    for (fraction, measure) in [
+        ("memory_fraction", "final_memory_bytes"),
+        ("peak_fraction", "peak_memory_bytes"),
+        ("mean_fraction", "mean_memory_bytes"),
+    ] {
+        let want = bytes(&rows[1], measure) / bytes(&rows[0], measure);
+        let got = rows[1][fraction].as_f64().expect("fraction");
+        assert!(
+            (got - want).abs() < 1e-9 && got < 0.05,
+            "{fraction}: {got} vs {want}"
+        );
+    }
     assert!(
         rows[1]["efficiency"].as_f64().expect("eff") < 1.0,
         "10 keys cost trajectory"
@@ -81,7 +96,10 @@ fn generated_parsplice_trace_feeds_regimes_and_demo() {
     ));
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["nodes"], 1, "a trace is one WorkManager's");
-    assert_eq!(v["policies"][0]["efficiency"], 1.0);
+    assert_eq!(
+        v["policies"][0]["policy"], "unlimited",
+        "the reference comes first"
+    );
 }
 
 #[test]

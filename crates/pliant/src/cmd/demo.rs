@@ -136,12 +136,29 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     }
     println!("{}\n", header.text);
     println!(
-        "{:<22} {:>10} {:>13} {:>13} {:>11} {:>16}",
-        "policy", "efficiency", "final memory", "peak memory", "% of unlim.", "peak store rd/s"
+        "{:<22} {:>10} {:^35} {:^26} {:>9}",
+        "", "", "memory, all WorkManagers", "% of unlimited's", "peak store"
+    );
+    println!(
+        "{:<22} {:>10} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>9}",
+        "policy", "efficiency", "final", "peak", "mean", "final", "peak", "mean", "reads/s"
     );
     for r in &rows {
-        let [policy, eff, fin, peak, frac, store] = cells(r);
-        println!("{policy:<22} {eff:>10} {fin:>13} {peak:>13} {frac:>11} {store:>16}");
+        let [
+            policy,
+            eff,
+            fin,
+            peak,
+            mean,
+            frac,
+            peak_frac,
+            mean_frac,
+            store,
+        ] = cells(r);
+        println!(
+            "{policy:<22} {eff:>10} {fin:>11} {peak:>11} {mean:>11} {frac:>8} {peak_frac:>8} \
+             {mean_frac:>8} {store:>9}"
+        );
     }
     if let Some(r) = rows.iter().find(|r| r.auto_threshold_keys.is_some()) {
         println!(
@@ -201,13 +218,17 @@ impl Header {
 }
 
 /// The table's cells, shared by the text table and the HTML report.
-fn cells(r: &study::Row) -> [String; 6] {
+fn cells(r: &study::Row) -> [String; 9] {
+    let pct = |x: f64| format!("{:.2}%", 100.0 * x);
     [
         r.policy.clone(),
         format!("{:.1}%", 100.0 * r.efficiency),
         human(r.final_memory_bytes),
         human(r.peak_memory_bytes),
-        format!("{:.2}%", 100.0 * r.memory_fraction),
+        human(r.mean_memory_bytes),
+        pct(r.memory_fraction),
+        pct(r.peak_fraction),
+        pct(r.mean_fraction),
         format!("{:.0}", r.peak_store_reads_per_s),
     ]
 }
@@ -324,7 +345,8 @@ fn write_report(
     }
     let mut table = String::from(
         "<tr><th>policy</th><th>efficiency</th><th>final memory</th><th>peak memory</th>\
-         <th>% of unlimited</th><th>peak store reads/s</th></tr>\n",
+         <th>mean memory</th><th>final, % of unlimited</th><th>peak, % of unlimited</th>\
+         <th>mean, % of unlimited</th><th>peak store reads/s</th></tr>\n",
     );
     for r in rows {
         let cells: String = cells(r).iter().map(|c| format!("<td>{c}</td>")).collect();
@@ -346,7 +368,7 @@ fn write_report(
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}\
          td:first-child{{text-align:left}}img{{width:100%;margin:1em 0}}</style></head><body>\
          <h1>ParSplice cache policies</h1><p>{about}</p>{warned}<p>Memory = bytes held by all WorkManager \
-         caches at the end.</p><table>{table}</table>{imgs}</body></html>\n"
+         caches together: at the end, at the most at one instant, and averaged over the run.</p><table>{table}</table>{imgs}</body></html>\n"
     );
     std::fs::write(dir.join("index.html"), html)
         .with_context(|| format!("writing {}", dir.join("index.html").display()))?;
