@@ -49,6 +49,12 @@ impl PolicyKind {
         }
     }
 
+    /// Whether the policy is a fixed rule with its numbers set by hand (unlimited, LRU, two-phase):
+    /// what the efficiency–memory front is made of.
+    pub fn is_fixed(&self) -> bool {
+        matches!(self, Self::Unlimited | Self::Lru(_) | Self::TwoPhase { .. })
+    }
+
     /// The cache's initial key capacity.
     pub fn initial_capacity(&self) -> u64 {
         match self {

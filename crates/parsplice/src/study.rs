@@ -57,6 +57,92 @@ pub fn policies() -> Vec<StudyPolicy> {
     p
 }
 
+/// The fixed policies swept for the efficiency–memory front ([`front`]): LRU at 1, 2 and 5 per
+/// decade from 10 to 100,000 keys, and the two-phase policy absorbing 1,000, 10,000 or 100,000
+/// keys then trimming to 10, 100 or 1,000. The grid is the studies' own range of sizes (10 to
+/// 100,000 keys), filled in; nothing in it is chosen by looking at `auto`.
+pub fn sweep() -> Vec<PolicyKind> {
+    let mut p: Vec<PolicyKind> = [1u64, 10, 100, 1_000]
+        .iter()
+        .flat_map(|d| [1, 2, 5].map(|m| PolicyKind::Lru(10 * d * m)))
+        .collect();
+    p.push(PolicyKind::Lru(100_000));
+    for absorb in [1_000, 10_000, 100_000] {
+        p.extend([10, 100, 1_000].map(|target| PolicyKind::TwoPhase { absorb, target }));
+    }
+    p
+}
+
+/// Which memory a front is drawn over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Memory at the end over the unlimited cache's (the studies' measure).
+    Final,
+    /// Memory averaged over the run over the unlimited cache's.
+    Mean,
+}
+
+impl Measure {
+    /// The row's memory in this measure, as a fraction of the unlimited cache's.
+    pub fn of(self, r: &Row) -> f64 {
+        match self {
+            Self::Final => r.memory_fraction,
+            Self::Mean => r.mean_fraction,
+        }
+    }
+}
+
+/// One policy on an efficiency–memory front.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FrontPoint {
+    /// Policy label.
+    pub policy: String,
+    /// Its efficiency.
+    pub efficiency: f64,
+    /// Its memory, a fraction of the unlimited cache's in the front's measure.
+    pub memory: f64,
+}
+
+/// The Pareto front of `rows` over memory in `measure`: the rows no other row beats on both
+/// efficiency and memory (ties kept once), by memory ascending, efficiency then ascending too.
+pub fn front(rows: &[Row], measure: Measure) -> Vec<FrontPoint> {
+    let mut points: Vec<FrontPoint> = rows
+        .iter()
+        .map(|r| FrontPoint {
+            policy: r.policy.clone(),
+            efficiency: r.efficiency,
+            memory: measure.of(r),
+        })
+        .collect();
+    points.sort_by(|a, b| {
+        a.memory
+            .total_cmp(&b.memory)
+            .then(b.efficiency.total_cmp(&a.efficiency))
+    });
+    let mut out: Vec<FrontPoint> = Vec::new();
+    for p in points {
+        if out.last().is_none_or(|l| p.efficiency > l.efficiency) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// How far `r` lies below `front` at its own memory: the best efficiency the front reaches with
+/// no more memory than `r` uses, minus `r`'s. Positive: a fixed policy did better with as little
+/// memory; zero or negative: `r` is on or above the front. `None` when every point of the front
+/// uses more memory than `r`: nothing fixed was that frugal.
+pub fn below_front(front: &[FrontPoint], r: &Row, measure: Measure) -> Option<f64> {
+    let m = measure.of(r);
+    front
+        .iter()
+        .filter(|p| p.memory <= m)
+        .map(|p| p.efficiency)
+        .reduce(f64::max)
+        .map(|best| best - r.efficiency)
+}
+
 /// What a user asks of a study; `None` takes the default (from the trace's `ps-config.xml` when
 /// there is one).
 #[derive(Debug, Clone, PartialEq)]
@@ -217,6 +303,13 @@ pub struct Row {
     /// Keys held then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_threshold_keys: Option<u64>,
+    /// How far below the fixed policies' front on final memory it lies ([`below_front`]), when
+    /// the front was swept and reaches down to its memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub below_front_final: Option<f64>,
+    /// The same on mean memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub below_front_mean: Option<f64>,
 }
 
 /// Runs every policy of `policies` on `segments` in parallel; `progress` gets the fraction of
@@ -271,8 +364,73 @@ pub fn rows(reports: &[RunReport], end: f64) -> Vec<Row> {
             finished_s: r.finished_at,
             auto_regime3_start_s: r.auto.map(|x| x.regime3_start),
             auto_threshold_keys: r.auto.map(|x| x.threshold_keys),
+            below_front_final: None,
+            below_front_mean: None,
         })
         .collect()
+}
+
+/// A study's results: its policies' reports and rows and, when swept, the fixed policies'
+/// efficiency–memory fronts with every row's distance below them.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// One report per policy asked for, in order.
+    pub reports: Vec<RunReport>,
+    /// Their rows.
+    pub rows: Vec<Row>,
+    /// The swept fixed policies the study did not run itself (empty without a sweep).
+    pub swept: Vec<Row>,
+    /// The front over final memory of every fixed policy run (empty without a sweep).
+    pub front_final: Vec<FrontPoint>,
+    /// The front over mean memory.
+    pub front_mean: Vec<FrontPoint>,
+}
+
+/// Runs `policies` (the first the unlimited reference) on the prepared study and, with `front`,
+/// also the [`sweep`] of fixed policies, all in parallel; then the fronts and every row's
+/// distance below them.
+pub fn run_study(
+    p: &Prepared,
+    policies: &[PolicyKind],
+    front: bool,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Outcome, ParspliceError> {
+    let mut all = policies.to_vec();
+    if front {
+        all.extend(sweep().into_iter().filter(|k| !policies.contains(k)));
+    }
+    let mut reports = run_all(p.workload, p.store, p.segments(), &all, progress)?;
+    let mut rows = rows(&reports, p.workload.hours * 3600.0);
+    let swept = rows.split_off(policies.len());
+    reports.truncate(policies.len());
+    if !front {
+        return Ok(Outcome {
+            reports,
+            rows,
+            swept,
+            front_final: Vec::new(),
+            front_mean: Vec::new(),
+        });
+    }
+    let fixed: Vec<Row> = all
+        .iter()
+        .zip(rows.iter().chain(&swept))
+        .filter(|(k, _)| k.is_fixed())
+        .map(|(_, r)| r.clone())
+        .collect();
+    let front_final = self::front(&fixed, Measure::Final);
+    let front_mean = self::front(&fixed, Measure::Mean);
+    for r in &mut rows {
+        r.below_front_final = below_front(&front_final, r, Measure::Final);
+        r.below_front_mean = below_front(&front_mean, r, Measure::Mean);
+    }
+    Ok(Outcome {
+        reports,
+        rows,
+        swept,
+        front_final,
+        front_mean,
+    })
 }
 
 /// `part / whole`, 0 when the whole is nothing.
@@ -317,6 +475,61 @@ pub fn efficiency_over_time(run: &RunReport, base: &RunReport) -> Vec<(f64, f64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(policy: &str, efficiency: f64, memory_fraction: f64, mean_fraction: f64) -> Row {
+        Row {
+            policy: policy.into(),
+            efficiency,
+            final_memory_bytes: 0,
+            peak_memory_bytes: 0,
+            mean_memory_bytes: 0,
+            memory_fraction,
+            peak_fraction: 0.0,
+            mean_fraction,
+            peak_store_reads_per_s: 0.0,
+            finished_s: None,
+            auto_regime3_start_s: None,
+            auto_threshold_keys: None,
+            below_front_final: None,
+            below_front_mean: None,
+        }
+    }
+
+    #[test]
+    fn the_front_keeps_what_nothing_beats_and_measures_the_gap_below_it() {
+        let rows = [
+            row("unlimited", 1.0, 1.0, 1.0),
+            row("small", 0.7, 0.001, 0.001),
+            row("dominated", 0.6, 0.01, 0.002),
+            row("mid", 0.95, 0.05, 0.3),
+            row("big", 1.0, 0.5, 0.5),
+        ];
+        let f = front(&rows, Measure::Final);
+        let names: Vec<&str> = f.iter().map(|p| p.policy.as_str()).collect();
+        assert_eq!(
+            names,
+            ["small", "mid", "big"],
+            "unlimited ties big with more memory"
+        );
+        let on_mean: Vec<String> = front(&rows, Measure::Mean)
+            .into_iter()
+            .map(|p| p.policy)
+            .collect();
+        assert_eq!(on_mean, ["small", "mid", "big"]);
+        assert_eq!(
+            front(&rows, Measure::Mean)[1].memory,
+            0.3,
+            "drawn over mean memory"
+        );
+        let gap = |e, m| below_front(&f, &row("auto", e, m, m), Measure::Final);
+        assert_eq!(
+            gap(0.9, 0.06),
+            Some(0.95 - 0.9),
+            "mid does better with less"
+        );
+        assert_eq!(gap(0.99, 0.06), Some(0.95 - 0.99), "above the front");
+        assert_eq!(gap(0.5, 0.0001), None, "more frugal than anything fixed");
+    }
 
     #[test]
     fn efficiency_over_time_starts_at_ten_minutes_and_is_the_efficiency_then() {

@@ -66,6 +66,19 @@ fn demo_json_has_every_policy_and_writes_the_report() {
     let html = std::fs::read_to_string(d.path().join("pliant-report/index.html")).expect("report");
     assert!(html.contains("lru-10") && html.contains("efficiency.svg"));
     assert!(d.path().join("pliant-report/memory.png").exists());
+    // The front: fixed policies only, by memory, each point buying efficiency with memory.
+    let front = v["front_final"].as_array().expect("front_final");
+    let num = |p: &serde_json::Value, k: &str| p[k].as_f64().expect("number");
+    assert!(front.len() >= 2, "{front:?}");
+    assert!(
+        front
+            .windows(2)
+            .all(|w| num(&w[0], "memory") < num(&w[1], "memory")
+                && num(&w[0], "efficiency") < num(&w[1], "efficiency"))
+    );
+    assert!(front.iter().all(|p| p["policy"] != "auto"));
+    assert!(v["swept"].as_array().is_some_and(|s| !s.is_empty()));
+    assert!(html.contains("front-final.svg") && html.contains("front-mean.svg"));
 }
 
 #[test]
@@ -90,7 +103,15 @@ fn generated_parsplice_trace_feeds_regimes_and_demo() {
     );
     let out = ok(&pliant(
         &[
-            "demo", "--trace", "m.csv.gz", "--hours", "0.5", "--json", "--report", "rep",
+            "demo",
+            "--trace",
+            "m.csv.gz",
+            "--hours",
+            "0.5",
+            "--json",
+            "--report",
+            "rep",
+            "--no-front",
         ],
         d.path(),
     ));
@@ -120,13 +141,24 @@ fn demo_on_a_degenerate_trace_warns_or_refuses() {
         .map(|i| format!("{},DBMemoryGet,0,{}\n", 1000 + i * 5, 100 + i))
         .collect();
     std::fs::write(d.path().join("fresh.csv"), text).expect("write");
-    let out = ok(&pliant(&["demo", "--trace", "fresh.csv"], d.path()));
+    let out = ok(&pliant(
+        &["demo", "--trace", "fresh.csv", "--no-front"],
+        d.path(),
+    ));
     assert!(
         out.contains("warning: every policy replayed the trace"),
         "{out}"
     );
     let v = json(&pliant(
-        &["demo", "--trace", "fresh.csv", "--json", "--report", "j"],
+        &[
+            "demo",
+            "--trace",
+            "fresh.csv",
+            "--json",
+            "--report",
+            "j",
+            "--no-front",
+        ],
         d.path(),
     ));
     let warnings = v["warnings"].as_array().expect("warnings");

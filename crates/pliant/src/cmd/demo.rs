@@ -52,6 +52,10 @@ pub struct Args {
     /// Replay a real ParSplice trace (a WorkManager's: rank4.csv.gz) instead of the model.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Skip the sweep of fixed LRU sizes and two-phase thresholds that draws the
+    /// efficiency–memory front (about halves the run time).
+    #[arg(long)]
+    no_front: bool,
     /// Where to write the HTML report and charts.
     #[arg(long, default_value = "pliant-report")]
     report: PathBuf,
@@ -89,9 +93,17 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         .filter(|p| p.charted)
         .map(|p| p.kind.label())
         .collect();
+    let runs = policies.len()
+        + if a.no_front {
+            0
+        } else {
+            study::sweep()
+                .iter()
+                .filter(|k| !policies.contains(k))
+                .count()
+        };
     let bar = indicatif::ProgressBar::new(1000).with_message(format!(
-        "{} policies, {}",
-        policies.len(),
+        "{runs} runs, {}",
         setup.replay.as_ref().map_or_else(
             || format!("{} h of ParSplice", workload.hours),
             |r| format!("replaying {} reads", r.coverage.reads)
@@ -102,19 +114,25 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let t = std::time::Instant::now();
-    let reports = study::run_all(workload, setup.store, setup.segments(), &policies, &|f| {
+    let outcome = study::run_study(&setup, &policies, !a.no_front, &|f| {
         bar.set_position((f * 1000.0) as u64)
     })?;
     bar.finish_and_clear();
     let seconds = t.elapsed().as_secs_f64();
-    let rows = study::rows(&reports, workload.hours * 3600.0);
-    let undecided = study::undecided(&rows);
+    let study::Outcome {
+        rows,
+        swept,
+        front_final,
+        front_mean,
+        ..
+    } = &outcome;
+    let undecided = study::undecided(rows);
     // Text mode prints this under the table it qualifies; JSON carries it with the others.
     if let Some(w) = &undecided {
         warnings.push(w.clone());
     }
     let header = Header::new(&setup, seconds);
-    write_report(&a.report, &header, &warnings, &reports, &charted, &rows)?;
+    write_report(&a.report, &header, &warnings, &outcome, &charted)?;
     if a.output.json {
         println!(
             "{}",
@@ -130,6 +148,9 @@ pub fn run(a: &Args) -> Result<ExitCode> {
                 "warnings": warnings,
                 "seconds": seconds,
                 "policies": rows,
+                "swept": swept,
+                "front_final": front_final,
+                "front_mean": front_mean,
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -143,7 +164,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         "{:<22} {:>10} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>9}",
         "policy", "efficiency", "final", "peak", "mean", "final", "peak", "mean", "reads/s"
     );
-    for r in &rows {
+    for r in rows {
         let [
             policy,
             eff,
@@ -165,6 +186,22 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             "\nauto: third regime began at {:.0} s with {} keys held; trimmed to the working set since.",
             r.auto_regime3_start_s.unwrap_or(0.0),
             r.auto_threshold_keys.unwrap_or(0)
+        );
+    }
+    if let Some(r) = rows.iter().find(|r| r.policy == "auto")
+        && !front_final.is_empty()
+    {
+        let gap = |g: Option<f64>| match g {
+            Some(g) if g > 0.0 => format!("{:.1} points below it", 100.0 * g),
+            Some(g) => format!("on or above it ({:+.1} points)", -100.0 * g),
+            None => "below any fixed policy's memory".into(),
+        };
+        println!(
+            "auto against the front of the fixed policies ({} runs): {} on final memory, {} on \
+             mean memory.",
+            swept.len() + rows.len() - 1,
+            gap(r.below_front_final),
+            gap(r.below_front_mean)
         );
     }
     if let Some(w) = &undecided {
@@ -248,10 +285,10 @@ fn write_report(
     dir: &Path,
     header: &Header,
     warnings: &[String],
-    reports: &[RunReport],
+    outcome: &study::Outcome,
     charted: &[String],
-    rows: &[study::Row],
 ) -> Result<()> {
+    let (reports, rows) = (&outcome.reports, &outcome.rows);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let base = &reports[0];
     let shown: Vec<&RunReport> = reports
@@ -334,6 +371,11 @@ fn write_report(
         ),
     ];
     let mut imgs = String::new();
+    let mut charts = Vec::from(charts);
+    if !outcome.front_final.is_empty() {
+        charts.push(("front-final", front_chart(outcome, study::Measure::Final)));
+        charts.push(("front-mean", front_chart(outcome, study::Measure::Mean)));
+    }
     for (name, chart) in charts {
         let svg = format!("{name}.svg");
         draw(&dir.join(&svg), std::slice::from_ref(&chart))?;
@@ -373,4 +415,45 @@ fn write_report(
     std::fs::write(dir.join("index.html"), html)
         .with_context(|| format!("writing {}", dir.join("index.html").display()))?;
     Ok(())
+}
+
+/// Efficiency over memory (`measure`, % of the unlimited cache's, log scale): every fixed policy
+/// run, their Pareto front, and the study's other policies (`auto`) as points of their own.
+fn front_chart(o: &study::Outcome, measure: study::Measure) -> Chart<'static> {
+    let pt = |r: &study::Row| (100.0 * measure.of(r).max(1e-6), 100.0 * r.efficiency);
+    let front = match measure {
+        study::Measure::Final => &o.front_final,
+        study::Measure::Mean => &o.front_mean,
+    };
+    let mut series = vec![
+        Series::dots(
+            "fixed policies",
+            o.rows
+                .iter()
+                .chain(&o.swept)
+                .filter(|r| r.policy != "auto")
+                .map(pt)
+                .collect(),
+        ),
+        Series::line(
+            "front",
+            front
+                .iter()
+                .map(|p| (100.0 * p.memory.max(1e-6), 100.0 * p.efficiency))
+                .collect(),
+        ),
+    ];
+    for r in o.rows.iter().filter(|r| r.policy == "auto") {
+        series.push(Series::dots(r.policy.clone(), vec![pt(r)]));
+    }
+    Chart {
+        title: match measure {
+            study::Measure::Final => "Efficiency over final memory: fixed policies and their front",
+            study::Measure::Mean => "Efficiency over mean memory: fixed policies and their front",
+        },
+        x_label: "memory, % of the unlimited cache's (log)",
+        y_label: "efficiency %",
+        log_x: true,
+        series,
+    }
 }

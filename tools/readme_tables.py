@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Regenerates the README's `pliant demo` tables from the program itself.
+
+The tables under "The demo's tables" and "Replaying a real trace" in README.md are results, so
+they must come from the program and never be copied by hand. This script builds the release
+binary, runs `pliant demo --json` for every run the README shows, and prints each run's table as
+markdown under the line the README puts above it. `--check` compares them cell by cell with the
+tables in README.md, so anyone can see that the README's numbers reproduce.
+
+Run from anywhere (it works in the repository root); Python 3 standard library only:
+    python3 tools/readme_tables.py                   # print every table
+    python3 tools/readme_tables.py --only g1m-4.2h   # one run
+    python3 tools/readme_tables.py --check           # exit 1, with a diff, if README.md differs
+
+The replays need ../shared/traces/parsplice; without it they are skipped (with a message),
+unless CI=true, when that is an error.
+"""
+
+import argparse
+import difflib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACES = "../shared/traces/parsplice"
+BUILD_TIMEOUT = 1800  # a cold release build on a 2-core machine
+RUN_TIMEOUT = 900
+
+# name: (arguments of `pliant demo`, the README's line above the table; a replay's line is
+# built from the run, and this is how it starts)
+RUNS = {
+    "g100k-2.5h": ([], "Growth delay 100,000, 2.5 h (the default run):"),
+    "g100k-4.2h": (["--hours", "4.2"], "Growth delay 100,000, 4.2 h:"),
+    "g1m-2.5h": (["--growth", "1000000"], "Growth delay 1,000,000, 2.5 h:"),
+    "g1m-4.2h": (["--growth", "1000000", "--hours", "4.2"], "Growth delay 1,000,000, 4.2 h:"),
+    "d1M": (["--trace", f"{TRACES}/d1M/rank4.csv.gz"], "d1M rank4 ("),
+    "d100K": (["--trace", f"{TRACES}/d100K/rank4.csv.gz"], "d100K rank4 ("),
+}
+
+
+def replay(name):
+    return "--trace" in RUNS[name][0]
+
+
+def human(b):
+    """Bytes as the demo prints them (`human` in crates/pliant/src/cmd/demo.rs)."""
+    if b >= 1e9:
+        return f"{b / 1e9:.2f} GB"
+    if b >= 1e6:
+        return f"{b / 1e6:.1f} MB"
+    if b >= 1e3:
+        return f"{b / 1e3:.1f} KB"
+    return f"{b:.0f} B"
+
+
+def pct(x):
+    return f"{100 * x:.2f}%"
+
+
+def columns(row):
+    """(label, JSON field, format) of the columns this JSON has, in the README's order."""
+    final = "final % of unlimited" if "peak_fraction" in row else "memory % of unlimited"
+    cols = [
+        ("efficiency", "efficiency", lambda x: f"{100 * x:.1f}%"),
+        ("replay time", "finished_s", lambda x: f"{x:,.0f} s"),
+        ("final memory", "final_memory_bytes", human),
+        ("peak memory", "peak_memory_bytes", human),
+        ("mean memory", "mean_memory_bytes", human),
+        (final, "memory_fraction", pct),
+        ("peak % of unlimited", "peak_fraction", pct),
+        ("mean % of unlimited", "mean_fraction", pct),
+        ("peak store reads/s", "peak_store_reads_per_s", lambda x: f"{x:.0f}"),
+    ]
+    return [c for c in cols if c[1] in row]
+
+
+def table(data):
+    """The markdown lines of a run's table."""
+    rows = data["policies"]
+    cols = columns(rows[0])
+    cells = [[r["policy"]] + [fmt(r[field]) for _, field, fmt in cols] for r in rows]
+    if data.get("replay"):  # as the README's replay tables do; its model tables do not merge
+        cells = merge_two_phase(cells)
+    lines = ["| policy | " + " | ".join(c[0] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for c in cells:
+        if c[0] == "auto":
+            c = [f"**{c[0]}**", f"**{c[1]}**"] + c[2:]
+        lines.append("| " + " | ".join(c) + " |")
+    return lines
+
+
+def merge_two_phase(cells):
+    """Consecutive two-phase rows with equal cells become one `two-phase-100000-10 … -10000`."""
+    out = []
+    for c in cells:
+        prev = out[-1] if out else None
+        if prev and prev[0].startswith("two-phase-") and c[0].startswith("two-phase-") \
+                and prev[1:] == c[1:]:
+            prev[0] = f"{prev[0].split(' … ')[0]} … -{c[0].rsplit('-', 1)[1]}"
+        else:
+            out.append(list(c))
+    return out
+
+
+def header(name, data):
+    """The line the README puts above the run's table."""
+    rep = data.get("replay")
+    if not rep:
+        return RUNS[name][1]
+    frm = " from ps-config.xml" if data["growth_delay_from"].endswith("ps-config.xml") else ""
+    rank = os.path.basename(rep["path"]).split(".")[0]
+    return (f"{name} {rank} (growth delay {data['growth_delay']:,.0f}{frm}; "
+            f"{rep['reads']:,} reads, {rep['writes']:,} writes, {rep['keys']:,} keys "
+            f"over {rep['span_seconds']:,.0f} s; {data['seconds']:.1f} s):")
+
+
+def readme_tables():
+    """{the paragraph above a table, joined into one line: the table's lines} of README.md."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    tables, i = {}, 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i >= 2 and not lines[i - 1].strip():
+            j = i
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            k = i - 1
+            while k > 0 and lines[k - 1].strip():
+                k -= 1
+            tables[" ".join(lines[k:i - 1])] = lines[i:j]
+            i = j
+        else:
+            i += 1
+    return tables
+
+
+def cells_of(lines):
+    """A markdown table's cells, without `**` and the |---| line."""
+    rows = [[c.strip().replace("**", "") for c in l.strip().strip("|").split("|")] for l in lines]
+    return [r for r in rows if not all(set(c) <= set("-: ") for c in r)]
+
+
+def numbers(text):
+    return re.findall(r"\b\d[\d,]*(?:\.\d+)?", text)
+
+
+def check(name, head, lines, readme):
+    """Prints whether README.md has this table under this header; True when it does."""
+    prefix = RUNS[name][1]
+    found = [(h, t) for h, t in readme.items() if h.startswith(prefix)]
+    if len(found) != 1:
+        print(f"{name}: {len(found)} tables in README.md under a line starting {prefix!r}")
+        return False
+    old_head, old = found[0]
+    ok = cells_of(old) == cells_of(lines)
+    # A replay's header has counts, which must agree too, and last the run's wall time, which
+    # varies.
+    head_ok = not replay(name) or numbers(old_head)[:-1] == numbers(head)[:-1]
+    if ok and head_ok:
+        print(f"{name}: matches README.md")
+        return True
+    print(f"{name}: differs from README.md")
+    print("\n".join(difflib.unified_diff(
+        [old_head] + old, [head] + lines, "README.md", "generated", lineterm="", n=1)))
+    return False
+
+
+def run(name):
+    """Runs `pliant demo --json` for `name` and returns its JSON."""
+    binary = os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR", "target"), "release", "pliant")
+    with tempfile.TemporaryDirectory() as report:
+        cmd = [binary, "demo", *RUNS[name][0], "--json", "--report", report]
+        print(f"{name}: {' '.join(cmd[1:-2])} …", file=sys.stderr, flush=True)
+        try:
+            p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"{name}: pliant demo took more than {RUN_TIMEOUT} s")
+    if p.returncode != 0:
+        sys.exit(f"{name}: pliant demo failed ({p.returncode}):\n{p.stderr}")
+    data = json.loads(p.stdout)
+    print(f"{name}: {data['seconds']:.1f} s wall time", file=sys.stderr)
+    return data
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=RUNS, metavar="NAME",
+                    help="run only NAME, one of: " + ", ".join(RUNS))
+    ap.add_argument("--check", action="store_true",
+                    help="compare each table with README.md's under the same header line; "
+                    "exit 1 and print a diff when they differ")
+    a = ap.parse_args()
+
+    names = [a.only] if a.only else list(RUNS)
+    if not os.path.isdir(os.path.join(ROOT, TRACES)) and any(map(replay, names)):
+        msg = f"{os.path.normpath(os.path.join(ROOT, TRACES))} is missing"
+        if os.environ.get("CI") == "true":
+            sys.exit(f"{msg}: the replays cannot run (CI=true)")
+        print(f"{msg}: skipping the replays", file=sys.stderr)
+        names = [n for n in names if not replay(n)]
+    if not names:
+        return 0
+    try:
+        subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True,
+                       stdout=sys.stderr, timeout=BUILD_TIMEOUT)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        sys.exit(f"cargo build --release failed: {e}")
+
+    readme = readme_tables() if a.check else None
+    ok = True
+    for name in names:
+        data = run(name)
+        head, lines = header(name, data), table(data)
+        if a.check:
+            ok &= check(name, head, lines, readme)
+        else:
+            print("\n".join([textwrap.fill(head, 99), ""] + lines + [""]), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
