@@ -119,6 +119,23 @@ def header(name, data):
             f"over {rep['span_seconds']:,.0f} s; {data['seconds']:.1f} s):")
 
 
+def front_line(data):
+    """The sentence under a table on `auto` against the fixed policies' front, if it was swept."""
+    auto = next((r for r in data["policies"] if r["policy"] == "auto"), None)
+    if not auto or not data.get("front_final"):
+        return None
+
+    def gap(g):
+        if g is None:
+            return "below every fixed policy's memory"
+        if g > 0:
+            return f"{100 * g:.1f} points below it"
+        return f"on or above it ({-100 * g:+.1f} points)"
+
+    return (f"`auto` against the front of the fixed policies: {gap(auto.get('below_front_final'))}"
+            f" on final memory, {gap(auto.get('below_front_mean'))} on mean memory.")
+
+
 def readme_tables():
     """{the paragraph above a table, joined into one line: the table's lines} of README.md."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
@@ -192,6 +209,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=RUNS, metavar="NAME",
                     help="run only NAME, one of: " + ", ".join(RUNS))
+    ap.add_argument("--json-dir", metavar="DIR",
+                    help="also keep each run's JSON as DIR/NAME.json")
     ap.add_argument("--check", action="store_true",
                     help="compare each table with README.md's under the same header line; "
                     "exit 1 and print a diff when they differ")
@@ -216,11 +235,17 @@ def main():
     ok = True
     for name in names:
         data = run(name)
+        if a.json_dir:
+            os.makedirs(a.json_dir, exist_ok=True)
+            with open(os.path.join(a.json_dir, f"{name}.json"), "w", encoding="utf-8") as f:
+                json.dump(data, f)
         head, lines = header(name, data), table(data)
         if a.check:
             ok &= check(name, head, lines, readme)
         else:
-            print("\n".join([textwrap.fill(head, 99), ""] + lines + [""]), flush=True)
+            front = front_line(data)
+            extra = [textwrap.fill(front, 99), ""] if front else []
+            print("\n".join([textwrap.fill(head, 99), ""] + lines + [""] + extra), flush=True)
     return 0 if ok else 1
 
 
