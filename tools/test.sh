@@ -42,7 +42,9 @@ fi
 if $all_features; then
   # `exact` builds HiGHS from source: cmake, and libclang for its generated bindings.
   need cmake command -v cmake
-  need libclang-dev sh -c 'ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/*/libclang*.so*'
+  # libclang itself (libclang.so*, libclang-14.so*), not libclang-cpp, which bindgen cannot use:
+  # matching that one left HiGHS's build to fail later with "Unable to find libclang".
+  need libclang-dev bash -c "compgen -G '/usr/lib/llvm-*/lib/libclang.so*' || compgen -G '/usr/lib/*/libclang-[0-9]*.so*'"
 fi
 
 # PKG_CONFIG=false makes every pkg-config probe fail, so a build script that quietly links a
