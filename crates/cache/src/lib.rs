@@ -123,9 +123,10 @@ const fn plain(
     }
 }
 
-/// The registered algorithm called `name` (or one of its aliases), case-insensitively.
+/// The registered algorithm called `name` (or one of its aliases), case-insensitively; `name` may
+/// be a whole spec as [`build`] takes it (`s3fifo:small=0.2`), whose parameters are ignored here.
 pub fn algorithm(name: &str) -> Option<&'static AlgorithmInfo> {
-    let name = name.trim();
+    let name = name.split_once(':').map_or(name, |(n, _)| n).trim();
     ALGORITHMS.iter().find(|a| {
         a.name.eq_ignore_ascii_case(name) || a.aliases.iter().any(|x| x.eq_ignore_ascii_case(name))
     })

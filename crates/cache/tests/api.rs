@@ -169,6 +169,9 @@ fn every_registered_name_and_alias_builds() {
             let c = pliant_cache::cache(&name.to_uppercase(), Capacity::Keys(10))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(c.algorithm(), a.name, "{name}");
+            // A whole spec names the same registered algorithm, its parameters aside.
+            let spec = format!("{name}:x=1");
+            assert_eq!(pliant_cache::algorithm(&spec).map(|i| i.name), Some(a.name));
         }
         if a.params.is_empty() {
             assert!(matches!(

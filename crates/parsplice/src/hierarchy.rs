@@ -714,8 +714,7 @@ impl Timeline {
         let reads = sum(|n| n.tier.counters().reads);
         let misses = sum(|n| n.tier.stats().misses);
         for (i, n) in nodes.iter().enumerate() {
-            self.memory
-                .observe(t, i, n.tier.stats().keys, n.tier.stats().bytes);
+            self.observe(t, i, n);
         }
         let reads_node0 = nodes[0].tier.counters().reads;
         let (r, r0, m, sr) = self.last;

@@ -224,10 +224,9 @@ pub fn replay_file(
     progress: &dyn Fn(u64),
 ) -> Result<Vec<RunResult>, SimError> {
     if pliant_trace::format_of(path, opts)? != Format::OracleGeneral
-        && let Some(c) = configs.iter().find(|c| {
-            let name = c.algo.split_once(':').map_or(c.algo.as_str(), |(n, _)| n);
-            pliant_cache::algorithm(name).is_some_and(|a| a.needs_next_access)
-        })
+        && let Some(c) = configs
+            .iter()
+            .find(|c| pliant_cache::algorithm(&c.algo).is_some_and(|a| a.needs_next_access))
     {
         return Err(SimError::NeedsNextAccess {
             algo: c.algo.clone(),
