@@ -74,8 +74,7 @@ pub fn sweep() -> Vec<PolicyKind> {
 }
 
 /// Which memory a front is drawn over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Measure {
     /// Memory at the end over the unlimited cache's (the studies' measure).
     Final,
@@ -378,27 +377,35 @@ pub struct Outcome {
     pub reports: Vec<RunReport>,
     /// Their rows.
     pub rows: Vec<Row>,
-    /// The swept fixed policies the study did not run itself (empty without a sweep).
-    pub swept: Vec<Row>,
+    /// The rows of every fixed policy run, the study's and the sweep's: what the fronts are drawn
+    /// from (empty without a sweep).
+    pub fixed: Vec<Row>,
     /// The front over final memory of every fixed policy run (empty without a sweep).
     pub front_final: Vec<FrontPoint>,
     /// The front over mean memory.
     pub front_mean: Vec<FrontPoint>,
 }
 
+/// What [`run_study`] runs: `policies`, then, with `front`, the [`sweep`]'s policies they do not
+/// include.
+pub fn runs(policies: &[PolicyKind], front: bool) -> Vec<PolicyKind> {
+    let mut all = policies.to_vec();
+    if front {
+        all.extend(sweep().into_iter().filter(|k| !policies.contains(k)));
+    }
+    all
+}
+
 /// Runs `policies` (the first the unlimited reference) on the prepared study and, with `front`,
-/// also the [`sweep`] of fixed policies, all in parallel; then the fronts and every row's
-/// distance below them.
+/// also the [`sweep`] of fixed policies, all in parallel ([`runs`]); then the fronts and every
+/// row's distance below them.
 pub fn run_study(
     p: &Prepared,
     policies: &[PolicyKind],
     front: bool,
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<Outcome, ParspliceError> {
-    let mut all = policies.to_vec();
-    if front {
-        all.extend(sweep().into_iter().filter(|k| !policies.contains(k)));
-    }
+    let all = runs(policies, front);
     let mut reports = run_all(p.workload, p.store, p.segments(), &all, progress)?;
     let mut rows = rows(&reports, p.workload.hours * 3600.0);
     let swept = rows.split_off(policies.len());
@@ -407,7 +414,7 @@ pub fn run_study(
         return Ok(Outcome {
             reports,
             rows,
-            swept,
+            fixed: Vec::new(),
             front_final: Vec::new(),
             front_mean: Vec::new(),
         });
@@ -427,7 +434,7 @@ pub fn run_study(
     Ok(Outcome {
         reports,
         rows,
-        swept,
+        fixed,
         front_final,
         front_mean,
     })

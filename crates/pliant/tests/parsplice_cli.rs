@@ -77,7 +77,8 @@ fn demo_json_has_every_policy_and_writes_the_report() {
                 && num(&w[0], "efficiency") < num(&w[1], "efficiency"))
     );
     assert!(front.iter().all(|p| p["policy"] != "auto"));
-    assert!(v["swept"].as_array().is_some_and(|s| !s.is_empty()));
+    // Every fixed policy run: the table's ten and the sweep's fourteen others.
+    assert_eq!(v["fixed"].as_array().map(Vec::len), Some(24));
     assert!(html.contains("front-final.svg") && html.contains("front-mean.svg"));
 }
 

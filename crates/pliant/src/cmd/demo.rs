@@ -93,15 +93,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         .filter(|p| p.charted)
         .map(|p| p.kind.label())
         .collect();
-    let runs = policies.len()
-        + if a.no_front {
-            0
-        } else {
-            study::sweep()
-                .iter()
-                .filter(|k| !policies.contains(k))
-                .count()
-        };
+    let runs = study::runs(&policies, !a.no_front).len();
     let bar = indicatif::ProgressBar::new(1000).with_message(format!(
         "{runs} runs, {}",
         setup.replay.as_ref().map_or_else(
@@ -121,7 +113,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     let seconds = t.elapsed().as_secs_f64();
     let study::Outcome {
         rows,
-        swept,
+        fixed,
         front_final,
         front_mean,
         ..
@@ -148,7 +140,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
                 "warnings": warnings,
                 "seconds": seconds,
                 "policies": rows,
-                "swept": swept,
+                "fixed": fixed,
                 "front_final": front_final,
                 "front_mean": front_mean,
             }))?
@@ -199,7 +191,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         println!(
             "auto against the front of the fixed policies ({} runs): {} on final memory, {} on \
              mean memory.",
-            swept.len() + rows.len() - 1,
+            fixed.len(),
             gap(r.below_front_final),
             gap(r.below_front_mean)
         );
@@ -426,15 +418,7 @@ fn front_chart(o: &study::Outcome, measure: study::Measure) -> Chart<'static> {
         study::Measure::Mean => &o.front_mean,
     };
     let mut series = vec![
-        Series::dots(
-            "fixed policies",
-            o.rows
-                .iter()
-                .chain(&o.swept)
-                .filter(|r| r.policy != "auto")
-                .map(pt)
-                .collect(),
-        ),
+        Series::dots("fixed policies", o.fixed.iter().map(pt).collect()),
         Series::line(
             "front",
             front
@@ -443,7 +427,8 @@ fn front_chart(o: &study::Outcome, measure: study::Measure) -> Chart<'static> {
                 .collect(),
         ),
     ];
-    for r in o.rows.iter().filter(|r| r.policy == "auto") {
+    let is_fixed = |r: &study::Row| o.fixed.iter().any(|f| f.policy == r.policy);
+    for r in o.rows.iter().filter(|r| !is_fixed(r)) {
         series.push(Series::dots(r.policy.clone(), vec![pt(r)]));
     }
     Chart {
