@@ -17,7 +17,7 @@ use std::io::Write;
 use std::iter::{Enumerate, Peekable};
 
 use pliant_cache::Capacity;
-use pliant_tier::{Decider, Put, Read, Tier};
+use pliant_tier::{AutoState, Decider, Put, Read, Resize, Tier};
 use serde::Serialize;
 
 use crate::ParspliceError;
@@ -26,7 +26,7 @@ use crate::model::{
     CACHE_HIT_SECONDS, STORE_NETWORK_SECONDS, StoreParams, WorkloadParams, segment_seconds,
     segment_trajectory,
 };
-use crate::policy::{AutoChoice, PolicyKind};
+use crate::policy::PolicyKind;
 use crate::replay::Replay;
 use crate::store::{States, Store};
 use crate::workload::{Segment, StateProcess};
@@ -104,8 +104,8 @@ pub struct RunReport {
     pub final_keys: u64,
     /// Highest store reads per second over an interval.
     pub peak_store_reads_per_s: f64,
-    /// The auto policy's threshold, where it derived one.
-    pub auto: Option<AutoChoice>,
+    /// What `auto` decided at WorkManager 0, where it armed.
+    pub auto: Option<AutoState>,
     /// Cache resizes made by the policy on WorkManager 0: `(t, keys)`.
     pub trims: Vec<(f64, u64)>,
     /// Reads served by the WorkManager caches.
@@ -135,16 +135,19 @@ struct Node {
     /// A fetch in flight is the virtual time its value arrives.
     tier: Tier,
     decider: Decider,
+    /// Workers it serves.
+    workers: u32,
 }
 
 impl Node {
     /// The policy decides at `t` over the `interval` just ended and resizes the tier if it asks;
-    /// then the fetches that have arrived by `t` are forgotten. Returns the new capacity.
-    fn decide(&mut self, t: f64, interval: f64) -> Result<Option<u64>, ParspliceError> {
-        let view = self.tier.view(t, interval);
+    /// then the fetches that have arrived by `t` are forgotten. Returns what it did to the tier.
+    fn decide(&mut self, t: f64, interval: f64) -> Result<Option<Resize>, ParspliceError> {
+        let mut view = self.tier.view(t, interval);
+        view.clients = Some(f64::from(self.workers));
         let resized = self.decider.decide(&view)?;
-        if let Some(keys) = resized {
-            self.tier.resize(keys);
+        if let Some(r) = resized {
+            self.tier.apply(r);
         }
         self.tier.expire(t);
         Ok(resized)
@@ -342,6 +345,7 @@ impl<'a, 'w> Sim<'a, 'w> {
                 Ok(Node {
                     tier: Tier::new(pliant_cache::cache("lru", capacity)?),
                     decider: spec.policy.decider(w.seed ^ u64::from(i))?,
+                    workers: w.workers,
                 })
             })
             .collect::<Result<_, ParspliceError>>()?;
@@ -395,6 +399,7 @@ impl<'a, 'w> Sim<'a, 'w> {
                 for node in &mut self.nodes {
                     // Nothing to forward: the store has it already.
                     let _ = node.tier.put(k, size);
+                    node.decider.on_put(0.0, k);
                 }
             }
             for (i, node) in self.nodes.iter().enumerate() {
@@ -471,7 +476,9 @@ impl<'a, 'w> Sim<'a, 'w> {
         t: f64,
     ) -> Result<(), ParspliceError> {
         self.producing.remove(&k);
-        let forward = self.nodes[node].tier.put(k, size) == Put::Forward;
+        let n = &mut self.nodes[node];
+        let forward = n.tier.put(k, size) == Put::Forward;
+        n.decider.on_put(t, k);
         self.trace.put(node, t, k, forward)?;
         if forward {
             self.store.put_state(k, size)?;
@@ -570,10 +577,15 @@ impl<'a, 'w> Sim<'a, 'w> {
         }
         Ok(match n.tier.read(key, size, t) {
             Read::Hit => CACHE_HIT_SECONDS,
-            Read::Join(ready) => ready - t + CACHE_HIT_SECONDS,
+            Read::Join(ready) => {
+                n.decider.on_wait(ready - t, false);
+                ready - t + CACHE_HIT_SECONDS
+            }
             Read::Miss => {
                 let ready = self.fetch(key, size, t)?;
-                self.nodes[node].tier.fetching(key, size, ready);
+                let n = &mut self.nodes[node];
+                n.tier.fetching(key, size, ready);
+                n.decider.on_wait(ready - t, true);
                 ready - t + CACHE_HIT_SECONDS
             }
         })
@@ -641,10 +653,7 @@ impl<'a, 'w> Sim<'a, 'w> {
             mean_bytes: memory.mean_bytes.round() as u64,
             peak_keys: memory.peak_keys,
             final_keys: last.map_or(0, |k| k.keys),
-            auto: nodes[0].decider.auto_threshold().map(|t| AutoChoice {
-                regime3_start: t.start,
-                threshold_keys: t.keys,
-            }),
+            auto: nodes[0].decider.auto_state(),
             trims,
             finished_at,
         }
@@ -704,10 +713,10 @@ impl Timeline {
         server: &Server,
     ) -> Result<(), ParspliceError> {
         for (i, n) in nodes.iter_mut().enumerate() {
-            if let Some(keys) = n.decide(t, interval)?
+            if let Some(r) = n.decide(t, interval)?
                 && i == 0
             {
-                self.trims.push((t, keys));
+                self.trims.push((t, r.amount()));
             }
         }
         let sum = |f: fn(&Node) -> u64| nodes.iter().map(f).sum::<u64>();

@@ -41,7 +41,8 @@ pub mod workload;
 
 pub use hierarchy::{RunReport, RunSpec, Segments, Tick, run};
 pub use model::{StoreParams, WorkloadParams};
-pub use policy::{AutoChoice, PolicyKind};
+pub use pliant_tier::AutoState;
+pub use policy::PolicyKind;
 pub use replay::{Coverage, Replay, RunConfig, replay_efficiency};
 pub use store::{FjallStore, States, Store, StoreError};
 pub use workload::{Segment, StateProcess};

@@ -4,7 +4,6 @@
 use pliant_policy::{ParamValue, Params, PolicySource, shipped};
 pub use pliant_tier::CacheView;
 use pliant_tier::Decider;
-use serde::Serialize;
 
 use crate::ParspliceError;
 
@@ -32,9 +31,22 @@ pub enum PolicyKind {
         /// Parameters.
         params: Params,
     },
-    /// Thresholds from regime detection while the run goes on, no hand-set numbers
-    /// ([`pliant_tier::Auto`]).
-    Auto,
+    /// Absorbs until regime detection says the run's opening is over, then keeps the working set
+    /// that an efficiency objective needs ([`pliant_tier::Auto`]).
+    Auto {
+        /// The efficiency objective ([`pliant_tier::auto::EFFICIENCY`] in the study, see
+        /// [`PolicyKind::auto`]).
+        efficiency: f64,
+    },
+}
+
+impl PolicyKind {
+    /// `auto` as the study runs it, with the default efficiency objective.
+    pub fn auto() -> Self {
+        Self::Auto {
+            efficiency: pliant_tier::auto::EFFICIENCY,
+        }
+    }
 }
 
 impl PolicyKind {
@@ -45,7 +57,7 @@ impl PolicyKind {
             Self::Lru(n) => format!("lru-{n}"),
             Self::TwoPhase { absorb, target } => format!("two-phase-{absorb}-{target}"),
             Self::Lua { name, .. } => name.clone(),
-            Self::Auto => "auto".into(),
+            Self::Auto { .. } => "auto".into(),
         }
     }
 
@@ -80,16 +92,7 @@ impl PolicyKind {
                 .into(),
             )?,
             Self::Lua { source, params, .. } => Decider::lua(source.clone(), params.clone())?,
-            Self::Auto => Decider::auto(seed),
+            Self::Auto { efficiency } => Decider::auto(seed, *efficiency),
         })
     }
-}
-
-/// Serialisable summary of the auto policy's choice.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct AutoChoice {
-    /// When the third regime began, seconds.
-    pub regime3_start: f64,
-    /// Keys held then.
-    pub threshold_keys: u64,
 }

@@ -53,7 +53,7 @@ pub fn policies() -> Vec<StudyPolicy> {
             target == 10,
         )
     }));
-    p.push(entry(PolicyKind::Auto, true));
+    p.push(entry(PolicyKind::auto(), true));
     p
 }
 
@@ -296,12 +296,18 @@ pub struct Row {
     /// A replay's duration, seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_s: Option<f64>,
-    /// When `auto` saw the third regime begin, seconds.
+    /// When `auto` saw the run leave its opening regime and armed, seconds (WorkManager 0).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub auto_regime3_start_s: Option<f64>,
-    /// Keys held then.
+    pub auto_armed_s: Option<f64>,
+    /// The regimes its gate found then.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub auto_threshold_keys: Option<u64>,
+    pub auto_regimes: Option<usize>,
+    /// Its working-set window at the last decision, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_window_s: Option<f64>,
+    /// The keys it kept at the last decision (read within that window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_target_keys: Option<u64>,
     /// How far below the fixed policies' front on final memory it lies ([`below_front`]), when
     /// the front was swept and reaches down to its memory.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -361,8 +367,10 @@ pub fn rows(reports: &[RunReport], end: f64) -> Vec<Row> {
             mean_fraction: ratio(r.mean_bytes, base.mean_bytes),
             peak_store_reads_per_s: r.peak_store_reads_per_s,
             finished_s: r.finished_at,
-            auto_regime3_start_s: r.auto.map(|x| x.regime3_start),
-            auto_threshold_keys: r.auto.map(|x| x.threshold_keys),
+            auto_armed_s: r.auto.map(|x| x.armed_at),
+            auto_regimes: r.auto.map(|x| x.regimes),
+            auto_window_s: r.auto.map(|x| x.window_seconds),
+            auto_target_keys: r.auto.map(|x| x.target_keys),
             below_front_final: None,
             below_front_mean: None,
         })
@@ -495,8 +503,10 @@ mod tests {
             mean_fraction,
             peak_store_reads_per_s: 0.0,
             finished_s: None,
-            auto_regime3_start_s: None,
-            auto_threshold_keys: None,
+            auto_armed_s: None,
+            auto_regimes: None,
+            auto_window_s: None,
+            auto_target_keys: None,
             below_front_final: None,
             below_front_mean: None,
         }

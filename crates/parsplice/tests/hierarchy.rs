@@ -256,29 +256,30 @@ fn generated_trace_reads_back_as_parsplice_csv() {
         "one logical put per new state"
     );
 }
-/// `auto`'s decisions on a short model run, pinned: it arms at the first fit allowed (1,800 s),
-/// reports the third regime's start and the keys held then, and from then on trims to the keys
-/// read in its window every decision. A change to `auto` or to the model that moves any of these
-/// shows here first.
+/// `auto`'s decisions on a short model run, pinned: when its gate opens, the regimes it found,
+/// and the trims it makes from then on (the keys read or put within its window). A change to
+/// `auto` or to the model that moves any of these shows here first.
 #[test]
 fn auto_decisions_on_a_short_run_are_pinned() {
-    let r = model_run(&spec(PolicyKind::Auto, 27, 1, 0.6));
-    let choice = r.auto.expect("armed");
-    assert_eq!((choice.regime3_start, choice.threshold_keys), (640.0, 838));
+    let r = model_run(&spec(PolicyKind::auto(), 27, 1, 0.6));
+    let s = r.auto.expect("armed");
+    assert_eq!((s.armed_at, s.regimes), (290.0, 2));
     assert_eq!(
         r.trims[..6],
         [
-            (1800.0, 1442),
-            (1810.0, 1448),
-            (1820.0, 1454),
-            (1830.0, 1455),
-            (1840.0, 1456),
-            (1850.0, 1450)
+            (290.0, 41),
+            (300.0, 19),
+            (310.0, 45),
+            (320.0, 44),
+            (330.0, 47),
+            (340.0, 44)
         ]
     );
     assert_eq!(
         r.trims.len(),
-        37,
-        "a resize at every decision from 1,800 s to 2,160 s"
+        121,
+        "a trim whenever the tier held more than its window"
     );
+    assert_eq!(s.target_keys, 466);
+    assert!((s.window_seconds - 30.048).abs() < 1e-3, "{s:?}");
 }

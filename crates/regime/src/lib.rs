@@ -8,6 +8,8 @@
 //!   of first appearance; the same algorithm as the shipped `regime-fan` Lua policy.
 //! - [`Regimes::threshold`]: the studies' cache threshold, the keys held when the third regime
 //!   began; [`analyse`] runs all three over one run.
+//! - [`cluster`]: regimes by behaviour features alone (no clock), k (one included) chosen by the
+//!   gap statistic: what `auto` arms on (see [`behaviour`]).
 //!
 //! Dependencies: `linfa` / `linfa-clustering` (k-means), `ndarray` (its data type),
 //! `rand_xoshiro` 0.6 (the RNG type linfa takes, seeded here), `serde`, `thiserror`.
@@ -18,6 +20,9 @@ use ndarray::Array2;
 use rand_xoshiro_linfa::Xoshiro256Plus;
 use rand_xoshiro_linfa::rand_core::SeedableRng;
 use serde::Serialize;
+
+pub mod behaviour;
+pub use behaviour::{Clusters, cluster};
 
 /// Why regimes could not be found.
 #[derive(Debug, thiserror::Error)]

@@ -434,5 +434,6 @@ fn view(lane: &Lane, t: u64, reads: u64, writes: u64, misses: u64, secs: u64) ->
         misses_per_s: misses as f64 / secs,
         queue_len: None,
         cpu_load_avg: None,
+        clients: None,
     }
 }

@@ -2,10 +2,29 @@
 //! The simulator's WorkManagers and the live service hold one each, so a policy decides the same
 //! way in both.
 
-use pliant_policy::{Engine, Params, PolicyError, PolicySource};
-use pliant_regime::Threshold;
-
+use crate::auto::AutoState;
 use crate::{Auto, CacheView};
+use pliant_policy::{Engine, Params, PolicyError, PolicySource};
+
+/// What a decision does to a tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resize {
+    /// A new capacity, in the cache's unit; lowering it evicts at once.
+    Capacity(u64),
+    /// Evict down to this many keys now and leave the capacity alone: the cache takes new keys
+    /// again until the next decision trims it (`auto`, whose working set is keys by recency, not a
+    /// count to hold between decisions).
+    Trim(u64),
+}
+
+impl Resize {
+    /// The key count it asks for.
+    pub fn amount(self) -> u64 {
+        match self {
+            Self::Capacity(n) | Self::Trim(n) => n,
+        }
+    }
+}
 
 /// One tier's decision maker.
 pub enum Decider {
@@ -27,12 +46,13 @@ impl Decider {
         Ok(Self::Lua(Box::new(e)))
     }
 
-    /// The `auto` policy; `seed` seeds its k-means.
-    pub fn auto(seed: u64) -> Self {
-        Self::Auto(Box::new(Auto::new(seed)))
+    /// The `auto` policy for an `efficiency` objective ([`crate::auto::EFFICIENCY`] by default);
+    /// `seed` seeds its k-means.
+    pub fn auto(seed: u64, efficiency: f64) -> Self {
+        Self::Auto(Box::new(Auto::with_efficiency(seed, efficiency)))
     }
 
-    /// Sees one read (`auto` tracks the keys read).
+    /// Sees one read (`auto` tracks the keys read and their reuse times).
     #[inline]
     pub fn on_read(&mut self, t: f64, key: u64) {
         if let Self::Auto(a) = self {
@@ -40,22 +60,40 @@ impl Decider {
         }
     }
 
-    /// A decision over the tier's view: the new key capacity, if it differs from the current one.
-    pub fn decide(&mut self, v: &CacheView) -> Result<Option<u64>, PolicyError> {
+    /// Sees a put (`auto` counts it as an access of the key, as LRU order does).
+    #[inline]
+    pub fn on_put(&mut self, t: f64, key: u64) {
+        if let Self::Auto(a) = self {
+            a.on_put(t, key);
+        }
+    }
+
+    /// Sees a read that waited `seconds` for a fetch from above, one it started (`fetched`) or
+    /// joined (`auto` prices its misses with them).
+    #[inline]
+    pub fn on_wait(&mut self, seconds: f64, fetched: bool) {
+        if let Self::Auto(a) = self {
+            a.on_wait(seconds, fetched);
+        }
+    }
+
+    /// A decision over the tier's view: a new capacity if it differs from the current one
+    /// (fixed sizes, Lua policies), or a trim if the tier holds more than it should (`auto`).
+    pub fn decide(&mut self, v: &CacheView) -> Result<Option<Resize>, PolicyError> {
         match self {
             Self::Fixed => Ok(None),
             Self::Lua(e) => {
                 v.write_to(e.metrics_mut(), 0);
-                Ok(v.new_capacity(&e.decide()?))
+                Ok(v.new_capacity(&e.decide()?).map(Resize::Capacity))
             }
-            Self::Auto(a) => Ok(a.decide(v).and_then(|n| v.resize_to(n))),
+            Self::Auto(a) => Ok(a.decide(v).filter(|&n| v.keys > n).map(Resize::Trim)),
         }
     }
 
-    /// The threshold `auto` armed at, if it is `auto` and has armed.
-    pub fn auto_threshold(&self) -> Option<Threshold> {
+    /// What `auto` has decided, if it is `auto` and has armed.
+    pub fn auto_state(&self) -> Option<AutoState> {
         match self {
-            Self::Auto(a) => a.threshold(),
+            Self::Auto(a) => a.state(),
             _ => None,
         }
     }

@@ -13,7 +13,7 @@
 //!   `pliant sim` runs unchanged in `pliant demo`. [`METRICS`] lists them, Ceph Mantle's among
 //!   them.
 //! - [`Decider`] (module `decider`): what decides a tier's capacity, a Lua policy of the engine
-//!   or [`Auto`] (module `auto`, thresholds from regime detection), the same in the simulator and
+//!   or [`Auto`] (module `auto`: absorbs until regime detection says the opening is over, then keeps the working set an efficiency objective needs), the same in the simulator and
 //!   the service; [`sample_environment`] is a cluster of such caches to dry-run a policy in.
 //!
 //! No I/O, no clock and no model of time: callers go up the hierarchy themselves and pass the
@@ -22,17 +22,17 @@
 //! Dependencies: Pliant's `cache` crate (the [`Cache`](pliant_cache::Cache) a tier holds) and
 //! `policy` crate (the [`Metrics`](pliant_policy::Metrics) a view fills, the
 //! [`Decision`](pliant_policy::Decision) it reads, the engine a [`Decider`] runs) and `regime`
-//! crate (`auto`'s k-means); `foldhash` (the in-flight table and `auto`'s live keys are looked up
-//! on every read).
+//! crate (`auto`'s regime gate); `foldhash` (the in-flight table and `auto`'s live keys are looked up
+//! on every read); `serde` (what `auto` decided goes into reports).
 
-mod auto;
+pub mod auto;
 mod decider;
 mod sample;
 mod tier;
 mod view;
 
-pub use auto::Auto;
-pub use decider::Decider;
+pub use auto::{Auto, AutoState};
+pub use decider::{Decider, Resize};
 pub use sample::{SAMPLE_SERVERS, sample_environment};
 pub use tier::{Counters, InFlight, Put, Read, Tier};
 pub use view::{CacheView, METRICS, MetricInfo};

@@ -28,6 +28,7 @@ pub fn sample_environment() -> (Metrics, TimeSeries) {
             misses_per_s: 50.0 * x,
             queue_len: Some(2.0 * x),
             cpu_load_avg: Some(0.2 * x),
+            clients: Some(27.0),
         };
         cache.write_to(&mut m, id);
         m.set(id, "cpu", 0.2 * x);

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 
 use pliant_cache::{Cache, Capacity, PutOutcome, Request, Stats};
 
-use crate::CacheView;
+use crate::{CacheView, Resize};
 
 /// A fetch on its way up, as the caller represents it: readers of its key join it while it is
 /// under way.
@@ -168,7 +168,7 @@ impl<F: InFlight> Tier<F> {
 
     /// The tier as its policy sees it at `t`, with rates over the `interval` seconds since the
     /// previous view; the next view's rates start from here. `queue_len` is the fetches under
-    /// way (a coalesced fetch counts once); `cpu_load_avg` is the caller's to fill.
+    /// way (a coalesced fetch counts once); `cpu_load_avg` and `clients` are the caller's to fill.
     pub fn view(&mut self, t: f64, interval: f64) -> CacheView {
         let s = *self.cache.stats();
         let c = self.counters;
@@ -186,6 +186,7 @@ impl<F: InFlight> Tier<F> {
             misses_per_s: (s.misses - misses) as f64 / interval,
             queue_len: Some(self.in_flight(t) as f64),
             cpu_load_avg: None,
+            clients: None,
         }
     }
 
@@ -197,6 +198,18 @@ impl<F: InFlight> Tier<F> {
             Capacity::Bytes(_) => Capacity::Bytes(amount),
         };
         self.cache.resize(capacity);
+    }
+
+    /// Applies a policy's decision ([`Resize`]).
+    pub fn apply(&mut self, r: Resize) {
+        match r {
+            Resize::Capacity(n) => self.resize(n),
+            Resize::Trim(n) => {
+                let capacity = self.capacity();
+                self.resize(n);
+                self.resize(capacity);
+            }
+        }
     }
 
     /// The cache's counters (hits, misses, redundant puts, keys and bytes held, peaks).

@@ -32,6 +32,9 @@ pub struct CacheView {
     pub queue_len: Option<f64>,
     /// The host's one-minute load average, where the cache runs on a real host.
     pub cpu_load_avg: Option<f64>,
+    /// Clients the cache serves (a WorkManager's workers; a service's connected clients), where
+    /// the cache knows them: what a stalled read costs is a share of their time.
+    pub clients: Option<f64>,
 }
 
 /// One metric a policy sees about its cache.
@@ -45,7 +48,7 @@ pub struct MetricInfo {
 }
 
 /// How many metrics a [`CacheView`] can give.
-const N: usize = 11;
+const N: usize = 12;
 
 /// Every metric a [`CacheView`] can give a policy, in the order it sets them.
 pub const METRICS: [MetricInfo; N] = [
@@ -60,6 +63,7 @@ pub const METRICS: [MetricInfo; N] = [
     mantle("req_rate"),
     mantle("queue_len"),
     mantle("cpu_load_avg"),
+    ours("clients"),
 ];
 
 /// A metric of Pliant's own (its meaning: the [`CacheView`] field of the same name).
@@ -90,6 +94,7 @@ impl CacheView {
             Some(self.reads_per_s + self.writes_per_s),
             self.queue_len,
             self.cpu_load_avg,
+            self.clients,
         ]
     }
 

@@ -16,6 +16,7 @@ fn view() -> CacheView {
         misses_per_s: 4.0,
         queue_len: Some(3.0),
         cpu_load_avg: None,
+        clients: Some(8.0),
     }
 }
 
@@ -37,6 +38,7 @@ fn the_metric_names_a_policy_sees_are_pinned() {
             "req_rate",
             "queue_len",
             "cpu_load_avg",
+            "clients",
         ]
     );
     let mantle: Vec<_> = METRICS

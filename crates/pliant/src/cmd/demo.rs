@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use pliant_parsplice::{RunReport, study};
+use pliant_parsplice::{PolicyKind, RunReport, study};
 
 use super::args::{Json, Seed};
 use crate::plot::{Chart, Series, draw};
@@ -56,6 +56,15 @@ pub struct Args {
     /// efficiency–memory front (about halves the run time).
     #[arg(long)]
     no_front: bool,
+    /// Run only these of the study's policies, by label (comma-separated, e.g. `auto,lru-100`);
+    /// `unlimited`, every policy's baseline, always runs.
+    #[arg(long, value_name = "LABELS", value_delimiter = ',')]
+    only: Vec<String>,
+    /// The efficiency `auto` keeps (of the unlimited cache's, in (0, 1]): the one number it is
+    /// given; it derives its working-set window from it and the run.
+    #[arg(long, value_name = "FRACTION", default_value_t = pliant_tier::auto::EFFICIENCY,
+          value_parser = fraction)]
+    auto_efficiency: f64,
     /// Where to write the HTML report and charts.
     #[arg(long, default_value = "pliant-report")]
     report: PathBuf,
@@ -78,6 +87,14 @@ impl Args {
     }
 }
 
+/// A fraction in (0, 1].
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("`{s}` is not a fraction in (0, 1], e.g. 0.96")),
+    }
+}
+
 /// Runs `demo`.
 pub fn run(a: &Args) -> Result<ExitCode> {
     let setup = study::prepare(&a.request())?;
@@ -87,7 +104,34 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let study_policies = study::policies();
-    let policies: Vec<_> = study_policies.iter().map(|p| p.kind.clone()).collect();
+    for label in &a.only {
+        if !study_policies.iter().any(|p| p.kind.label() == *label) {
+            anyhow::bail!(
+                "--only: no policy `{label}` in the study (it has {})",
+                study_policies
+                    .iter()
+                    .map(|p| p.kind.label())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let study_policies: Vec<_> = study_policies
+        .into_iter()
+        .filter(|p| {
+            let label = p.kind.label();
+            a.only.is_empty() || label == "unlimited" || a.only.contains(&label)
+        })
+        .collect();
+    let policies: Vec<_> = study_policies
+        .iter()
+        .map(|p| match p.kind {
+            PolicyKind::Auto { .. } => PolicyKind::Auto {
+                efficiency: a.auto_efficiency,
+            },
+            ref k => k.clone(),
+        })
+        .collect();
     let charted: Vec<String> = study_policies
         .iter()
         .filter(|p| p.charted)
@@ -173,12 +217,21 @@ pub fn run(a: &Args) -> Result<ExitCode> {
              {mean_frac:>8} {store:>9}"
         );
     }
-    if let Some(r) = rows.iter().find(|r| r.auto_threshold_keys.is_some()) {
-        println!(
-            "\nauto: third regime began at {:.0} s with {} keys held; trimmed to the working set since.",
-            r.auto_regime3_start_s.unwrap_or(0.0),
-            r.auto_threshold_keys.unwrap_or(0)
-        );
+    if let Some(r) = rows.iter().find(|r| r.policy == "auto") {
+        match (r.auto_armed_s, r.auto_window_s, r.auto_target_keys) {
+            (Some(armed), Some(window), Some(keys)) => println!(
+                "\nauto (WorkManager 0): left the opening regime at {armed:.0} s ({} regimes by \
+                 the gap statistic) and trimmed to its working set from then on; at the end it \
+                 kept the {keys} keys read in the last {window:.0} s, the window a {:.0}% \
+                 efficiency objective allows at the misses' measured cost.",
+                r.auto_regimes.unwrap_or(0),
+                100.0 * a.auto_efficiency
+            ),
+            _ => println!(
+                "\nauto (WorkManager 0): the run never left its opening regime; it absorbed \
+                 throughout."
+            ),
+        }
     }
     if let Some(r) = rows.iter().find(|r| r.policy == "auto")
         && !front_final.is_empty()
