@@ -262,7 +262,10 @@ impl Auto {
     }
 
     /// Sees a read that waited `seconds` for a fetch from above: one it started (`fetched`, a
-    /// miss) or one it joined.
+    /// miss) or one it joined. The wait belongs to the latest read [`on_read`](Self::on_read)
+    /// saw, so it comes right after that read's `on_read`, as the simulator calls them (the
+    /// simulator knows a fetch's end when it starts; a service that learns it later will need the
+    /// key passed here).
     #[inline]
     pub fn on_wait(&mut self, seconds: f64, fetched: bool) {
         // A join's wait is priced by the bursts (module doc); the fetch time is the misses'.
