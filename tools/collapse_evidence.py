@@ -11,7 +11,7 @@ rank4 traces):
    one function of atoms whatever the node count and policy: the runs that stopped splicing kept
    producing at their frozen size.
 2. Per 1,000 s of each trace: reads per second at the WorkManager, MD produced per read and
-   trajectory spliced per read. Every read starts a segment of about 5 ps of MD, in both runs;
+   trajectory spliced per read. Every read starts a segment of about 10 ps of MD, in both runs;
    the spliced part varies.
 3. The miss ratio of a 10-key LRU cache per 1,000 s of each trace (reads and puts both insert, as
    in the model's WorkManager): the load a 10-key cache sends the store at the traced locality;
@@ -68,7 +68,7 @@ def trace_windows(path, window=1000, lru=10):
             ts = int(ts)
             t0 = ts if t0 is None else t0
             w = (ts - t0) // window
-            is_read = "Get" in op
+            is_read = op == "DBMemoryGet"  # each read is logged twice: Get, then MRUGet
             if not is_read and op != "DBMemoryPut":
                 continue
             if is_read:
