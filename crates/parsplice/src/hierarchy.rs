@@ -158,6 +158,8 @@ impl Node {
 struct Pending {
     /// The state it will have found when it ends, and its size.
     new_state: Option<(u64, u32)>,
+    /// Atoms in the system while it computes (what its trajectory is worth).
+    atoms: f64,
 }
 
 /// The virtual store server.
@@ -458,7 +460,7 @@ impl<'a, 'w> Sim<'a, 'w> {
         let Some(p) = self.pending[worker as usize].take() else {
             return Ok(());
         };
-        self.trajectory += segment_trajectory(&self.spec.workload);
+        self.trajectory += segment_trajectory(p.atoms, &self.spec.workload);
         self.segments_done += 1;
         if let Some((k, size)) = p.new_state {
             self.put_found_state(self.node_of(worker), k, size, t)?;
@@ -502,10 +504,11 @@ impl<'a, 'w> Sim<'a, 'w> {
         let node = self.node_of(worker);
         let latency = self.read_latency(node, &seg, tn, t)?;
         self.trace.read(node, t, seg.start)?;
-        let compute = compute.unwrap_or_else(|| segment_seconds(seg.atoms, &self.spec.workload));
+        let compute = compute.unwrap_or_else(|| segment_seconds(seg.atoms));
         let finish = t + latency + compute;
         self.pending[worker as usize] = Some(Pending {
             new_state: seg.new_state,
+            atoms: seg.atoms,
         });
         if self.recorded.is_some()
             && let Some((k, _)) = seg.new_state

@@ -47,14 +47,31 @@ pub const GAMMA: f64 = 2.78;
 /// Atoms at trajectory 0 (fit; the runs start from a 2–3 atom seed).
 pub const A0: f64 = 2.62;
 
-/// Trajectory per segment with the traced 27 workers, ps: traced trajectory over traced reads lies
-/// between 5.7 (d100K) and 10.2 (d1M); the model takes 7.5.
-pub const SEGMENT_PS: f64 = 7.5;
+/// MD time one segment computes, ps: each read of a state's coordinates starts one segment, and
+/// the traced runs produced 10.29 ps of MD (the third column of `times.txt`) per WorkManager read
+/// over both runs (9.95 on d100K, 10.41 on d1M; 9.4–11.5 in every 1,000 s of either,
+/// `tools/collapse_evidence.py`).
+pub const SEGMENT_MD_PS: f64 = 10.29;
 
-/// Workers the fit was made with. The measured 8-node unlimited run spliced about as much
-/// trajectory as the 1-node traced run (5.18 M vs 4.93 M ps at 2.5 h), so extra workers add
-/// reads and segments but not trajectory: each segment is worth `SEGMENT_PS × 27 / workers`.
-pub const FIT_WORKERS: f64 = 27.0;
+/// MD produced per worker per wall second at `atoms` atoms: `P0 / (1 + (atoms / P_A)^P_GAMMA)`.
+/// Fitted by least squares on log rate to the third column of both traced runs' `times.txt`
+/// (27 workers each; rms 5.0% on d100K, 3.9% on d1M). Held out: the measured eight-node runs
+/// produce 9.5% more per worker at the same atom count, whatever their cache policy.
+pub const P0: f64 = 255.0;
+/// Atom count at which a worker's production halves (fit).
+pub const P_A: f64 = 11.23;
+/// Exponent of the production's fall with atoms (fit).
+pub const P_GAMMA: f64 = 1.693;
+
+/// MD ps per worker per second at `atoms` atoms.
+pub fn production(atoms: f64) -> f64 {
+    P0 / (1.0 + (atoms / P_A).powf(P_GAMMA))
+}
+
+/// Trajectory ps per second of a whole run at `atoms` atoms (the fit above).
+pub fn trajectory_rate(atoms: f64) -> f64 {
+    R0 / (1.0 + (atoms / A_C).powf(GAMMA))
+}
 
 /// Bytes of a state's coordinates: ~75 bytes per atom plus ~300 bytes (README of the traces:
 /// `DBMemorySize / DBMemory`, ~0.5 KB at 2 atoms, ~3.9 KB mean at 57 K keys for d100K).
@@ -67,18 +84,24 @@ pub fn atoms(trajectory: f64, p: &WorkloadParams) -> f64 {
     A0 + trajectory / p.growth_delay
 }
 
-/// Wall seconds a worker computes one segment at `atoms` atoms, such that all workers with an
-/// unlimited cache reproduce the fitted rate.
-pub fn segment_seconds(atoms: f64, p: &WorkloadParams) -> f64 {
-    let workers = f64::from(p.workers * p.nodes);
-    let per_segment = SEGMENT_PS * FIT_WORKERS / workers;
-    let rate = R0 / (1.0 + (atoms / A_C).powf(GAMMA));
-    (workers * per_segment / rate - CACHE_HIT_SECONDS).max(1e-6)
+/// Workers of the traced runs (ranks 5–31 under one WorkManager): the state counts were fitted
+/// with them.
+pub const FIT_WORKERS: f64 = 27.0;
+
+/// Wall seconds a worker computes one segment at `atoms` atoms: a segment's MD at the measured
+/// production rate, whatever the cache does.
+pub fn segment_seconds(atoms: f64) -> f64 {
+    (SEGMENT_MD_PS / production(atoms) - CACHE_HIT_SECONDS).max(1e-6)
 }
 
-/// Trajectory one segment adds, ps.
-pub fn segment_trajectory(p: &WorkloadParams) -> f64 {
-    SEGMENT_PS * FIT_WORKERS / f64::from(p.workers * p.nodes)
+/// Trajectory one segment adds at `atoms` atoms, ps: the share of the workers' MD the splicer
+/// uses, such that all workers with an unlimited cache splice the fitted trajectory rate. The
+/// rest is speculation the splicer never needed; more workers produce more of it (eight nodes
+/// splice about as much as one: 10% of their MD against 63%).
+pub fn segment_trajectory(atoms: f64, p: &WorkloadParams) -> f64 {
+    let workers = f64::from(p.workers * p.nodes);
+    let spliced = trajectory_rate(atoms) / (workers * production(atoms));
+    SEGMENT_MD_PS * spliced.min(1.0)
 }
 
 /// States a superbasin yields at `atoms` atoms: `K0 · atoms^KAPPA · temperature · workers/27`.
@@ -111,11 +134,11 @@ pub const CACHE_HIT_SECONDS: f64 = 0.0005;
 pub const STORE_NETWORK_SECONDS: f64 = 0.001;
 
 /// Effective penalty of a store read, seconds: the one parameter fitted to a measured policy run
-/// (LRU 10 keys on 8 nodes, 75.4% efficiency at 2.5 h; bisection gave 0.43 s). It is far more than
-/// one LevelDB block read: it stands for the whole miss path under 216 workers (WorkManager →
-/// in-memory database → LevelDB on Lustre) and is the model's least physical parameter. Every
-/// other policy's efficiency is a prediction.
-pub const READ_LATENCY_SECONDS: f64 = 0.43;
+/// (LRU 10 keys on 8 nodes, 75.4% efficiency at 2.5 h; bisection to 0.01 s gave 0.55 s, 75.5%).
+/// It is far more than one LevelDB block read: it stands for the whole miss path under 216
+/// workers (WorkManager → in-memory database → LevelDB on Lustre) and is the model's least
+/// physical parameter. Every other policy's efficiency is a prediction.
+pub const READ_LATENCY_SECONDS: f64 = 0.55;
 
 /// The persistent store's service model: LevelDB on Lustre, which the cache studies saw saturate
 /// at ~750 reads/s plus ~300 puts/s.

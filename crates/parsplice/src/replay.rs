@@ -256,7 +256,7 @@ impl Replay {
             }
             None => ops,
         };
-        let per = segment_trajectory(w);
+        let mut trajectory = 0.0;
         let workers = (w.workers * w.nodes) as usize;
         // Writes left over once every segment that could have found them has a state.
         let mut unpaired = 0u64;
@@ -270,7 +270,7 @@ impl Replay {
         let (mut reads, mut writes, mut rereads) = (0u64, 0u64, 0u64);
         let mut preload: Vec<(u64, u32)> = Vec::new();
         for &(t, is_read, key) in covered {
-            let a = atoms(segments.len() as f64 * per, w);
+            let a = atoms(trajectory, w);
             let size = *sizes.entry(key).or_insert_with(|| value_size(a));
             let known = !seen.insert(key);
             if is_read {
@@ -282,6 +282,7 @@ impl Replay {
                     new_state: None,
                     atoms: a,
                 });
+                trajectory += segment_trajectory(a, w);
                 times.push(t);
                 continue;
             }

@@ -35,7 +35,8 @@ pub struct StateProcess {
     params: WorkloadParams,
     rng: Pcg64Mcg,
     produced: u64,
-    per_segment: f64,
+    /// Trajectory of the segments produced so far, ps.
+    trajectory: f64,
     basin_atoms: u32,
     basin: Vec<u64>,
     /// Found in this superbasin but not yet stored by the worker that found them.
@@ -51,7 +52,7 @@ impl StateProcess {
             params,
             rng: Pcg64Mcg::seed_from_u64(params.seed),
             produced: 0,
-            per_segment: segment_trajectory(&params),
+            trajectory: 0.0,
             basin_atoms: 0,
             basin: Vec::new(),
             unpublished: Vec::new(),
@@ -73,7 +74,7 @@ impl StateProcess {
     }
 
     fn new_basin(&mut self) {
-        let a = atoms(self.produced as f64 * self.per_segment, &self.params);
+        let a = atoms(self.trajectory, &self.params);
         self.basin_atoms = a.floor() as u32;
         let k = self.fresh_key(a);
         self.basin = vec![k];
@@ -90,7 +91,7 @@ impl StateProcess {
     /// lands) exists before any segment reads it: the caller stores it first, see
     /// [`StateProcess::take_seeded`].
     pub fn next_segment(&mut self) -> (Segment, Option<(u64, u32)>) {
-        let a = atoms(self.produced as f64 * self.per_segment, &self.params);
+        let a = atoms(self.trajectory, &self.params);
         let mut seeded = None;
         if a.floor() as u32 != self.basin_atoms {
             // An atom landed: the system is new, its old states are never seen again.
@@ -119,6 +120,7 @@ impl StateProcess {
             None
         };
         self.produced += 1;
+        self.trajectory += segment_trajectory(a, &self.params);
         (
             Segment {
                 start,

@@ -263,23 +263,23 @@ fn generated_trace_reads_back_as_parsplice_csv() {
 fn auto_decisions_on_a_short_run_are_pinned() {
     let r = model_run(&spec(PolicyKind::auto(), 27, 1, 0.6));
     let s = r.auto.expect("armed");
-    assert_eq!((s.armed_at, s.regimes), (290.0, 2));
+    assert_eq!((s.armed_at, s.regimes), (70.0, 2));
     assert_eq!(
         r.trims[..6],
         [
-            (290.0, 41),
-            (300.0, 19),
-            (310.0, 45),
-            (320.0, 44),
-            (330.0, 47),
-            (340.0, 44)
+            (70.0, 3),
+            (90.0, 4),
+            (110.0, 2),
+            (140.0, 9),
+            (160.0, 5),
+            (190.0, 7)
         ]
     );
     assert_eq!(
         r.trims.len(),
-        121,
+        129,
         "a trim whenever the tier held more than its window"
     );
-    assert_eq!(s.target_keys, 466);
-    assert!((s.window_seconds - 30.048).abs() < 1e-3, "{s:?}");
+    assert_eq!(s.target_keys, 585);
+    assert!((s.window_seconds - 115.448).abs() < 1e-3, "{s:?}");
 }
