@@ -576,6 +576,7 @@ impl<'a, 'w> Sim<'a, 'w> {
         // cache, where the segment's end puts it.
         if let Some(found) = self.producing.get(&key).copied().filter(|&f| f > tn) {
             n.tier.read_waiting_for_put();
+            n.decider.on_late_put((found - tn) as f64 / 1e9);
             return Ok((found - tn) as f64 / 1e9 + CACHE_HIT_SECONDS);
         }
         Ok(match n.tier.read(key, size, t) {

@@ -77,6 +77,15 @@ impl Decider {
         }
     }
 
+    /// Sees a read that waited `seconds` for a value its producer put late, because misses
+    /// delayed the producer (`auto` counts it as what its misses cost).
+    #[inline]
+    pub fn on_late_put(&mut self, seconds: f64) {
+        if let Self::Auto(a) = self {
+            a.on_late_put(seconds);
+        }
+    }
+
     /// A decision over the tier's view: a new capacity if it differs from the current one
     /// (fixed sizes, Lua policies), or a trim if the tier holds more than it should (`auto`).
     pub fn decide(&mut self, v: &CacheView) -> Result<Option<Resize>, PolicyError> {
