@@ -1,7 +1,7 @@
 //! The cache core: capacity in bytes or keys, per-operation eviction, run-time resize, and the
 //! counters every caller wants.
 
-use crate::algorithm::{Algorithm, Request, Units};
+use crate::algorithm::{Algorithm, Evicted, Request, Units};
 
 /// A cache's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,7 @@ impl std::fmt::Display for Capacity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Bytes(n) => write!(f, "{n}B"),
+            Self::Keys(u64::MAX) => f.write_str("unlimited"),
             Self::Keys(n) => write!(f, "{n}keys"),
         }
     }
@@ -206,7 +207,7 @@ impl Cache {
         self.stats.misses += 1;
         self.stats.byte_misses += u64::from(req.size);
         if self.algo.can_insert(req) {
-            self.admit(req);
+            self.admit(req, &mut |_| {});
         }
         false
     }
@@ -233,6 +234,13 @@ impl Cache {
     /// Stores an object. A key already held with the same size is a redundant put: nothing
     /// changes (not even recency). A different size replaces the object.
     pub fn put(&mut self, req: &Request) -> PutOutcome {
+        self.put_evicting(req, &mut |_| {})
+    }
+
+    /// [`put`](Self::put), telling `evicted` of every object that leaves to make room: a cache
+    /// that holds values (the service's memory tier) drops them there.
+    #[inline]
+    pub fn put_evicting(&mut self, req: &Request, evicted: &mut impl FnMut(Evicted)) -> PutOutcome {
         match self.algo.find(req, false) {
             Some(size) if size == req.size => {
                 self.stats.redundant_puts += 1;
@@ -240,7 +248,7 @@ impl Cache {
             }
             Some(_) => {
                 self.algo.remove(req.key);
-                let admitted = self.algo.can_insert(req) && self.admit(req);
+                let admitted = self.algo.can_insert(req) && self.admit(req, evicted);
                 self.sync();
                 if admitted {
                     PutOutcome::Resized
@@ -248,7 +256,7 @@ impl Cache {
                     PutOutcome::Rejected
                 }
             }
-            None if self.algo.can_insert(req) && self.admit(req) => PutOutcome::Inserted,
+            None if self.algo.can_insert(req) && self.admit(req, evicted) => PutOutcome::Inserted,
             None => PutOutcome::Rejected,
         }
     }
@@ -266,6 +274,14 @@ impl Cache {
     /// # Panics
     /// If `capacity` counts in other units than the cache was built with.
     pub fn resize(&mut self, capacity: Capacity) {
+        self.resize_evicting(capacity, &mut |_| {});
+    }
+
+    /// [`resize`](Self::resize), telling `evicted` of every object that leaves.
+    ///
+    /// # Panics
+    /// If `capacity` counts in other units than the cache was built with.
+    pub fn resize_evicting(&mut self, capacity: Capacity, evicted: &mut impl FnMut(Evicted)) {
         assert_eq!(
             capacity.units(),
             self.capacity.units(),
@@ -275,20 +291,23 @@ impl Cache {
         self.algo.set_capacity(capacity.amount());
         let probe = Request::new(u64::MAX, 0);
         while self.algo.occupied() > capacity.amount() && !self.algo.is_empty() {
-            if self.algo.evict(&probe).is_some() {
+            if let Some(e) = self.algo.evict(&probe) {
                 self.stats.evictions += 1;
+                evicted(e);
             }
         }
         self.sync();
     }
 
     /// Evicts until `req` fits and inserts it; false if the algorithm declined it after all.
-    fn admit(&mut self, req: &Request) -> bool {
+    #[inline]
+    fn admit(&mut self, req: &Request, evicted: &mut impl FnMut(Evicted)) -> bool {
         let cap = self.capacity.amount();
         let w = self.capacity.units().weight(req.size);
         while self.algo.occupied() + w > cap && !self.algo.is_empty() {
-            if self.algo.evict(req).is_some() {
+            if let Some(e) = self.algo.evict(req) {
                 self.stats.evictions += 1;
+                evicted(e);
             }
         }
         let inserted = self.algo.insert(req);
@@ -364,6 +383,7 @@ mod tests {
             Capacity::Bytes(1),
             Capacity::Bytes(134_217_728),
             Capacity::Keys(100),
+            Capacity::Keys(u64::MAX),
         ] {
             assert_eq!(c.to_string().parse::<Capacity>().ok(), Some(c), "{c}");
         }

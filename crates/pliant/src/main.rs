@@ -45,6 +45,8 @@ enum Command {
     /// Performance benchmarks (numbers reported in the README).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
+    /// Run a cache node that speaks the Redis protocol, over a persistent store.
+    Serve(cmd::serve::Args),
     /// Trace statistics, conversion to oracleGeneral, and synthetic traces.
     #[command(subcommand)]
     Trace(cmd::trace::Command),
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::Parsplice(c) => cmd::parsplice::run(c),
         Command::Scale(c) => cmd::scale::run(c),
         Command::Trace(c) => cmd::trace::run(c),
+        Command::Serve(a) => cmd::serve::run(&a),
     };
     match result {
         Ok(code) => code,

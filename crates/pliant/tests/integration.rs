@@ -6,4 +6,5 @@ mod common;
 mod parsplice_cli;
 mod policy_cli;
 mod scale_cli;
+mod serve_cli;
 mod sim_trace_cli;

@@ -9,5 +9,6 @@ pub mod policy;
 pub mod policy_demo;
 pub mod regimes;
 pub mod scale;
+pub mod serve;
 pub mod sim;
 pub mod trace;

@@ -1,0 +1,114 @@
+//! Connection commands: PING, ECHO, HELLO, CLIENT, SELECT, QUIT.
+
+use bytes::Bytes;
+
+use super::{Ctx, integer, syntax_error};
+use crate::frame::{Frame, Protocol};
+
+pub(super) fn ping(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match args {
+        [] => Frame::Simple("PONG".into()),
+        [msg] => Frame::Bulk(msg.clone()),
+        _ => super::wrong_arity("ping"),
+    }
+}
+
+pub(super) fn echo(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    Frame::Bulk(args[0].clone())
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`: switches the protocol and describes the
+/// server, as a map (a flat array in RESP2).
+pub(super) fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut proto = ctx.session.proto;
+    let mut rest = args;
+    if let Some((v, tail)) = args.split_first() {
+        proto = match integer(v) {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return Frame::error("NOPROTO unsupported protocol version"),
+            None => return Frame::error("ERR Protocol version is not an integer or out of range"),
+        };
+        rest = tail;
+    }
+    let mut name = None;
+    while let Some((opt, tail)) = rest.split_first() {
+        if opt.eq_ignore_ascii_case(b"setname") && !tail.is_empty() {
+            name = Some(tail[0].clone());
+            rest = &tail[1..];
+        } else if opt.eq_ignore_ascii_case(b"auth") && tail.len() >= 2 {
+            // No password is configured yet, so any AUTH succeeds, as Redis's default user.
+            rest = &tail[2..];
+        } else {
+            return syntax_error();
+        }
+    }
+    ctx.session.proto = proto;
+    if name.is_some() {
+        ctx.session.name = name;
+    }
+    let s = |x: &str| Frame::Bulk(Bytes::copy_from_slice(x.as_bytes()));
+    Frame::Map(vec![
+        (s("server"), s("pliant")),
+        (s("version"), s(env!("CARGO_PKG_VERSION"))),
+        (
+            s("proto"),
+            Frame::Integer(if proto == Protocol::Resp3 { 3 } else { 2 }),
+        ),
+        (s("id"), Frame::Integer(ctx.session.id as i64)),
+        (s("mode"), s("standalone")),
+        (s("role"), s("master")),
+        (s("modules"), Frame::Array(vec![])),
+    ])
+}
+
+/// `CLIENT SETNAME|GETNAME|SETINFO|ID|INFO`: what client libraries send on connect.
+pub(super) fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = args[0].to_ascii_lowercase();
+    match (sub.as_slice(), &args[1..]) {
+        (b"setname", [name]) => {
+            if name.iter().any(|&b| b == b' ' || b == b'\n') {
+                return Frame::error(
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                );
+            }
+            ctx.session.name = (!name.is_empty()).then(|| name.clone());
+            Frame::ok()
+        }
+        (b"getname", []) => ctx.session.name.clone().map_or(Frame::Null, Frame::Bulk),
+        (b"setinfo", [_, _]) => Frame::ok(),
+        (b"id", []) => Frame::Integer(ctx.session.id as i64),
+        (b"info", []) => Frame::Bulk(Bytes::from(format!(
+            "id={} name={} resp={}\n",
+            ctx.session.id,
+            ctx.session
+                .name
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default(),
+            if ctx.session.proto == Protocol::Resp3 {
+                3
+            } else {
+                2
+            }
+        ))),
+        _ => Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[0])
+        )),
+    }
+}
+
+/// Only database 0 exists (as in Redis Cluster).
+pub(super) fn select(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match integer(&args[0]) {
+        Some(0) => Frame::ok(),
+        Some(_) => Frame::error("ERR DB index is out of range"),
+        None => super::not_an_integer(),
+    }
+}
+
+pub(super) fn quit(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    ctx.session.quit = true;
+    Frame::ok()
+}

@@ -1,0 +1,212 @@
+//! Key commands: DEL/UNLINK, EXISTS, TYPE, EXPIRE/PEXPIRE, TTL/PTTL, PERSIST, KEYS, SCAN.
+
+use bytes::Bytes;
+
+use super::{Ctx, integer, not_an_integer, store_error, syntax_error};
+use crate::frame::Frame;
+use crate::glob::glob_match;
+use crate::keyspace::Value;
+
+pub(super) fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut ks = ctx.node.keyspace();
+    let mut n = 0;
+    for k in args {
+        match ks.delete(k, ctx.now) {
+            Ok(existed) => n += i64::from(existed),
+            Err(e) => return store_error(&e),
+        }
+    }
+    Frame::Integer(n)
+}
+
+/// Counts every argument that exists, a key named twice twice (as Redis).
+pub(super) fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut ks = ctx.node.keyspace();
+    let mut n = 0;
+    for k in args {
+        match ks.exists(k, ctx.now) {
+            Ok(e) => n += i64::from(e),
+            Err(e) => return store_error(&e),
+        }
+    }
+    Frame::Integer(n)
+}
+
+pub(super) fn type_(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match ctx.node.keyspace().exists(&args[0], ctx.now) {
+        Ok(true) => Frame::Simple("string".into()),
+        Ok(false) => Frame::Simple("none".into()),
+        Err(e) => store_error(&e),
+    }
+}
+
+pub(super) fn expire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    set_expiry(ctx, args, 1000, "expire")
+}
+
+pub(super) fn pexpire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    set_expiry(ctx, args, 1, "pexpire")
+}
+
+/// `EXPIRE key n [NX|XX|GT|LT]` with `n` in units of `ms` milliseconds. A time in the past
+/// deletes the key, as in Redis.
+fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], ms: i64, name: &str) -> Frame {
+    let Some(n) = integer(&args[1]) else {
+        return not_an_integer();
+    };
+    let Some(delta) = n.checked_mul(ms) else {
+        return Frame::error(format!("ERR invalid expire time in '{name}' command"));
+    };
+    let cond = match &args[2..] {
+        [] => None,
+        [c] => Some(c.to_ascii_uppercase()),
+        _ => return syntax_error(),
+    };
+    let mut ks = ctx.node.keyspace();
+    let Some(v) = (match ks.read(&args[0], ctx.now) {
+        Ok(v) => v,
+        Err(e) => return store_error(&e),
+    }) else {
+        return Frame::Integer(0);
+    };
+    let at = (ctx.now as i64).saturating_add(delta);
+    // A key without an expiry has an infinite TTL for GT and LT.
+    let current = v.expires_at.map_or(i64::MAX, |t| t as i64);
+    let allowed = match cond.as_deref() {
+        None => true,
+        Some(b"NX") => v.expires_at.is_none(),
+        Some(b"XX") => v.expires_at.is_some(),
+        Some(b"GT") => at > current,
+        Some(b"LT") => at < current,
+        Some(_) => return syntax_error(),
+    };
+    if !allowed {
+        return Frame::Integer(0);
+    }
+    let result = if at <= ctx.now as i64 {
+        ks.delete(&args[0], ctx.now).map(|_| ())
+    } else {
+        ks.set(
+            args[0].clone(),
+            Value {
+                data: v.data,
+                expires_at: Some(at as u64),
+            },
+        )
+    };
+    match result {
+        Ok(()) => Frame::Integer(1),
+        Err(e) => store_error(&e),
+    }
+}
+
+pub(super) fn ttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    remaining(ctx, &args[0], 1000)
+}
+
+pub(super) fn pttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    remaining(ctx, &args[0], 1)
+}
+
+/// -2 for a missing key, -1 for one without an expiry, else the time left (rounded as Redis).
+fn remaining(ctx: &mut Ctx<'_>, key: &[u8], ms: u64) -> Frame {
+    match ctx.node.keyspace().read(key, ctx.now) {
+        Ok(None) => Frame::Integer(-2),
+        Ok(Some(Value {
+            expires_at: None, ..
+        })) => Frame::Integer(-1),
+        Ok(Some(Value {
+            expires_at: Some(t),
+            ..
+        })) => Frame::Integer((t.saturating_sub(ctx.now) + ms / 2).div_euclid(ms) as i64),
+        Err(e) => store_error(&e),
+    }
+}
+
+pub(super) fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut ks = ctx.node.keyspace();
+    match ks.read(&args[0], ctx.now) {
+        Ok(Some(v)) if v.expires_at.is_some() => {
+            match ks.set(args[0].clone(), Value::new(v.data)) {
+                Ok(()) => Frame::Integer(1),
+                Err(e) => store_error(&e),
+            }
+        }
+        Ok(_) => Frame::Integer(0),
+        Err(e) => store_error(&e),
+    }
+}
+
+/// Every live key matching the pattern, in key order (the whole keyspace: as in Redis, a
+/// command for debugging, not for production loops; SCAN is bounded per call).
+pub(super) fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let pattern = args[0].clone();
+    let mut ks = ctx.node.keyspace();
+    let mut out = Vec::new();
+    let mut after: Option<Bytes> = None;
+    loop {
+        let matches = |k: &[u8]| glob_match(&pattern, k);
+        match ks.scan(after.as_deref(), 1024, ctx.now, &matches) {
+            Ok((found, next)) => {
+                out.extend(found.into_iter().map(Frame::Bulk));
+                match next {
+                    Some(n) => after = Some(n),
+                    None => return Frame::Array(out),
+                }
+            }
+            Err(e) => return store_error(&e),
+        }
+    }
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are numbers the node hands out,
+/// each standing for the last key a call returned ([`crate::node::Node::cursor`]): keys are
+/// walked in order, so a key that exists for the whole scan is returned exactly once.
+pub(super) fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let Some(cursor) = std::str::from_utf8(&args[0])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return Frame::error("ERR invalid cursor");
+    };
+    let (mut pattern, mut count, mut only_strings) = (None, 10usize, true);
+    let mut opts = args[1..].chunks(2);
+    for pair in &mut opts {
+        let [opt, val] = pair else {
+            return syntax_error();
+        };
+        match opt.to_ascii_uppercase().as_slice() {
+            b"MATCH" => pattern = Some(val.clone()),
+            b"COUNT" => match integer(val) {
+                Some(n) if n >= 1 => count = n as usize,
+                Some(_) => return syntax_error(),
+                None => return not_an_integer(),
+            },
+            b"TYPE" => only_strings = val.eq_ignore_ascii_case(b"string"),
+            _ => return syntax_error(),
+        }
+    }
+    let after = if cursor == 0 {
+        None
+    } else {
+        match ctx.node.cursor(cursor) {
+            Some(k) => Some(k),
+            None => return Frame::error("ERR invalid cursor"),
+        }
+    };
+    let filter = |k: &[u8]| only_strings && pattern.as_ref().is_none_or(|p| glob_match(p, k));
+    let result = ctx
+        .node
+        .keyspace()
+        .scan(after.as_deref(), count, ctx.now, &filter);
+    match result {
+        Ok((found, next)) => {
+            let next = next.map_or(0, |k| ctx.node.new_cursor(k));
+            Frame::Array(vec![
+                Frame::Bulk(Bytes::from(next.to_string())),
+                Frame::Array(found.into_iter().map(Frame::Bulk).collect()),
+            ])
+        }
+        Err(e) => store_error(&e),
+    }
+}

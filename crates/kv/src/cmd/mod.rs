@@ -1,0 +1,198 @@
+//! Commands: one file per family, each command a function from its arguments to its reply.
+//! [`execute`] looks the name up in [`COMMANDS`], checks the arity as Redis does, and runs it.
+
+mod connection;
+mod keys;
+mod server;
+mod strings;
+
+use bytes::Bytes;
+
+use crate::frame::{Frame, Protocol};
+use crate::node::Node;
+
+/// One connection's state, as commands see and change it.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Its id (`CLIENT ID`).
+    pub id: u64,
+    /// The protocol it speaks (`HELLO`).
+    pub proto: Protocol,
+    /// Its name (`CLIENT SETNAME`).
+    pub name: Option<Bytes>,
+    /// Set by `QUIT`: reply, then close.
+    pub quit: bool,
+    /// Set by `SHUTDOWN`: reply, then stop the server.
+    pub shutdown: bool,
+    /// Whether a command of this batch wrote (the reply waits for the store's sync under
+    /// `--durability always`).
+    pub wrote: bool,
+}
+
+/// What a command runs with.
+pub struct Ctx<'a> {
+    /// The node.
+    pub node: &'a Node,
+    /// The connection.
+    pub session: &'a mut Session,
+    /// Unix milliseconds now.
+    pub now: u64,
+}
+
+type Run = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
+
+/// A command: its name, its arity as Redis states it (negative: at least that many, the name
+/// included), whether it writes, and what runs it.
+#[derive(Clone, Copy)]
+pub struct Spec {
+    /// Lowercase name.
+    pub name: &'static str,
+    /// Arity, counting the name; negative means at least `-arity`.
+    pub arity: i32,
+    /// Whether it changes keys.
+    pub writes: bool,
+    /// Where its keys are among the arguments, as `COMMAND` reports it: first, last (negative:
+    /// from the end) and step; all 0 for a command without keys.
+    pub keys: (i64, i64, i64),
+    run: Run,
+}
+
+const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
+const ONE_KEY: (i64, i64, i64) = (1, 1, 1);
+const ALL_KEYS: (i64, i64, i64) = (1, -1, 1);
+
+const fn cmd(
+    name: &'static str,
+    arity: i32,
+    writes: bool,
+    keys: (i64, i64, i64),
+    run: Run,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        writes,
+        keys,
+        run,
+    }
+}
+
+/// Every command the node answers.
+pub const COMMANDS: &[Spec] = &[
+    cmd("ping", -1, false, NO_KEYS, connection::ping),
+    cmd("echo", 2, false, NO_KEYS, connection::echo),
+    cmd("hello", -1, false, NO_KEYS, connection::hello),
+    cmd("client", -2, false, NO_KEYS, connection::client),
+    cmd("select", 2, false, NO_KEYS, connection::select),
+    cmd("quit", -1, false, NO_KEYS, connection::quit),
+    cmd("command", -1, false, NO_KEYS, server::command),
+    cmd("info", -1, false, NO_KEYS, server::info),
+    cmd("config", -2, false, NO_KEYS, server::config),
+    cmd("dbsize", 1, false, NO_KEYS, server::dbsize),
+    cmd("flushdb", -1, true, NO_KEYS, server::flush),
+    cmd("flushall", -1, true, NO_KEYS, server::flush),
+    cmd("shutdown", -1, false, NO_KEYS, server::shutdown),
+    cmd("get", 2, false, ONE_KEY, strings::get),
+    cmd("set", -3, true, ONE_KEY, strings::set),
+    cmd("setnx", 3, true, ONE_KEY, strings::setnx),
+    cmd("setex", 4, true, ONE_KEY, strings::setex),
+    cmd("psetex", 4, true, ONE_KEY, strings::psetex),
+    cmd("getset", 3, true, ONE_KEY, strings::getset),
+    cmd("getdel", 2, true, ONE_KEY, strings::getdel),
+    cmd("mget", -2, false, ALL_KEYS, strings::mget),
+    cmd("mset", -3, true, (1, -1, 2), strings::mset),
+    cmd("strlen", 2, false, ONE_KEY, strings::strlen),
+    cmd("append", 3, true, ONE_KEY, strings::append),
+    cmd("incr", 2, true, ONE_KEY, strings::incr),
+    cmd("decr", 2, true, ONE_KEY, strings::decr),
+    cmd("incrby", 3, true, ONE_KEY, strings::incrby),
+    cmd("decrby", 3, true, ONE_KEY, strings::decrby),
+    cmd("del", -2, true, ALL_KEYS, keys::del),
+    cmd("unlink", -2, true, ALL_KEYS, keys::del),
+    cmd("exists", -2, false, ALL_KEYS, keys::exists),
+    cmd("type", 2, false, ONE_KEY, keys::type_),
+    cmd("expire", -3, true, ONE_KEY, keys::expire),
+    cmd("pexpire", -3, true, ONE_KEY, keys::pexpire),
+    cmd("ttl", 2, false, ONE_KEY, keys::ttl),
+    cmd("pttl", 2, false, ONE_KEY, keys::pttl),
+    cmd("persist", 2, true, ONE_KEY, keys::persist),
+    cmd("keys", 2, false, NO_KEYS, keys::keys),
+    cmd("scan", -2, false, NO_KEYS, keys::scan),
+];
+
+/// The command named `name` (any case).
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    COMMANDS
+        .iter()
+        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Runs one request (`args[0]` is the command's name) and returns its reply.
+pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let Some(name) = args.first() else {
+        return Frame::error("ERR empty command");
+    };
+    let Some(spec) = lookup(name) else {
+        return unknown(name, &args[1..]);
+    };
+    let n = args.len() as i64;
+    let arity = i64::from(spec.arity);
+    if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
+        return wrong_arity(spec.name);
+    }
+    if spec.writes {
+        ctx.session.wrote = true;
+    }
+    ctx.node.count_command();
+    (spec.run)(ctx, &args[1..])
+}
+
+/// Redis's reply to a command it does not know, quoting the first arguments.
+fn unknown(name: &[u8], rest: &[Bytes]) -> Frame {
+    let quoted: String = rest
+        .iter()
+        .take(20)
+        .map(|a| format!("'{}' ", String::from_utf8_lossy(a)))
+        .collect();
+    Frame::error(format!(
+        "ERR unknown command '{}', with args beginning with: {quoted}",
+        String::from_utf8_lossy(name)
+    ))
+}
+
+/// Redis's reply to a command given the wrong number of arguments.
+pub fn wrong_arity(name: &str) -> Frame {
+    Frame::error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+/// Redis's reply to a malformed option list.
+pub fn syntax_error() -> Frame {
+    Frame::error("ERR syntax error")
+}
+
+/// Redis's reply to an argument that must be an integer and is not.
+pub fn not_an_integer() -> Frame {
+    Frame::error("ERR value is not an integer or out of range")
+}
+
+/// Parses an integer argument as Redis does (no spaces, no `+`, within `i64`).
+pub fn integer(arg: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(arg).ok()?;
+    if s.is_empty() || s.starts_with('+') || s.len() > 20 {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The reply to a store failure: the command had no effect, and the client is told why.
+pub fn store_error(e: &crate::KvError) -> Frame {
+    tracing::error!("{e}");
+    Frame::error(format!("ERR {e}"))
+}
+
+/// `$-1` or the value.
+pub fn bulk_or_null(v: Option<Bytes>) -> Frame {
+    v.map_or(Frame::Null, Frame::Bulk)
+}

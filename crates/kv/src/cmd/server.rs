@@ -1,0 +1,245 @@
+//! Server commands: COMMAND, INFO, CONFIG GET/SET, DBSIZE, FLUSHDB/FLUSHALL, SHUTDOWN.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+
+use super::{COMMANDS, Ctx, store_error, syntax_error};
+use crate::config::Durability;
+use crate::frame::Frame;
+use crate::glob::glob_match;
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND DOCS`, `COMMAND INFO name…`: enough for redis-cli's
+/// hints and for clients that ask what a server supports.
+pub(super) fn command(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let info = |c: &super::Spec| {
+        let flags = [if c.writes { "write" } else { "readonly" }, "fast"];
+        Frame::Array(vec![
+            Frame::Bulk(Bytes::from_static(c.name.as_bytes())),
+            Frame::Integer(i64::from(c.arity)),
+            Frame::Set(flags.iter().map(|f| Frame::Simple((*f).into())).collect()),
+            Frame::Integer(c.keys.0),
+            Frame::Integer(c.keys.1),
+            Frame::Integer(c.keys.2),
+        ])
+    };
+    match args.first().map(|a| a.to_ascii_lowercase()) {
+        None => Frame::Array(COMMANDS.iter().map(info).collect()),
+        Some(sub) if sub == b"count" => Frame::Integer(COMMANDS.len() as i64),
+        Some(sub) if sub == b"docs" => Frame::Map(vec![]),
+        Some(sub) if sub == b"info" => Frame::Array(
+            args[1..]
+                .iter()
+                .map(|n| super::lookup(n).map_or(Frame::NullArray, info))
+                .collect(),
+        ),
+        Some(_) => Frame::error(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(&args[0])
+        )),
+    }
+}
+
+/// `INFO [section…]`: Redis's sections that clients and tools read, and a `pliant` section.
+pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let wanted: Vec<String> = args
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let show = |s: &str| {
+        wanted.is_empty()
+            || wanted
+                .iter()
+                .any(|w| w == s || w == "all" || w == "everything" || w == "default")
+    };
+    let node = ctx.node;
+    let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys) = {
+        let ks = node.keyspace();
+        (
+            ks.stats(),
+            ks.memory(),
+            ks.algorithm().to_string(),
+            ks.capacity(),
+            ks.has_store(),
+            ks.len(),
+        )
+    };
+    let mut out = String::new();
+    if show("server") {
+        let _ = write!(
+            out,
+            "# Server\r\nredis_version:7.2.0\r\npliant_version:{}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::process::id(),
+            node.port(),
+            node.uptime().as_secs(),
+        );
+    }
+    if show("clients") {
+        let _ = write!(
+            out,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
+            node.clients(),
+            node.max_clients()
+        );
+    }
+    if show("memory") {
+        let _ = write!(
+            out,
+            "# Memory\r\nused_memory:{mem_bytes}\r\nused_memory_rss:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{algo}\r\n\r\n",
+            crate::node::rss_bytes().unwrap_or(0),
+            match capacity {
+                pliant_cache::Capacity::Bytes(b) => b,
+                pliant_cache::Capacity::Keys(_) => 0,
+            }
+        );
+    }
+    if show("stats") {
+        let _ = write!(
+            out,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\r\n",
+            node.connections_received(),
+            node.commands_processed(),
+            node.rejected_connections(),
+            stats.expired,
+            stats.evictions,
+            stats.keyspace_hits,
+            stats.keyspace_misses,
+        );
+    }
+    if show("persistence") {
+        let _ = write!(
+            out,
+            "# Persistence\r\nloading:0\r\naof_enabled:{}\r\n\r\n",
+            u8::from(has_store)
+        );
+    }
+    if show("keyspace") {
+        out.push_str("# Keyspace\r\n");
+        match keys {
+            Ok(0) => {}
+            Ok(n) => {
+                let _ = write!(out, "db0:keys={n},expires=0,avg_ttl=0\r\n");
+            }
+            Err(e) => return store_error(&e),
+        }
+        out.push_str("\r\n");
+    }
+    if show("pliant") {
+        let _ = write!(
+            out,
+            "# Pliant\r\nalgorithm:{algo}\r\ncapacity:{capacity}\r\nmemory_keys:{mem_keys}\r\nmemory_bytes:{mem_bytes}\r\nmemory_hits:{}\r\nmemory_misses:{}\r\nstore:{}\r\ndurability:{}\r\nstore_reads:{}\r\nstore_writes:{}\r\nstore_syncs:{}\r\n\r\n",
+            stats.hits,
+            stats.misses,
+            if has_store { "fjall" } else { "none" },
+            node.durability(),
+            stats.store_reads,
+            stats.store_writes,
+            stats.store_syncs,
+        );
+    }
+    Frame::Verbatim(Bytes::from(out))
+}
+
+/// `CONFIG GET pattern…` / `CONFIG SET name value…` over the settings a running node can
+/// change (capacity, durability) and those clients ask about (save, appendonly, maxmemory…).
+pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = args[0].to_ascii_lowercase();
+    let node = ctx.node;
+    match sub.as_slice() {
+        b"get" if args.len() >= 2 => {
+            let (capacity, algo) = {
+                let ks = node.keyspace();
+                (ks.capacity(), ks.algorithm().to_string())
+            };
+            let has_store = node.keyspace().has_store();
+            let settings = [
+                ("capacity", capacity.to_string()),
+                ("maxmemory-policy", algo),
+                ("durability", node.durability().to_string()),
+                (
+                    "appendonly",
+                    if has_store { "yes" } else { "no" }.to_string(),
+                ),
+                ("appendfsync", node.durability().to_string()),
+                ("save", String::new()),
+                ("maxclients", node.max_clients().to_string()),
+                ("proto-max-bulk-len", node.max_value_size().to_string()),
+                ("databases", "1".to_string()),
+            ];
+            let mut out = Vec::new();
+            for (name, value) in settings {
+                if args[1..]
+                    .iter()
+                    .any(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+                {
+                    out.push((
+                        Frame::Bulk(Bytes::from_static(name.as_bytes())),
+                        Frame::Bulk(Bytes::from(value)),
+                    ));
+                }
+            }
+            Frame::Map(out)
+        }
+        b"set" if args.len() >= 3 && !args.len().is_multiple_of(2) => {
+            for pair in args[1..].chunks_exact(2) {
+                let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+                let value = String::from_utf8_lossy(&pair[1]).into_owned();
+                let bad = |why: String| {
+                    Frame::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                    ))
+                };
+                match name.as_str() {
+                    "capacity" => match value.parse::<pliant_cache::Capacity>() {
+                        Ok(c) => {
+                            if let Err(why) = node.keyspace().resize(c) {
+                                return bad(why);
+                            }
+                        }
+                        Err(e) => return bad(e.to_string()),
+                    },
+                    "durability" | "appendfsync" => match value.parse::<Durability>() {
+                        Ok(d) => node.set_durability(d),
+                        Err(e) => return bad(e),
+                    },
+                    _ => return bad("unknown or immutable parameter".into()),
+                }
+            }
+            Frame::ok()
+        }
+        _ => Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CONFIG HELP.",
+            String::from_utf8_lossy(&args[0])
+        )),
+    }
+}
+
+pub(super) fn dbsize(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    match ctx.node.keyspace().len() {
+        Ok(n) => Frame::Integer(n as i64),
+        Err(e) => store_error(&e),
+    }
+}
+
+/// `FLUSHDB`/`FLUSHALL [ASYNC|SYNC]`: both delete every key (there is one database).
+pub(super) fn flush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match args {
+        [] => {}
+        [m] if m.eq_ignore_ascii_case(b"async") || m.eq_ignore_ascii_case(b"sync") => {}
+        _ => return syntax_error(),
+    }
+    match ctx.node.keyspace().flush() {
+        Ok(()) => Frame::ok(),
+        Err(e) => store_error(&e),
+    }
+}
+
+/// `SHUTDOWN [NOSAVE|SAVE]`: the server stops accepting, lets connections finish their
+/// requests, syncs and closes the store, and exits. Redis closes the connection without a
+/// reply on success; so does this (the reply is dropped with the connection).
+pub(super) fn shutdown(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    ctx.session.shutdown = true;
+    Frame::ok()
+}

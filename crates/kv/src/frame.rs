@@ -1,0 +1,934 @@
+//! RESP frames: the values of the Redis protocol, RESP2 and RESP3.
+//!
+//! - [`Frame::parse_request`] reads what clients send: an array of bulk strings, or an inline
+//!   command line (what `redis-cli` and `telnet` send), with Redis's error messages.
+//! - [`Frame::parse`] reads any RESP2 or RESP3 frame, as a client reads replies.
+//! - [`Frame::write`] encodes a frame in the protocol a connection speaks, downgrading the RESP3
+//!   types to their RESP2 forms the way Redis does.
+//!
+//! The parsers take a byte slice and say how much of it one frame used, or that more bytes are
+//! needed ([`FrameError::Incomplete`]), so a connection can keep one growing buffer. What a frame
+//! claims is never trusted before its bytes have arrived: each parser first checks the whole
+//! frame against [`Limits`] without allocating, and only then builds it. Nesting is followed with
+//! an explicit stack, so a hostile frame cannot overflow the thread's stack.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+/// Which protocol a connection speaks (`HELLO 3` switches to [`Protocol::Resp3`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// RESP2, what every connection starts with.
+    #[default]
+    Resp2,
+    /// RESP3, with maps, sets, doubles, booleans, verbatim strings, big numbers and pushes.
+    Resp3,
+}
+
+/// Bounds on what one frame may make the server allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest bulk string accepted, bytes (Redis's `proto-max-bulk-len`, 512 MiB by default).
+    pub max_bulk: usize,
+    /// Most elements of one aggregate (array, set, push; pairs of a map); 1 048 576 by default.
+    /// That was Redis's own bound on a request before 7.0; Redis 7 accepts up to 2^31 − 1, which
+    /// lets one header line claim far more memory than a cache should grant a client.
+    pub max_elements: usize,
+    /// Deepest nesting of aggregates: a top-level array is depth 1. Requests are always depth 1.
+    pub max_depth: usize,
+    /// Longest line, bytes: an inline command, a simple string, or a length header (Redis's
+    /// `PROTO_INLINE_MAX_SIZE`, 64 KiB).
+    pub max_inline: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bulk: 512 * 1024 * 1024,
+            max_elements: 1_048_576,
+            max_depth: 32,
+            max_inline: 64 * 1024,
+        }
+    }
+}
+
+/// A RESP value: the RESP2 types plus RESP3's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// A simple string, `+OK`.
+    Simple(String),
+    /// An error, `-ERR ...`: the text without the leading `-`. RESP3's blob errors (`!`) parse to
+    /// this too.
+    Error(String),
+    /// An integer, `:1`.
+    Integer(i64),
+    /// A bulk string, `$3\r\nfoo`.
+    Bulk(Bytes),
+    /// The null bulk string: `$-1` in RESP2, `_` in RESP3.
+    Null,
+    /// The null array: `*-1` in RESP2, `_` in RESP3.
+    NullArray,
+    /// An array, `*`.
+    Array(Vec<Frame>),
+    /// A RESP3 map, `%`; RESP2 gets a flat array `k1 v1 k2 v2 ...`.
+    Map(Vec<(Frame, Frame)>),
+    /// A RESP3 set, `~`; RESP2 gets an array.
+    Set(Vec<Frame>),
+    /// A RESP3 double, `,`; RESP2 gets a bulk string of the number, formatted as Redis does.
+    Double(f64),
+    /// A RESP3 boolean, `#t` / `#f`; RESP2 gets the integer 1 or 0.
+    Boolean(bool),
+    /// A RESP3 verbatim string, written `=<len>\r\ntxt:<data>`; RESP2 gets a bulk string. Parsing
+    /// keeps the data and drops the format (`txt`, `mkd`).
+    Verbatim(Bytes),
+    /// A RESP3 big number, `(`; RESP2 gets a bulk string of its digits.
+    BigNumber(String),
+    /// A RESP3 push, `>` (out-of-band data such as pub/sub messages); RESP2 gets an array.
+    Push(Vec<Frame>),
+}
+
+/// Why bytes are not (yet) a frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// More bytes are needed: read more and try again.
+    #[error("incomplete frame")]
+    Incomplete,
+    /// The bytes can never become a valid frame. The message is what Redis says after
+    /// `-ERR Protocol error: ` (e.g. "invalid bulk length", "invalid multibulk length",
+    /// "too big inline request", "unbalanced quotes in request", "expected '$', got 'x'").
+    #[error("Protocol error: {0}")]
+    Protocol(String),
+}
+
+fn protocol(msg: impl Into<String>) -> FrameError {
+    FrameError::Protocol(msg.into())
+}
+
+impl Frame {
+    /// `+OK`.
+    pub fn ok() -> Frame {
+        Frame::Simple("OK".to_owned())
+    }
+
+    /// An error reply with this text (without the leading `-`).
+    pub fn error(msg: impl Into<String>) -> Frame {
+        Frame::Error(msg.into())
+    }
+
+    /// A bulk string.
+    pub fn bulk(b: impl Into<Bytes>) -> Frame {
+        Frame::Bulk(b.into())
+    }
+
+    /// Parses one request from the start of `buf`, returning it and how many bytes it used.
+    ///
+    /// A request is either a RESP array of bulk strings, `*<n>\r\n` then n `$<len>\r\n<bytes>\r\n`,
+    /// or an inline command: a line ending in `\n` or `\r\n`, split into arguments by Redis's
+    /// rules (`"..."` with `\n \r \t \b \a \\ \" \xHH` escapes, `'...'` with `\'`; a closing quote
+    /// must be followed by a space or the end of the line; the line ends at a NUL byte). Either
+    /// way the result is a [`Frame::Array`] of [`Frame::Bulk`]s. An empty or blank line, `*0` and
+    /// any negative count give an empty array, which callers skip, as Redis does.
+    ///
+    /// Errors, with Redis's messages: a count over `limits.max_elements` or malformed ("invalid
+    /// multibulk length"); anything but a bulk string inside the array ("expected '$', got 'X'");
+    /// a bulk length over `limits.max_bulk`, negative or malformed ("invalid bulk length"); a
+    /// line longer than `limits.max_inline` ("too big inline request", "too big mbulk count
+    /// string", "too big bulk count string"); unbalanced quotes ("unbalanced quotes in
+    /// request"). Stricter than Redis: a bulk string must be followed by `\r\n` ("invalid bulk
+    /// terminator"), and a header line must end in `\r\n`, not `\r` alone.
+    ///
+    /// Every strict prefix of a valid request is [`FrameError::Incomplete`]. Nothing is
+    /// allocated until the whole request is in `buf`, and one call takes time linear in `buf`;
+    /// a connection whose requests arrive in pieces should keep a [`Cursor`] instead, so that it
+    /// does not rescan them. The line limit applies however the bytes arrive: unlike Redis,
+    /// which checks it only while the line is incomplete, a longer line is refused even when it
+    /// arrives whole.
+    pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<(Frame, usize), FrameError> {
+        Cursor::default().parse_request(buf, limits)
+    }
+
+    /// Parses any one RESP2 or RESP3 frame from the start of `buf`, as a client reads replies,
+    /// returning it and how many bytes it used.
+    ///
+    /// `$-1` parses to [`Frame::Null`], `*-1` to [`Frame::NullArray`], `_` to [`Frame::Null`];
+    /// blob errors (`!`) to [`Frame::Error`]. Attributes (`|`) are read and dropped: the result is
+    /// the frame they annotate. Simple strings and errors that are not UTF-8 are converted
+    /// lossily. RESP3's streamed strings and aggregates (`$?`, `*?`) are not supported.
+    ///
+    /// The same [`Limits`] apply as for requests, plus `max_depth` on nesting (deeper is a
+    /// protocol error, found without recursion). Every strict prefix of a valid frame is
+    /// [`FrameError::Incomplete`], nothing is allocated until the whole frame is in `buf`, and
+    /// one call takes time linear in `buf` (see [`Cursor`] for frames that arrive in pieces).
+    pub fn parse(buf: &[u8], limits: &Limits) -> Result<(Frame, usize), FrameError> {
+        Cursor::default().parse(buf, limits)
+    }
+
+    /// Appends the frame's encoding in `proto` to `out`.
+    ///
+    /// In RESP2 the RESP3 types become what Redis sends a RESP2 client: a map a flat array, a set
+    /// or push an array, a double, verbatim string or big number a bulk string, a boolean the
+    /// integer 1 or 0, [`Frame::Null`] `$-1` and [`Frame::NullArray`] `*-1`. Errors are written
+    /// as `-<text>` in both protocols. `\r` and `\n` in simple strings, errors and big numbers
+    /// are written as spaces, since they would end the line early.
+    pub fn write(&self, proto: Protocol, out: &mut Vec<u8>) {
+        let resp3 = proto == Protocol::Resp3;
+        match self {
+            Frame::Simple(s) => write_line(out, b'+', s.as_bytes()),
+            Frame::Error(s) => write_line(out, b'-', s.as_bytes()),
+            Frame::Integer(n) => {
+                out.push(b':');
+                push_i64(out, *n);
+                out.extend_from_slice(b"\r\n");
+            }
+            Frame::Bulk(b) => write_blob(out, b'$', b),
+            Frame::Null if resp3 => out.extend_from_slice(b"_\r\n"),
+            Frame::Null => out.extend_from_slice(b"$-1\r\n"),
+            Frame::NullArray if resp3 => out.extend_from_slice(b"_\r\n"),
+            Frame::NullArray => out.extend_from_slice(b"*-1\r\n"),
+            Frame::Array(items) => write_items(out, b'*', items, proto),
+            Frame::Map(pairs) => {
+                if resp3 {
+                    write_header(out, b'%', pairs.len());
+                } else {
+                    write_header(out, b'*', pairs.len().saturating_mul(2));
+                }
+                for (k, v) in pairs {
+                    k.write(proto, out);
+                    v.write(proto, out);
+                }
+            }
+            Frame::Set(items) => write_items(out, if resp3 { b'~' } else { b'*' }, items, proto),
+            Frame::Push(items) => write_items(out, if resp3 { b'>' } else { b'*' }, items, proto),
+            Frame::Double(d) => {
+                let text = format_double(*d);
+                if resp3 {
+                    write_line(out, b',', text.as_bytes());
+                } else {
+                    write_blob(out, b'$', text.as_bytes());
+                }
+            }
+            Frame::Boolean(b) if resp3 => {
+                out.extend_from_slice(if *b { b"#t\r\n" } else { b"#f\r\n" });
+            }
+            Frame::Boolean(b) => out.extend_from_slice(if *b { b":1\r\n" } else { b":0\r\n" }),
+            Frame::Verbatim(data) if resp3 => {
+                write_header(out, b'=', data.len() + 4);
+                out.extend_from_slice(b"txt:");
+                out.extend_from_slice(data);
+                out.extend_from_slice(b"\r\n");
+            }
+            Frame::Verbatim(data) => write_blob(out, b'$', data),
+            Frame::BigNumber(s) if resp3 => write_line(out, b'(', s.as_bytes()),
+            Frame::BigNumber(s) => write_blob(out, b'$', s.as_bytes()),
+        }
+    }
+}
+
+/// How far a parse got through a frame that was not all there yet, so that the next parse of
+/// the same buffer, grown, resumes there.
+///
+/// [`Frame::parse_request`] and [`Frame::parse`] start from the first byte every time, so a frame
+/// of n elements that arrives in k pieces costs O(n·k) to read: a client sending a request of a
+/// million arguments one packet at a time could make the server rescan it thousands of times. A
+/// connection that keeps a `Cursor` beside its read buffer checks each element once, then builds
+/// the frame in one more pass.
+///
+/// Between calls the buffer may only grow at its end. Once a call returns a frame or a protocol
+/// error the cursor starts afresh, ready for the next frame once the caller has removed the used
+/// bytes. Using a cursor for requests after frames, or the other way round, also starts afresh.
+/// If the buffer changes in any other way, results are unspecified (but there is no panic).
+#[derive(Debug, Clone, Default)]
+pub struct Cursor {
+    resume: Resume,
+}
+
+#[derive(Debug, Clone, Default)]
+enum Resume {
+    #[default]
+    Start,
+    /// An inline request with no `\n` in its first `scanned` bytes.
+    Inline { scanned: usize },
+    /// A request array whose next bulk string starts at `pos`, with `left` to go.
+    Request { pos: usize, left: usize },
+    /// A frame whose next token starts at `pos`, inside the aggregates of `open`.
+    Frame { pos: usize, open: Vec<Open> },
+}
+
+impl Cursor {
+    /// [`Frame::parse_request`], resuming where the previous call stopped.
+    pub fn parse_request(
+        &mut self,
+        buf: &[u8],
+        limits: &Limits,
+    ) -> Result<(Frame, usize), FrameError> {
+        let resume = std::mem::take(&mut self.resume);
+        match buf.first() {
+            None => Err(FrameError::Incomplete),
+            Some(b'*') => {
+                let (mut pos, mut left) = match resume {
+                    Resume::Request { pos, left } if pos <= buf.len() => (pos, left),
+                    _ => request_header(buf, limits)?,
+                };
+                while left > 0 {
+                    match request_arg(buf, pos, limits) {
+                        Ok((_, next)) => {
+                            pos = next;
+                            left -= 1;
+                        }
+                        Err(FrameError::Incomplete) => {
+                            self.resume = Resume::Request { pos, left };
+                            return Err(FrameError::Incomplete);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok((Frame::Array(request_args(buf, limits)?), pos))
+            }
+            Some(_) => {
+                let scanned = match resume {
+                    Resume::Inline { scanned } => scanned,
+                    _ => 0,
+                };
+                let parsed = inline(buf, limits, scanned);
+                if parsed == Err(FrameError::Incomplete) {
+                    self.resume = Resume::Inline { scanned: buf.len() };
+                }
+                parsed
+            }
+        }
+    }
+
+    /// [`Frame::parse`], resuming where the previous call stopped.
+    pub fn parse(&mut self, buf: &[u8], limits: &Limits) -> Result<(Frame, usize), FrameError> {
+        let (mut pos, mut open) = match std::mem::take(&mut self.resume) {
+            Resume::Frame { pos, open } if pos <= buf.len() => (pos, open),
+            _ => (0, Vec::new()),
+        };
+        match walk(buf, limits, false, &mut pos, &mut open) {
+            Ok(_) => {}
+            Err(FrameError::Incomplete) => {
+                self.resume = Resume::Frame { pos, open };
+                return Err(FrameError::Incomplete);
+            }
+            Err(e) => return Err(e),
+        }
+        let mut end = 0;
+        let frame = walk(buf, limits, true, &mut end, &mut Vec::new())?;
+        Ok((frame, end))
+    }
+}
+
+// ---- Lines and numbers ----
+
+/// Why a line has no end yet, or never will.
+enum LineFault {
+    Incomplete,
+    TooLong,
+    /// A `\r` not followed by `\n`.
+    BadEnd,
+}
+
+impl LineFault {
+    fn into_error(self, too_long: &str, bad: &str) -> FrameError {
+        match self {
+            LineFault::Incomplete => FrameError::Incomplete,
+            LineFault::TooLong => protocol(too_long),
+            LineFault::BadEnd => protocol(bad),
+        }
+    }
+}
+
+/// The index of the `\r` of the `\r\n` ending the line that starts at `start`, whose content may
+/// be at most `max` bytes. Only `max + 1` bytes are looked at, so a caller's scans stay linear.
+fn line_end(buf: &[u8], start: usize, max: usize) -> Result<usize, LineFault> {
+    let window_end = buf.len().min(start.saturating_add(max).saturating_add(1));
+    let window = buf.get(start..window_end).unwrap_or_default();
+    match window.iter().position(|&b| b == b'\r') {
+        Some(i) => match buf.get(start + i + 1) {
+            None => Err(LineFault::Incomplete),
+            Some(b'\n') => Ok(start + i),
+            Some(_) => Err(LineFault::BadEnd),
+        },
+        None if buf.len() - start > max => Err(LineFault::TooLong),
+        None => Err(LineFault::Incomplete),
+    }
+}
+
+/// Parses a decimal integer as Redis's `string2ll` does: an optional `-`, then digits without
+/// leading zeros (`0` alone, never `-0`), no `+`, no spaces, no overflow.
+fn parse_i64(s: &[u8]) -> Option<i64> {
+    let (negative, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, s),
+    };
+    match digits {
+        [b'0'] if !negative => return Some(0),
+        [b'1'..=b'9', ..] => {}
+        _ => return None,
+    }
+    let mut v: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    if negative {
+        0i64.checked_sub_unsigned(v)
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // The remainder is below 10, so the narrowing is exact.
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn push_i64(out: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        out.push(b'-');
+    }
+    push_u64(out, n.unsigned_abs());
+}
+
+/// Formats a double as Redis 7.2+ does (`d2string`): `nan`, `inf`, `-inf`, `0` and `-0`;
+/// integral values below 2^62 as integers; anything else as the shortest digits that read back
+/// to the same value, laid out as Redis's `fpconv_dtoa` lays them out. Older Redis used
+/// `%.17g`, which reads back the same but prints 0.1 as 0.10000000000000001.
+fn format_double(d: f64) -> String {
+    if d.is_nan() {
+        return "nan".to_owned();
+    }
+    if d.is_infinite() {
+        return if d < 0.0 { "-inf" } else { "inf" }.to_owned();
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0" } else { "0" }.to_owned();
+    }
+    // Redis's `double2ll` bound: below it, an integral double converts to i64 exactly.
+    const INTEGRAL_LIMIT: f64 = (i64::MAX / 2) as f64;
+    if d.fract() == 0.0 && (-INTEGRAL_LIMIT..=INTEGRAL_LIMIT).contains(&d) {
+        // Integral and within ±2^62, so the conversion is exact.
+        return (d as i64).to_string();
+    }
+    // Rust's `{:e}` gives the shortest round-tripping digits as `d.ddde<exp>`.
+    let sci = format!("{:e}", d.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i64 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let ndigits = digits.len() as i64;
+    // The value is digits × 10^k, as fpconv's `emit_digits` sees it.
+    let k = exp - (ndigits - 1);
+    let mut s = String::new();
+    if d < 0.0 {
+        s.push('-');
+    }
+    if k >= 0 && exp < ndigits + 7 {
+        s.push_str(&digits);
+        s.extend(std::iter::repeat_n('0', k as usize));
+    } else if k < 0 && (k > -7 || exp.abs() < 4) {
+        let point = ndigits + k;
+        if point <= 0 {
+            s.push_str("0.");
+            s.extend(std::iter::repeat_n('0', (-point) as usize));
+            s.push_str(&digits);
+        } else {
+            let (int, frac) = digits.split_at(point as usize);
+            s.push_str(int);
+            s.push('.');
+            s.push_str(frac);
+        }
+    } else {
+        let (first, rest) = digits.split_at(1);
+        s.push_str(first);
+        if !rest.is_empty() {
+            s.push('.');
+            s.push_str(rest);
+        }
+        s.push('e');
+        s.push(if exp < 0 { '-' } else { '+' });
+        s.push_str(&exp.abs().to_string());
+    }
+    s
+}
+
+// ---- Writing ----
+
+fn write_header(out: &mut Vec<u8>, ty: u8, n: usize) {
+    out.push(ty);
+    push_u64(out, n as u64);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_line(out: &mut Vec<u8>, ty: u8, text: &[u8]) {
+    out.push(ty);
+    out.extend(
+        text.iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_blob(out: &mut Vec<u8>, ty: u8, data: &[u8]) {
+    write_header(out, ty, data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_items(out: &mut Vec<u8>, ty: u8, items: &[Frame], proto: Protocol) {
+    write_header(out, ty, items.len());
+    for item in items {
+        item.write(proto, out);
+    }
+}
+
+// ---- Requests ----
+
+/// Reads a request array's header: where its first bulk string starts, and how many there are.
+fn request_header(buf: &[u8], limits: &Limits) -> Result<(usize, usize), FrameError> {
+    const BAD_COUNT: &str = "invalid multibulk length";
+    let cr = line_end(buf, 1, limits.max_inline)
+        .map_err(|f| f.into_error("too big mbulk count string", BAD_COUNT))?;
+    let count = parse_i64(&buf[1..cr]).ok_or_else(|| protocol(BAD_COUNT))?;
+    if count <= 0 {
+        // As in Redis, every non-positive count is an empty request.
+        return Ok((cr + 2, 0));
+    }
+    let count = usize::try_from(count)
+        .ok()
+        .filter(|&n| n <= limits.max_elements)
+        .ok_or_else(|| protocol(BAD_COUNT))?;
+    Ok((cr + 2, count))
+}
+
+/// Reads the bulk string of a request at `pos`: its data, and where the next one starts.
+fn request_arg(
+    buf: &[u8],
+    pos: usize,
+    limits: &Limits,
+) -> Result<(Range<usize>, usize), FrameError> {
+    const BAD_LEN: &str = "invalid bulk length";
+    match buf.get(pos) {
+        None => return Err(FrameError::Incomplete),
+        Some(b'$') => {}
+        Some(b) => {
+            return Err(protocol(format!(
+                "expected '$', got '{}'",
+                b.escape_ascii()
+            )));
+        }
+    }
+    let cr = line_end(buf, pos + 1, limits.max_inline)
+        .map_err(|f| f.into_error("too big bulk count string", BAD_LEN))?;
+    let len = parse_i64(&buf[pos + 1..cr])
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= limits.max_bulk)
+        .ok_or_else(|| protocol(BAD_LEN))?;
+    let data = cr + 2;
+    let end = blob_end(buf, data, len)?;
+    Ok((data..end, end + 2))
+}
+
+/// Copies out the arguments of a request array that has been checked whole, so the capacity
+/// taken from its claimed count is backed by bytes already in `buf`. Each argument gets its own
+/// allocation rather than a slice of one shared copy, so that a stored key or value does not
+/// keep the rest of its request alive.
+fn request_args(buf: &[u8], limits: &Limits) -> Result<Vec<Frame>, FrameError> {
+    let (mut pos, count) = request_header(buf, limits)?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (data, next) = request_arg(buf, pos, limits)?;
+        args.push(Frame::Bulk(Bytes::copy_from_slice(&buf[data])));
+        pos = next;
+    }
+    Ok(args)
+}
+
+/// The end of a blob of `len` bytes at `data`, once it and its `\r\n` are in `buf`.
+fn blob_end(buf: &[u8], data: usize, len: usize) -> Result<usize, FrameError> {
+    let available = buf.len() - data;
+    if available < len || available - len < 2 {
+        return Err(FrameError::Incomplete);
+    }
+    let end = data + len;
+    if &buf[end..end + 2] != b"\r\n" {
+        return Err(protocol("invalid bulk terminator"));
+    }
+    Ok(end)
+}
+
+/// Reads an inline request; the first `scanned` bytes are known to hold no `\n`.
+fn inline(buf: &[u8], limits: &Limits, scanned: usize) -> Result<(Frame, usize), FrameError> {
+    const TOO_BIG: &str = "too big inline request";
+    // A line of max_inline bytes ends at index max_inline + 1 at the latest (after its `\r`).
+    let window = &buf[..buf.len().min(limits.max_inline.saturating_add(2))];
+    let from = scanned.min(window.len());
+    let Some(nl) = window[from..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| from + i)
+    else {
+        return Err(if buf.len() >= limits.max_inline.saturating_add(2) {
+            protocol(TOO_BIG)
+        } else {
+            FrameError::Incomplete
+        });
+    };
+    let line = &buf[..nl];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.len() > limits.max_inline {
+        return Err(protocol(TOO_BIG));
+    }
+    let args = split_args(line).ok_or_else(|| protocol("unbalanced quotes in request"))?;
+    Ok((Frame::Array(args), nl + 1))
+}
+
+/// C's `isspace` in the C locale.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    char::from(b).to_digit(16).map(|d| d as u8)
+}
+
+/// Splits an inline command line into arguments as Redis's `sdssplitargs` does, quirks
+/// included; `None` for unbalanced quotes.
+fn split_args(line: &[u8]) -> Option<Vec<Frame>> {
+    // Redis splits a C string, so a NUL ends the line; `at` reads past the end as that NUL.
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
+    let at = |i: usize| line.get(i).copied().unwrap_or(0);
+    let mut args = Vec::new();
+    let mut p = 0;
+    loop {
+        while at(p) != 0 && is_c_space(at(p)) {
+            p += 1;
+        }
+        if at(p) == 0 {
+            return Some(args);
+        }
+        let mut current = Vec::new();
+        let (mut in_double, mut in_single, mut done) = (false, false, false);
+        while !done {
+            let c = at(p);
+            if in_double {
+                if let (b'\\', b'x', Some(hi), Some(lo)) =
+                    (c, at(p + 1), hex_value(at(p + 2)), hex_value(at(p + 3)))
+                {
+                    current.push(hi * 16 + lo);
+                    p += 3;
+                } else if c == b'\\' && at(p + 1) != 0 {
+                    p += 1;
+                    current.push(match at(p) {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 0x08,
+                        b'a' => 0x07,
+                        other => other,
+                    });
+                } else if c == b'"' {
+                    if at(p + 1) != 0 && !is_c_space(at(p + 1)) {
+                        return None;
+                    }
+                    done = true;
+                } else if c == 0 {
+                    return None;
+                } else {
+                    current.push(c);
+                }
+            } else if in_single {
+                if c == b'\\' && at(p + 1) == b'\'' {
+                    p += 1;
+                    current.push(b'\'');
+                } else if c == b'\'' {
+                    if at(p + 1) != 0 && !is_c_space(at(p + 1)) {
+                        return None;
+                    }
+                    done = true;
+                } else if c == 0 {
+                    return None;
+                } else {
+                    current.push(c);
+                }
+            } else {
+                // Only these end an unquoted argument: `\v` and `\f` are part of it, and a quote
+                // opens a quoted part in the middle of it.
+                match c {
+                    b' ' | b'\n' | b'\r' | b'\t' | 0 => done = true,
+                    b'"' => in_double = true,
+                    b'\'' => in_single = true,
+                    _ => current.push(c),
+                }
+            }
+            if at(p) != 0 {
+                p += 1;
+            }
+        }
+        args.push(Frame::Bulk(Bytes::from(current)));
+    }
+}
+
+// ---- Frames ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Array,
+    Map,
+    Set,
+    Push,
+    Attribute,
+}
+
+/// One element of the grammar. Strings are ranges of the buffer, so checking a frame allocates
+/// nothing.
+enum Token {
+    Simple(Range<usize>),
+    Error(Range<usize>),
+    Integer(i64),
+    Bulk(Range<usize>),
+    Null,
+    NullArray,
+    Double(f64),
+    Boolean(bool),
+    Verbatim(Range<usize>),
+    BigNumber(Range<usize>),
+    /// An aggregate header, with the number of frames that follow (twice the pairs of a map).
+    Open(Kind, usize),
+}
+
+impl Token {
+    fn into_frame(self, buf: &[u8]) -> Frame {
+        let text = |r: Range<usize>| String::from_utf8_lossy(&buf[r]).into_owned();
+        let bytes = |r: Range<usize>| Bytes::copy_from_slice(&buf[r]);
+        match self {
+            Token::Simple(r) => Frame::Simple(text(r)),
+            Token::Error(r) => Frame::Error(text(r)),
+            Token::Integer(n) => Frame::Integer(n),
+            Token::Bulk(r) => Frame::Bulk(bytes(r)),
+            Token::Null => Frame::Null,
+            Token::NullArray => Frame::NullArray,
+            Token::Double(d) => Frame::Double(d),
+            Token::Boolean(b) => Frame::Boolean(b),
+            Token::Verbatim(r) => Frame::Verbatim(bytes(r)),
+            Token::BigNumber(r) => Frame::BigNumber(text(r)),
+            Token::Open(kind, _) => finish(kind, Vec::new()),
+        }
+    }
+}
+
+/// Builds the frame of a completed aggregate from its children in order.
+fn finish(kind: Kind, items: Vec<Frame>) -> Frame {
+    match kind {
+        Kind::Array => Frame::Array(items),
+        Kind::Set => Frame::Set(items),
+        Kind::Push => Frame::Push(items),
+        // Attributes are dropped before they get here; an empty map is what one would be.
+        Kind::Map | Kind::Attribute => {
+            let mut pairs = Vec::with_capacity(items.len() / 2);
+            let mut items = items.into_iter();
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                pairs.push((k, v));
+            }
+            Frame::Map(pairs)
+        }
+    }
+}
+
+/// Reads the token at `pos`, returning it and the position after it.
+fn token(buf: &[u8], pos: usize, limits: &Limits) -> Result<(Token, usize), FrameError> {
+    let Some(&ty) = buf.get(pos) else {
+        return Err(FrameError::Incomplete);
+    };
+    let start = pos + 1;
+    let what = match ty {
+        b'+' => "simple string",
+        b'-' => "error",
+        b':' => "integer",
+        b'_' => "null",
+        b',' => "double",
+        b'#' => "boolean",
+        b'(' => "big number",
+        b'$' | b'!' | b'=' => return blob(buf, ty, start, limits),
+        b'*' | b'%' | b'~' | b'>' | b'|' => return aggregate(buf, ty, start, limits),
+        _ => {
+            return Err(protocol(format!(
+                "unexpected type byte '{}'",
+                ty.escape_ascii()
+            )));
+        }
+    };
+    let bad = || protocol(format!("invalid {what}"));
+    let cr = line_end(buf, start, limits.max_inline)
+        .map_err(|f| f.into_error(&format!("too big {what}"), &format!("invalid {what}")))?;
+    let line = &buf[start..cr];
+    let token = match ty {
+        b'+' => Token::Simple(start..cr),
+        b'-' => Token::Error(start..cr),
+        b':' => Token::Integer(parse_i64(line).ok_or_else(bad)?),
+        b'_' if line.is_empty() => Token::Null,
+        b',' => Token::Double(
+            std::str::from_utf8(line)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(bad)?,
+        ),
+        b'#' if line == b"t" => Token::Boolean(true),
+        b'#' if line == b"f" => Token::Boolean(false),
+        b'(' if is_big_number(line) => Token::BigNumber(start..cr),
+        _ => return Err(bad()),
+    };
+    Ok((token, cr + 2))
+}
+
+/// An optional `-` and at least one digit, as hiredis accepts.
+fn is_big_number(s: &[u8]) -> bool {
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
+}
+
+fn blob(buf: &[u8], ty: u8, start: usize, limits: &Limits) -> Result<(Token, usize), FrameError> {
+    const BAD_LEN: &str = "invalid bulk length";
+    let cr = line_end(buf, start, limits.max_inline)
+        .map_err(|f| f.into_error("too big bulk count string", BAD_LEN))?;
+    let line = &buf[start..cr];
+    if ty == b'$' && line == b"-1" {
+        return Ok((Token::Null, cr + 2));
+    }
+    let len = parse_i64(line)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= limits.max_bulk)
+        .ok_or_else(|| protocol(BAD_LEN))?;
+    let data = cr + 2;
+    let end = blob_end(buf, data, len)?;
+    let token = match ty {
+        b'$' => Token::Bulk(data..end),
+        b'!' => Token::Error(data..end),
+        // `=` carries a three-byte format and a colon before the text.
+        _ if len >= 4 && buf[data + 3] == b':' => Token::Verbatim(data + 4..end),
+        _ => return Err(protocol("invalid verbatim string")),
+    };
+    Ok((token, end + 2))
+}
+
+fn aggregate(
+    buf: &[u8],
+    ty: u8,
+    start: usize,
+    limits: &Limits,
+) -> Result<(Token, usize), FrameError> {
+    const BAD_COUNT: &str = "invalid multibulk length";
+    let cr = line_end(buf, start, limits.max_inline)
+        .map_err(|f| f.into_error("too big mbulk count string", BAD_COUNT))?;
+    let line = &buf[start..cr];
+    if ty == b'*' && line == b"-1" {
+        return Ok((Token::NullArray, cr + 2));
+    }
+    let count = parse_i64(line)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= limits.max_elements)
+        .ok_or_else(|| protocol(BAD_COUNT))?;
+    let (kind, children) = match ty {
+        b'*' => (Kind::Array, Some(count)),
+        b'~' => (Kind::Set, Some(count)),
+        b'>' => (Kind::Push, Some(count)),
+        b'%' => (Kind::Map, count.checked_mul(2)),
+        _ => (Kind::Attribute, count.checked_mul(2)),
+    };
+    let children = children.ok_or_else(|| protocol(BAD_COUNT))?;
+    Ok((Token::Open(kind, children), cr + 2))
+}
+
+/// An aggregate whose children are still being read.
+#[derive(Debug, Clone)]
+struct Open {
+    kind: Kind,
+    left: usize,
+    items: Vec<Frame>,
+}
+
+/// Reads one frame from `pos` inside the open aggregates of `stack`, with that explicit stack
+/// rather than recursion, leaving `pos` at the frame's end. On [`FrameError::Incomplete`], `pos`
+/// and `stack` say how far it got, and calling again with them resumes there.
+///
+/// Without `build` it only checks the frame (the frame returned is a placeholder). With `build`,
+/// which callers use only after a check succeeded, capacities taken from claimed counts are
+/// backed by bytes already in `buf`.
+fn walk(
+    buf: &[u8],
+    limits: &Limits,
+    build: bool,
+    pos: &mut usize,
+    stack: &mut Vec<Open>,
+) -> Result<Frame, FrameError> {
+    loop {
+        let (token, next) = token(buf, *pos, limits)?;
+        *pos = next;
+        let mut value = match token {
+            Token::Open(kind, children) => {
+                if stack.len() >= limits.max_depth {
+                    return Err(protocol("too deep nesting"));
+                }
+                if children > 0 {
+                    let keep = build && kind != Kind::Attribute;
+                    let items = if keep {
+                        Vec::with_capacity(children)
+                    } else {
+                        Vec::new()
+                    };
+                    stack.push(Open {
+                        kind,
+                        left: children,
+                        items,
+                    });
+                    continue;
+                }
+                if kind == Kind::Attribute {
+                    continue;
+                }
+                if build {
+                    finish(kind, Vec::new())
+                } else {
+                    Frame::Null
+                }
+            }
+            token if build => token.into_frame(buf),
+            _ => Frame::Null,
+        };
+        // Hand the finished value to its parent, closing every aggregate it completes.
+        loop {
+            let Some(mut top) = stack.pop() else {
+                return Ok(value);
+            };
+            if build && top.kind != Kind::Attribute {
+                top.items.push(value);
+            }
+            top.left -= 1;
+            if top.left > 0 {
+                stack.push(top);
+                break;
+            }
+            if top.kind == Kind::Attribute {
+                // An attribute is not a value: the frame it annotates comes next.
+                break;
+            }
+            value = if build {
+                finish(top.kind, top.items)
+            } else {
+                Frame::Null
+            };
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Pliant's live cache service: the Redis protocol (RESP2 and RESP3) over a memory tier whose
+//! order comes from a `pliant-cache` algorithm, above a persistent `pliant-store`.
+//!
+//! - [`frame`]: RESP frames, checked and parsed from bytes with limits that bound what a client
+//!   can make the server allocate, and written in the protocol the connection speaks.
+//! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
+//! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
+//! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
+//! - [`server`]: connections, pipelining, durability, the graceful stop.
+//!
+//! Dependencies: `tokio` (the network and timers), `bytes` (values shared without copies
+//! between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
+//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters).
+
+mod cmd;
+pub mod config;
+pub mod frame;
+mod glob;
+pub mod keyspace;
+pub mod node;
+pub mod server;
+
+pub use cmd::{COMMANDS, Spec};
+pub use config::{Config, DEFAULT_PORT, Durability};
+pub use keyspace::{Keyspace, KvError, KvStats, Value};
+pub use node::Node;
+pub use server::{ServeError, Server};
+
+/// Runs a node with `config` until it is shut down (SHUTDOWN, SIGINT, SIGTERM). `ready` is
+/// called with the address once it listens.
+pub fn serve(config: &Config, ready: impl FnOnce(std::net::SocketAddr)) -> Result<(), ServeError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| ServeError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+    rt.block_on(async {
+        let server = Server::bind(config).await?;
+        if let Ok(a) = server.local_addr() {
+            ready(a);
+        }
+        let node = server.node();
+        tokio::spawn(async move {
+            stop_on_signal().await;
+            node.shut_down();
+        });
+        server.run().await
+    })
+}
+
+/// Returns at the first SIGINT or SIGTERM.
+async fn stop_on_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,203 @@
+//! A node's shared state: its keyspace, settings that change at run time, counters, SCAN
+//! cursors, and the shutdown signal.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::config::{Config, Durability};
+use crate::keyspace::Keyspace;
+
+/// SCAN cursors kept at once; the oldest is forgotten first (a client that comes back with it
+/// gets `ERR invalid cursor`, never a wrong key).
+const CURSORS: usize = 4096;
+
+/// One node (see the module doc).
+pub struct Node {
+    keyspace: Mutex<Keyspace>,
+    durability: AtomicU8,
+    max_clients: usize,
+    max_value_size: usize,
+    port: AtomicU64,
+    started: Instant,
+    commands: AtomicU64,
+    connections: AtomicU64,
+    rejected: AtomicU64,
+    clients: AtomicUsize,
+    next_client: AtomicU64,
+    cursors: Mutex<Cursors>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct Cursors {
+    next: u64,
+    keys: HashMap<u64, Bytes>,
+    order: VecDeque<u64>,
+}
+
+impl Node {
+    /// A node over `keyspace` with the run-time settings of `config`.
+    pub fn new(keyspace: Keyspace, config: &Config) -> Self {
+        Self {
+            keyspace: Mutex::new(keyspace),
+            durability: AtomicU8::new(durability_code(config.durability)),
+            max_clients: config.max_clients,
+            max_value_size: config.max_value_size,
+            port: AtomicU64::new(u64::from(config.bind.port())),
+            started: Instant::now(),
+            commands: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            clients: AtomicUsize::new(0),
+            next_client: AtomicU64::new(1),
+            cursors: Mutex::new(Cursors::default()),
+            shutdown: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// The keyspace, locked. A command holds it for its whole run, so commands are atomic as
+    /// in Redis.
+    pub fn keyspace(&self) -> MutexGuard<'_, Keyspace> {
+        // A panic while holding the lock leaves a keyspace whose every step is complete (each
+        // mutation is one map operation after the store write), so it stays usable.
+        self.keyspace.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// When writes are acknowledged.
+    pub fn durability(&self) -> Durability {
+        match self.durability.load(Ordering::Relaxed) {
+            0 => Durability::None,
+            2 => Durability::Always,
+            _ => Durability::EverySec,
+        }
+    }
+
+    /// Changes when writes are acknowledged (`CONFIG SET durability`).
+    pub fn set_durability(&self, d: Durability) {
+        self.durability.store(durability_code(d), Ordering::Relaxed);
+    }
+
+    /// Connections served at once.
+    pub fn max_clients(&self) -> usize {
+        self.max_clients
+    }
+
+    /// Longest value accepted, bytes.
+    pub fn max_value_size(&self) -> usize {
+        self.max_value_size
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u64 {
+        self.port.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_port(&self, port: u16) {
+        self.port.store(u64::from(port), Ordering::Relaxed);
+    }
+
+    /// Since it started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub(crate) fn count_command(&self) {
+        self.commands.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Commands run so far.
+    pub fn commands_processed(&self) -> u64 {
+        self.commands.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections_received(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Connections refused (over `--max-clients`).
+    pub fn rejected_connections(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    /// Admits a new connection: its client id, or `None` (counted) if the node is full.
+    pub(crate) fn admit(&self) -> Option<u64> {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        let admitted = self
+            .clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_clients).then_some(n + 1)
+            })
+            .is_ok();
+        if admitted {
+            Some(self.next_client.fetch_add(1, Ordering::Relaxed))
+        } else {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+
+    pub(crate) fn leave(&self) {
+        self.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A new SCAN cursor standing for `last`, the last key a call returned.
+    pub fn new_cursor(&self, last: Bytes) -> u64 {
+        let mut c = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        c.next += 1;
+        let id = c.next;
+        c.keys.insert(id, last);
+        c.order.push_back(id);
+        while c.order.len() > CURSORS {
+            if let Some(old) = c.order.pop_front() {
+                c.keys.remove(&old);
+            }
+        }
+        id
+    }
+
+    /// The key a cursor stands for, if the node still knows it.
+    pub fn cursor(&self, id: u64) -> Option<Bytes> {
+        let c = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        c.keys.get(&id).cloned()
+    }
+
+    /// Asks the server to stop (SHUTDOWN, a signal).
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Whether the server is stopping.
+    pub fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// A receiver that changes when the server starts stopping.
+    pub fn stop_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
+
+fn durability_code(d: Durability) -> u8 {
+    match d {
+        Durability::None => 0,
+        Durability::EverySec => 1,
+        Durability::Always => 2,
+    }
+}
+
+/// The process's resident set, bytes (Linux `/proc/self/statm`; `None` elsewhere).
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}

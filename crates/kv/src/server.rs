@@ -1,0 +1,252 @@
+//! The network side: accept connections, read requests, run them, write replies; the store's
+//! periodic sync; a graceful stop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::cmd::{Ctx, Session, execute};
+use crate::config::{Config, Durability};
+use crate::frame::{Cursor, Frame, FrameError, Limits};
+use crate::keyspace::{Keyspace, KvError};
+use crate::node::Node;
+
+/// How long a stopping server waits for its connections to finish the requests they have read.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Why a server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store could not be opened or synced.
+    #[error("store {path}: {source}")]
+    Store {
+        /// Its directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: pliant_store::StoreError,
+    },
+    /// The keyspace could not be built or synced.
+    #[error(transparent)]
+    Keyspace(#[from] KvError),
+}
+
+/// A bound server, not yet serving.
+pub struct Server {
+    node: Arc<Node>,
+    listener: TcpListener,
+}
+
+impl Server {
+    /// Opens the store and binds the address of `config`.
+    pub async fn bind(config: &Config) -> Result<Self, ServeError> {
+        let store: Option<Arc<dyn pliant_store::Store>> = match &config.store {
+            None => None,
+            Some(path) => Some(Arc::new(pliant_store::FjallStore::open(path).map_err(
+                |source| ServeError::Store {
+                    path: path.clone(),
+                    source,
+                },
+            )?)),
+        };
+        let keyspace = Keyspace::new(&config.algo, config.capacity, store)?;
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let node = Arc::new(Node::new(keyspace, config));
+        if let Ok(a) = listener.local_addr() {
+            node.set_port(a.port());
+        }
+        Ok(Self { node, listener })
+    }
+
+    /// The address it listens on (the port chosen, if the config said 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The node, e.g. to stop it from outside ([`Node::shut_down`]).
+    pub fn node(&self) -> Arc<Node> {
+        self.node.clone()
+    }
+
+    /// Serves until SHUTDOWN or [`Node::shut_down`]: then stops accepting, lets every connection
+    /// finish the requests it has read (for at most [`DRAIN`]), and syncs the store.
+    pub async fn run(self) -> Result<(), ServeError> {
+        let Self { node, listener } = self;
+        let syncer = tokio::spawn(sync_every_second(node.clone()));
+        let mut stop = node.stop_signal();
+        let mut conns = tokio::task::JoinSet::new();
+        while !node.stopping() {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let node = node.clone();
+                        conns.spawn(async move { connection(node, stream).await });
+                    }
+                    // Out of descriptors and the like: the listener itself is fine, so keep
+                    // serving the clients already connected.
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = stop.changed() => {}
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        drop(listener);
+        let drained =
+            tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(
+                "{} connections still open after {DRAIN:?}; closing them",
+                conns.len()
+            );
+            conns.abort_all();
+        }
+        syncer.abort();
+        node.keyspace().sync()?;
+        Ok(())
+    }
+}
+
+/// Under `--durability everysec`, syncs the store once a second if anything was written.
+async fn sync_every_second(node: Arc<Node>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if node.durability() == Durability::EverySec {
+            let mut ks = node.keyspace();
+            if ks.unsynced()
+                && let Err(e) = ks.sync()
+            {
+                tracing::error!("periodic sync failed: {e}");
+            }
+        }
+    }
+}
+
+/// Unix milliseconds now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn connection(node: Arc<Node>, mut stream: TcpStream) {
+    let Some(id) = node.admit() else {
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        return;
+    };
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = serve(&node, &mut stream, id).await {
+        tracing::debug!("client {id}: {e}");
+    }
+    node.leave();
+}
+
+/// Reads requests, runs each complete one, and writes the replies of everything read in one go
+/// (a pipeline gets its replies in one write, and under `always` one sync).
+async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<()> {
+    let limits = Limits {
+        max_bulk: node.max_value_size(),
+        ..Limits::default()
+    };
+    let mut session = Session {
+        id,
+        ..Session::default()
+    };
+    let mut stop = node.stop_signal();
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut out = Vec::with_capacity(16 * 1024);
+    // Remembers how far an incomplete request was checked, so a large one arriving in many
+    // reads costs linear time.
+    let mut cursor = Cursor::default();
+    loop {
+        let mut closing = false;
+        loop {
+            match cursor.parse_request(&buf, &limits) {
+                Ok((frame, used)) => {
+                    buf.advance(used);
+                    let Some(args) = arguments(frame) else {
+                        continue;
+                    };
+                    let mut ctx = Ctx {
+                        node,
+                        session: &mut session,
+                        now: now_ms(),
+                    };
+                    execute(&mut ctx, &args).write(session.proto, &mut out);
+                    if session.quit || session.shutdown {
+                        closing = true;
+                        break;
+                    }
+                }
+                Err(FrameError::Incomplete) => break,
+                Err(FrameError::Protocol(why)) => {
+                    Frame::error(format!("ERR Protocol error: {why}"))
+                        .write(session.proto, &mut out);
+                    closing = true;
+                    break;
+                }
+            }
+        }
+        if session.wrote && node.durability() == Durability::Always {
+            session.wrote = false;
+            if let Err(e) = node.keyspace().sync() {
+                // The writes are not durable: say nothing was acknowledged by closing without
+                // the replies.
+                tracing::error!("client {id}: sync failed, closing without replies: {e}");
+                return Ok(());
+            }
+        }
+        session.wrote = false;
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        if session.shutdown {
+            node.shut_down();
+        }
+        if closing {
+            return Ok(());
+        }
+        tokio::select! {
+            n = stream.read_buf(&mut buf) => if n? == 0 { return Ok(()) },
+            _ = stop.changed() => return Ok(()),
+        }
+    }
+}
+
+/// A request's arguments; `None` for an empty one (a blank inline line), which Redis ignores.
+fn arguments(frame: Frame) -> Option<Vec<Bytes>> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    let args: Vec<Bytes> = items
+        .into_iter()
+        .filter_map(|f| match f {
+            Frame::Bulk(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    (!args.is_empty()).then_some(args)
+}

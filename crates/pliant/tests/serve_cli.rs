@@ -1,0 +1,302 @@
+//! `pliant serve` as users run it: a real process on a loopback port it picks itself (the test
+//! reads the address from its first line), talked to with the `redis` client crate and raw
+//! sockets, stopped by its own pid.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `pliant serve`; killed (SIGKILL) when dropped if still running.
+struct Node {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Node {
+    /// Starts `pliant serve --bind 127.0.0.1:0 args…` in `dir` and waits (at most 30 s) for it to
+    /// say where it listens.
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pliant serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("pliant serve: listening on ") {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("pliant serve says where it listens")
+            .parse()
+            .expect("an address");
+        Self { child, addr }
+    }
+
+    fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://{}/", self.addr))
+            .expect("client")
+            .get_connection_with_timeout(Duration::from_secs(10))
+            .expect("connect")
+    }
+
+    /// Waits (at most 30 s) for the process to exit by itself.
+    fn wait(mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "pliant serve did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reap");
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cmd<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
+    let mut k = redis::cmd(args[0]);
+    for a in &args[1..] {
+        k.arg(*a);
+    }
+    k.query(c)
+        .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")))
+}
+
+fn err(c: &mut redis::Connection, args: &[&str]) -> String {
+    let mut k = redis::cmd(args[0]);
+    for a in &args[1..] {
+        k.arg(*a);
+    }
+    match k.query::<redis::Value>(c) {
+        Ok(v) => panic!("{}: expected an error, got {v:?}", args.join(" ")),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_client_library_reads_and_writes_through_the_redis_protocol() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &[]);
+    let mut c = node.client();
+    assert_eq!(cmd::<String>(&mut c, &["PING"]), "PONG");
+    assert_eq!(cmd::<String>(&mut c, &["SET", "k", "v1"]), "OK");
+    assert_eq!(cmd::<String>(&mut c, &["GET", "k"]), "v1");
+    assert_eq!(cmd::<Option<String>>(&mut c, &["GET", "missing"]), None);
+    assert_eq!(
+        cmd::<Option<String>>(&mut c, &["SET", "k", "v2", "NX"]),
+        None
+    );
+    assert_eq!(
+        cmd::<String>(&mut c, &["SET", "k", "v2", "XX", "GET"]),
+        "v1"
+    );
+    assert_eq!(cmd::<i64>(&mut c, &["APPEND", "k", "!"]), 3);
+    assert_eq!(cmd::<i64>(&mut c, &["STRLEN", "k"]), 3);
+    assert_eq!(cmd::<i64>(&mut c, &["INCRBY", "n", "41"]), 41);
+    assert_eq!(cmd::<i64>(&mut c, &["INCR", "n"]), 42);
+    assert!(err(&mut c, &["INCR", "k"]).contains("not an integer"));
+    assert_eq!(cmd::<String>(&mut c, &["MSET", "a", "1", "b", "2"]), "OK");
+    assert_eq!(
+        cmd::<Vec<Option<String>>>(&mut c, &["MGET", "a", "nope", "b"]),
+        vec![Some("1".into()), None, Some("2".into())]
+    );
+    assert_eq!(cmd::<i64>(&mut c, &["EXISTS", "a", "a", "nope"]), 2);
+    assert_eq!(cmd::<i64>(&mut c, &["TTL", "a"]), -1);
+    assert_eq!(cmd::<i64>(&mut c, &["EXPIRE", "a", "100"]), 1);
+    assert!((99..=100).contains(&cmd::<i64>(&mut c, &["TTL", "a"])));
+    assert_eq!(cmd::<i64>(&mut c, &["PERSIST", "a"]), 1);
+    assert_eq!(cmd::<i64>(&mut c, &["PEXPIRE", "b", "1"]), 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(cmd::<i64>(&mut c, &["EXISTS", "b"]), 0);
+    assert_eq!(cmd::<i64>(&mut c, &["TTL", "b"]), -2);
+    assert_eq!(cmd::<i64>(&mut c, &["DEL", "a", "nope"]), 1);
+    assert_eq!(cmd::<String>(&mut c, &["TYPE", "k"]), "string");
+    assert_eq!(cmd::<i64>(&mut c, &["DBSIZE"]), 2);
+    let mut keys: Vec<String> = cmd(&mut c, &["KEYS", "*"]);
+    keys.sort();
+    assert_eq!(keys, ["k", "n"]);
+    assert!(err(&mut c, &["NOSUCH", "x"]).contains("unknown command 'NOSUCH'"));
+    assert!(err(&mut c, &["GET"]).contains("wrong number of arguments for 'get'"));
+    let info: String = cmd(&mut c, &["INFO", "stats"]);
+    assert!(info.contains("keyspace_hits:"), "{info}");
+    // GET missing, and MGET's nope.
+    assert!(info.contains("keyspace_misses:2\r\n"), "{info}");
+}
+
+#[test]
+fn scan_returns_every_key_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store"]);
+    let mut c = node.client();
+    for i in 0..500 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("key:{i}"))
+            .arg(i)
+            .query(&mut c)
+            .expect("set");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    for _ in 0..1000 {
+        let (next, keys): (String, Vec<String>) =
+            cmd(&mut c, &["SCAN", &cursor, "MATCH", "key:1*", "COUNT", "20"]);
+        for k in keys {
+            assert!(seen.insert(k.clone()), "{k} twice");
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(cursor, "0", "the scan ended");
+    // key:1, key:10–19, key:100–199.
+    assert_eq!(seen.len(), 111);
+}
+
+#[test]
+fn acknowledged_writes_survive_a_kill_under_durability_always() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(
+        dir.path(),
+        &["--durability", "always", "--capacity", "50keys"],
+    );
+    let mut c = node.client();
+    for i in 0..500 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(format!("v{i}"))
+            .query(&mut c)
+            .expect("set");
+    }
+    node.kill();
+    let node = Node::start(dir.path(), &[]);
+    let mut c = node.client();
+    assert_eq!(cmd::<i64>(&mut c, &["DBSIZE"]), 500);
+    for i in (0..500).step_by(7) {
+        assert_eq!(
+            cmd::<String>(&mut c, &["GET", &format!("k{i}")]),
+            format!("v{i}")
+        );
+    }
+}
+
+#[test]
+fn shutdown_syncs_the_store_and_exits_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--durability", "none"]);
+    let mut c = node.client();
+    assert_eq!(cmd::<String>(&mut c, &["SET", "kept", "yes"]), "OK");
+    // Redis closes the connection on SHUTDOWN; the reply may or may not arrive.
+    let _ = redis::cmd("SHUTDOWN").query::<redis::Value>(&mut c);
+    assert!(node.wait().success());
+    let node = Node::start(dir.path(), &[]);
+    assert_eq!(cmd::<String>(&mut node.client(), &["GET", "kept"]), "yes");
+}
+
+#[test]
+fn a_pure_cache_holds_at_most_its_capacity_and_counts_evictions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(
+        dir.path(),
+        &["--no-store", "--capacity", "100keys", "--algo", "s3fifo"],
+    );
+    let mut c = node.client();
+    for i in 0..1000 {
+        let _: () = redis::cmd("SET").arg(i).arg(i).query(&mut c).expect("set");
+    }
+    assert!(cmd::<i64>(&mut c, &["DBSIZE"]) <= 100);
+    let info: String = cmd(&mut c, &["INFO", "stats"]);
+    assert!(info.contains("evicted_keys:9"), "{info}");
+    assert_eq!(
+        cmd::<String>(&mut c, &["CONFIG", "SET", "capacity", "10keys"]),
+        "OK"
+    );
+    assert!(cmd::<i64>(&mut c, &["DBSIZE"]) <= 10);
+    assert!(err(&mut c, &["CONFIG", "SET", "capacity", "1MiB"]).contains("cannot become"));
+}
+
+/// Sends raw bytes on a new connection and returns what comes back before the server closes it
+/// (or 2 s pass).
+fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    s.write_all(bytes).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn hostile_frames_get_protocol_errors_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--max-value-size", "1MiB"]);
+    for (bytes, says) in [
+        (&b"*1\r\n$4294967296\r\n"[..], "invalid bulk length"),
+        (b"*1000000000\r\n", "invalid multibulk length"),
+        (b"*1\r\n:1\r\n", "expected '$'"),
+        (b"*2\r\n$3\r\nSET\r\n$2000000\r\n", "invalid bulk length"),
+    ] {
+        let reply = raw(node.addr, bytes);
+        assert!(
+            reply.starts_with("-ERR Protocol error") && reply.contains(says),
+            "{:?}: {reply:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    // Inline commands, as typed into telnet.
+    assert_eq!(raw(node.addr, b"PING\r\nQUIT\r\n"), "+PONG\r\n+OK\r\n");
+    let mut c = node.client();
+    assert_eq!(cmd::<String>(&mut c, &["PING"]), "PONG");
+}
+
+#[test]
+fn connections_over_max_clients_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--max-clients", "2"]);
+    let mut a = node.client();
+    let mut b = node.client();
+    assert_eq!(cmd::<String>(&mut a, &["PING"]), "PONG");
+    assert_eq!(cmd::<String>(&mut b, &["PING"]), "PONG");
+    assert!(raw(node.addr, b"PING\r\n").contains("max number of clients reached"));
+    drop(a);
+    // The slot frees once the server has seen the close.
+    let start = Instant::now();
+    while !raw(node.addr, b"PING\r\nQUIT\r\n").starts_with("+PONG") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "slot never freed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let info: String = cmd(&mut b, &["INFO", "stats"]);
+    assert!(info.contains("rejected_connections:"), "{info}");
+}
