@@ -73,7 +73,17 @@ pub struct Config {
     pub max_clients: usize,
     /// Longest value (and bulk argument) accepted, bytes.
     pub max_value_size: usize,
+    /// The policy that sizes the memory tier, and how often it decides.
+    pub policy: crate::policy::PolicyConfig,
+    /// The password clients must give (AUTH, or HELLO … AUTH) before any other command.
+    pub requirepass: Option<String>,
+    /// Serve an address other than loopback without a password (refused otherwise).
+    pub unsafe_no_auth: bool,
 }
+
+/// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
+/// policies decided at.
+pub const DEFAULT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for Config {
     fn default() -> Self {
@@ -85,6 +95,13 @@ impl Default for Config {
             durability: Durability::default(),
             max_clients: DEFAULT_MAX_CLIENTS,
             max_value_size: DEFAULT_MAX_VALUE_SIZE,
+            policy: crate::policy::PolicyConfig {
+                source: None,
+                params: Default::default(),
+                interval: DEFAULT_INTERVAL,
+            },
+            requirepass: None,
+            unsafe_no_auth: false,
         }
     }
 }

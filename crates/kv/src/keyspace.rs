@@ -126,7 +126,13 @@ pub struct KvStats {
     pub store_writes: u64,
     /// Syncs of the store.
     pub store_syncs: u64,
+    /// Values written (SET and every command that stores a value).
+    pub writes: u64,
 }
+
+/// Reads kept for a policy's `timeseries()` between two decisions; past this many, reads are not
+/// recorded until the policy takes them (a decision every few seconds takes them long before).
+pub const MAX_RECORDED_READS: usize = 1 << 20;
 
 #[derive(Debug)]
 struct Slot {
@@ -146,6 +152,10 @@ pub struct Keyspace {
     /// Writes since the store was last synced.
     unsynced: bool,
     stats: KvStats,
+    /// `(unix seconds, key id)` of reads since a policy last took them; `None` when no policy
+    /// asks for them.
+    reads: Option<Vec<(f64, f64)>>,
+    ids_hasher: foldhash::fast::FixedState,
 }
 
 impl std::fmt::Debug for Keyspace {
@@ -177,6 +187,8 @@ impl Keyspace {
             store,
             unsynced: false,
             stats: KvStats::default(),
+            reads: None,
+            ids_hasher: foldhash::fast::FixedState::with_seed(11),
         })
     }
 
@@ -225,8 +237,40 @@ impl Keyspace {
         Ok(())
     }
 
+    /// Starts (or stops) recording reads for a policy's `timeseries()`.
+    pub fn record_reads(&mut self, on: bool) {
+        self.reads = on.then(Vec::new);
+    }
+
+    /// The reads recorded since the last call, as `(unix seconds, key id)`: a key's id is a
+    /// 53-bit hash of its bytes, exact as a Lua number.
+    pub fn take_reads(&mut self) -> Vec<(f64, f64)> {
+        self.reads.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Evicts down to `n` keys now, in the algorithm's order, and keeps the capacity (`auto`'s
+    /// trim: the tier takes new keys again until the next decision).
+    pub fn trim(&mut self, n: u64) {
+        let capacity = self.cache.capacity();
+        if capacity.units() != pliant_cache::Units::Objects {
+            return;
+        }
+        let mut gone = Vec::new();
+        self.cache
+            .resize_evicting(Capacity::Keys(n), &mut |e: Evicted| gone.push(e.key));
+        self.cache.resize(capacity);
+        self.drop_evicted(gone);
+    }
+
     /// The value of `key`, if it exists.
     pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Bytes>, KvError> {
+        if let Some(reads) = &mut self.reads
+            && reads.len() < MAX_RECORDED_READS
+        {
+            use std::hash::BuildHasher;
+            let id = (self.ids_hasher.hash_one(key) >> 11) as f64;
+            reads.push((now as f64 / 1000.0, id));
+        }
         let v = self.read(key, now)?;
         match &v {
             Some(_) => self.stats.keyspace_hits += 1,
@@ -270,6 +314,7 @@ impl Keyspace {
 
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
     pub fn set(&mut self, key: Bytes, v: Value) -> Result<(), KvError> {
+        self.stats.writes += 1;
         if let Some(store) = &self.store {
             store.put(&key, &v.encode())?;
             self.stats.store_writes += 1;

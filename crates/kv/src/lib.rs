@@ -6,24 +6,31 @@
 //! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
 //! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
 //! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
+//! - [`policy`]: the live policy, on a thread of its own, sizing the memory tier every interval.
 //! - [`server`]: connections, pipelining, durability, the graceful stop.
+//! - [`client`]: a blocking client for `pliant admin` and scripts.
 //!
 //! Dependencies: `tokio` (the network and timers), `bytes` (values shared without copies
 //! between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
-//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters).
+//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters);
+//! `pliant-policy` and `pliant-tier` for the live policy, which sees the same metric names the
+//! simulator gives.
 
+pub mod client;
 mod cmd;
 pub mod config;
 pub mod frame;
 mod glob;
 pub mod keyspace;
 pub mod node;
+pub mod policy;
 pub mod server;
 
 pub use cmd::{COMMANDS, Spec};
-pub use config::{Config, DEFAULT_PORT, Durability};
+pub use config::{Config, DEFAULT_INTERVAL, DEFAULT_PORT, Durability};
 pub use keyspace::{Keyspace, KvError, KvStats, Value};
 pub use node::Node;
+pub use policy::{Policy, PolicyConfig};
 pub use server::{ServeError, Server};
 
 /// Runs a node with `config` until it is shut down (SHUTDOWN, SIGINT, SIGTERM). `ready` is

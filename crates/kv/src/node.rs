@@ -30,6 +30,9 @@ pub struct Node {
     next_client: AtomicU64,
     cursors: Mutex<Cursors>,
     shutdown: tokio::sync::watch::Sender<bool>,
+    policy: std::sync::OnceLock<crate::policy::Policy>,
+    password: Option<String>,
+    auth_failures: AtomicU64,
 }
 
 #[derive(Default)]
@@ -56,7 +59,48 @@ impl Node {
             next_client: AtomicU64::new(1),
             cursors: Mutex::new(Cursors::default()),
             shutdown: tokio::sync::watch::channel(false).0,
+            policy: std::sync::OnceLock::new(),
+            password: config.requirepass.clone(),
+            auth_failures: AtomicU64::new(0),
         }
+    }
+
+    /// Whether clients must authenticate.
+    pub fn requires_auth(&self) -> bool {
+        self.password.is_some()
+    }
+
+    /// Checks a password given by AUTH or HELLO, in time independent of where it differs (so a
+    /// client cannot find it byte by byte).
+    pub fn check_password(&self, given: &[u8]) -> bool {
+        let Some(p) = &self.password else {
+            return false;
+        };
+        let p = p.as_bytes();
+        let mut diff = u8::from(p.len() != given.len());
+        for (i, &b) in p.iter().enumerate() {
+            diff |= b ^ given.get(i).copied().unwrap_or(!b);
+        }
+        diff == 0
+    }
+
+    /// Counts a refused AUTH.
+    pub fn count_auth_failure(&self) {
+        self.auth_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Wrong passwords given so far.
+    pub fn auth_failures(&self) -> u64 {
+        self.auth_failures.load(Ordering::Relaxed)
+    }
+
+    /// The policy thread's handle, once the server has started it.
+    pub fn policy(&self) -> Option<&crate::policy::Policy> {
+        self.policy.get()
+    }
+
+    pub(crate) fn set_policy(&self, p: crate::policy::Policy) {
+        let _ = self.policy.set(p);
     }
 
     /// The keyspace, locked. A command holds it for its whole run, so commands are atomic as

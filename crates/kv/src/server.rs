@@ -41,6 +41,17 @@ pub enum ServeError {
     /// The keyspace could not be built or synced.
     #[error(transparent)]
     Keyspace(#[from] KvError),
+    /// The policy given at start did not install.
+    #[error("policy: {0}")]
+    Policy(String),
+    /// A non-loopback address without a password (Redis's protected mode, made strict).
+    #[error(
+        "refusing to serve {addr} without a password: anyone who can reach it could read and change every key. Give --requirepass (or PLIANT_PASSWORD), bind to 127.0.0.1, or pass --unsafe-no-auth if a firewall already keeps everyone else out"
+    )]
+    Unprotected {
+        /// The address.
+        addr: SocketAddr,
+    },
 }
 
 /// A bound server, not yet serving.
@@ -52,6 +63,10 @@ pub struct Server {
 impl Server {
     /// Opens the store and binds the address of `config`.
     pub async fn bind(config: &Config) -> Result<Self, ServeError> {
+        if !config.bind.ip().is_loopback() && config.requirepass.is_none() && !config.unsafe_no_auth
+        {
+            return Err(ServeError::Unprotected { addr: config.bind });
+        }
         let store: Option<Arc<dyn pliant_store::Store>> = match &config.store {
             None => None,
             Some(path) => Some(Arc::new(pliant_store::FjallStore::open(path).map_err(
@@ -72,6 +87,9 @@ impl Server {
         if let Ok(a) = listener.local_addr() {
             node.set_port(a.port());
         }
+        let policy = crate::policy::Policy::start(node.clone(), config.policy.clone())
+            .map_err(ServeError::Policy)?;
+        node.set_policy(policy);
         Ok(Self { node, listener })
     }
 
@@ -172,6 +190,7 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
     };
     let mut session = Session {
         id,
+        authenticated: !node.requires_auth(),
         ..Session::default()
     };
     let mut stop = node.stop_signal();

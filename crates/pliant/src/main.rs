@@ -47,6 +47,8 @@ enum Command {
     Bench(cmd::bench::Command),
     /// Run a cache node that speaks the Redis protocol, over a persistent store.
     Serve(cmd::serve::Args),
+    /// Manage a running node: its live policy and counters.
+    Admin(cmd::admin::Args),
     /// Trace statistics, conversion to oracleGeneral, and synthetic traces.
     #[command(subcommand)]
     Trace(cmd::trace::Command),
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Command::Scale(c) => cmd::scale::run(c),
         Command::Trace(c) => cmd::trace::run(c),
         Command::Serve(a) => cmd::serve::run(&a),
+        Command::Admin(a) => cmd::admin::run(&a),
     };
     match result {
         Ok(code) => code,

@@ -300,3 +300,202 @@ fn connections_over_max_clients_are_refused() {
     let info: String = cmd(&mut b, &["INFO", "stats"]);
     assert!(info.contains("rejected_connections:"), "{info}");
 }
+
+/// Polls `PLIANT.STATS` (every 50 ms, at most 20 s) until `ok` holds of it; returns it.
+fn stats_until(
+    c: &mut redis::Connection,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let text: String = cmd(c, &["PLIANT.STATS"]);
+        let v: serde_json::Value = serde_json::from_str(&text).expect("PLIANT.STATS is JSON");
+        if ok(&v) {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{what}: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_live_policy_sizes_the_memory_tier_and_a_hostile_swap_is_contained() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(
+        dir.path(),
+        &[
+            "--policy",
+            "static-limit",
+            "--param",
+            "limit=100",
+            "--interval",
+            "200ms",
+        ],
+    );
+    let mut c = node.client();
+    for i in 0..1000 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut c)
+            .expect("set");
+    }
+    stats_until(&mut c, "static-limit holds 100 keys", |s| s["keys"] == 100);
+    // Every key is still readable through the node: evicted ones come from the store.
+    for i in 0..1000 {
+        assert_eq!(cmd::<i64>(&mut c, &["GET", &format!("k{i}")]), i);
+    }
+    let s = stats_until(&mut c, "still 100", |s| s["keys"].as_u64() <= Some(100));
+    assert_eq!(s["keys_total"], 1000);
+    assert!(s["store_reads"].as_u64() >= Some(900), "{s}");
+
+    // A swapped policy takes effect at the next decision.
+    let source = include_str!("../../../policies/static-limit.lua");
+    let loaded: String = cmd(
+        &mut c,
+        &["PLIANT.POLICY", "LOAD", "tight", source, "limit=50"],
+    );
+    assert_eq!(loaded, "OK loaded version 2");
+    stats_until(&mut c, "the new policy holds 50", |s| s["keys"] == 50);
+
+    // An endless loop is stopped by its instruction budget in the install's dry run; the
+    // running policy stays.
+    let e = err(
+        &mut c,
+        &[
+            "PLIANT.POLICY",
+            "LOAD",
+            "evil",
+            "function when() while true do end end",
+        ],
+    );
+    assert!(e.contains("instruction budget"), "{e}");
+    let status: String = cmd(&mut c, &["PLIANT.POLICY", "STATUS"]);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("json");
+    assert_eq!(status["policy"], "tight", "{status}");
+    assert_eq!(status["version"], 2, "{status}");
+    let log: Vec<String> = cmd(&mut c, &["PLIANT.POLICY", "LOG", "3"]);
+    assert_eq!(log.len(), 3);
+    assert!(log.iter().all(|l| l.starts_with('{')), "{log:?}");
+    assert_eq!(
+        cmd::<String>(&mut c, &["PLIANT.POLICY", "ROLLBACK"]),
+        "OK rolled back to version 1"
+    );
+}
+
+#[test]
+fn without_the_password_every_command_is_refused_and_wrong_ones_are_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--requirepass", "s3cret"]);
+    let mut c = node.client();
+    for args in [
+        &["GET", "k"][..],
+        &["SET", "k", "v"],
+        &["PLIANT.STATS"],
+        &["PLIANT.POLICY", "STATUS"],
+        &["CONFIG", "GET", "*"],
+    ] {
+        assert!(err(&mut c, args).contains("NOAUTH"), "{args:?}");
+    }
+    assert!(err(&mut c, &["AUTH", "guess"]).contains("WRONGPASS"));
+    assert!(err(&mut c, &["AUTH", "admin", "s3cret"]).contains("WRONGPASS"));
+    assert_eq!(cmd::<String>(&mut c, &["AUTH", "s3cret"]), "OK");
+    assert_eq!(cmd::<String>(&mut c, &["SET", "k", "v"]), "OK");
+    let info: String = cmd(&mut c, &["INFO"]);
+    assert!(info.contains("auth_failures:2\r\n"), "{info}");
+    assert!(!info.contains("s3cret"));
+    let config: Vec<String> = cmd(&mut c, &["CONFIG", "GET", "*"]);
+    assert!(!config.iter().any(|v| v.contains("s3cret")), "{config:?}");
+    // HELLO authenticates and switches protocol in one step, as Redis clients do.
+    let hello = raw(
+        node.addr,
+        b"HELLO 3 AUTH default s3cret\r\nGET k\r\nQUIT\r\n",
+    );
+    assert!(
+        hello.starts_with('%') && hello.contains("$1\r\nv\r\n"),
+        "{hello:?}"
+    );
+    assert!(raw(node.addr, b"HELLO 3\r\n").starts_with("-NOAUTH"));
+
+    let addr = node.addr.to_string();
+    let admin = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .arg("admin")
+            .arg(&addr)
+            .args(args)
+            .env_remove("PLIANT_PASSWORD")
+            .output()
+            .expect("run pliant admin")
+    };
+    let refused = admin(&["stats"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("NOAUTH"));
+    let ok = admin(&["-a", "s3cret", "stats", "--json"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).expect("json");
+    assert_eq!(v["writes"], 1);
+}
+
+#[test]
+fn a_non_loopback_address_without_a_password_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(["serve", "--bind", "0.0.0.0:0", "--no-store"])
+        .current_dir(dir.path())
+        .env_remove("PLIANT_PASSWORD")
+        .output()
+        .expect("run pliant serve");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("refusing to serve 0.0.0.0:0 without a password"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pliant_admin_loads_a_policy_file_and_reads_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--interval", "100ms"]);
+    std::fs::write(
+        dir.path().join("cap.lua"),
+        "function when() return servers[whoami].keys > params.keep end\n\
+         function howmuch() return params.keep end\n",
+    )
+    .expect("write policy");
+    let addr = node.addr.to_string();
+    let admin = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .arg("admin")
+            .arg(&addr)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("run pliant admin");
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(
+        admin(&["policy", "load", "cap.lua", "--param", "keep=5"]).trim(),
+        "OK loaded version 1"
+    );
+    let mut c = node.client();
+    for i in 0..20 {
+        let _: () = redis::cmd("SET").arg(i).arg(i).query(&mut c).expect("set");
+    }
+    stats_until(&mut c, "cap.lua keeps 5", |s| s["keys"] == 5);
+    let status: serde_json::Value =
+        serde_json::from_str(&admin(&["policy", "status"])).expect("json");
+    assert_eq!(status["policy"], "cap");
+    let log = admin(&["policy", "log", "2"]);
+    assert_eq!(log.lines().count(), 2, "{log}");
+}

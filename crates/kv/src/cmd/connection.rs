@@ -37,11 +37,18 @@ pub(super) fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             name = Some(tail[0].clone());
             rest = &tail[1..];
         } else if opt.eq_ignore_ascii_case(b"auth") && tail.len() >= 2 {
-            // No password is configured yet, so any AUTH succeeds, as Redis's default user.
+            if let Err(e) = authenticate(ctx, Some(&tail[0]), &tail[1]) {
+                return e;
+            }
             rest = &tail[2..];
         } else {
             return syntax_error();
         }
+    }
+    if !ctx.session.authenticated {
+        return Frame::error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        );
     }
     ctx.session.proto = proto;
     if name.is_some() {
@@ -60,6 +67,36 @@ pub(super) fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         (s("role"), s("master")),
         (s("modules"), Frame::Array(vec![])),
     ])
+}
+
+/// `AUTH [username] password`: the one user is `default`, as in Redis without ACLs.
+pub(super) fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let r = match args {
+        [pass] => authenticate(ctx, None, pass),
+        [user, pass] => authenticate(ctx, Some(user), pass),
+        _ => return syntax_error(),
+    };
+    r.map_or_else(|e| e, |()| Frame::ok())
+}
+
+/// Checks a password (and user, if given) and marks the session authenticated.
+fn authenticate(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &[u8]) -> Result<(), Frame> {
+    if !ctx.node.requires_auth() {
+        return Err(Frame::error(
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        ));
+    }
+    let user_ok = user.is_none_or(|u| u.as_ref() == b"default");
+    if ctx.node.check_password(pass) && user_ok {
+        ctx.session.authenticated = true;
+        Ok(())
+    } else {
+        ctx.node.count_auth_failure();
+        tracing::warn!("client {}: wrong user or password", ctx.session.id);
+        Err(Frame::error(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ))
+    }
 }
 
 /// `CLIENT SETNAME|GETNAME|SETINFO|ID|INFO`: what client libraries send on connect.

@@ -3,6 +3,7 @@
 
 mod connection;
 mod keys;
+mod pliant;
 mod server;
 mod strings;
 
@@ -20,6 +21,8 @@ pub struct Session {
     pub proto: Protocol,
     /// Its name (`CLIENT SETNAME`).
     pub name: Option<Bytes>,
+    /// Whether it may run commands: it gave the password, or none is required.
+    pub authenticated: bool,
     /// Set by `QUIT`: reply, then close.
     pub quit: bool,
     /// Set by `SHUTDOWN`: reply, then stop the server.
@@ -79,6 +82,7 @@ const fn cmd(
 
 /// Every command the node answers.
 pub const COMMANDS: &[Spec] = &[
+    cmd("auth", -2, false, NO_KEYS, connection::auth),
     cmd("ping", -1, false, NO_KEYS, connection::ping),
     cmd("echo", 2, false, NO_KEYS, connection::echo),
     cmd("hello", -1, false, NO_KEYS, connection::hello),
@@ -118,6 +122,8 @@ pub const COMMANDS: &[Spec] = &[
     cmd("persist", 2, true, ONE_KEY, keys::persist),
     cmd("keys", 2, false, NO_KEYS, keys::keys),
     cmd("scan", -2, false, NO_KEYS, keys::scan),
+    cmd("pliant.policy", -2, false, NO_KEYS, pliant::policy),
+    cmd("pliant.stats", 1, false, NO_KEYS, pliant::stats),
 ];
 
 /// The command named `name` (any case).
@@ -135,6 +141,9 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(spec) = lookup(name) else {
         return unknown(name, &args[1..]);
     };
+    if !ctx.session.authenticated && !matches!(spec.name, "auth" | "hello" | "quit") {
+        return Frame::error("NOAUTH Authentication required.");
+    }
     let n = args.len() as i64;
     let arity = i64::from(spec.arity);
     if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {

@@ -98,10 +98,11 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if show("stats") {
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nauth_failures:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\r\n",
             node.connections_received(),
             node.commands_processed(),
             node.rejected_connections(),
+            node.auth_failures(),
             stats.expired,
             stats.evictions,
             stats.keyspace_hits,
@@ -159,6 +160,12 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 ("maxmemory-policy", algo),
                 ("durability", node.durability().to_string()),
                 (
+                    "interval",
+                    node.policy()
+                        .and_then(|p| p.status().ok())
+                        .map_or(String::new(), |s| format!("{}s", s.interval_s)),
+                ),
+                (
                     "appendonly",
                     if has_store { "yes" } else { "no" }.to_string(),
                 ),
@@ -199,6 +206,13 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                             }
                         }
                         Err(e) => return bad(e.to_string()),
+                    },
+                    "interval" => match pliant_policy::parse_interval(&value) {
+                        Ok(d) => match node.policy() {
+                            Some(p) => p.set_interval(d),
+                            None => return bad("this node runs no policy thread".into()),
+                        },
+                        Err(e) => return bad(e),
                     },
                     "durability" | "appendfsync" => match value.parse::<Durability>() {
                         Ok(d) => node.set_durability(d),

@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use pliant_cache::Capacity;
 use pliant_kv::{Config, Durability};
+use pliant_policy::PolicySource;
+
+use super::args::PolicyParams;
 
 /// Run a cache node that speaks the Redis protocol (redis-cli, redis-benchmark and Redis
 /// client libraries work unmodified).
@@ -20,6 +23,7 @@ use pliant_kv::{Config, Durability};
 ///   pliant serve
 ///   pliant serve --no-store --capacity 64MiB --algo s3fifo
 ///   pliant serve --bind 127.0.0.1:7000 --store /scratch/kv --durability always
+///   pliant serve --policy static-limit --param limit=100000 --interval 10s
 ///   redis-cli -p 6479 set greeting hello
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -56,6 +60,22 @@ pub struct Args {
     /// Longest value accepted (Redis's proto-max-bulk-len).
     #[arg(long, value_name = "SIZE", default_value = "512MiB")]
     max_value_size: Capacity,
+    /// A Lua policy that sizes the memory tier live: a file, chunk files, or a shipped name
+    /// (static-limit, parsplice-absorb-trim, …). Without one, PLIANT.POLICY LOAD can add one later.
+    #[arg(long, num_args = 1.., value_name = "FILE|NAME")]
+    policy: Vec<PathBuf>,
+    #[command(flatten)]
+    params: PolicyParams,
+    /// The password clients must give (AUTH, or HELLO 3 AUTH default PASSWORD) before any other
+    /// command; also read from PLIANT_PASSWORD. Never logged or shown by INFO.
+    #[arg(long, value_name = "PASSWORD")]
+    requirepass: Option<String>,
+    /// Serve a non-loopback --bind address without a password (refused otherwise).
+    #[arg(long)]
+    unsafe_no_auth: bool,
+    /// Time between policy decisions: 10s, 500ms, 2m, or plain seconds.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = pliant_policy::parse_interval)]
+    interval: std::time::Duration,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -72,6 +92,21 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         durability: a.durability,
         max_clients: a.max_clients,
         max_value_size,
+        policy: pliant_kv::PolicyConfig {
+            source: if a.policy.is_empty() {
+                None
+            } else {
+                Some(PolicySource::resolve(&a.policy)?)
+            },
+            params: a.params.params.iter().cloned().collect(),
+            interval: a.interval,
+        },
+        requirepass: a
+            .requirepass
+            .clone()
+            .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
+            .filter(|p| !p.is_empty()),
+        unsafe_no_auth: a.unsafe_no_auth,
     };
     let store = config
         .store

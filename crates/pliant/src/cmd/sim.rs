@@ -42,8 +42,9 @@ pub struct Args {
     policy: Vec<PathBuf>,
     #[command(flatten)]
     params: PolicyParams,
-    /// Seconds of trace time between policy decisions and timeline points.
-    #[arg(long, value_name = "SECONDS")]
+    /// Trace time between policy decisions and timeline points, in whole seconds (10s, 2m, 1h,
+    /// or plain seconds).
+    #[arg(long, value_name = "DURATION", value_parser = whole_seconds)]
     interval: Option<u64>,
     #[command(flatten)]
     output: Json,
@@ -219,4 +220,15 @@ fn plot(path: &std::path::Path, results: &[RunResult]) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `--interval`: a duration as everywhere in Pliant, in whole seconds (a trace's clock is).
+fn whole_seconds(s: &str) -> Result<u64, String> {
+    let d = pliant_policy::parse_interval(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!(
+            "interval {s:?}: trace intervals are whole seconds (10s, 2m, 1h)"
+        ));
+    }
+    Ok(d.as_secs())
 }

@@ -1,0 +1,102 @@
+//! Pliant's own commands: `PLIANT.POLICY` (load, roll back, inspect the live policy) and
+//! `PLIANT.STATS` (the node's counters as JSON).
+
+use bytes::Bytes;
+use pliant_policy::{ParamValue, Params, PolicySource};
+
+use super::Ctx;
+use crate::frame::Frame;
+
+/// `PLIANT.POLICY LOAD name <lua source> [param=value…]` | `ROLLBACK` | `STATUS` | `LOG [n]`.
+/// LOAD takes the policy's source text, never a path: the server opens no file a client names.
+pub(super) fn policy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let Some(p) = ctx.node.policy() else {
+        return Frame::error("ERR this node runs no policy thread");
+    };
+    let sub = args[0].to_ascii_uppercase();
+    let reply = |r: Result<u64, String>, what: &str| match r {
+        Ok(v) => Frame::Simple(format!("OK {what} version {v}")),
+        Err(e) => Frame::error(format!("ERR policy: {}", one_line(&e))),
+    };
+    match (sub.as_slice(), &args[1..]) {
+        (b"LOAD", [name, source, params @ ..]) => {
+            let mut parsed = Params::new();
+            for p in params {
+                let text = String::from_utf8_lossy(p);
+                let Some((k, v)) = text.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+                    return Frame::error(format!(
+                        "ERR policy parameter {text:?}: expected name=value"
+                    ));
+                };
+                parsed.insert(k.to_string(), ParamValue::parse(v));
+            }
+            let source = PolicySource::functions(
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(source),
+            );
+            reply(p.load(source, parsed), "loaded")
+        }
+        (b"ROLLBACK", []) => reply(p.rollback(), "rolled back to"),
+        (b"STATUS", []) => match p.status() {
+            Ok(s) => Frame::Bulk(Bytes::from(
+                serde_json::to_string_pretty(&s).unwrap_or_default(),
+            )),
+            Err(e) => Frame::error(format!("ERR {e}")),
+        },
+        (b"LOG", rest) if rest.len() <= 1 => {
+            let n = match rest.first() {
+                None => 10,
+                Some(n) => match super::integer(n) {
+                    Some(n) if n >= 0 => n as usize,
+                    _ => return super::not_an_integer(),
+                },
+            };
+            match p.log(n) {
+                Ok(lines) => Frame::Array(
+                    lines
+                        .into_iter()
+                        .map(|l| Frame::Bulk(Bytes::from(l)))
+                        .collect(),
+                ),
+                Err(e) => Frame::error(format!("ERR {e}")),
+            }
+        }
+        _ => Frame::error(
+            "ERR usage: PLIANT.POLICY LOAD name source [param=value ...] | ROLLBACK | STATUS | LOG [n]",
+        ),
+    }
+}
+
+/// `PLIANT.STATS`: the node's counters, one JSON object.
+pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    let (stats, (keys, bytes), capacity, algo, keys_total) = {
+        let ks = ctx.node.keyspace();
+        (
+            ks.stats(),
+            ks.memory(),
+            ks.capacity(),
+            ks.algorithm().to_string(),
+            ks.len(),
+        )
+    };
+    let keys_total = match keys_total {
+        Ok(n) => n,
+        Err(e) => return super::store_error(&e),
+    };
+    let mut v = serde_json::to_value(stats).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("keys".into(), keys.into());
+        o.insert("bytes".into(), bytes.into());
+        o.insert("keys_total".into(), keys_total.into());
+        o.insert("capacity".into(), capacity.to_string().into());
+        o.insert("algorithm".into(), algo.into());
+        o.insert("clients".into(), ctx.node.clients().into());
+        o.insert("commands".into(), ctx.node.commands_processed().into());
+    }
+    Frame::Bulk(Bytes::from(v.to_string()))
+}
+
+/// A policy error's first line (a simple error reply cannot span lines).
+fn one_line(e: &str) -> String {
+    e.lines().collect::<Vec<_>>().join(" | ")
+}

@@ -1,0 +1,141 @@
+//! `pliant admin ADDR …`: a running node's policy and counters.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use pliant_kv::client::Client;
+use pliant_kv::frame::Frame;
+use pliant_policy::PolicySource;
+
+use super::args::{Json, PolicyParams};
+
+/// Manage a running `pliant serve` node: load, roll back and inspect its live policy, read its
+/// counters. Policy files are read here and their source sent: the node never opens a path a
+/// client names.
+///
+/// Examples:
+///   pliant admin 127.0.0.1:6479 stats
+///   pliant admin 127.0.0.1:6479 policy load my-policy.lua --param limit=5000
+///   pliant admin 127.0.0.1:6479 policy status
+///   pliant admin 127.0.0.1:6479 policy log 20
+///   pliant admin 127.0.0.1:6479 policy rollback
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The node's address.
+    #[arg(value_name = "ADDR:PORT")]
+    addr: String,
+    /// The node's password (as redis-cli's -a); also read from PLIANT_PASSWORD.
+    #[arg(short = 'a', long = "pass", value_name = "PASSWORD")]
+    password: Option<String>,
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// The node's counters (memory tier, store, keyspace, clients).
+    Stats(Json),
+    /// The node's live policy.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+}
+
+#[derive(clap::Subcommand)]
+enum PolicyCmd {
+    /// Install a policy (a file, chunk files or a shipped name); the running one stays if it
+    /// fails to install.
+    Load {
+        /// The policy.
+        #[arg(required = true, num_args = 1.., value_name = "FILE|NAME")]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        params: PolicyParams,
+    },
+    /// Switch back to the policy that ran before.
+    Rollback,
+    /// The running policy, its versions and its latest decision (JSON).
+    Status,
+    /// The newest entries of the decision log, one JSON object a line.
+    Log {
+        /// How many.
+        #[arg(default_value_t = 10)]
+        n: u64,
+    },
+}
+
+pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
+    let password = a
+        .password
+        .clone()
+        .or_else(|| std::env::var("PLIANT_PASSWORD").ok());
+    let mut c = Client::connect(&a.addr, password.as_deref())?;
+    let reply = match &a.what {
+        What::Stats(json) => {
+            let text = text(c.call(&[b"PLIANT.STATS"])?)?;
+            let v: serde_json::Value = serde_json::from_str(&text).context("PLIANT.STATS")?;
+            if json.json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if let Some(o) = v.as_object() {
+                for (k, v) in o {
+                    println!("{k:<16} {v}");
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        What::Policy(PolicyCmd::Load { files, params }) => {
+            let source = PolicySource::resolve(files)?;
+            let code = match &source.style {
+                pliant_policy::Style::Functions(chunk) => chunk.code.clone(),
+                _ => bail!(
+                    "{}: only function-style policies (one .lua file) can be sent to a node yet",
+                    source.name
+                ),
+            };
+            let mut args: Vec<Vec<u8>> = vec![
+                b"PLIANT.POLICY".to_vec(),
+                b"LOAD".to_vec(),
+                source.name.clone().into_bytes(),
+                code.into_bytes(),
+            ];
+            for (k, v) in &params.params {
+                args.push(format!("{k}={}", param_text(v)).into_bytes());
+            }
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            c.call(&refs)?
+        }
+        What::Policy(PolicyCmd::Rollback) => c.call(&[b"PLIANT.POLICY", b"ROLLBACK"])?,
+        What::Policy(PolicyCmd::Status) => c.call(&[b"PLIANT.POLICY", b"STATUS"])?,
+        What::Policy(PolicyCmd::Log { n }) => {
+            c.call(&[b"PLIANT.POLICY", b"LOG", n.to_string().as_bytes()])?
+        }
+    };
+    match reply {
+        Frame::Array(items) => {
+            for i in items {
+                println!("{}", text(i)?);
+            }
+        }
+        other => println!("{}", text(other)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A reply's text; an error reply is this command's error.
+fn text(f: Frame) -> anyhow::Result<String> {
+    match f {
+        Frame::Simple(s) => Ok(s),
+        Frame::Bulk(b) | Frame::Verbatim(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Frame::Error(e) => bail!("{e}"),
+        Frame::Integer(n) => Ok(n.to_string()),
+        other => Ok(format!("{other:?}")),
+    }
+}
+
+fn param_text(v: &pliant_policy::ParamValue) -> String {
+    match v {
+        pliant_policy::ParamValue::Num(n) => n.to_string(),
+        pliant_policy::ParamValue::Str(s) => s.clone(),
+    }
+}
