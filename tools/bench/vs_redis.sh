@@ -8,7 +8,8 @@
 #     persistent `pliant serve --store DIR --durability everysec` vs `redis-server --appendonly yes
 #                                                                     --appendfsync everysec --save ''`
 #   each at -P 1 (one request per round trip) and -P 16 (pipelined). N requests per -P 1 run,
-#   N16 per -P 16 run (each ~2-5 s here). The two servers run alternately, one at a time, ROUNDS
+#   N16 per -P 16 run (~2-5 s per phase for Redis on a 2-core box; a slower server takes longer,
+#   e.g. pliant's persistent pipelined SET). The two servers run alternately, one at a time, ROUNDS
 #   times; the order flips every round so slow drift on a shared machine hits both alike.
 #   Memory: KEYS distinct keys ("key:%012d", 16 bytes) of 100-byte values piped as RESP SETs
 #   through `redis-cli --pipe` into a fresh server without persistence; growth of VmRSS

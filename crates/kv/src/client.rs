@@ -85,17 +85,32 @@ impl Client {
     /// Sends one command and returns its reply (an error reply is a `Frame::Error`).
     pub fn call(&mut self, args: &[&[u8]]) -> Result<Frame, ClientError> {
         let mut out = Vec::new();
-        Frame::Array(
-            args.iter()
-                .map(|a| Frame::Bulk(bytes::Bytes::copy_from_slice(a)))
-                .collect(),
-        )
-        .write(crate::frame::Protocol::Resp2, &mut out);
-        let io = |source| ClientError::Io {
-            addr: self.addr.clone(),
-            source,
-        };
-        self.stream.write_all(&out).map_err(io)?;
+        encode(args, &mut out);
+        self.send(&out)?;
+        self.reply()
+    }
+
+    /// Sends several commands in one write and returns their replies in order.
+    pub fn pipeline(&mut self, commands: &[Vec<&[u8]>]) -> Result<Vec<Frame>, ClientError> {
+        let mut out = Vec::new();
+        for c in commands {
+            encode(c, &mut out);
+        }
+        self.send(&out)?;
+        commands.iter().map(|_| self.reply()).collect()
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.stream
+            .write_all(bytes)
+            .map_err(|source| ClientError::Io {
+                addr: self.addr.clone(),
+                source,
+            })
+    }
+
+    /// Reads the next reply.
+    fn reply(&mut self) -> Result<Frame, ClientError> {
         let limits = Limits::default();
         let mut cursor = Cursor::default();
         let mut chunk = [0u8; 64 * 1024];
@@ -125,5 +140,15 @@ impl Client {
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
+    }
+}
+
+/// A command as RESP: an array of bulk strings.
+fn encode(args: &[&[u8]], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
     }
 }

@@ -143,9 +143,9 @@ struct Slot {
 /// One node's keys (see the module doc).
 pub struct Keyspace {
     mem: BTreeMap<Bytes, Slot>,
-    /// The cache algorithm names objects by number; this maps an evicted number to its key.
+    /// The cache algorithm names objects by number ([`Keyspace::id_of`]); this maps an evicted
+    /// number to its key.
     ids: HashMap<u64, Bytes, foldhash::fast::FixedState>,
-    next_id: u64,
     cache: Cache,
     algo: String,
     store: Option<Arc<dyn Store>>,
@@ -181,7 +181,6 @@ impl Keyspace {
         Ok(Self {
             mem: BTreeMap::new(),
             ids: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(7)),
-            next_id: 0,
             cache,
             algo: algo.to_string(),
             store,
@@ -264,12 +263,15 @@ impl Keyspace {
 
     /// The value of `key`, if it exists.
     pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Bytes>, KvError> {
-        if let Some(reads) = &mut self.reads
-            && reads.len() < MAX_RECORDED_READS
+        if self
+            .reads
+            .as_ref()
+            .is_some_and(|r| r.len() < MAX_RECORDED_READS)
         {
-            use std::hash::BuildHasher;
-            let id = (self.ids_hasher.hash_one(key) >> 11) as f64;
-            reads.push((now as f64 / 1000.0, id));
+            let id = (self.id_of(key) >> 11) as f64;
+            if let Some(reads) = &mut self.reads {
+                reads.push((now as f64 / 1000.0, id));
+            }
         }
         let v = self.read(key, now)?;
         match &v {
@@ -295,21 +297,46 @@ impl Keyspace {
             return Ok(self.mem.get(key).map(|s| s.value.clone()));
         }
         self.stats.misses += 1;
-        let Some(store) = &self.store else {
+        let found = match &self.store {
+            None => None,
+            Some(store) => {
+                self.stats.store_reads += 1;
+                match store.get(key)? {
+                    None => None,
+                    Some(raw) => Some(Value::decode(key, raw)?),
+                }
+            }
+        };
+        // The miss is an access of the key as the algorithm sees it: one that keeps ghosts
+        // (S3-FIFO, ARC) learns of it, as in the simulator's `access`.
+        let size = found.as_ref().map_or(0, |v| size_of(key, v));
+        self.cache.get(&Request::new(self.id_of(key), size));
+        let Some(v) = found else {
             return Ok(None);
         };
-        self.stats.store_reads += 1;
-        let Some(raw) = store.get(key)? else {
-            return Ok(None);
-        };
-        let v = Value::decode(key, raw)?;
         if !v.live(now) {
             self.expire(key)?;
             return Ok(None);
         }
-        self.stats.miss_bytes += u64::from(size_of(key, &v));
+        self.stats.miss_bytes += u64::from(size);
         self.keep(Bytes::copy_from_slice(key), v.clone());
         Ok(Some(v))
+    }
+
+    /// The live value of `key` without counting a read, touching the memory tier's order or
+    /// keeping a value read from the store (what a write needs to know of the value it replaces).
+    pub fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
+        if let Some(slot) = self.mem.get(key) {
+            return Ok(Some(slot.value.clone()).filter(|v| v.live(now)));
+        }
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        self.stats.store_reads += 1;
+        match store.get(key)? {
+            None => Ok(None),
+            Some(raw) => Ok(Some(Value::decode(key, raw)?).filter(|v| v.live(now))),
+        }
     }
 
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
@@ -488,9 +515,14 @@ impl Keyspace {
                 slot.id
             }
             None => {
-                let id = self.next_id;
-                self.next_id += 1;
-                self.ids.insert(id, key.clone());
+                let id = self.id_of(&key);
+                // Two keys with one 64-bit hash share a place in the algorithm's order: the one
+                // held leaves memory (the store keeps it), as an eviction would take it.
+                if let Some(other) = self.ids.insert(id, key.clone()) {
+                    self.mem.remove(&other);
+                    self.cache.remove(id);
+                    self.stats.evictions += 1;
+                }
                 self.mem.insert(key.clone(), Slot { id, value: v });
                 id
             }
@@ -505,6 +537,13 @@ impl Keyspace {
             gone.push(id);
         }
         self.drop_evicted(gone);
+    }
+
+    /// The number the algorithm knows `key` by: a hash of its bytes, the same every time the key
+    /// comes back, so that the ghosts of S3-FIFO and ARC recognise it.
+    fn id_of(&self, key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.ids_hasher.hash_one(key)
     }
 
     fn drop_evicted(&mut self, gone: Vec<u64>) {

@@ -9,6 +9,7 @@
 //! - [`policy`]: the live policy, on a thread of its own, sizing the memory tier every interval.
 //! - [`server`]: connections, pipelining, durability, the graceful stop.
 //! - [`client`]: a blocking client for `pliant admin` and scripts.
+//! - [`replay`]: a trace replayed against any Redis-protocol server (`pliant replay`).
 //!
 //! Dependencies: `tokio` (the network and timers), `bytes` (values shared without copies
 //! between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
@@ -24,6 +25,7 @@ mod glob;
 pub mod keyspace;
 pub mod node;
 pub mod policy;
+pub mod replay;
 pub mod server;
 
 pub use cmd::{COMMANDS, Spec};

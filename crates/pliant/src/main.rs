@@ -49,6 +49,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Manage a running node: its live policy and counters.
     Admin(cmd::admin::Args),
+    /// Replay a trace against a Redis-protocol server (Pliant or Redis).
+    Replay(cmd::replay::Args),
     /// Trace statistics, conversion to oracleGeneral, and synthetic traces.
     #[command(subcommand)]
     Trace(cmd::trace::Command),
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Admin(a) => cmd::admin::run(&a),
+        Command::Replay(a) => cmd::replay::run(&a),
     };
     match result {
         Ok(code) => code,

@@ -499,3 +499,86 @@ fn pliant_admin_loads_a_policy_file_and_reads_its_log() {
     let log = admin(&["policy", "log", "2"]);
     assert_eq!(log.lines().count(), 2, "{log}");
 }
+
+/// The first `lines` lines of the d100K WorkManager trace, written to `dir`.
+fn d100k_prefix(dir: &Path, lines: usize) -> Option<std::path::PathBuf> {
+    let trace = pliant_testdata::shared("traces/parsplice/d100K/rank4.csv.gz")?;
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(trace).expect("open trace"));
+    let out = dir.join("d100K-prefix.csv");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&out).expect("create"));
+    for line in BufReader::new(gz).lines().take(lines) {
+        writeln!(w, "{}", line.expect("read trace")).expect("write");
+    }
+    w.flush().expect("flush");
+    Some(out)
+}
+
+/// A node replaying a trace through `pliant replay` counts exactly the memory-tier misses the
+/// simulator counts for the same algorithm and capacity (issue 11's contract between the
+/// service and `pliant sim`). Pipelined: with one client the node still sees the trace's order.
+#[test]
+fn a_replayed_trace_misses_exactly_as_the_simulator_says() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 500,000 lines: 248,952 reads and the first misses of a 100-key cache (LRU 155).
+    let Some(trace) = d100k_prefix(dir.path(), 500_000) else {
+        return;
+    };
+    let trace = trace.to_str().expect("utf-8 path");
+    let sim = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args([
+            "sim",
+            trace,
+            "--algo",
+            "lru,s3fifo,sieve",
+            "--size",
+            "100keys",
+            "--json",
+        ])
+        .output()
+        .expect("pliant sim");
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).expect("json");
+    for (i, algo) in ["lru", "s3fifo", "sieve"].into_iter().enumerate() {
+        let expected = sim[i]["misses"].as_u64().expect("misses");
+        assert!(
+            expected > 100,
+            "{algo}: the prefix must make misses: {expected}"
+        );
+        let store = dir.path().join(format!("store-{algo}"));
+        let node = Node::start(
+            dir.path(),
+            &[
+                "--store",
+                store.to_str().expect("utf-8"),
+                "--algo",
+                algo,
+                "--capacity",
+                "100keys",
+            ],
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args([
+                "replay",
+                trace,
+                "--server",
+                &node.addr.to_string(),
+                "--pipeline",
+                "64",
+                "--json",
+            ])
+            .output()
+            .expect("pliant replay");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(r["server_stats"]["misses"], expected, "{algo}: {r}");
+        assert_eq!(r["records"], 249_651, "{algo}");
+    }
+}

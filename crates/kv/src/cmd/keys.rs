@@ -110,7 +110,7 @@ pub(super) fn pttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// -2 for a missing key, -1 for one without an expiry, else the time left (rounded as Redis).
 fn remaining(ctx: &mut Ctx<'_>, key: &[u8], ms: u64) -> Frame {
-    match ctx.node.keyspace().read(key, ctx.now) {
+    match ctx.node.keyspace().peek(key, ctx.now) {
         Ok(None) => Frame::Integer(-2),
         Ok(Some(Value {
             expires_at: None, ..

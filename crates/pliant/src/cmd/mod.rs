@@ -9,6 +9,7 @@ pub mod parsplice;
 pub mod policy;
 pub mod policy_demo;
 pub mod regimes;
+pub mod replay;
 pub mod scale;
 pub mod serve;
 pub mod sim;
