@@ -178,7 +178,7 @@ pub fn replay(
                     {
                         break;
                     }
-                    if n % 4096 == 0 {
+                    if n.is_multiple_of(4096) {
                         progress(n);
                     }
                 }
