@@ -79,6 +79,8 @@ pub struct Config {
     pub requirepass: Option<String>,
     /// Serve an address other than loopback without a password (refused otherwise).
     pub unsafe_no_auth: bool,
+    /// Where to serve Prometheus metrics, if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
@@ -102,6 +104,7 @@ impl Default for Config {
             },
             requirepass: None,
             unsafe_no_auth: false,
+            metrics: None,
         }
     }
 }

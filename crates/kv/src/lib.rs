@@ -8,6 +8,7 @@
 //! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
 //! - [`policy`]: the live policy, on a thread of its own, sizing the memory tier every interval.
 //! - [`server`]: connections, pipelining, durability, the graceful stop.
+//! - [`metrics`]: Prometheus's text format on `--metrics`.
 //! - [`client`]: a blocking client for `pliant admin` and scripts.
 //! - [`replay`]: a trace replayed against any Redis-protocol server (`pliant replay`).
 //!
@@ -23,6 +24,7 @@ pub mod config;
 pub mod frame;
 mod glob;
 pub mod keyspace;
+pub mod metrics;
 pub mod node;
 pub mod policy;
 pub mod replay;
@@ -37,7 +39,10 @@ pub use server::{ServeError, Server};
 
 /// Runs a node with `config` until it is shut down (SHUTDOWN, SIGINT, SIGTERM). `ready` is
 /// called with the address once it listens.
-pub fn serve(config: &Config, ready: impl FnOnce(std::net::SocketAddr)) -> Result<(), ServeError> {
+pub fn serve(
+    config: &Config,
+    ready: impl FnOnce(std::net::SocketAddr, Option<std::net::SocketAddr>),
+) -> Result<(), ServeError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -48,7 +53,7 @@ pub fn serve(config: &Config, ready: impl FnOnce(std::net::SocketAddr)) -> Resul
     rt.block_on(async {
         let server = Server::bind(config).await?;
         if let Ok(a) = server.local_addr() {
-            ready(a);
+            ready(a, server.metrics_addr());
         }
         let node = server.node();
         tokio::spawn(async move {

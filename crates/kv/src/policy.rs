@@ -57,6 +57,10 @@ pub struct Status {
     pub interval_s: f64,
     /// Decisions made.
     pub decisions: u64,
+    /// Seconds spent deciding, over all decisions.
+    pub decision_seconds: f64,
+    /// Decisions that failed.
+    pub errors: u64,
     /// The capacity the latest decision set, if it changed it.
     pub last_resize: Option<String>,
     /// The latest decision's error, if it failed (the capacity was left as it was).
@@ -173,6 +177,8 @@ struct Thread {
     started: Instant,
     mark: Mark,
     decisions: u64,
+    decision_seconds: f64,
+    errors: u64,
     last_resize: Option<String>,
     last_error: Option<String>,
 }
@@ -193,6 +199,8 @@ impl Thread {
             started: Instant::now(),
             mark,
             decisions: 0,
+            decision_seconds: 0.0,
+            errors: 0,
             last_resize: None,
             last_error: None,
         }
@@ -259,6 +267,8 @@ impl Thread {
                     versions,
                     interval_s: self.interval.as_secs_f64(),
                     decisions: self.decisions,
+                    decision_seconds: self.decision_seconds,
+                    errors: self.errors,
                     last_resize: self.last_resize.clone(),
                     last_error: self.last_error.clone(),
                 });
@@ -318,7 +328,10 @@ impl Thread {
             points.drain(..excess);
         });
         self.decisions += 1;
-        match self.engine.decide() {
+        let started = Instant::now();
+        let decided = self.engine.decide();
+        self.decision_seconds += started.elapsed().as_secs_f64();
+        match decided {
             Ok(d) => {
                 self.last_error = None;
                 if let Some(n) = view.new_capacity(&d) {
@@ -334,6 +347,7 @@ impl Thread {
                 }
             }
             Err(e) => {
+                self.errors += 1;
                 tracing::warn!("policy decision failed (capacity unchanged): {e}");
                 self.last_error = Some(e.to_string());
             }

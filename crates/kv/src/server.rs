@@ -58,6 +58,7 @@ pub enum ServeError {
 pub struct Server {
     node: Arc<Node>,
     listener: TcpListener,
+    metrics: Option<TcpListener>,
 }
 
 impl Server {
@@ -90,12 +91,29 @@ impl Server {
         let policy = crate::policy::Policy::start(node.clone(), config.policy.clone())
             .map_err(ServeError::Policy)?;
         node.set_policy(policy);
-        Ok(Self { node, listener })
+        let metrics = match config.metrics {
+            None => None,
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ServeError::Bind { addr, source })?,
+            ),
+        };
+        Ok(Self {
+            node,
+            listener,
+            metrics,
+        })
     }
 
     /// The address it listens on (the port chosen, if the config said 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The address of the metrics endpoint, if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The node, e.g. to stop it from outside ([`Node::shut_down`]).
@@ -106,8 +124,15 @@ impl Server {
     /// Serves until SHUTDOWN or [`Node::shut_down`]: then stops accepting, lets every connection
     /// finish the requests it has read (for at most [`DRAIN`]), and syncs the store.
     pub async fn run(self) -> Result<(), ServeError> {
-        let Self { node, listener } = self;
+        let Self {
+            node,
+            listener,
+            metrics,
+        } = self;
         let syncer = tokio::spawn(sync_every_second(node.clone()));
+        if let Some(m) = metrics {
+            tokio::spawn(crate::metrics::serve(m, node.clone()));
+        }
         let mut stop = node.stop_signal();
         let mut conns = tokio::task::JoinSet::new();
         while !node.stopping() {

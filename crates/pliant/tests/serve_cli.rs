@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 struct Node {
     child: Child,
     addr: SocketAddr,
+    /// The rest of its stderr, line by line.
+    lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Node {
@@ -31,9 +33,12 @@ impl Node {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("pliant serve: listening on ") {
-                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
-                    let _ = tx.send(addr);
+                let line = match line.strip_prefix("pliant serve: listening on ") {
+                    Some(rest) => rest.split_whitespace().next().unwrap_or("").to_string(),
+                    None => line,
+                };
+                if tx.send(line).is_err() {
+                    return;
                 }
             }
         });
@@ -42,7 +47,18 @@ impl Node {
             .expect("pliant serve says where it listens")
             .parse()
             .expect("an address");
-        Self { child, addr }
+        Self {
+            child,
+            addr,
+            lines: rx,
+        }
+    }
+
+    /// The next line of its stderr (at most 10 s away).
+    fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a line on stderr")
     }
 
     fn client(&self) -> redis::Connection {
@@ -581,4 +597,55 @@ fn a_replayed_trace_misses_exactly_as_the_simulator_says() {
         assert_eq!(r["server_stats"]["misses"], expected, "{algo}: {r}");
         assert_eq!(r["records"], 249_651, "{algo}");
     }
+}
+
+#[test]
+fn prometheus_scrapes_the_counters_and_the_policy_s_decisions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(
+        dir.path(),
+        &[
+            "--no-store",
+            "--metrics",
+            "127.0.0.1:0",
+            "--policy",
+            "static-limit",
+            "--interval",
+            "100ms",
+        ],
+    );
+    let line = node.next_line();
+    let metrics: SocketAddr = line
+        .strip_prefix("pliant serve: metrics on http://")
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .expect("an address");
+    let mut c = node.client();
+    assert_eq!(cmd::<String>(&mut c, &["SET", "k", "v"]), "OK");
+    assert_eq!(cmd::<String>(&mut c, &["GET", "k"]), "v");
+    let start = Instant::now();
+    let body = loop {
+        let response = raw(metrics, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        if !response.contains("pliant_policy_decisions_total 0\n") {
+            break response;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no decision: {response}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for line in [
+        "pliant_keyspace_hits_total 1\n",
+        "pliant_writes_total 1\n",
+        "pliant_memory_keys 1\n",
+        "pliant_memory_capacity +Inf\n",
+        "pliant_policy_version 1\n",
+        "# TYPE pliant_policy_decision_seconds_total counter\n",
+    ] {
+        assert!(body.contains(line), "{line:?} in {body}");
+    }
+    assert!(raw(metrics, b"GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
 }

@@ -73,6 +73,10 @@ pub struct Args {
     /// Serve a non-loopback --bind address without a password (refused otherwise).
     #[arg(long)]
     unsafe_no_auth: bool,
+    /// Serve Prometheus metrics (the counters of INFO and PLIANT.STATS, policy decisions and
+    /// their time) on http://ADDR:PORT/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
     /// Time between policy decisions: 10s, 500ms, 2m, or plain seconds.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = pliant_policy::parse_interval)]
     interval: std::time::Duration,
@@ -107,16 +111,20 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
             .filter(|p| !p.is_empty()),
         unsafe_no_auth: a.unsafe_no_auth,
+        metrics: a.metrics,
     };
     let store = config
         .store
         .as_ref()
         .map_or("no store".to_string(), |p| format!("store {}", p.display()));
-    pliant_kv::serve(&config, |addr| {
+    pliant_kv::serve(&config, |addr, metrics| {
         eprintln!(
             "pliant serve: listening on {addr} ({} memory tier of {}, {store}, durability {})",
             config.algo, config.capacity, config.durability
         );
+        if let Some(m) = metrics {
+            eprintln!("pliant serve: metrics on http://{m}/metrics");
+        }
     })?;
     eprintln!("pliant serve: stopped cleanly");
     Ok(ExitCode::SUCCESS)
