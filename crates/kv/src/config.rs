@@ -108,3 +108,319 @@ impl Default for Config {
         }
     }
 }
+
+/// A node's settings as a user gives them, every one optional: the flags of `pliant serve`, or
+/// a TOML file of the same names (`--config FILE`). [`Settings::or`] lets the flags win over the
+/// file; [`Settings::resolve`] fills in the defaults and checks every value, naming the field.
+///
+/// ```toml
+/// bind = "127.0.0.1:6479"
+/// store = "/scratch/pliant"        # or: no-store = true
+/// capacity = "64MiB"
+/// algo = "s3fifo"
+/// durability = "always"
+/// policy = "static-limit"          # a shipped name, or file paths (relative to this file)
+/// interval = "10s"
+/// metrics = "127.0.0.1:9479"
+/// [param]
+/// limit = 100000
+/// ```
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Settings {
+    /// `--bind`.
+    pub bind: Option<SocketAddr>,
+    /// `--store`.
+    pub store: Option<PathBuf>,
+    /// `--no-store`.
+    pub no_store: Option<bool>,
+    /// `--capacity`.
+    pub capacity: Option<String>,
+    /// `--algo`.
+    pub algo: Option<String>,
+    /// `--durability`.
+    pub durability: Option<String>,
+    /// `--max-clients`.
+    pub max_clients: Option<usize>,
+    /// `--max-value-size`.
+    pub max_value_size: Option<String>,
+    /// `--policy`: a shipped name or files.
+    pub policy: Option<OneOrMany>,
+    /// `--param`: the policy's parameters.
+    pub param: Option<std::collections::BTreeMap<String, toml::Value>>,
+    /// `--interval`.
+    pub interval: Option<String>,
+    /// `--requirepass`.
+    pub requirepass: Option<String>,
+    /// `--unsafe-no-auth`.
+    pub unsafe_no_auth: Option<bool>,
+    /// `--metrics`.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// A policy named by one path or several.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// One file or shipped name.
+    One(PathBuf),
+    /// Chunk files.
+    Many(Vec<PathBuf>),
+}
+
+/// A setting that cannot be used, or a configuration file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for these settings (the message has the line and column).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message.
+        message: String,
+    },
+    /// A value that does not parse or does not fit.
+    #[error("{field}: {message}")]
+    Value {
+        /// The setting's name, as the flag and the file spell it.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Settings {
+    /// Reads a TOML file of settings. Policy paths in it are relative to the file's directory.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut s: Self = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        let base = path.parent().unwrap_or(std::path::Path::new("."));
+        let rebase = |p: PathBuf| {
+            let joined = base.join(&p);
+            // A shipped policy's name is not a file here or there: keep it as written.
+            if p.is_relative() && joined.exists() {
+                joined
+            } else {
+                p
+            }
+        };
+        s.policy = s.policy.map(|p| match p {
+            OneOrMany::One(p) => OneOrMany::One(rebase(p)),
+            OneOrMany::Many(v) => OneOrMany::Many(v.into_iter().map(rebase).collect()),
+        });
+        Ok(s)
+    }
+
+    /// These settings, with `fallback`'s where these have none.
+    pub fn or(self, fallback: Self) -> Self {
+        Self {
+            bind: self.bind.or(fallback.bind),
+            store: self.store.or(fallback.store),
+            no_store: self.no_store.or(fallback.no_store),
+            capacity: self.capacity.or(fallback.capacity),
+            algo: self.algo.or(fallback.algo),
+            durability: self.durability.or(fallback.durability),
+            max_clients: self.max_clients.or(fallback.max_clients),
+            max_value_size: self.max_value_size.or(fallback.max_value_size),
+            policy: self.policy.or(fallback.policy),
+            param: match (self.param, fallback.param) {
+                (Some(mut mine), Some(theirs)) => {
+                    for (k, v) in theirs {
+                        mine.entry(k).or_insert(v);
+                    }
+                    Some(mine)
+                }
+                (mine, theirs) => mine.or(theirs),
+            },
+            interval: self.interval.or(fallback.interval),
+            requirepass: self.requirepass.or(fallback.requirepass),
+            unsafe_no_auth: self.unsafe_no_auth.or(fallback.unsafe_no_auth),
+            metrics: self.metrics.or(fallback.metrics),
+        }
+    }
+
+    /// The node's configuration: these settings checked, defaults where none was given.
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let bad = |field: &'static str, message: String| ConfigError::Value { field, message };
+        let capacity = match &self.capacity {
+            None => d.capacity,
+            Some(c) => c
+                .parse()
+                .map_err(|e: pliant_cache::CapacityError| bad("capacity", e.to_string()))?,
+        };
+        let algo = self.algo.unwrap_or(d.algo);
+        pliant_cache::build(&algo, capacity).map_err(|e| bad("algo", e.to_string()))?;
+        let durability = match &self.durability {
+            None => d.durability,
+            Some(s) => s.parse().map_err(|e| bad("durability", e))?,
+        };
+        let max_value_size = match &self.max_value_size {
+            None => d.max_value_size,
+            Some(s) => match s.parse::<Capacity>() {
+                Ok(Capacity::Bytes(n)) => usize::try_from(n)
+                    .map_err(|_| bad("max-value-size", format!("{s:?} is too large")))?,
+                Ok(Capacity::Keys(_)) => {
+                    return Err(bad(
+                        "max-value-size",
+                        format!("{s:?}: give bytes (512MiB), not keys"),
+                    ));
+                }
+                Err(e) => return Err(bad("max-value-size", e.to_string())),
+            },
+        };
+        let interval = match &self.interval {
+            None => d.policy.interval,
+            Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("interval", e))?,
+        };
+        let source = match self.policy {
+            None => None,
+            Some(p) => {
+                let paths = match p {
+                    OneOrMany::One(p) => vec![p],
+                    OneOrMany::Many(v) => v,
+                };
+                Some(
+                    pliant_policy::PolicySource::resolve(&paths)
+                        .map_err(|e| bad("policy", e.to_string()))?,
+                )
+            }
+        };
+        let mut params = pliant_policy::Params::new();
+        for (k, v) in self.param.unwrap_or_default() {
+            let v = match v {
+                toml::Value::Integer(n) => pliant_policy::ParamValue::Num(n as f64),
+                toml::Value::Float(x) => pliant_policy::ParamValue::Num(x),
+                toml::Value::String(s) => pliant_policy::ParamValue::parse(&s),
+                other => {
+                    return Err(bad(
+                        "param",
+                        format!("{k}: {} is neither a number nor a string", other.type_str()),
+                    ));
+                }
+            };
+            params.insert(k, v);
+        }
+        if self.no_store == Some(true) && self.store.is_some() {
+            return Err(bad("store", "given together with no-store".into()));
+        }
+        Ok(Config {
+            bind: self.bind.unwrap_or(d.bind),
+            store: if self.no_store == Some(true) {
+                None
+            } else {
+                self.store.or(d.store)
+            },
+            capacity,
+            algo,
+            durability,
+            max_clients: self.max_clients.unwrap_or(d.max_clients),
+            max_value_size,
+            policy: crate::policy::PolicyConfig {
+                source,
+                params,
+                interval,
+            },
+            requirepass: self.requirepass.filter(|p| !p.is_empty()),
+            unsafe_no_auth: self.unsafe_no_auth.unwrap_or(false),
+            metrics: self.metrics,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_gives_every_setting_and_flags_win() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pliant.toml");
+        std::fs::write(
+            &path,
+            "bind = \"127.0.0.1:7000\"\nno-store = true\ncapacity = \"1000keys\"\nalgo = \"sieve\"\n\
+             durability = \"always\"\npolicy = \"static-limit\"\ninterval = \"500ms\"\n\
+             [param]\nlimit = 10\n",
+        )
+        .expect("write");
+        let file = Settings::from_file(&path).expect("parses");
+        let flags = Settings {
+            algo: Some("lru".into()),
+            ..Settings::default()
+        };
+        let c = flags.or(file).resolve().expect("resolves");
+        assert_eq!(c.bind.port(), 7000);
+        assert_eq!(c.store, None);
+        assert_eq!(c.capacity, Capacity::Keys(1000));
+        assert_eq!(c.algo, "lru");
+        assert_eq!(c.durability, Durability::Always);
+        assert_eq!(c.policy.interval, std::time::Duration::from_millis(500));
+        assert_eq!(c.policy.source.map(|s| s.name), Some("static-limit".into()));
+        assert_eq!(
+            c.policy.params.get("limit"),
+            Some(&pliant_policy::ParamValue::Num(10.0))
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_line_or_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "capacity = \"64MiB\"\ncapasity = 1\n").expect("write");
+        let e = Settings::from_file(&path)
+            .expect_err("unknown field")
+            .to_string();
+        assert!(
+            e.contains("bad.toml") && e.contains("capasity") && e.contains("line 2"),
+            "{e}"
+        );
+        for (s, field) in [
+            (
+                Settings {
+                    capacity: Some("lots".into()),
+                    ..Settings::default()
+                },
+                "capacity",
+            ),
+            (
+                Settings {
+                    durability: Some("sometimes".into()),
+                    ..Settings::default()
+                },
+                "durability",
+            ),
+            (
+                Settings {
+                    interval: Some("0s".into()),
+                    ..Settings::default()
+                },
+                "interval",
+            ),
+            (
+                Settings {
+                    algo: Some("mru".into()),
+                    ..Settings::default()
+                },
+                "algo",
+            ),
+        ] {
+            let e = s.resolve().expect_err(field).to_string();
+            assert!(e.starts_with(&format!("{field}: ")), "{e}");
+        }
+    }
+}

@@ -649,3 +649,42 @@ fn prometheus_scrapes_the_counters_and_the_policy_s_decisions() {
     }
     assert!(raw(metrics, b"GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
 }
+
+#[test]
+fn a_config_file_gives_the_settings_and_flags_win() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("pliant.toml"),
+        "bind = \"127.0.0.1:1\"\nno-store = true\ncapacity = \"10keys\"\nalgo = \"fifo\"\n",
+    )
+    .expect("write");
+    // --bind (given by Node::start) wins over the file's port 1.
+    let node = Node::start(dir.path(), &["--config", "pliant.toml"]);
+    let mut c = node.client();
+    for i in 0..50 {
+        let _: () = redis::cmd("SET").arg(i).arg(i).query(&mut c).expect("set");
+    }
+    assert_eq!(cmd::<i64>(&mut c, &["DBSIZE"]), 10);
+    let info: String = cmd(&mut c, &["INFO", "pliant"]);
+    assert!(
+        info.contains("algorithm:fifo\r\n") && info.contains("store:none\r\n"),
+        "{info}"
+    );
+
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "capacity = \"10keys\"\nshards = 4\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(["serve", "--config", "bad.toml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("bad.toml") && e.contains("shards") && e.contains("line 2"),
+        "{e}"
+    );
+}

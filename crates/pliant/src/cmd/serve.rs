@@ -4,68 +4,70 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use pliant_cache::Capacity;
-use pliant_kv::{Config, Durability};
-use pliant_policy::PolicySource;
+use pliant_kv::config::{OneOrMany, Settings};
 
 use super::args::PolicyParams;
 
-/// Run a cache node that speaks the Redis protocol (redis-cli, redis-benchmark and Redis
-/// client libraries work unmodified).
+/// Run a cache node that speaks the Redis protocol (redis-cli, redis-benchmark and Redis client
+/// libraries work unmodified).
 ///
 /// With no flags: 127.0.0.1:6479 (beside a Redis on 6379), an unlimited LRU memory tier over a
 /// persistent store in ./pliant-data, writes synced to disk once a second. Stop it with
 /// Ctrl-C, SIGTERM or the SHUTDOWN command: it finishes the requests it has read, syncs the
 /// store and exits.
 ///
+/// Every flag can also be given in a TOML file (--config), under the flag's name
+/// (capacity = "64MiB", no-store = true, [param] limit = 100); flags win over the file.
+///
 /// Examples:
 ///   pliant serve
 ///   pliant serve --no-store --capacity 64MiB --algo s3fifo
 ///   pliant serve --bind 127.0.0.1:7000 --store /scratch/kv --durability always
 ///   pliant serve --policy static-limit --param limit=100000 --interval 10s
+///   pliant serve --config pliant.toml --metrics 127.0.0.1:9479
 ///   redis-cli -p 6479 set greeting hello
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Address and port to listen on.
-    #[arg(long, value_name = "ADDR:PORT", default_value_t = SocketAddr::from(([127, 0, 0, 1], pliant_kv::DEFAULT_PORT)))]
-    bind: SocketAddr,
-    /// Directory of the persistent store this node holds (created if missing). Every key is
-    /// written there; memory caches it.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "pliant-data",
-        conflicts_with = "no_store"
-    )]
-    store: PathBuf,
+    /// A TOML file of settings, under the flags' names; flags given here win over it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address and port to listen on [default: 127.0.0.1:6479].
+    #[arg(long, value_name = "ADDR:PORT")]
+    bind: Option<SocketAddr>,
+    /// Directory of the persistent store this node holds (created if missing): every key is
+    /// written there, memory caches it [default: ./pliant-data].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_store")]
+    store: Option<PathBuf>,
     /// No persistent store: a pure cache, like a Redis without persistence (evicted keys are gone).
     #[arg(long)]
     no_store: bool,
-    /// Memory tier capacity: bytes (64MiB, 1GB), keys (10000keys) or unlimited.
-    #[arg(long, value_name = "SIZE", default_value = "unlimited")]
-    capacity: Capacity,
+    /// Memory tier capacity: bytes (64MiB, 1GB), keys (10000keys) or unlimited [default: unlimited].
+    #[arg(long, value_name = "SIZE")]
+    capacity: Option<String>,
     /// Eviction algorithm of the memory tier (pliant-cache's: lru, fifo, clock, lfu, arc, sieve,
-    /// s3fifo, wtinylfu; parameters after a colon, e.g. s3fifo:small=0.2).
-    #[arg(long, value_name = "ALGO", default_value = "lru")]
-    algo: String,
+    /// s3fifo, wtinylfu; parameters after a colon, e.g. s3fifo:small=0.2) [default: lru].
+    #[arg(long, value_name = "ALGO")]
+    algo: Option<String>,
     /// When a write is acknowledged: none (never synced by the node), everysec (synced once a
-    /// second: at most ~1 s lost in a crash), always (synced before the reply).
-    #[arg(long, value_name = "MODE", default_value = "everysec")]
-    durability: Durability,
-    /// Connections served at once; more get an error and are closed.
-    #[arg(long, value_name = "N", default_value_t = pliant_kv::config::DEFAULT_MAX_CLIENTS)]
-    max_clients: usize,
-    /// Longest value accepted (Redis's proto-max-bulk-len).
-    #[arg(long, value_name = "SIZE", default_value = "512MiB")]
-    max_value_size: Capacity,
+    /// second: at most ~1 s lost in a crash), always (synced before the reply) [default: everysec].
+    #[arg(long, value_name = "MODE")]
+    durability: Option<String>,
+    /// Connections served at once; more get an error and are closed [default: 10000].
+    #[arg(long, value_name = "N")]
+    max_clients: Option<usize>,
+    /// Longest value accepted (Redis's proto-max-bulk-len) [default: 512MiB].
+    #[arg(long, value_name = "SIZE")]
+    max_value_size: Option<String>,
     /// A Lua policy that sizes the memory tier live: a file, chunk files, or a shipped name
     /// (static-limit, parsplice-absorb-trim, …). Without one, PLIANT.POLICY LOAD can add one later.
     #[arg(long, num_args = 1.., value_name = "FILE|NAME")]
     policy: Vec<PathBuf>,
     #[command(flatten)]
     params: PolicyParams,
+    /// Time between policy decisions: 10s, 500ms, 2m, or plain seconds [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    interval: Option<String>,
     /// The password clients must give (AUTH, or HELLO 3 AUTH default PASSWORD) before any other
     /// command; also read from PLIANT_PASSWORD. Never logged or shown by INFO.
     #[arg(long, value_name = "PASSWORD")]
@@ -77,42 +79,45 @@ pub struct Args {
     /// their time) on http://ADDR:PORT/metrics.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
-    /// Time between policy decisions: 10s, 500ms, 2m, or plain seconds.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = pliant_policy::parse_interval)]
-    interval: std::time::Duration,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
-    let max_value_size = match a.max_value_size {
-        Capacity::Bytes(n) => usize::try_from(n).context("--max-value-size is too large")?,
-        Capacity::Keys(_) => anyhow::bail!("--max-value-size takes bytes (512MiB), not keys"),
-    };
-    pliant_cache::build(&a.algo, a.capacity).context("--algo")?;
-    let config = Config {
+    let flags = Settings {
         bind: a.bind,
-        store: (!a.no_store).then(|| a.store.clone()),
-        capacity: a.capacity,
+        store: a.store.clone(),
+        no_store: a.no_store.then_some(true),
+        capacity: a.capacity.clone(),
         algo: a.algo.clone(),
-        durability: a.durability,
+        durability: a.durability.clone(),
         max_clients: a.max_clients,
-        max_value_size,
-        policy: pliant_kv::PolicyConfig {
-            source: if a.policy.is_empty() {
-                None
-            } else {
-                Some(PolicySource::resolve(&a.policy)?)
-            },
-            params: a.params.params.iter().cloned().collect(),
-            interval: a.interval,
-        },
+        max_value_size: a.max_value_size.clone(),
+        policy: (!a.policy.is_empty()).then(|| OneOrMany::Many(a.policy.clone())),
+        param: (!a.params.params.is_empty()).then(|| {
+            a.params
+                .params
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        pliant_policy::ParamValue::Num(n) => toml::Value::Float(*n),
+                        pliant_policy::ParamValue::Str(s) => toml::Value::String(s.clone()),
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        }),
+        interval: a.interval.clone(),
         requirepass: a
             .requirepass
             .clone()
-            .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
-            .filter(|p| !p.is_empty()),
-        unsafe_no_auth: a.unsafe_no_auth,
+            .or_else(|| std::env::var("PLIANT_PASSWORD").ok()),
+        unsafe_no_auth: a.unsafe_no_auth.then_some(true),
         metrics: a.metrics,
     };
+    let settings = match &a.config {
+        Some(file) => flags.or(Settings::from_file(file)?),
+        None => flags,
+    };
+    let config = settings.resolve()?;
     let store = config
         .store
         .as_ref()
