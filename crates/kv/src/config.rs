@@ -12,6 +12,9 @@ pub const DEFAULT_PORT: u16 = 6479;
 /// The longest value accepted by default: Redis's `proto-max-bulk-len`, 512 MiB.
 pub const DEFAULT_MAX_VALUE_SIZE: usize = 512 * 1024 * 1024;
 
+/// Threads serving connections by default (see `Config::threads`).
+pub const DEFAULT_THREADS: usize = 1;
+
 /// Connections accepted at once by default (Redis's `maxclients`).
 pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
 
@@ -81,6 +84,8 @@ pub struct Config {
     pub unsafe_no_auth: bool,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// Threads serving connections (0: one per core).
+    pub threads: usize,
 }
 
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
@@ -105,6 +110,7 @@ impl Default for Config {
             requirepass: None,
             unsafe_no_auth: false,
             metrics: None,
+            threads: DEFAULT_THREADS,
         }
     }
 }
@@ -156,6 +162,8 @@ pub struct Settings {
     pub unsafe_no_auth: Option<bool>,
     /// `--metrics`.
     pub metrics: Option<SocketAddr>,
+    /// `--threads`.
+    pub threads: Option<usize>,
 }
 
 /// A policy named by one path or several.
@@ -251,6 +259,7 @@ impl Settings {
             requirepass: self.requirepass.or(fallback.requirepass),
             unsafe_no_auth: self.unsafe_no_auth.or(fallback.unsafe_no_auth),
             metrics: self.metrics.or(fallback.metrics),
+            threads: self.threads.or(fallback.threads),
         }
     }
 
@@ -339,6 +348,7 @@ impl Settings {
             requirepass: self.requirepass.filter(|p| !p.is_empty()),
             unsafe_no_auth: self.unsafe_no_auth.unwrap_or(false),
             metrics: self.metrics,
+            threads: self.threads.unwrap_or(d.threads),
         })
     }
 }

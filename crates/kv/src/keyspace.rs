@@ -13,7 +13,7 @@
 //! In the store, a value is one flag byte (0: no expiry; 1: an expiry follows as a big-endian
 //! `u64` of unix milliseconds) and the value's bytes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -39,6 +39,10 @@ pub enum KvError {
     /// The cache algorithm could not be built.
     #[error("{0}")]
     Algorithm(#[from] pliant_cache::AlgorithmError),
+    /// An earlier commit to the store failed; writes are refused from then on, since what is in
+    /// memory could no longer be told durable.
+    #[error("writes are refused since the store failed: {0}; restart the node once it is fixed")]
+    Failed(String),
 }
 
 /// A value and when it expires.
@@ -136,21 +140,28 @@ pub const MAX_RECORDED_READS: usize = 1 << 20;
 
 #[derive(Debug)]
 struct Slot {
-    id: u64,
+    key: Box<[u8]>,
     value: Value,
 }
 
 /// One node's keys (see the module doc).
 pub struct Keyspace {
-    mem: BTreeMap<Bytes, Slot>,
-    /// The cache algorithm names objects by number ([`Keyspace::id_of`]); this maps an evicted
-    /// number to its key.
-    ids: HashMap<u64, Bytes, foldhash::fast::FixedState>,
+    /// The memory tier's keys and values by id ([`Keyspace::id_of`], the number the algorithm
+    /// knows a key by): one map, so an eviction finds its value directly, lookups compare
+    /// integers rather than key bytes, and SCAN without a store walks ids in order.
+    mem: BTreeMap<u64, Slot>,
     cache: Cache,
     algo: String,
     store: Option<Arc<dyn Store>>,
     /// Writes since the store was last synced.
     unsynced: bool,
+    /// Store writes not yet committed (`None`: a deletion), newest per key: a pipeline's writes,
+    /// and those of every client served meanwhile, go to the store as one batch ([`commit`]).
+    ///
+    /// [`commit`]: Keyspace::commit
+    pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>,
+    /// Why writes are refused, once a commit failed.
+    failed: Option<String>,
     stats: KvStats,
     /// `(unix seconds, key id)` of reads since a policy last took them; `None` when no policy
     /// asks for them.
@@ -180,11 +191,12 @@ impl Keyspace {
         let cache = Cache::new(pliant_cache::build(algo, capacity)?, capacity);
         Ok(Self {
             mem: BTreeMap::new(),
-            ids: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(7)),
             cache,
             algo: algo.to_string(),
             store,
             unsynced: false,
+            pending: Default::default(),
+            failed: None,
             stats: KvStats::default(),
             reads: None,
             ids_hasher: foldhash::fast::FixedState::with_seed(11),
@@ -285,32 +297,36 @@ impl Keyspace {
     /// the store and kept in memory. Not counted as a keyspace hit or miss (commands that only
     /// inspect a key, like TTL, are not reads in Redis's counters either).
     pub fn read(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
-        if let Some(slot) = self.mem.get(key) {
-            let (id, size, live) = (slot.id, size_of(key, &slot.value), slot.value.live(now));
+        let id = self.id_of(key);
+        if let Some(slot) = self.slot(id, key) {
+            let (size, live) = (size_of(key, &slot.value), slot.value.live(now));
             if !live {
                 self.expire(key)?;
                 return Ok(None);
             }
+            let value = slot.value.clone();
             self.cache.get(&Request::new(id, size));
             self.stats.hits += 1;
             self.stats.hit_bytes += u64::from(size);
-            return Ok(self.mem.get(key).map(|s| s.value.clone()));
+            return Ok(Some(value));
         }
         self.stats.misses += 1;
         let found = match &self.store {
             None => None,
             Some(store) => {
                 self.stats.store_reads += 1;
-                match store.get(key)? {
-                    None => None,
-                    Some(raw) => Some(Value::decode(key, raw)?),
+                match self.pending.get(key) {
+                    Some(p) => p.clone(),
+                    None => store.get(key)?,
                 }
+                .map(|raw| Value::decode(key, raw))
+                .transpose()?
             }
         };
         // The miss is an access of the key as the algorithm sees it: one that keeps ghosts
         // (S3-FIFO, ARC) learns of it, as in the simulator's `access`.
         let size = found.as_ref().map_or(0, |v| size_of(key, v));
-        self.cache.get(&Request::new(self.id_of(key), size));
+        self.cache.get(&Request::new(id, size));
         let Some(v) = found else {
             return Ok(None);
         };
@@ -319,21 +335,25 @@ impl Keyspace {
             return Ok(None);
         }
         self.stats.miss_bytes += u64::from(size);
-        self.keep(Bytes::copy_from_slice(key), v.clone());
+        self.keep(key, v.clone());
         Ok(Some(v))
     }
 
     /// The live value of `key` without counting a read, touching the memory tier's order or
     /// keeping a value read from the store (what a write needs to know of the value it replaces).
     pub fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
-        if let Some(slot) = self.mem.get(key) {
+        if let Some(slot) = self.slot(self.id_of(key), key) {
             return Ok(Some(slot.value.clone()).filter(|v| v.live(now)));
         }
         let Some(store) = &self.store else {
             return Ok(None);
         };
         self.stats.store_reads += 1;
-        match store.get(key)? {
+        let raw = match self.pending.get(key) {
+            Some(p) => p.clone(),
+            None => store.get(key)?,
+        };
+        match raw {
             None => Ok(None),
             Some(raw) => Ok(Some(Value::decode(key, raw)?).filter(|v| v.live(now))),
         }
@@ -341,13 +361,15 @@ impl Keyspace {
 
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
     pub fn set(&mut self, key: Bytes, v: Value) -> Result<(), KvError> {
-        self.stats.writes += 1;
-        if let Some(store) = &self.store {
-            store.put(&key, &v.encode())?;
-            self.stats.store_writes += 1;
-            self.unsynced = true;
+        if let Some(why) = &self.failed {
+            return Err(KvError::Failed(why.clone()));
         }
-        self.keep(key, v);
+        self.stats.writes += 1;
+        if self.store.is_some() {
+            self.pending.insert(key.to_vec(), Some(v.encode()));
+            self.stats.store_writes += 1;
+        }
+        self.keep(&key, v);
         Ok(())
     }
 
@@ -362,7 +384,7 @@ impl Keyspace {
 
     /// Whether `key` exists, without reading it into memory.
     pub fn exists(&mut self, key: &[u8], now: u64) -> Result<bool, KvError> {
-        if let Some(slot) = self.mem.get(key) {
+        if let Some(slot) = self.slot(self.id_of(key), key) {
             if slot.value.live(now) {
                 return Ok(true);
             }
@@ -373,7 +395,11 @@ impl Keyspace {
             return Ok(false);
         };
         self.stats.store_reads += 1;
-        match store.get(key)? {
+        let raw = match self.pending.get(key) {
+            Some(p) => p.clone(),
+            None => store.get(key)?,
+        };
+        match raw {
             None => Ok(false),
             Some(raw) => {
                 if Value::decode(key, raw)?.live(now) {
@@ -386,10 +412,11 @@ impl Keyspace {
         }
     }
 
-    /// Up to `count` live keys after `after` (exclusive), in key order, that satisfy `filter`,
-    /// and whether more may follow. With a store the store is walked (it holds every key);
-    /// without one, memory. Examines at most `count * 10 + 100` keys, so one call is bounded
-    /// even when few keys match.
+    /// Up to `count` live keys that satisfy `filter`, after the position `after` (a token an
+    /// earlier call returned; `None` to start), and the token to go on from (`None`: done).
+    /// With a store the store is walked in key order (it holds every key) and a token is the last
+    /// key; without one, memory in id order, and a token is the last id. Examines at most
+    /// `count * 10 + 100` keys, so one call is bounded even when few keys match.
     pub fn scan(
         &mut self,
         after: Option<&[u8]>,
@@ -397,6 +424,7 @@ impl Keyspace {
         now: u64,
         filter: &dyn Fn(&[u8]) -> bool,
     ) -> Result<(Vec<Bytes>, Option<Bytes>), KvError> {
+        self.commit()?;
         let budget = count.saturating_mul(10).saturating_add(100);
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut found = Vec::new();
@@ -415,13 +443,20 @@ impl Keyspace {
                 }
             }
         } else {
-            for (k, slot) in self.mem.range::<[u8], _>((lower, Bound::Unbounded)) {
+            let lower = match after {
+                None => Bound::Unbounded,
+                Some(t) => match <[u8; 8]>::try_from(t) {
+                    Ok(b) => Bound::Excluded(u64::from_be_bytes(b)),
+                    Err(_) => return Ok((found, None)),
+                },
+            };
+            for (id, slot) in self.mem.range((lower, Bound::Unbounded)) {
                 examined += 1;
-                if slot.value.live(now) && filter(k) {
-                    found.push(k.clone());
+                if slot.value.live(now) && filter(&slot.key) {
+                    found.push(Bytes::copy_from_slice(&slot.key));
                 }
                 if found.len() >= count || examined >= budget {
-                    return Ok((found, Some(k.clone())));
+                    return Ok((found, Some(Bytes::copy_from_slice(&id.to_be_bytes()))));
                 }
             }
         }
@@ -430,7 +465,8 @@ impl Keyspace {
 
     /// Keys that exist (expired ones not yet collected included, as Redis's `DBSIZE`). With a
     /// store this walks it.
-    pub fn len(&self) -> Result<u64, KvError> {
+    pub fn len(&mut self) -> Result<u64, KvError> {
+        self.commit()?;
         match &self.store {
             None => Ok(self.mem.len() as u64),
             Some(store) => {
@@ -445,12 +481,13 @@ impl Keyspace {
     }
 
     /// Whether there are no keys.
-    pub fn is_empty(&self) -> Result<bool, KvError> {
+    pub fn is_empty(&mut self) -> Result<bool, KvError> {
         Ok(self.len()? == 0)
     }
 
     /// Deletes every key, in the store too.
     pub fn flush(&mut self) -> Result<(), KvError> {
+        self.commit()?;
         if let Some(store) = &self.store {
             let keys: Vec<Vec<u8>> = store
                 .range((Bound::Unbounded, Bound::Unbounded))
@@ -464,15 +501,57 @@ impl Keyspace {
             self.stats.store_writes += 1;
             self.unsynced = true;
         }
-        for (_, slot) in std::mem::take(&mut self.mem) {
-            self.cache.remove(slot.id);
+        for (id, _) in std::mem::take(&mut self.mem) {
+            self.cache.remove(id);
         }
-        self.ids.clear();
         Ok(())
+    }
+
+    /// Hands the writes not yet committed to the store as one batch (in the store's journal,
+    /// not yet synced: what `--durability none` and `everysec` acknowledge). If the store fails,
+    /// the keys written since the last commit leave memory (which would otherwise serve values the
+    /// store does not have), and every later write is refused ([`KvError::Failed`]).
+    pub fn commit(&mut self) -> Result<(), KvError> {
+        if let Some(why) = &self.failed {
+            return Err(KvError::Failed(why.clone()));
+        }
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut batch = pliant_store::Batch::new();
+        for (k, v) in &self.pending {
+            match v {
+                Some(v) => batch.put(k, v),
+                None => batch.delete(k),
+            };
+        }
+        match store.batch(&batch) {
+            Ok(()) => {
+                self.pending.clear();
+                self.unsynced = true;
+                Ok(())
+            }
+            Err(e) => {
+                let keys: Vec<Vec<u8>> = self.pending.drain().map(|(k, _)| k).collect();
+                for k in keys {
+                    let id = self.id_of(&k);
+                    if self.slot(id, &k).is_some() {
+                        self.mem.remove(&id);
+                        self.cache.remove(id);
+                    }
+                }
+                self.failed = Some(e.to_string());
+                Err(e.into())
+            }
+        }
     }
 
     /// Makes every write so far durable; a no-op without a store or without writes.
     pub fn sync(&mut self) -> Result<(), KvError> {
+        self.commit()?;
         if let Some(store) = &self.store
             && self.unsynced
         {
@@ -481,6 +560,11 @@ impl Keyspace {
             self.stats.store_syncs += 1;
         }
         Ok(())
+    }
+
+    /// Whether writes are waiting for a commit.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Whether writes are waiting for a sync.
@@ -494,39 +578,47 @@ impl Keyspace {
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<(), KvError> {
-        if let Some(store) = &self.store {
-            store.delete(key)?;
-            self.stats.store_writes += 1;
-            self.unsynced = true;
+        if let Some(why) = &self.failed {
+            return Err(KvError::Failed(why.clone()));
         }
-        if let Some(slot) = self.mem.remove(key) {
-            self.cache.remove(slot.id);
-            self.ids.remove(&slot.id);
+        if self.store.is_some() {
+            self.pending.insert(key.to_vec(), None);
+            self.stats.store_writes += 1;
+        }
+        let id = self.id_of(key);
+        if self.slot(id, key).is_some() {
+            self.mem.remove(&id);
+            self.cache.remove(id);
         }
         Ok(())
     }
 
     /// Puts `key` in the memory tier (replacing what it held), evicting as the algorithm says.
-    fn keep(&mut self, key: Bytes, v: Value) {
-        let size = size_of(&key, &v);
-        let id = match self.mem.get_mut(&key) {
+    fn keep(&mut self, key: &[u8], v: Value) {
+        let size = size_of(key, &v);
+        let id = self.id_of(key);
+        match self.mem.get_mut(&id) {
+            Some(slot) if &*slot.key == key => slot.value = v,
             Some(slot) => {
-                slot.value = v;
-                slot.id
-            }
-            None => {
-                let id = self.id_of(&key);
                 // Two keys with one 64-bit hash share a place in the algorithm's order: the one
                 // held leaves memory (the store keeps it), as an eviction would take it.
-                if let Some(other) = self.ids.insert(id, key.clone()) {
-                    self.mem.remove(&other);
-                    self.cache.remove(id);
-                    self.stats.evictions += 1;
-                }
-                self.mem.insert(key.clone(), Slot { id, value: v });
-                id
+                self.cache.remove(id);
+                self.stats.evictions += 1;
+                *slot = Slot {
+                    key: key.into(),
+                    value: v,
+                };
             }
-        };
+            None => {
+                self.mem.insert(
+                    id,
+                    Slot {
+                        key: key.into(),
+                        value: v,
+                    },
+                );
+            }
+        }
         let mut gone = Vec::new();
         let outcome = self
             .cache
@@ -539,6 +631,11 @@ impl Keyspace {
         self.drop_evicted(gone);
     }
 
+    /// The slot holding `key` (whose id is `id`), if memory holds it.
+    fn slot(&self, id: u64, key: &[u8]) -> Option<&Slot> {
+        self.mem.get(&id).filter(|s| &*s.key == key)
+    }
+
     /// The number the algorithm knows `key` by: a hash of its bytes, the same every time the key
     /// comes back, so that the ghosts of S3-FIFO and ARC recognise it.
     fn id_of(&self, key: &[u8]) -> u64 {
@@ -548,8 +645,7 @@ impl Keyspace {
 
     fn drop_evicted(&mut self, gone: Vec<u64>) {
         for id in gone {
-            if let Some(k) = self.ids.remove(&id) {
-                self.mem.remove(&k);
+            if self.mem.remove(&id).is_some() {
                 self.stats.evictions += 1;
             }
         }
@@ -655,7 +751,52 @@ mod tests {
                 }
             }
             assert_eq!(seen.len(), 25, "store: {store}");
-            assert!(seen.windows(2).all(|w| w[0] < w[1]));
+            let unique: std::collections::BTreeSet<_> = seen.iter().collect();
+            assert_eq!(unique.len(), 25, "store: {store}");
+            if store {
+                assert!(
+                    seen.windows(2).all(|w| w[0] < w[1]),
+                    "the store walks keys in order"
+                );
+            }
         }
+    }
+
+    /// A pipeline's writes go to the store as one batch; a failed batch takes its keys out of
+    /// memory (so nothing serves a value the store lacks) and refuses every later write.
+    #[test]
+    fn writes_commit_as_one_batch_and_a_failed_commit_is_not_served() {
+        let faulty = pliant_store::FaultyStore::new(MemStore::new());
+        let faults = faulty.faults();
+        let store: Arc<dyn Store> = Arc::new(faulty);
+        let mut k = Keyspace::new("lru", Capacity::Keys(1), Some(store.clone())).expect("keyspace");
+        // Capacity 1: "a" leaves memory before the commit, and is read from the pending writes.
+        k.set(Bytes::from_static(b"a"), Value::new("1"))
+            .expect("set");
+        k.set(Bytes::from_static(b"b"), Value::new("2"))
+            .expect("set");
+        assert_eq!(k.get(b"a", 0).expect("get"), Some(Bytes::from_static(b"1")));
+        assert_eq!(
+            faults.writes(),
+            0,
+            "nothing reached the store before the commit"
+        );
+        k.commit().expect("commit");
+        assert_eq!(faults.writes(), 1, "two puts, one batch");
+        assert_eq!(store.get(b"b").expect("get").map(|v| v.len()), Some(2));
+
+        k.set(Bytes::from_static(b"c"), Value::new("3"))
+            .expect("set");
+        faults.fail_write(1);
+        assert!(k.commit().is_err());
+        assert_eq!(
+            k.get(b"c", 0).expect("get"),
+            None,
+            "never served once its commit failed"
+        );
+        assert!(matches!(
+            k.set(Bytes::from_static(b"d"), Value::new("4")),
+            Err(KvError::Failed(_))
+        ));
     }
 }

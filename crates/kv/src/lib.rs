@@ -43,7 +43,16 @@ pub fn serve(
     config: &Config,
     ready: impl FnOnce(std::net::SocketAddr, Option<std::net::SocketAddr>),
 ) -> Result<(), ServeError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = if config.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if config.threads > 1 {
+            b.worker_threads(config.threads);
+        }
+        b
+    };
+    let rt = builder
         .enable_all()
         .build()
         .map_err(|source| ServeError::Bind {

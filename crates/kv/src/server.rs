@@ -169,18 +169,21 @@ impl Server {
     }
 }
 
-/// Under `--durability everysec`, syncs the store once a second if anything was written.
+/// Once a second: commits what is pending and, under `--durability everysec`, syncs the store if
+/// anything was written.
 async fn sync_every_second(node: Arc<Node>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        if node.durability() == Durability::EverySec {
-            let mut ks = node.keyspace();
-            if ks.unsynced()
-                && let Err(e) = ks.sync()
-            {
-                tracing::error!("periodic sync failed: {e}");
-            }
+        let mut ks = node.keyspace();
+        // Writes left uncommitted by commands that are not writes (a read that found a key
+        // expired deletes it) are committed here at the latest.
+        let done = match node.durability() {
+            Durability::EverySec if ks.unsynced() || ks.has_pending() => ks.sync(),
+            _ => ks.commit(),
+        };
+        if let Err(e) = done {
+            tracing::error!("periodic commit or sync failed: {e}");
         }
     }
 }
@@ -253,12 +256,18 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
                 }
             }
         }
-        if session.wrote && node.durability() == Durability::Always {
-            session.wrote = false;
-            if let Err(e) = node.keyspace().sync() {
-                // The writes are not durable: say nothing was acknowledged by closing without
-                // the replies.
-                tracing::error!("client {id}: sync failed, closing without replies: {e}");
+        if session.wrote {
+            // The batch's writes (and those of every client served meanwhile) reach the store as
+            // one batch before any of them is acknowledged; under `always`, synced too.
+            let mut ks = node.keyspace();
+            let done = if node.durability() == Durability::Always {
+                ks.sync()
+            } else {
+                ks.commit()
+            };
+            if let Err(e) = done {
+                // Not in the store: say nothing was acknowledged by closing without the replies.
+                tracing::error!("client {id}: store failed, closing without replies: {e}");
                 return Ok(());
             }
         }

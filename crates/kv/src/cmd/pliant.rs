@@ -70,7 +70,7 @@ pub(super) fn policy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// `PLIANT.STATS`: the node's counters, one JSON object.
 pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     let (stats, (keys, bytes), capacity, algo, keys_total) = {
-        let ks = ctx.node.keyspace();
+        let mut ks = ctx.node.keyspace();
         (
             ks.stats(),
             ks.memory(),

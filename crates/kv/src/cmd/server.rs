@@ -54,7 +54,7 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     let node = ctx.node;
     let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys) = {
-        let ks = node.keyspace();
+        let mut ks = node.keyspace();
         (
             ks.stats(),
             ks.memory(),

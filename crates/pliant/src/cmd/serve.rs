@@ -79,6 +79,9 @@ pub struct Args {
     /// their time) on http://ADDR:PORT/metrics.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
+    /// Threads serving connections; 0 means one per core [default: 1].
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -112,6 +115,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             .or_else(|| std::env::var("PLIANT_PASSWORD").ok()),
         unsafe_no_auth: a.unsafe_no_auth.then_some(true),
         metrics: a.metrics,
+        threads: a.threads,
     };
     let settings = match &a.config {
         Some(file) => flags.or(Settings::from_file(file)?),
