@@ -249,10 +249,26 @@ enum Resume {
     Start,
     /// An inline request with no `\n` in its first `scanned` bytes.
     Inline { scanned: usize },
-    /// A request array whose next bulk string starts at `pos`, with `left` to go.
-    Request { pos: usize, left: usize },
+    /// A request array whose next bulk string starts at `pos`, with `left` to go, and where the
+    /// arguments read so far are.
+    Request {
+        pos: usize,
+        left: usize,
+        args: Vec<Range<usize>>,
+    },
     /// A frame whose next token starts at `pos`, inside the aggregates of `open`.
     Frame { pos: usize, open: Vec<Open> },
+}
+
+/// A request as a server reads it: where its arguments are in the buffer (a request array:
+/// nothing is copied, the caller slices what it keeps), or an inline request's arguments
+/// (unquoted, so built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The arguments of a request array, as ranges of the buffer.
+    Ranges(Vec<Range<usize>>),
+    /// The arguments of an inline request.
+    Inline(Vec<Bytes>),
 }
 
 impl Cursor {
@@ -262,28 +278,48 @@ impl Cursor {
         buf: &[u8],
         limits: &Limits,
     ) -> Result<(Frame, usize), FrameError> {
+        let (request, used) = self.request(buf, limits)?;
+        let args = match request {
+            Request::Ranges(r) => r
+                .into_iter()
+                .map(|r| Frame::Bulk(Bytes::copy_from_slice(&buf[r])))
+                .collect(),
+            Request::Inline(a) => a.into_iter().map(Frame::Bulk).collect(),
+        };
+        Ok((Frame::Array(args), used))
+    }
+
+    /// Reads one request from the start of `buf`, resuming where the previous call stopped, as
+    /// [`Frame::parse_request`] does, but without copying a request array's arguments: it says
+    /// where they are. Returns the request and how many bytes it used.
+    pub fn request(&mut self, buf: &[u8], limits: &Limits) -> Result<(Request, usize), FrameError> {
         let resume = std::mem::take(&mut self.resume);
         match buf.first() {
             None => Err(FrameError::Incomplete),
             Some(b'*') => {
-                let (mut pos, mut left) = match resume {
-                    Resume::Request { pos, left } if pos <= buf.len() => (pos, left),
-                    _ => request_header(buf, limits)?,
+                let (mut pos, mut left, mut args) = match resume {
+                    Resume::Request { pos, left, args } if pos <= buf.len() => (pos, left, args),
+                    _ => {
+                        let (pos, left) = request_header(buf, limits)?;
+                        // Grown as arguments arrive, so a claimed count costs nothing up front.
+                        (pos, left, Vec::with_capacity(left.min(16)))
+                    }
                 };
                 while left > 0 {
                     match request_arg(buf, pos, limits) {
-                        Ok((_, next)) => {
+                        Ok((data, next)) => {
+                            args.push(data);
                             pos = next;
                             left -= 1;
                         }
                         Err(FrameError::Incomplete) => {
-                            self.resume = Resume::Request { pos, left };
+                            self.resume = Resume::Request { pos, left, args };
                             return Err(FrameError::Incomplete);
                         }
                         Err(e) => return Err(e),
                     }
                 }
-                Ok((Frame::Array(request_args(buf, limits)?), pos))
+                Ok((Request::Ranges(args), pos))
             }
             Some(_) => {
                 let scanned = match resume {
@@ -294,7 +330,18 @@ impl Cursor {
                 if parsed == Err(FrameError::Incomplete) {
                     self.resume = Resume::Inline { scanned: buf.len() };
                 }
-                parsed
+                let (frame, used) = parsed?;
+                let args = match frame {
+                    Frame::Array(items) => items
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            Frame::Bulk(b) => Some(b),
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                Ok((Request::Inline(args), used))
             }
         }
     }
@@ -539,21 +586,6 @@ fn request_arg(
     let data = cr + 2;
     let end = blob_end(buf, data, len)?;
     Ok((data..end, end + 2))
-}
-
-/// Copies out the arguments of a request array that has been checked whole, so the capacity
-/// taken from its claimed count is backed by bytes already in `buf`. Each argument gets its own
-/// allocation rather than a slice of one shared copy, so that a stored key or value does not
-/// keep the rest of its request alive.
-fn request_args(buf: &[u8], limits: &Limits) -> Result<Vec<Frame>, FrameError> {
-    let (mut pos, count) = request_header(buf, limits)?;
-    let mut args = Vec::with_capacity(count);
-    for _ in 0..count {
-        let (data, next) = request_arg(buf, pos, limits)?;
-        args.push(Frame::Bulk(Bytes::copy_from_slice(&buf[data])));
-        pos = next;
-    }
-    Ok(args)
 }
 
 /// The end of a blob of `len` bytes at `data`, once it and its `\r\n` are in `buf`.

@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::cmd::{Ctx, Session, execute};
 use crate::config::{Config, Durability};
-use crate::frame::{Cursor, Frame, FrameError, Limits};
+use crate::frame::{Cursor, Frame, FrameError, Limits, Request};
 use crate::keyspace::{Keyspace, KvError};
 use crate::node::Node;
 
@@ -230,12 +230,23 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
     loop {
         let mut closing = false;
         loop {
-            match cursor.parse_request(&buf, &limits) {
-                Ok((frame, used)) => {
-                    buf.advance(used);
-                    let Some(args) = arguments(frame) else {
-                        continue;
+            match cursor.request(&buf, &limits) {
+                Ok((request, used)) => {
+                    let args: Vec<Bytes> = match request {
+                        // The arguments are slices of the request's bytes, not copies: what a
+                        // command keeps (a value, a key) it copies to a size of its own.
+                        Request::Ranges(ranges) => {
+                            let bytes = buf.split_to(used).freeze();
+                            ranges.into_iter().map(|r| bytes.slice(r)).collect()
+                        }
+                        Request::Inline(args) => {
+                            buf.advance(used);
+                            args
+                        }
                     };
+                    if args.is_empty() {
+                        continue;
+                    }
                     let mut ctx = Ctx {
                         node,
                         session: &mut session,
@@ -287,19 +298,4 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
             _ = stop.changed() => return Ok(()),
         }
     }
-}
-
-/// A request's arguments; `None` for an empty one (a blank inline line), which Redis ignores.
-fn arguments(frame: Frame) -> Option<Vec<Bytes>> {
-    let Frame::Array(items) = frame else {
-        return None;
-    };
-    let args: Vec<Bytes> = items
-        .into_iter()
-        .filter_map(|f| match f {
-            Frame::Bulk(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    (!args.is_empty()).then_some(args)
 }

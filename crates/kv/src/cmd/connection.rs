@@ -34,7 +34,7 @@ pub(super) fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let mut name = None;
     while let Some((opt, tail)) = rest.split_first() {
         if opt.eq_ignore_ascii_case(b"setname") && !tail.is_empty() {
-            name = Some(tail[0].clone());
+            name = Some(Bytes::copy_from_slice(&tail[0]));
             rest = &tail[1..];
         } else if opt.eq_ignore_ascii_case(b"auth") && tail.len() >= 2 {
             if let Err(e) = authenticate(ctx, Some(&tail[0]), &tail[1]) {
@@ -109,7 +109,7 @@ pub(super) fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                     "ERR Client names cannot contain spaces, newlines or special characters.",
                 );
             }
-            ctx.session.name = (!name.is_empty()).then(|| name.clone());
+            ctx.session.name = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
             Frame::ok()
         }
         (b"getname", []) => ctx.session.name.clone().map_or(Frame::Null, Frame::Bulk),

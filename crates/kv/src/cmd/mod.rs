@@ -128,9 +128,17 @@ pub const COMMANDS: &[Spec] = &[
 
 /// The command named `name` (any case).
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    COMMANDS
-        .iter()
-        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+    static BY_NAME: std::sync::OnceLock<
+        std::collections::HashMap<&'static [u8], &'static Spec, foldhash::fast::FixedState>,
+    > = std::sync::OnceLock::new();
+    let table = BY_NAME.get_or_init(|| COMMANDS.iter().map(|c| (c.name.as_bytes(), c)).collect());
+    // Every name is short: lowercase it on the stack rather than allocate per request.
+    let mut lower = [0u8; 16];
+    let lower = lower.get_mut(..name.len())?;
+    for (l, c) in lower.iter_mut().zip(name) {
+        *l = c.to_ascii_lowercase();
+    }
+    table.get(&*lower).copied()
 }
 
 /// Runs one request (`args[0]` is the command's name) and returns its reply.
@@ -204,4 +212,20 @@ pub fn store_error(e: &crate::KvError) -> Frame {
 /// `$-1` or the value.
 pub fn bulk_or_null(v: Option<Bytes>) -> Frame {
     v.map_or(Frame::Null, Frame::Bulk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_found_by_its_name_in_any_case() {
+        for c in COMMANDS {
+            for name in [c.name.to_string(), c.name.to_ascii_uppercase()] {
+                assert_eq!(lookup(name.as_bytes()).map(|s| s.name), Some(c.name), "{name}");
+            }
+        }
+        assert!(lookup(b"nosuchcommand").is_none());
+        assert!(lookup(b"a-name-longer-than-any-command").is_none());
+    }
 }

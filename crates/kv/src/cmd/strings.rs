@@ -69,7 +69,8 @@ pub(super) fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         expires_at = old.as_ref().and_then(|v| v.expires_at);
     }
     let v = Value {
-        data: data.clone(),
+        // Its own allocation: the argument is a slice of the whole request buffer.
+        data: Bytes::copy_from_slice(data),
         expires_at,
     };
     match ks.set(key.clone(), v) {
@@ -165,7 +166,7 @@ pub(super) fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     let mut ks = ctx.node.keyspace();
     for kv in args.chunks_exact(2) {
-        if let Err(e) = ks.set(kv[0].clone(), Value::new(kv[1].clone())) {
+        if let Err(e) = ks.set(kv[0].clone(), Value::new(Bytes::copy_from_slice(&kv[1]))) {
             return store_error(&e);
         }
     }
