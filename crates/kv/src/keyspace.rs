@@ -138,10 +138,50 @@ pub struct KvStats {
 /// recorded until the policy takes them (a decision every few seconds takes them long before).
 pub const MAX_RECORDED_READS: usize = 1 << 20;
 
+/// A key and its value in memory: one allocation holding the key's bytes then the value's, so a
+/// key costs one map entry of 32 bytes and one heap block.
 #[derive(Debug)]
 struct Slot {
-    key: Box<[u8]>,
-    value: Value,
+    data: Box<[u8]>,
+    key_len: u32,
+    /// Unix milliseconds; 0 for no expiry.
+    expires_at: u64,
+}
+
+impl Slot {
+    fn new(key: &[u8], v: &Value) -> Self {
+        let mut data = Vec::with_capacity(key.len() + v.data.len());
+        data.extend_from_slice(key);
+        data.extend_from_slice(&v.data);
+        Self {
+            data: data.into_boxed_slice(),
+            // Keys are at most the store's MAX_KEY_LEN (64 KiB), and a memory-only node's come
+            // from requests bounded by --max-value-size; clamp rather than wrap.
+            key_len: u32::try_from(key.len()).unwrap_or(u32::MAX),
+            expires_at: v.expires_at.map_or(0, |t| t.max(1)),
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.data[..self.key_len as usize]
+    }
+
+    fn live(&self, now: u64) -> bool {
+        self.expires_at == 0 || self.expires_at > now
+    }
+
+    /// The value, copied out (the copy is what a reply sends).
+    fn value(&self) -> Value {
+        Value {
+            data: Bytes::copy_from_slice(&self.data[self.key_len as usize..]),
+            expires_at: (self.expires_at != 0).then_some(self.expires_at),
+        }
+    }
+
+    /// Key and value bytes, as a byte capacity counts them.
+    fn size(&self) -> u32 {
+        u32::try_from(self.data.len()).unwrap_or(u32::MAX)
+    }
 }
 
 /// One node's keys (see the module doc).
@@ -299,12 +339,12 @@ impl Keyspace {
     pub fn read(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
         let id = self.id_of(key);
         if let Some(slot) = self.slot(id, key) {
-            let (size, live) = (size_of(key, &slot.value), slot.value.live(now));
+            let (size, live) = (slot.size(), slot.live(now));
             if !live {
                 self.expire(key)?;
                 return Ok(None);
             }
-            let value = slot.value.clone();
+            let value = slot.value();
             self.cache.get(&Request::new(id, size));
             self.stats.hits += 1;
             self.stats.hit_bytes += u64::from(size);
@@ -343,7 +383,7 @@ impl Keyspace {
     /// keeping a value read from the store (what a write needs to know of the value it replaces).
     pub fn peek(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
         if let Some(slot) = self.slot(self.id_of(key), key) {
-            return Ok(Some(slot.value.clone()).filter(|v| v.live(now)));
+            return Ok(Some(slot.value()).filter(|v| v.live(now)));
         }
         let Some(store) = &self.store else {
             return Ok(None);
@@ -385,7 +425,7 @@ impl Keyspace {
     /// Whether `key` exists, without reading it into memory.
     pub fn exists(&mut self, key: &[u8], now: u64) -> Result<bool, KvError> {
         if let Some(slot) = self.slot(self.id_of(key), key) {
-            if slot.value.live(now) {
+            if slot.live(now) {
                 return Ok(true);
             }
             self.expire(key)?;
@@ -452,8 +492,8 @@ impl Keyspace {
             };
             for (id, slot) in self.mem.range((lower, Bound::Unbounded)) {
                 examined += 1;
-                if slot.value.live(now) && filter(&slot.key) {
-                    found.push(Bytes::copy_from_slice(&slot.key));
+                if slot.live(now) && filter(slot.key()) {
+                    found.push(Bytes::copy_from_slice(slot.key()));
                 }
                 if found.len() >= count || examined >= budget {
                     return Ok((found, Some(Bytes::copy_from_slice(&id.to_be_bytes()))));
@@ -597,27 +637,14 @@ impl Keyspace {
     fn keep(&mut self, key: &[u8], v: Value) {
         let size = size_of(key, &v);
         let id = self.id_of(key);
-        match self.mem.get_mut(&id) {
-            Some(slot) if &*slot.key == key => slot.value = v,
-            Some(slot) => {
-                // Two keys with one 64-bit hash share a place in the algorithm's order: the one
-                // held leaves memory (the store keeps it), as an eviction would take it.
-                self.cache.remove(id);
-                self.stats.evictions += 1;
-                *slot = Slot {
-                    key: key.into(),
-                    value: v,
-                };
-            }
-            None => {
-                self.mem.insert(
-                    id,
-                    Slot {
-                        key: key.into(),
-                        value: v,
-                    },
-                );
-            }
+        let new = Slot::new(key, &v);
+        if let Some(old) = self.mem.insert(id, new)
+            && old.key() != key
+        {
+            // Two keys with one 64-bit hash share a place in the algorithm's order: the one held
+            // leaves memory (the store keeps it), as an eviction would take it.
+            self.cache.remove(id);
+            self.stats.evictions += 1;
         }
         let mut gone = Vec::new();
         let outcome = self
@@ -633,7 +660,7 @@ impl Keyspace {
 
     /// The slot holding `key` (whose id is `id`), if memory holds it.
     fn slot(&self, id: u64, key: &[u8]) -> Option<&Slot> {
-        self.mem.get(&id).filter(|s| &*s.key == key)
+        self.mem.get(&id).filter(|s| s.key() == key)
     }
 
     /// The number the algorithm knows `key` by: a hash of its bytes, the same every time the key

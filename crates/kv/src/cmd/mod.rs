@@ -222,7 +222,11 @@ mod tests {
     fn every_command_is_found_by_its_name_in_any_case() {
         for c in COMMANDS {
             for name in [c.name.to_string(), c.name.to_ascii_uppercase()] {
-                assert_eq!(lookup(name.as_bytes()).map(|s| s.name), Some(c.name), "{name}");
+                assert_eq!(
+                    lookup(name.as_bytes()).map(|s| s.name),
+                    Some(c.name),
+                    "{name}"
+                );
             }
         }
         assert!(lookup(b"nosuchcommand").is_none());
