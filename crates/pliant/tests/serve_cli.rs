@@ -688,3 +688,64 @@ fn a_config_file_gives_the_settings_and_flags_win() {
         "{e}"
     );
 }
+
+/// The node's resident memory, bytes (Linux).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// Clients that claim huge frames and stall, and random bytes, cost the node no memory beyond
+/// what they sent, and it keeps answering everyone else.
+#[test]
+fn stalled_half_frames_and_random_bytes_leave_memory_bounded_and_the_node_answering() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store"]);
+    let mut c = node.client();
+    assert_eq!(cmd::<String>(&mut c, &["SET", "k", "v"]), "OK");
+    let before = rss(node.child.id());
+    // 200 connections, each claiming a 500 MB value (the default limit allows it) and sending
+    // a few bytes of it, then stalling with the connection open.
+    let stalled: Vec<TcpStream> = (0..200)
+        .map(|_| {
+            let mut s = TcpStream::connect(node.addr).expect("connect");
+            s.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$500000000\r\nabc")
+                .expect("send");
+            s
+        })
+        .collect();
+    // Deeply nested and very long claims, as whole frames.
+    for bytes in [&b"*1\r\n$536870913\r\n"[..], b"*1048577\r\n"] {
+        assert!(raw(node.addr, bytes).starts_with("-ERR Protocol error"));
+    }
+    // Seeded random bytes on fresh connections: every one gets an answer or a close, never a hang.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..150 {
+        let len = 1 + (x % 64) as usize;
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly protocol bytes, so frames get deep enough to exercise the parser.
+                const ALPHABET: &[u8] = b"*$:+-_#,%~>!=(\r\n0123456789abcXYZ ";
+                ALPHABET[(x % ALPHABET.len() as u64) as usize]
+            })
+            .collect();
+        let mut s = TcpStream::connect(node.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_millis(30)))
+            .expect("timeout");
+        s.write_all(&bytes).expect("send");
+        let _ = s.read(&mut [0u8; 256]);
+    }
+    assert_eq!(cmd::<String>(&mut c, &["GET", "k"]), "v");
+    let grown = rss(node.child.id()).saturating_sub(before);
+    assert!(grown < 64 << 20, "RSS grew by {grown} bytes");
+    drop(stalled);
+}
