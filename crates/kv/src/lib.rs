@@ -3,6 +3,7 @@
 //!
 //! - [`frame`]: RESP frames, checked and parsed from bytes with limits that bound what a client
 //!   can make the server allocate, and written in the protocol the connection speaks.
+//! - [`fuzz`]: a seeded random-frame fuzzer for the parser (`pliant bench frames`).
 //! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
 //! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
 //! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
@@ -22,6 +23,7 @@ pub mod client;
 mod cmd;
 pub mod config;
 pub mod frame;
+pub mod fuzz;
 mod glob;
 pub mod keyspace;
 pub mod metrics;

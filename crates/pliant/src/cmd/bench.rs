@@ -14,9 +14,25 @@ pub enum Command {
     /// Replay speed: a Zipf trace through each algorithm at two sizes, one configuration per
     /// pass, timing the whole replay including trace decoding (oracleGeneral from disk).
     Sim(SimArgs),
+    /// Protocol fuzzing: seeded random RESP frames, mutated, through both parsers whole and in
+    /// pieces (no panic, no hang, and the two ways agree).
+    Frames(FramesArgs),
     /// Rescaling planner scaling: plan time from 128 to 16,384 servers and 8 K to 1 M buckets
     /// (commissioning 15/16 of the final servers, as in the 1,920-onto-128 scenario).
     Scale(ScaleArgs),
+}
+
+/// Arguments of `bench frames`.
+#[derive(clap::Args)]
+pub struct FramesArgs {
+    /// Frames to try.
+    #[arg(long, default_value_t = 1_000_000)]
+    count: u64,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    output: Json,
 }
 
 /// Arguments of `bench scale`.
@@ -65,7 +81,27 @@ pub fn run(c: Command) -> Result<ExitCode> {
     match c {
         Command::Sim(a) => sim(&a),
         Command::Scale(a) => scale(&a),
+        Command::Frames(a) => frames(&a),
     }
+}
+
+fn frames(a: &FramesArgs) -> Result<ExitCode> {
+    let bar = indicatif::ProgressBar::new(a.count);
+    let r = pliant_kv::fuzz::fuzz_frames(a.count, a.seed, &|n| bar.set_position(n));
+    bar.finish_and_clear();
+    if a.output.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} frames (seed {}) in {:.1} s: {} parsed, {} incomplete, {} refused; {} disagreements between whole and piecewise parsing",
+            r.inputs, a.seed, r.seconds, r.parsed, r.incomplete, r.refused, r.disagreements
+        );
+    }
+    Ok(if r.disagreements == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn scale(a: &ScaleArgs) -> Result<ExitCode> {
