@@ -15,8 +15,8 @@ size=${2:-100keys}
 cargo build --release --locked -q
 bin=target/release/pliant
 tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"; }
+source tools/lib/node.sh
+cleanup() { stop_node; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 sim=$("$bin" sim "$trace" --algo lru,s3fifo,sieve --size "$size" --json)
@@ -26,17 +26,9 @@ status=0
 for i in 0 1 2; do
   algo=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])[$i]['algo'])" "$sim")
   expected=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])[$i]['misses'])" "$sim")
-  "$bin" serve --bind 127.0.0.1:0 --store "$tmp/store-$algo" --algo "$algo" --capacity "$size" 2>"$tmp/serve-$algo.log" &
-  pid=$!
-  addr=
-  for _ in $(seq 1 300); do
-    addr=$(sed -n 's/^pliant serve: listening on \([^ ]*\).*/\1/p' "$tmp/serve-$algo.log")
-    [ -n "$addr" ] && break
-    sleep 0.1
-  done
-  [ -n "$addr" ] || { echo "replay_vs_sim: the node did not start" >&2; exit 1; }
-  out=$("$bin" replay "$trace" --server "$addr" --pipeline 64 --json)
-  kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+  start_node "$bin" "$tmp/serve-$algo.log" --store "$tmp/store-$algo" --algo "$algo" --capacity "$size"
+  out=$("$bin" replay "$trace" --server "$node_addr" --pipeline 64 --json)
+  stop_node
   got=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['server_stats']['misses'])" "$out")
   ops=$(python3 -c "import json,sys; print(round(json.loads(sys.argv[1])['ops_per_s']))" "$out")
   same=yes; [ "$got" = "$expected" ] || { same=NO; status=1; }

@@ -28,22 +28,11 @@ fi
 
 cargo build --release --locked -q
 tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"; }
+source tools/lib/node.sh
+cleanup() { stop_node; rm -rf "$tmp"; }
 trap cleanup EXIT
-
-start() { # start ARGS…: a node on a free port; sets pid and port
-  target/release/pliant serve --bind 127.0.0.1:0 "$@" 2>"$tmp/serve.log" &
-  pid=$!
-  port=
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's/^pliant serve: listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.log")
-    [ -n "$port" ] && return
-    sleep 0.1
-  done
-  echo "clients.sh: the node did not start: $(cat "$tmp/serve.log")" >&2; exit 1
-}
-stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
+start() { start_node target/release/pliant "$tmp/serve.log" "$@"; port=$node_port; }
+stop() { stop_node; }
 expect() { # expect WANT CMD…
   local want=$1; shift
   local got
