@@ -355,12 +355,9 @@ impl Keyspace {
             None => None,
             Some(store) => {
                 self.stats.store_reads += 1;
-                match self.pending.get(key) {
-                    Some(p) => p.clone(),
-                    None => store.get(key)?,
-                }
-                .map(|raw| Value::decode(key, raw))
-                .transpose()?
+                Self::stored(&self.pending, store.as_ref(), key)?
+                    .map(|raw| Value::decode(key, raw))
+                    .transpose()?
             }
         };
         // The miss is an access of the key as the algorithm sees it: one that keeps ghosts
@@ -389,10 +386,7 @@ impl Keyspace {
             return Ok(None);
         };
         self.stats.store_reads += 1;
-        let raw = match self.pending.get(key) {
-            Some(p) => p.clone(),
-            None => store.get(key)?,
-        };
+        let raw = Self::stored(&self.pending, store.as_ref(), key)?;
         match raw {
             None => Ok(None),
             Some(raw) => Ok(Some(Value::decode(key, raw)?).filter(|v| v.live(now))),
@@ -435,10 +429,7 @@ impl Keyspace {
             return Ok(false);
         };
         self.stats.store_reads += 1;
-        let raw = match self.pending.get(key) {
-            Some(p) => p.clone(),
-            None => store.get(key)?,
-        };
+        let raw = Self::stored(&self.pending, store.as_ref(), key)?;
         match raw {
             None => Ok(false),
             Some(raw) => {
@@ -656,6 +647,18 @@ impl Keyspace {
             gone.push(id);
         }
         self.drop_evicted(gone);
+    }
+
+    /// What the store holds for `key` once the writes not yet committed are counted.
+    fn stored(
+        pending: &std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>,
+        store: &dyn Store,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, KvError> {
+        match pending.get(key) {
+            Some(p) => Ok(p.clone()),
+            None => Ok(store.get(key)?),
+        }
     }
 
     /// The slot holding `key` (whose id is `id`), if memory holds it.
