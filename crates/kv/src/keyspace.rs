@@ -299,33 +299,15 @@ impl Keyspace {
         self.reads.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    /// Evicts down to `n` keys now, in the algorithm's order, and keeps the capacity (`auto`'s
-    /// trim: the tier takes new keys again until the next decision).
-    pub fn trim(&mut self, n: u64) {
-        let capacity = self.cache.capacity();
-        if capacity.units() != pliant_cache::Units::Objects {
-            return;
-        }
-        let mut gone = Vec::new();
-        self.cache
-            .resize_evicting(Capacity::Keys(n), &mut |e: Evicted| gone.push(e.key));
-        self.cache.resize(capacity);
-        self.drop_evicted(gone);
-    }
-
     /// The value of `key`, if it exists.
     pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Bytes>, KvError> {
-        if self
-            .reads
-            .as_ref()
-            .is_some_and(|r| r.len() < MAX_RECORDED_READS)
+        let id = self.id_of(key);
+        if let Some(reads) = &mut self.reads
+            && reads.len() < MAX_RECORDED_READS
         {
-            let id = (self.id_of(key) >> 11) as f64;
-            if let Some(reads) = &mut self.reads {
-                reads.push((now as f64 / 1000.0, id));
-            }
+            reads.push((now as f64 / 1000.0, (id >> 11) as f64));
         }
-        let v = self.read(key, now)?;
+        let v = self.read_id(key, id, now)?;
         match &v {
             Some(_) => self.stats.keyspace_hits += 1,
             None => self.stats.keyspace_misses += 1,
@@ -337,7 +319,11 @@ impl Keyspace {
     /// the store and kept in memory. Not counted as a keyspace hit or miss (commands that only
     /// inspect a key, like TTL, are not reads in Redis's counters either).
     pub fn read(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
-        let id = self.id_of(key);
+        self.read_id(key, self.id_of(key), now)
+    }
+
+    /// [`read`](Self::read) of `key`, whose id is `id`.
+    fn read_id(&mut self, key: &[u8], id: u64, now: u64) -> Result<Option<Value>, KvError> {
         if let Some(slot) = self.slot(id, key) {
             let (size, live) = (slot.size(), slot.live(now));
             if !live {

@@ -23,6 +23,7 @@ use pliant_cache::Capacity;
 use pliant_policy::{Engine, Params, PolicySource, ServerId};
 use pliant_tier::CacheView;
 
+use crate::keyspace::KvStats;
 use crate::node::{Node, rss_bytes};
 
 /// Points `timeseries()` holds at most (the newest); a policy that wants a longer history keeps
@@ -158,15 +159,6 @@ impl Policy {
     }
 }
 
-/// Counters at the previous decision, for per-second rates.
-#[derive(Clone, Copy)]
-struct Mark {
-    at: Instant,
-    reads: u64,
-    writes: u64,
-    misses: u64,
-}
-
 struct Thread {
     node: Arc<Node>,
     engine: Engine,
@@ -175,7 +167,8 @@ struct Thread {
     params: Params,
     interval: Duration,
     started: Instant,
-    mark: Mark,
+    /// The node's counters at the previous decision, and when: the rates are their changes.
+    mark: (Instant, KvStats),
     decisions: u64,
     decision_seconds: f64,
     errors: u64,
@@ -188,8 +181,11 @@ impl Thread {
         let whoami = ServerId::parse(&format!("127.0.0.1:{}", node.port()));
         let mut engine = Engine::in_memory(CacheView::default().metrics(whoami.clone()));
         engine.set_params(params.clone());
-        node.keyspace().record_reads(true);
-        let mark = Self::mark_of(&node);
+        let mark = {
+            let mut ks = node.keyspace();
+            ks.record_reads(true);
+            (Instant::now(), ks.stats())
+        };
         Self {
             node,
             engine,
@@ -203,16 +199,6 @@ impl Thread {
             errors: 0,
             last_resize: None,
             last_error: None,
-        }
-    }
-
-    fn mark_of(node: &Node) -> Mark {
-        let s = node.keyspace().stats();
-        Mark {
-            at: Instant::now(),
-            reads: s.hits + s.misses,
-            writes: s.writes,
-            misses: s.misses,
         }
     }
 
@@ -287,12 +273,12 @@ impl Thread {
 
     /// One decision over the node's metrics since the last one.
     fn decide(&mut self) {
-        let now = Self::mark_of(&self.node);
-        let dt = now.at.duration_since(self.mark.at).as_secs_f64().max(1e-3);
-        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
         let (view, reads) = {
             let mut ks = self.node.keyspace();
             let s = ks.stats();
+            let (at, before) = std::mem::replace(&mut self.mark, (Instant::now(), s));
+            let dt = at.elapsed().as_secs_f64().max(1e-3);
+            let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
             let (keys, bytes) = ks.memory();
             let view = CacheView {
                 t: self.started.elapsed().as_secs_f64(),
@@ -301,9 +287,9 @@ impl Thread {
                 capacity: ks.capacity().amount(),
                 hits: s.hits,
                 misses: s.misses,
-                reads_per_s: rate(now.reads, self.mark.reads),
-                writes_per_s: rate(now.writes, self.mark.writes),
-                misses_per_s: rate(now.misses, self.mark.misses),
+                reads_per_s: rate(s.hits + s.misses, before.hits + before.misses),
+                writes_per_s: rate(s.writes, before.writes),
+                misses_per_s: rate(s.misses, before.misses),
                 // Nothing waits on a tier above yet: a node is its own last tier.
                 queue_len: Some(0.0),
                 cpu_load_avg: load_average(),
@@ -311,7 +297,6 @@ impl Thread {
             };
             (view, ks.take_reads())
         };
-        self.mark = now;
         if self.engine.active_version().is_none() {
             return;
         }

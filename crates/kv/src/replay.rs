@@ -156,12 +156,11 @@ pub fn replay(
     let outcome = std::thread::scope(|scope| {
         let mut senders = Vec::with_capacity(opts.clients);
         let mut workers = Vec::with_capacity(opts.clients);
-        for (i, conn) in conns.into_iter().enumerate() {
+        for conn in conns {
             let (tx, rx) = sync_channel::<Record>(4096);
             senders.push(tx);
             let first_time = first_time.clone();
-            workers
-                .push(scope.spawn(move || Worker::new(conn, opts, i, start, first_time).run(&rx)));
+            workers.push(scope.spawn(move || Worker::new(conn, opts, start, first_time).run(&rx)));
         }
         let mut read_error = None;
         for r in records {
@@ -277,7 +276,6 @@ impl<'a> Worker<'a> {
     fn new(
         conn: Client,
         opts: &'a ReplayOptions,
-        _id: usize,
         start: Instant,
         first_time: Arc<AtomicU64>,
     ) -> Self {

@@ -150,11 +150,10 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let node = ctx.node;
     match sub.as_slice() {
         b"get" if args.len() >= 2 => {
-            let (capacity, algo) = {
+            let (capacity, algo, has_store) = {
                 let ks = node.keyspace();
-                (ks.capacity(), ks.algorithm().to_string())
+                (ks.capacity(), ks.algorithm().to_string(), ks.has_store())
             };
-            let has_store = node.keyspace().has_store();
             let settings = [
                 ("capacity", capacity.to_string()),
                 ("maxmemory-policy", algo),
