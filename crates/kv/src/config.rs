@@ -152,8 +152,8 @@ pub struct Settings {
     pub max_value_size: Option<String>,
     /// `--policy`: a shipped name or files.
     pub policy: Option<OneOrMany>,
-    /// `--param`: the policy's parameters.
-    pub param: Option<std::collections::BTreeMap<String, toml::Value>>,
+    /// `--param`: the policy's parameters (numbers or strings).
+    pub param: Option<pliant_policy::Params>,
     /// `--interval`.
     pub interval: Option<String>,
     /// `--requirepass`.
@@ -310,21 +310,6 @@ impl Settings {
                 )
             }
         };
-        let mut params = pliant_policy::Params::new();
-        for (k, v) in self.param.unwrap_or_default() {
-            let v = match v {
-                toml::Value::Integer(n) => pliant_policy::ParamValue::Num(n as f64),
-                toml::Value::Float(x) => pliant_policy::ParamValue::Num(x),
-                toml::Value::String(s) => pliant_policy::ParamValue::parse(&s),
-                other => {
-                    return Err(bad(
-                        "param",
-                        format!("{k}: {} is neither a number nor a string", other.type_str()),
-                    ));
-                }
-            };
-            params.insert(k, v);
-        }
         if self.no_store == Some(true) && self.store.is_some() {
             return Err(bad("store", "given together with no-store".into()));
         }
@@ -342,7 +327,7 @@ impl Settings {
             max_value_size,
             policy: crate::policy::PolicyConfig {
                 source,
-                params,
+                params: self.param.unwrap_or_default(),
                 interval,
             },
             requirepass: self.requirepass.filter(|p| !p.is_empty()),

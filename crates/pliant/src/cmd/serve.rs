@@ -95,19 +95,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         max_clients: a.max_clients,
         max_value_size: a.max_value_size.clone(),
         policy: (!a.policy.is_empty()).then(|| OneOrMany::Many(a.policy.clone())),
-        param: (!a.params.params.is_empty()).then(|| {
-            a.params
-                .params
-                .iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        pliant_policy::ParamValue::Num(n) => toml::Value::Float(*n),
-                        pliant_policy::ParamValue::Str(s) => toml::Value::String(s.clone()),
-                    };
-                    (k.clone(), v)
-                })
-                .collect()
-        }),
+        param: (!a.params.params.is_empty()).then(|| a.params.params.iter().cloned().collect()),
         interval: a.interval.clone(),
         requirepass: a
             .requirepass
