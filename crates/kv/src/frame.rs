@@ -543,21 +543,37 @@ fn write_items(out: &mut Vec<u8>, ty: u8, items: &[Frame], proto: Protocol) {
 
 // ---- Requests ----
 
+/// The number on a length or count line (`$3`, `*2`) starting at `start`, and where the line's
+/// `\r\n` is; `too_long` and `bad` are Redis's words for a line too long and a bad number.
+fn length_line(
+    buf: &[u8],
+    start: usize,
+    limits: &Limits,
+    too_long: &str,
+    bad: &str,
+) -> Result<(i64, usize), FrameError> {
+    let cr = line_end(buf, start, limits.max_inline).map_err(|f| f.into_error(too_long, bad))?;
+    let n = parse_i64(&buf[start..cr]).ok_or_else(|| protocol(bad))?;
+    Ok((n, cr))
+}
+
+/// A length or count that must be within `0..=limit`.
+fn within(n: i64, limit: usize, bad: &str) -> Result<usize, FrameError> {
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= limit)
+        .ok_or_else(|| protocol(bad))
+}
+
 /// Reads a request array's header: where its first bulk string starts, and how many there are.
 fn request_header(buf: &[u8], limits: &Limits) -> Result<(usize, usize), FrameError> {
     const BAD_COUNT: &str = "invalid multibulk length";
-    let cr = line_end(buf, 1, limits.max_inline)
-        .map_err(|f| f.into_error("too big mbulk count string", BAD_COUNT))?;
-    let count = parse_i64(&buf[1..cr]).ok_or_else(|| protocol(BAD_COUNT))?;
+    let (count, cr) = length_line(buf, 1, limits, "too big mbulk count string", BAD_COUNT)?;
     if count <= 0 {
         // As in Redis, every non-positive count is an empty request.
         return Ok((cr + 2, 0));
     }
-    let count = usize::try_from(count)
-        .ok()
-        .filter(|&n| n <= limits.max_elements)
-        .ok_or_else(|| protocol(BAD_COUNT))?;
-    Ok((cr + 2, count))
+    Ok((cr + 2, within(count, limits.max_elements, BAD_COUNT)?))
 }
 
 /// Reads the bulk string of a request at `pos`: its data, and where the next one starts.
@@ -577,12 +593,8 @@ fn request_arg(
             )));
         }
     }
-    let cr = line_end(buf, pos + 1, limits.max_inline)
-        .map_err(|f| f.into_error("too big bulk count string", BAD_LEN))?;
-    let len = parse_i64(&buf[pos + 1..cr])
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= limits.max_bulk)
-        .ok_or_else(|| protocol(BAD_LEN))?;
+    let (len, cr) = length_line(buf, pos + 1, limits, "too big bulk count string", BAD_LEN)?;
+    let len = within(len, limits.max_bulk, BAD_LEN)?;
     let data = cr + 2;
     let end = blob_end(buf, data, len)?;
     Ok((data..end, end + 2))
@@ -833,16 +845,11 @@ fn is_big_number(s: &[u8]) -> bool {
 
 fn blob(buf: &[u8], ty: u8, start: usize, limits: &Limits) -> Result<(Token, usize), FrameError> {
     const BAD_LEN: &str = "invalid bulk length";
-    let cr = line_end(buf, start, limits.max_inline)
-        .map_err(|f| f.into_error("too big bulk count string", BAD_LEN))?;
-    let line = &buf[start..cr];
-    if ty == b'$' && line == b"-1" {
+    let (len, cr) = length_line(buf, start, limits, "too big bulk count string", BAD_LEN)?;
+    if ty == b'$' && len == -1 {
         return Ok((Token::Null, cr + 2));
     }
-    let len = parse_i64(line)
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= limits.max_bulk)
-        .ok_or_else(|| protocol(BAD_LEN))?;
+    let len = within(len, limits.max_bulk, BAD_LEN)?;
     let data = cr + 2;
     let end = blob_end(buf, data, len)?;
     let token = match ty {
@@ -862,16 +869,11 @@ fn aggregate(
     limits: &Limits,
 ) -> Result<(Token, usize), FrameError> {
     const BAD_COUNT: &str = "invalid multibulk length";
-    let cr = line_end(buf, start, limits.max_inline)
-        .map_err(|f| f.into_error("too big mbulk count string", BAD_COUNT))?;
-    let line = &buf[start..cr];
-    if ty == b'*' && line == b"-1" {
+    let (count, cr) = length_line(buf, start, limits, "too big mbulk count string", BAD_COUNT)?;
+    if ty == b'*' && count == -1 {
         return Ok((Token::NullArray, cr + 2));
     }
-    let count = parse_i64(line)
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= limits.max_elements)
-        .ok_or_else(|| protocol(BAD_COUNT))?;
+    let count = within(count, limits.max_elements, BAD_COUNT)?;
     let (kind, children) = match ty {
         b'*' => (Kind::Array, Some(count)),
         b'~' => (Kind::Set, Some(count)),
