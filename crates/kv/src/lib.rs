@@ -57,10 +57,7 @@ pub fn serve(
     let rt = builder
         .enable_all()
         .build()
-        .map_err(|source| ServeError::Bind {
-            addr: config.bind,
-            source,
-        })?;
+        .map_err(ServeError::Runtime)?;
     rt.block_on(async {
         let server = Server::bind(config).await?;
         if let Ok(a) = server.local_addr() {

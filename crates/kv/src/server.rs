@@ -30,6 +30,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The runtime that serves connections could not be started.
+    #[error("cannot start the server's runtime: {0}")]
+    Runtime(std::io::Error),
     /// The store could not be opened or synced.
     #[error("store {path}: {source}")]
     Store {
