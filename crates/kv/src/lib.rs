@@ -54,10 +54,7 @@ pub fn serve(
         }
         b
     };
-    let rt = builder
-        .enable_all()
-        .build()
-        .map_err(ServeError::Runtime)?;
+    let rt = builder.enable_all().build().map_err(ServeError::Runtime)?;
     rt.block_on(async {
         let server = Server::bind(config).await?;
         if let Ok(a) = server.local_addr() {
