@@ -64,8 +64,12 @@ impl std::str::FromStr for Durability {
 pub struct Config {
     /// Address and port to listen on.
     pub bind: SocketAddr,
-    /// The persistent store's directory; `None` for a pure cache.
+    /// The persistent store's directory; `None` for a pure cache or a tier over a parent.
     pub store: Option<PathBuf>,
+    /// The node this one is a cache tier of (`--parent`): misses go up to it, writes through it.
+    pub parent: Option<SocketAddr>,
+    /// The password the parent wants (`--parent-password`; by default this node's own).
+    pub parent_password: Option<String>,
     /// The memory tier's capacity.
     pub capacity: Capacity,
     /// The memory tier's eviction algorithm (a `pliant-cache` spec).
@@ -97,6 +101,8 @@ impl Default for Config {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
             store: Some(PathBuf::from("pliant-data")),
+            parent: None,
+            parent_password: None,
             capacity: Capacity::Keys(u64::MAX),
             algo: "lru".into(),
             durability: Durability::default(),
@@ -140,6 +146,10 @@ pub struct Settings {
     pub store: Option<PathBuf>,
     /// `--no-store`.
     pub no_store: Option<bool>,
+    /// `--parent`.
+    pub parent: Option<SocketAddr>,
+    /// `--parent-password`.
+    pub parent_password: Option<String>,
     /// `--capacity`.
     pub capacity: Option<String>,
     /// `--algo`.
@@ -240,6 +250,8 @@ impl Settings {
             bind: self.bind.or(fallback.bind),
             store: self.store.or(fallback.store),
             no_store: self.no_store.or(fallback.no_store),
+            parent: self.parent.or(fallback.parent),
+            parent_password: self.parent_password.or(fallback.parent_password),
             capacity: self.capacity.or(fallback.capacity),
             algo: self.algo.or(fallback.algo),
             durability: self.durability.or(fallback.durability),
@@ -313,13 +325,25 @@ impl Settings {
         if self.no_store == Some(true) && self.store.is_some() {
             return Err(bad("store", "given together with no-store".into()));
         }
+        if self.parent.is_some() && self.store.is_some() {
+            return Err(bad(
+                "store",
+                "given together with parent: a tier keeps no store of its own (its parent holds every key); give one or the other".into(),
+            ));
+        }
+        let requirepass = self.requirepass.filter(|p| !p.is_empty());
         Ok(Config {
             bind: self.bind.unwrap_or(d.bind),
-            store: if self.no_store == Some(true) {
+            store: if self.no_store == Some(true) || self.parent.is_some() {
                 None
             } else {
                 self.store.or(d.store)
             },
+            parent: self.parent,
+            parent_password: self
+                .parent_password
+                .filter(|p| !p.is_empty())
+                .or_else(|| requirepass.clone()),
             capacity,
             algo,
             durability,
@@ -330,7 +354,7 @@ impl Settings {
                 params: self.param.unwrap_or_default(),
                 interval,
             },
-            requirepass: self.requirepass.filter(|p| !p.is_empty()),
+            requirepass,
             unsafe_no_auth: self.unsafe_no_auth.unwrap_or(false),
             metrics: self.metrics,
             threads: self.threads.unwrap_or(d.threads),
@@ -413,9 +437,31 @@ mod tests {
                 },
                 "algo",
             ),
+            (
+                Settings {
+                    parent: Some("127.0.0.1:7000".parse().expect("addr")),
+                    store: Some("kv".into()),
+                    ..Settings::default()
+                },
+                "store",
+            ),
         ] {
             let e = s.resolve().expect_err(field).to_string();
             assert!(e.starts_with(&format!("{field}: ")), "{e}");
         }
+    }
+
+    /// A tier keeps no store, and speaks to its parent with its own password unless told another.
+    #[test]
+    fn a_tier_has_no_store_and_its_own_password_by_default() {
+        let c = Settings {
+            parent: Some("127.0.0.1:7000".parse().expect("addr")),
+            requirepass: Some("secret".into()),
+            ..Settings::default()
+        }
+        .resolve()
+        .expect("resolves");
+        assert_eq!(c.store, None);
+        assert_eq!(c.parent_password.as_deref(), Some("secret"));
     }
 }

@@ -1,11 +1,20 @@
 //! The keyspace of one node: a memory tier whose order and capacity come from a `pliant-cache`
-//! algorithm, over an optional persistent store that holds every key.
+//! algorithm, over an optional persistent store that holds every key, or over a parent node.
 //!
 //! With a store, the store is the truth and memory a cache of it: writes go to the store first
 //! (write-through), a read that misses in memory is read from the store and kept in memory
 //! (read-through, as a ParSplice tier keeps what it fetched), and eviction drops values from
 //! memory only. Without a store (`--no-store`) memory is all there is, and an evicted key is gone,
 //! as in a Redis run with `maxmemory` and no persistence.
+//!
+//! Over a parent (`--parent`, a cache tier) the parent is the truth and this node a cache of it,
+//! with ParSplice's rules as `pliant-tier`'s [`Tier`] states them: a read that misses goes up once
+//! however many readers want the key ([`Keyspace::want`]: the others join the fetch under way),
+//! the tier keeps what it fetched ([`Keyspace::fetched`]), a put of a key held with the same value
+//! goes no further ([`Keyspace::put_redundant`]). The keyspace does no I/O for it: the node's
+//! connection to its parent ([`crate::upstream`]) fetches, and hands the values of the command
+//! being run to it as a loan ([`Keyspace::lend`]), so a command sees what was fetched for it even
+//! if memory is too small to hold it all.
 //!
 //! Expiry is lazy: an expired key is deleted when it is next touched, and never returned.
 //! Times are unix milliseconds passed in by the caller, so tests choose the clock.
@@ -20,6 +29,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use pliant_cache::{Cache, Capacity, Evicted, Request};
 use pliant_store::{Store, StoreError};
+use pliant_tier::{InFlight, Read, Tier};
 
 /// Why a keyspace operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +142,67 @@ pub struct KvStats {
     pub store_syncs: u64,
     /// Values written (SET and every command that stores a value).
     pub writes: u64,
+    /// Reads sent to the parent (a tier's misses that went up; coalesced ones count once).
+    pub parent_requests: u64,
+    /// Reads that joined a fetch of their key already on its way up.
+    pub coalesced: u64,
+    /// Puts of a key held with the same value, which went no further.
+    pub redundant_puts: u64,
+    /// Keys dropped from memory because the parent said they changed.
+    pub invalidated: u64,
 }
+
+/// What the parent said a key holds: its value, nothing, or why it could not be asked.
+pub type Fetched = Result<Option<Value>, String>;
+
+/// A fetch from the parent under way: the readers of its key wait on it ([`Keyspace::want`]).
+#[derive(Debug, Clone)]
+pub struct Fetch(tokio::sync::watch::Receiver<Option<Fetched>>);
+
+impl Fetch {
+    /// Waits for the fetch to end.
+    pub async fn wait(mut self) -> Fetched {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or_else(|| Err("fetch abandoned".into())),
+            Err(_) => Err("the connection to the parent closed during the fetch".into()),
+        }
+    }
+}
+
+impl InFlight for Fetch {
+    /// Under way until the fetcher reports ([`Keyspace::fetched`] finishes it in the tier first),
+    /// or goes away without reporting (its request never sent, its connection lost): the next
+    /// reader then fetches again rather than join a fetch that will never end.
+    fn under_way(&self, _now: f64) -> bool {
+        self.0.borrow().is_none() && self.0.has_changed().is_ok()
+    }
+}
+
+/// Where a read of a key stands before a command runs on a tier ([`Keyspace::want`]).
+#[derive(Debug)]
+pub enum Want {
+    /// Memory holds it (or a value was lent for it): run the command.
+    Ready,
+    /// Another reader's fetch of it is under way: wait for that.
+    Join(Fetch),
+    /// Nobody is fetching it: ask the parent, then report with [`Keyspace::fetched`] and `done`.
+    Fetch(FetchDone),
+}
+
+/// The fetcher's side of a [`Fetch`]: what wakes the readers that joined it.
+#[derive(Debug)]
+pub struct FetchDone(tokio::sync::watch::Sender<Option<Fetched>>);
+
+impl FetchDone {
+    /// Wakes the readers that joined the fetch.
+    pub fn done(self, v: &Fetched) {
+        self.0.send_replace(Some(v.clone()));
+    }
+}
+
+/// Values fetched from the parent for the command being run (a `None`: the parent has no such
+/// key), by key.
+pub type Lent = std::collections::HashMap<Bytes, Option<Value>, foldhash::fast::FixedState>;
 
 /// Reads kept for a policy's `timeseries()` between two decisions; past this many, reads are not
 /// recorded until the policy takes them (a decision every few seconds takes them long before).
@@ -190,9 +260,17 @@ pub struct Keyspace {
     /// knows a key by): one map, so an eviction finds its value directly, lookups compare
     /// integers rather than key bytes, and SCAN without a store walks ids in order.
     mem: BTreeMap<u64, Slot>,
-    cache: Cache,
+    /// The memory tier's algorithm, the fetches from the parent under way and the tier's rules.
+    tier: Tier<Fetch>,
     algo: String,
     store: Option<Arc<dyn Store>>,
+    /// Whether a parent holds every key (a cache tier): memory misses are fetched from it.
+    parent: bool,
+    /// Values fetched for the command being run ([`Keyspace::lend`]); empty otherwise.
+    lent: Lent,
+    /// Whether a command on a tier looked for a key neither memory nor the loan had (it left
+    /// memory between the fetch and the command): the caller runs it again.
+    unready: bool,
     /// Writes since the store was last synced.
     unsynced: bool,
     /// Store writes not yet committed (`None`: a deletion), newest per key: a pipeline's writes,
@@ -214,7 +292,7 @@ impl std::fmt::Debug for Keyspace {
         f.debug_struct("Keyspace")
             .field("keys_in_memory", &self.mem.len())
             .field("algorithm", &self.algo)
-            .field("capacity", &self.cache.capacity())
+            .field("capacity", &self.capacity())
             .field("store", &self.store.is_some())
             .finish()
     }
@@ -231,9 +309,12 @@ impl Keyspace {
         let cache = Cache::new(pliant_cache::build(algo, capacity)?, capacity);
         Ok(Self {
             mem: BTreeMap::new(),
-            cache,
+            tier: Tier::new(cache),
             algo: algo.to_string(),
             store,
+            parent: false,
+            lent: Lent::default(),
+            unready: false,
             unsynced: false,
             pending: Default::default(),
             failed: None,
@@ -243,9 +324,25 @@ impl Keyspace {
         })
     }
 
+    /// An empty memory tier of `capacity` ordered by `algo`, caching a parent that holds every
+    /// key (see the module doc).
+    pub fn over_parent(algo: &str, capacity: Capacity) -> Result<Self, KvError> {
+        let mut ks = Self::new(algo, capacity, None)?;
+        ks.parent = true;
+        Ok(ks)
+    }
+
+    /// Whether this keyspace caches a parent.
+    pub fn has_parent(&self) -> bool {
+        self.parent
+    }
+
     /// The counters.
     pub fn stats(&self) -> KvStats {
-        self.stats
+        KvStats {
+            coalesced: self.tier.counters().joined,
+            ..self.stats
+        }
     }
 
     /// The memory tier's algorithm spec.
@@ -255,12 +352,12 @@ impl Keyspace {
 
     /// The memory tier's capacity.
     pub fn capacity(&self) -> Capacity {
-        self.cache.capacity()
+        self.cache().capacity()
     }
 
     /// Keys and bytes (keys plus values) the memory tier holds.
     pub fn memory(&self) -> (u64, u64) {
-        let s = self.cache.stats();
+        let s = self.tier.stats();
         (s.keys, s.bytes)
     }
 
@@ -272,17 +369,18 @@ impl Keyspace {
     /// Changes the memory tier's capacity; a smaller one evicts at once in the algorithm's order.
     /// Fails if the units differ (a key capacity cannot become a byte one).
     pub fn resize(&mut self, capacity: Capacity) -> Result<(), String> {
-        if capacity.units() != self.cache.capacity().units() {
+        if capacity.units() != self.capacity().units() {
             return Err(format!(
                 "the capacity counts {}; it cannot become {capacity}",
-                match self.cache.capacity() {
+                match self.capacity() {
                     Capacity::Keys(_) => "keys",
                     Capacity::Bytes(_) => "bytes",
                 }
             ));
         }
         let mut gone = Vec::new();
-        self.cache
+        self.tier
+            .cache_mut()
             .resize_evicting(capacity, &mut |e: Evicted| gone.push(e.key));
         self.drop_evicted(gone);
         Ok(())
@@ -301,6 +399,12 @@ impl Keyspace {
 
     /// The value of `key`, if it exists.
     pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Bytes>, KvError> {
+        Ok(self.get_value(key, now)?.map(|v| v.data))
+    }
+
+    /// The value of `key` with its expiry, if it exists: a read, counted as [`get`](Self::get)
+    /// counts it.
+    pub fn get_value(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, KvError> {
         let id = self.id_of(key);
         if let Some(reads) = &mut self.reads
             && reads.len() < MAX_RECORDED_READS
@@ -312,7 +416,7 @@ impl Keyspace {
             Some(_) => self.stats.keyspace_hits += 1,
             None => self.stats.keyspace_misses += 1,
         }
-        Ok(v.map(|v| v.data))
+        Ok(v)
     }
 
     /// The whole value (with its expiry) of `key`, as reads see it: a memory hit, or fetched from
@@ -324,6 +428,10 @@ impl Keyspace {
 
     /// [`read`](Self::read) of `key`, whose id is `id`.
     fn read_id(&mut self, key: &[u8], id: u64, now: u64) -> Result<Option<Value>, KvError> {
+        if let Some(v) = self.lent.get(key) {
+            // Fetched for this command: a miss, counted and kept when it was fetched.
+            return Ok(v.clone().filter(|v| v.live(now)));
+        }
         if let Some(slot) = self.slot(id, key) {
             let (size, live) = (slot.size(), slot.live(now));
             if !live {
@@ -331,10 +439,14 @@ impl Keyspace {
                 return Ok(None);
             }
             let value = slot.value();
-            self.cache.get(&Request::new(id, size));
+            let _ = self.tier.read(id, size, secs(now));
             self.stats.hits += 1;
             self.stats.hit_bytes += u64::from(size);
             return Ok(Some(value));
+        }
+        if self.parent {
+            // Counted, and kept, when it was fetched (`want`, `fetched`): this is the loan.
+            return Ok(self.lent_value(key).filter(|v| v.live(now)));
         }
         self.stats.misses += 1;
         let found = match &self.store {
@@ -349,7 +461,7 @@ impl Keyspace {
         // The miss is an access of the key as the algorithm sees it: one that keeps ghosts
         // (S3-FIFO, ARC) learns of it, as in the simulator's `access`.
         let size = found.as_ref().map_or(0, |v| size_of(key, v));
-        self.cache.get(&Request::new(id, size));
+        let _ = self.tier.read(id, size, secs(now));
         let Some(v) = found else {
             return Ok(None);
         };
@@ -369,7 +481,7 @@ impl Keyspace {
             return Ok(Some(slot.value()).filter(|v| v.live(now)));
         }
         let Some(store) = &self.store else {
-            return Ok(None);
+            return Ok(self.lent_value(key).filter(|v| v.live(now)));
         };
         self.stats.store_reads += 1;
         let raw = Self::stored(&self.pending, store.as_ref(), key)?;
@@ -412,7 +524,7 @@ impl Keyspace {
             return Ok(false);
         }
         let Some(store) = &self.store else {
-            return Ok(false);
+            return Ok(self.lent_value(key).is_some_and(|v| v.live(now)));
         };
         self.stats.store_reads += 1;
         let raw = Self::stored(&self.pending, store.as_ref(), key)?;
@@ -518,10 +630,161 @@ impl Keyspace {
             self.stats.store_writes += 1;
             self.unsynced = true;
         }
-        for (id, _) in std::mem::take(&mut self.mem) {
-            self.cache.remove(id);
-        }
+        self.forget_memory();
         Ok(())
+    }
+
+    /// Drops every value from memory (the store, or the parent, keeps them): what a tier does
+    /// when its parent says everything changed, or when it loses its parent and can no longer
+    /// hear of changes.
+    pub fn forget_memory(&mut self) {
+        for (id, _) in std::mem::take(&mut self.mem) {
+            self.tier.cache_mut().remove(id);
+        }
+    }
+
+    /// Where a read of `key` stands on a tier, before the command runs: held (or lent), joining
+    /// a fetch under way, or to be fetched by the caller, which the tier now counts as a
+    /// parent request and treats as held (readers after this one join the fetch).
+    pub fn want(&mut self, key: &[u8], now: u64) -> Want {
+        let id = self.id_of(key);
+        if self.slot(id, key).is_some() || self.lent.contains_key(key) {
+            return Want::Ready;
+        }
+        match self.tier.read(id, 0, secs(now)) {
+            Read::Join(f) => Want::Join(f),
+            Read::Hit | Read::Miss => {
+                self.stats.misses += 1;
+                self.stats.parent_requests += 1;
+                let (tx, rx) = tokio::sync::watch::channel(None);
+                let mut gone = Vec::new();
+                // The value's size is not known until it arrives: the key holds a place of
+                // size 0 meanwhile, and `fetched` gives it its size.
+                self.tier
+                    .fetching_evicting(id, 0, Fetch(rx), &mut |e: Evicted| gone.push(e.key));
+                self.drop_evicted(gone);
+                Want::Fetch(FetchDone(tx))
+            }
+        }
+    }
+
+    /// The parent answered a fetch of `key` (the caller runs this in the order the parent's
+    /// replies and invalidations arrive, so a value it replaced is never kept after the news of
+    /// its replacement): memory keeps the value, or lets go of the place it held.
+    pub fn fetched(&mut self, key: &[u8], v: &Fetched) {
+        let id = self.id_of(key);
+        let _ = self.tier.finish(id);
+        match v {
+            Ok(Some(v)) => {
+                self.stats.miss_bytes += u64::from(size_of(key, v));
+                self.keep(key, v.clone());
+            }
+            Ok(None) | Err(_) => {
+                if self.slot(id, key).is_none() {
+                    self.tier.cache_mut().remove(id);
+                }
+            }
+        }
+    }
+
+    /// Lends the values fetched for one command (see the module doc); the caller takes them
+    /// back with [`unlend`](Self::unlend) before it lets go of the keyspace.
+    pub fn lend(&mut self, lent: Lent) {
+        self.lent = lent;
+    }
+
+    /// On a tier, what the loan says of a key memory does not hold (nothing, off a tier).
+    fn lent_value(&mut self, key: &[u8]) -> Option<Value> {
+        if !self.parent {
+            return None;
+        }
+        match self.lent.get(key) {
+            Some(v) => v.clone(),
+            None => {
+                self.unready = true;
+                None
+            }
+        }
+    }
+
+    /// Whether the last command on a tier missed a key it should have had (see `unready`);
+    /// resets it.
+    pub fn take_unready(&mut self) -> bool {
+        std::mem::take(&mut self.unready)
+    }
+
+    /// Takes back what [`lend`](Self::lend) lent.
+    pub fn unlend(&mut self) -> Lent {
+        std::mem::take(&mut self.lent)
+    }
+
+    /// A put on a tier: if memory holds `key` with this very value (and no expiry), the put is
+    /// redundant, counted, and goes no further (`true`); otherwise the caller forwards it.
+    pub fn put_redundant(&mut self, key: &[u8], data: &[u8]) -> bool {
+        let id = self.id_of(key);
+        let same = self
+            .slot(id, key)
+            .is_some_and(|s| s.expires_at == 0 && &s.data[s.key_len as usize..] == data);
+        if same {
+            let size = u32::try_from(key.len() + data.len()).unwrap_or(u32::MAX);
+            let _ = self.tier.put(id, size);
+            self.stats.redundant_puts += 1;
+        }
+        same
+    }
+
+    /// The parent acknowledged a put of `key` this tier forwarded: memory keeps it (replacing
+    /// what it held), as the tier's put rule says.
+    pub fn put_forwarded(&mut self, key: &[u8], v: Value) {
+        self.stats.writes += 1;
+        let id = self.id_of(key);
+        if self.slot(id, key).is_some() {
+            // Held with another value: the put is new to the rule, not a redundant one.
+            self.mem.remove(&id);
+            self.tier.cache_mut().remove(id);
+        }
+        let size = size_of(key, &v);
+        self.mem.insert(id, Slot::new(key, &v));
+        let mut gone = Vec::new();
+        let put = self
+            .tier
+            .put_evicting(id, size, &mut |e: Evicted| gone.push(e.key));
+        debug_assert_eq!(put, pliant_tier::Put::Forward);
+        if !self.tier.cache_mut().contains(id) {
+            // Larger than the memory tier: the parent holds it.
+            gone.push(id);
+        }
+        self.drop_evicted(gone);
+    }
+
+    /// Drops `key` from memory (not from a store or the parent): a tier's copy of a key that
+    /// changed above, or that a write this tier forwarded changed.
+    pub fn drop_key(&mut self, key: &[u8]) -> bool {
+        let id = self.id_of(key);
+        if self.slot(id, key).is_some() {
+            self.mem.remove(&id);
+            self.tier.cache_mut().remove(id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The parent says these keys changed (`None`: every key): memory drops its copies.
+    pub fn invalidate(&mut self, keys: Option<&[Bytes]>) {
+        match keys {
+            None => {
+                self.stats.invalidated += self.mem.len() as u64;
+                self.forget_memory();
+            }
+            Some(keys) => {
+                for k in keys {
+                    if self.drop_key(k) {
+                        self.stats.invalidated += 1;
+                    }
+                }
+            }
+        }
     }
 
     /// Hands the writes not yet committed to the store as one batch (in the store's journal,
@@ -557,7 +820,7 @@ impl Keyspace {
                     let id = self.id_of(&k);
                     if self.slot(id, &k).is_some() {
                         self.mem.remove(&id);
-                        self.cache.remove(id);
+                        self.tier.cache_mut().remove(id);
                     }
                 }
                 self.failed = Some(e.to_string());
@@ -602,11 +865,7 @@ impl Keyspace {
             self.pending.insert(key.to_vec(), None);
             self.stats.store_writes += 1;
         }
-        let id = self.id_of(key);
-        if self.slot(id, key).is_some() {
-            self.mem.remove(&id);
-            self.cache.remove(id);
-        }
+        self.drop_key(key);
         Ok(())
     }
 
@@ -620,12 +879,13 @@ impl Keyspace {
         {
             // Two keys with one 64-bit hash share a place in the algorithm's order: the one held
             // leaves memory (the store keeps it), as an eviction would take it.
-            self.cache.remove(id);
+            self.tier.cache_mut().remove(id);
             self.stats.evictions += 1;
         }
         let mut gone = Vec::new();
         let outcome = self
-            .cache
+            .tier
+            .cache_mut()
             .put_evicting(&Request::new(id, size), &mut |e: Evicted| gone.push(e.key));
         if outcome == pliant_cache::PutOutcome::Rejected {
             // Larger than the memory tier: it lives in the store only (or, without one, nowhere,
@@ -647,6 +907,10 @@ impl Keyspace {
         }
     }
 
+    fn cache(&self) -> &Cache {
+        self.tier.cache()
+    }
+
     /// The slot holding `key` (whose id is `id`), if memory holds it.
     fn slot(&self, id: u64, key: &[u8]) -> Option<&Slot> {
         self.mem.get(&id).filter(|s| s.key() == key)
@@ -666,6 +930,11 @@ impl Keyspace {
             }
         }
     }
+}
+
+/// Unix milliseconds as the tier's clock (seconds).
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 /// What a key weighs against a byte capacity: its key and value bytes.
@@ -814,5 +1083,73 @@ mod tests {
             k.set(Bytes::from_static(b"d"), Value::new("4")),
             Err(KvError::Failed(_))
         ));
+    }
+
+    /// A tier's rules, as `pliant-tier` states them: the first reader of a missing key fetches
+    /// it, later ones join; the tier keeps what it fetched; a command sees what was fetched for it
+    /// even when memory could not keep it.
+    #[tokio::test]
+    async fn a_tier_fetches_a_missing_key_once_and_keeps_it() {
+        let mut k = Keyspace::over_parent("lru", Capacity::Keys(1)).expect("keyspace");
+        let Want::Fetch(done) = k.want(b"a", 0) else {
+            panic!("the first reader fetches");
+        };
+        let Want::Join(joined) = k.want(b"a", 0) else {
+            panic!("the second joins");
+        };
+        let v: Fetched = Ok(Some(Value::new("1")));
+        k.fetched(b"a", &v);
+        done.done(&v);
+        assert_eq!(joined.wait().await, v);
+        let s = k.stats();
+        assert_eq!((s.parent_requests, s.coalesced, s.misses), (1, 1, 1));
+        assert!(matches!(k.want(b"a", 0), Want::Ready), "kept");
+        assert_eq!(k.get(b"a", 0).expect("get"), Some(Bytes::from_static(b"1")));
+        assert_eq!(k.stats().hits, 1);
+
+        // "b" evicts "a" from a memory of one key; a loan still answers for "a".
+        let Want::Fetch(done) = k.want(b"b", 0) else {
+            panic!("fetch b");
+        };
+        k.fetched(b"b", &Ok(Some(Value::new("2"))));
+        drop(done);
+        let mut lent = Lent::default();
+        lent.insert(Bytes::from_static(b"a"), Some(Value::new("1")));
+        k.lend(lent);
+        assert_eq!(k.get(b"a", 0).expect("get"), Some(Bytes::from_static(b"1")));
+        assert!(!k.take_unready());
+        k.unlend();
+        assert_eq!(k.get(b"a", 0).expect("get"), None);
+        assert!(k.take_unready(), "a key neither held nor lent is reported");
+    }
+
+    /// A fetch whose fetcher went away without a word is not joined forever: the next reader
+    /// fetches again.
+    #[test]
+    fn an_abandoned_fetch_is_fetched_again() {
+        let mut k = Keyspace::over_parent("lru", Capacity::Keys(10)).expect("keyspace");
+        let Want::Fetch(done) = k.want(b"a", 0) else {
+            panic!("fetch");
+        };
+        drop(done);
+        assert!(matches!(k.want(b"a", 0), Want::Fetch(_)));
+    }
+
+    #[test]
+    fn a_put_of_the_value_held_is_redundant_and_another_value_is_not() {
+        let mut k = Keyspace::over_parent("lru", Capacity::Keys(10)).expect("keyspace");
+        assert!(!k.put_redundant(b"a", b"1"), "not held");
+        k.put_forwarded(b"a", Value::new("1"));
+        assert!(k.put_redundant(b"a", b"1"));
+        assert!(!k.put_redundant(b"a", b"2"), "same size, another value");
+        k.put_forwarded(b"a", Value::new("2"));
+        assert_eq!(k.get(b"a", 0).expect("get"), Some(Bytes::from_static(b"2")));
+        assert_eq!(k.stats().redundant_puts, 1);
+        k.invalidate(Some(&[Bytes::from_static(b"a")]));
+        assert!(
+            matches!(k.want(b"a", 0), Want::Fetch(_)),
+            "dropped by the invalidation"
+        );
+        assert_eq!(k.stats().invalidated, 1);
     }
 }

@@ -7,6 +7,10 @@
 //! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
 //! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
 //! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
+//! - [`tracking`]: which clients hold copies of which keys, and their invalidation (CLIENT
+//!   TRACKING); how a parent keeps its child tiers coherent.
+//! - [`upstream`] and `leaf`: a tier's connection to its parent, and how a tier runs requests
+//!   (fetch what memory lacks, coalesced; write through; keep puts).
 //! - [`policy`]: the live policy, on a thread of its own, sizing the memory tier every interval.
 //! - [`server`]: connections, pipelining, durability, the graceful stop.
 //! - [`metrics`]: Prometheus's text format on `--metrics`.
@@ -26,11 +30,14 @@ pub mod frame;
 pub mod fuzz;
 mod glob;
 pub mod keyspace;
+mod leaf;
 pub mod metrics;
 pub mod node;
 pub mod policy;
 pub mod replay;
 pub mod server;
+pub mod tracking;
+pub mod upstream;
 
 pub use cmd::{COMMANDS, Spec};
 pub use config::{Config, DEFAULT_INTERVAL, DEFAULT_PORT, Durability};

@@ -33,6 +33,8 @@ pub struct Node {
     policy: std::sync::OnceLock<crate::policy::Policy>,
     password: Option<String>,
     auth_failures: AtomicU64,
+    tracking: crate::tracking::Tracking,
+    parent: std::sync::OnceLock<std::sync::Arc<crate::upstream::Upstream>>,
 }
 
 #[derive(Default)]
@@ -62,6 +64,8 @@ impl Node {
             policy: std::sync::OnceLock::new(),
             password: config.requirepass.clone(),
             auth_failures: AtomicU64::new(0),
+            tracking: crate::tracking::Tracking::default(),
+            parent: std::sync::OnceLock::new(),
         }
     }
 
@@ -92,6 +96,20 @@ impl Node {
     /// Wrong passwords given so far.
     pub fn auth_failures(&self) -> u64 {
         self.auth_failures.load(Ordering::Relaxed)
+    }
+
+    /// Which clients hold copies of which keys (CLIENT TRACKING; a parent's children).
+    pub fn tracking(&self) -> &crate::tracking::Tracking {
+        &self.tracking
+    }
+
+    /// The connection to the parent, if this node is a tier over one (`--parent`).
+    pub fn parent(&self) -> Option<&std::sync::Arc<crate::upstream::Upstream>> {
+        self.parent.get()
+    }
+
+    pub(crate) fn set_parent(&self, up: std::sync::Arc<crate::upstream::Upstream>) {
+        let _ = self.parent.set(up);
     }
 
     /// The policy thread's handle, once the server has started it.

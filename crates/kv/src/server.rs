@@ -14,6 +14,7 @@ use crate::config::{Config, Durability};
 use crate::frame::{Cursor, Frame, FrameError, Limits, Request};
 use crate::keyspace::{Keyspace, KvError};
 use crate::node::Node;
+use crate::tracking::Outgoing;
 
 /// How long a stopping server waits for its connections to finish the requests they have read.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -44,6 +45,9 @@ pub enum ServeError {
     /// The keyspace could not be built or synced.
     #[error(transparent)]
     Keyspace(#[from] KvError),
+    /// The parent (`--parent`) could not be reached or refused this tier.
+    #[error("{0}")]
+    Parent(String),
     /// The policy given at start did not install.
     #[error("policy: {0}")]
     Policy(String),
@@ -80,7 +84,10 @@ impl Server {
                 },
             )?)),
         };
-        let keyspace = Keyspace::new(&config.algo, config.capacity, store)?;
+        let keyspace = match config.parent {
+            Some(_) => Keyspace::over_parent(&config.algo, config.capacity)?,
+            None => Keyspace::new(&config.algo, config.capacity, store)?,
+        };
         let listener = TcpListener::bind(config.bind)
             .await
             .map_err(|source| ServeError::Bind {
@@ -90,6 +97,20 @@ impl Server {
         let node = Arc::new(Node::new(keyspace, config));
         if let Ok(a) = listener.local_addr() {
             node.set_port(a.port());
+        }
+        if let Some(parent) = config.parent {
+            let up = Arc::new(crate::upstream::Upstream::new(
+                parent,
+                config.parent_password.clone(),
+                Arc::downgrade(&node),
+            ));
+            // Connect now, so a wrong address or password stops the start, not the first read.
+            match up.call(vec![Bytes::from_static(b"PING")], None).await {
+                Ok(Frame::Error(e)) => return Err(ServeError::Parent(format!("{parent}: {e}"))),
+                Ok(_) => {}
+                Err(e) => return Err(ServeError::Parent(e.to_string())),
+            }
+            node.set_parent(up);
         }
         let policy = crate::policy::Policy::start(node.clone(), config.policy.clone())
             .map_err(ServeError::Policy)?;
@@ -209,6 +230,7 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
     if let Err(e) = serve(&node, &mut stream, id).await {
         tracing::debug!("client {id}: {e}");
     }
+    node.tracking().disable(id);
     node.leave();
 }
 
@@ -250,12 +272,11 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
                     if args.is_empty() {
                         continue;
                     }
-                    let mut ctx = Ctx {
-                        node,
-                        session: &mut session,
-                        now: now_ms(),
+                    let reply = match node.parent() {
+                        Some(up) => crate::leaf::run(node, up, &mut session, &args, now_ms()).await,
+                        None => execute(&mut Ctx::new(node, &mut session, now_ms()), &args),
                     };
-                    execute(&mut ctx, &args).write(session.proto, &mut out);
+                    reply.write(session.proto, &mut out);
                     if session.quit || session.shutdown {
                         closing = true;
                         break;
@@ -286,6 +307,12 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
             }
         }
         session.wrote = false;
+        if !session.awaiting.is_empty() {
+            // Tiers holding a key this batch changed drop it before the change is acknowledged.
+            node.tracking()
+                .wait(std::mem::take(&mut session.awaiting))
+                .await;
+        }
         if !out.is_empty() {
             stream.write_all(&out).await?;
             out.clear();
@@ -299,6 +326,24 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
         tokio::select! {
             n = stream.read_buf(&mut buf) => if n? == 0 { return Ok(()) },
             _ = stop.changed() => return Ok(()),
+            push = next_push(&mut session.pushes) => match push {
+                Some(Outgoing::Push(frame)) => {
+                    frame.write(session.proto, &mut out);
+                    stream.write_all(&out).await?;
+                    out.clear();
+                }
+                Some(Outgoing::Close) | None => return Ok(()),
+            },
         }
+    }
+}
+
+/// The next invalidation to push, if the connection tracks keys (never, if not).
+async fn next_push(
+    pushes: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Outgoing>>,
+) -> Option<Outgoing> {
+    match pushes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -8,3 +8,4 @@ mod policy_cli;
 mod scale_cli;
 mod serve_cli;
 mod sim_trace_cli;
+mod tiers_cli;

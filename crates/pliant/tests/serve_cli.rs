@@ -9,9 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `pliant serve`; killed (SIGKILL) when dropped if still running.
-struct Node {
-    child: Child,
-    addr: SocketAddr,
+pub(super) struct Node {
+    pub(super) child: Child,
+    pub(super) addr: SocketAddr,
     /// The rest of its stderr, line by line.
     lines: std::sync::mpsc::Receiver<String>,
 }
@@ -19,7 +19,7 @@ struct Node {
 impl Node {
     /// Starts `pliant serve --bind 127.0.0.1:0 args…` in `dir` and waits (at most 30 s) for it to
     /// say where it listens.
-    fn start(dir: &Path, args: &[&str]) -> Self {
+    pub(super) fn start(dir: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pliant"))
             .args(["serve", "--bind", "127.0.0.1:0"])
             .args(args)
@@ -61,7 +61,7 @@ impl Node {
             .expect("a line on stderr")
     }
 
-    fn client(&self) -> redis::Connection {
+    pub(super) fn client(&self) -> redis::Connection {
         redis::Client::open(format!("redis://{}/", self.addr))
             .expect("client")
             .get_connection_with_timeout(Duration::from_secs(10))
@@ -84,7 +84,7 @@ impl Node {
     }
 
     /// SIGKILL, as a crash.
-    fn kill(mut self) {
+    pub(super) fn kill(mut self) {
         self.child.kill().expect("kill");
         self.child.wait().expect("reap");
     }
@@ -97,7 +97,7 @@ impl Drop for Node {
     }
 }
 
-fn cmd<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
+pub(super) fn cmd<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
     let mut k = redis::cmd(args[0]);
     for a in &args[1..] {
         k.arg(*a);
@@ -318,7 +318,7 @@ fn connections_over_max_clients_are_refused() {
 }
 
 /// Polls `PLIANT.STATS` (every 50 ms, at most 20 s) until `ok` holds of it; returns it.
-fn stats_until(
+pub(super) fn stats_until(
     c: &mut redis::Connection,
     what: &str,
     ok: impl Fn(&serde_json::Value) -> bool,

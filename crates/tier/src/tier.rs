@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 
-use pliant_cache::{Cache, Capacity, PutOutcome, Request, Stats};
+use pliant_cache::{Cache, Capacity, Evicted, PutOutcome, Request, Stats};
 
 use crate::{CacheView, Resize};
 
@@ -133,10 +133,22 @@ impl<F: InFlight> Tier<F> {
     /// After a [`Read::Miss`]: the caller is fetching `key` from above. The tier keeps it, and
     /// readers of `key` join `fetch` while it is under way.
     pub fn fetching(&mut self, key: u64, size: u32, fetch: F) {
+        self.fetching_evicting(key, size, fetch, &mut |_| {});
+    }
+
+    /// [`fetching`](Self::fetching), telling `evicted` what the cache lets go to make room (a
+    /// service holding values beside the cache drops theirs).
+    pub fn fetching_evicting(
+        &mut self,
+        key: u64,
+        size: u32,
+        fetch: F,
+        evicted: &mut impl FnMut(Evicted),
+    ) {
         self.in_flight.insert(key, fetch);
         // The outcome does not matter: a key the cache declines (larger than its capacity) is
         // still being fetched, and reads after the fetch miss again.
-        let _ = self.cache.put(&Request::new(key, size));
+        let _ = self.cache.put_evicting(&Request::new(key, size), evicted);
     }
 
     /// The fetch of `key` ended (a service calls this when the value has arrived); returns its
@@ -158,8 +170,13 @@ impl<F: InFlight> Tier<F> {
 
     /// A put of `key` (`size` bytes): the tier keeps it, and says whether it goes further up.
     pub fn put(&mut self, key: u64, size: u32) -> Put {
+        self.put_evicting(key, size, &mut |_| {})
+    }
+
+    /// [`put`](Self::put), telling `evicted` what the cache lets go to make room.
+    pub fn put_evicting(&mut self, key: u64, size: u32, evicted: &mut impl FnMut(Evicted)) -> Put {
         self.counters.puts += 1;
-        match self.cache.put(&Request::new(key, size)) {
+        match self.cache.put_evicting(&Request::new(key, size), evicted) {
             PutOutcome::Redundant => Put::Redundant,
             // A key the cache declines (too large) is still new to everything above.
             PutOutcome::Inserted | PutOutcome::Resized | PutOutcome::Rejected => Put::Forward,
@@ -210,6 +227,22 @@ impl<F: InFlight> Tier<F> {
                 self.resize(capacity);
             }
         }
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// The cache itself, for what the rules leave to the caller: a service keeps written values
+    /// and removes deleted keys through it, and resizes it reporting evictions.
+    pub fn cache_mut(&mut self) -> &mut Cache {
+        &mut self.cache
+    }
+
+    /// Whether a fetch of `key` is under way at `now`.
+    pub fn is_fetching(&self, key: u64, now: f64) -> bool {
+        self.in_flight.get(&key).is_some_and(|f| f.under_way(now))
     }
 
     /// The cache's counters (hits, misses, redundant puts, keys and bytes held, peaks).

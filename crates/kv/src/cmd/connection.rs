@@ -99,7 +99,8 @@ fn authenticate(ctx: &mut Ctx<'_>, user: Option<&Bytes>, pass: &[u8]) -> Result<
     }
 }
 
-/// `CLIENT SETNAME|GETNAME|SETINFO|ID|INFO`: what client libraries send on connect.
+/// `CLIENT SETNAME|GETNAME|SETINFO|ID|INFO`: what client libraries send on connect; `CLIENT
+/// TRACKING ON|OFF [NOLOOP]` (see [`crate::tracking`]).
 pub(super) fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let sub = args[0].to_ascii_lowercase();
     match (sub.as_slice(), &args[1..]) {
@@ -115,6 +116,7 @@ pub(super) fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         (b"getname", []) => ctx.session.name.clone().map_or(Frame::Null, Frame::Bulk),
         (b"setinfo", [_, _]) => Frame::ok(),
         (b"id", []) => Frame::Integer(ctx.session.id as i64),
+        (b"tracking", [on, opts @ ..]) => tracking(ctx, on, opts),
         (b"info", []) => Frame::Bulk(Bytes::from(format!(
             "id={} name={} resp={}\n",
             ctx.session.id,
@@ -134,6 +136,43 @@ pub(super) fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             String::from_utf8_lossy(&args[0])
         )),
     }
+}
+
+/// `CLIENT TRACKING ON|OFF [NOLOOP]`: Redis's default mode over RESP3 pushes. The other modes
+/// (REDIRECT to a RESP2 connection, BCAST, OPTIN, OPTOUT) are refused by name rather than
+/// accepted and ignored.
+fn tracking(ctx: &mut Ctx<'_>, on: &[u8], opts: &[Bytes]) -> Frame {
+    let on = match on.to_ascii_lowercase().as_slice() {
+        b"on" => true,
+        b"off" => false,
+        _ => return syntax_error(),
+    };
+    let mut noloop = false;
+    for o in opts {
+        match o.to_ascii_uppercase().as_slice() {
+            b"NOLOOP" => noloop = true,
+            b"REDIRECT" | b"BCAST" | b"PREFIX" | b"OPTIN" | b"OPTOUT" => {
+                return Frame::error(format!(
+                    "ERR CLIENT TRACKING {} is not supported by this server: use the default mode over RESP3 (HELLO 3)",
+                    String::from_utf8_lossy(o).to_ascii_uppercase()
+                ));
+            }
+            _ => return syntax_error(),
+        }
+    }
+    let tracking = ctx.node.tracking();
+    if !on {
+        tracking.disable(ctx.session.id);
+        ctx.session.pushes = None;
+        return Frame::ok();
+    }
+    if ctx.session.proto != Protocol::Resp3 {
+        return Frame::error(
+            "ERR CLIENT TRACKING needs RESP3 (HELLO 3) here: invalidations are pushed on the same connection",
+        );
+    }
+    ctx.session.pushes = Some(tracking.enable(ctx.session.id, noloop));
+    Frame::ok()
 }
 
 /// Only database 0 exists (as in Redis Cluster).

@@ -21,10 +21,11 @@ pub(super) fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// Counts every argument that exists, a key named twice twice (as Redis).
 pub(super) fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let mut ks = ctx.node.keyspace();
+    let now = ctx.now;
+    let mut ks = ctx.ks();
     let mut n = 0;
     for k in args {
-        match ks.exists(k, ctx.now) {
+        match ks.exists(k, now) {
             Ok(e) => n += i64::from(e),
             Err(e) => return store_error(&e),
         }
@@ -33,7 +34,8 @@ pub(super) fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub(super) fn type_(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    match ctx.node.keyspace().exists(&args[0], ctx.now) {
+    let now = ctx.now;
+    match ctx.ks().exists(&args[0], now) {
         Ok(true) => Frame::Simple("string".into()),
         Ok(false) => Frame::Simple("none".into()),
         Err(e) => store_error(&e),
@@ -110,7 +112,8 @@ pub(super) fn pttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// -2 for a missing key, -1 for one without an expiry, else the time left (rounded as Redis).
 fn remaining(ctx: &mut Ctx<'_>, key: &[u8], ms: u64) -> Frame {
-    match ctx.node.keyspace().peek(key, ctx.now) {
+    let now = ctx.now;
+    match ctx.ks().peek(key, now) {
         Ok(None) => Frame::Integer(-2),
         Ok(Some(Value {
             expires_at: None, ..
@@ -118,7 +121,7 @@ fn remaining(ctx: &mut Ctx<'_>, key: &[u8], ms: u64) -> Frame {
         Ok(Some(Value {
             expires_at: Some(t),
             ..
-        })) => Frame::Integer((t.saturating_sub(ctx.now) + ms / 2).div_euclid(ms) as i64),
+        })) => Frame::Integer((t.saturating_sub(now) + ms / 2).div_euclid(ms) as i64),
         Err(e) => store_error(&e),
     }
 }

@@ -10,6 +10,7 @@ mod strings;
 use bytes::Bytes;
 
 use crate::frame::{Frame, Protocol};
+use crate::keyspace::{Keyspace, Lent};
 use crate::node::Node;
 
 /// One connection's state, as commands see and change it.
@@ -30,6 +31,10 @@ pub struct Session {
     /// Whether a command of this batch wrote (the reply waits for the store's sync under
     /// `--durability always`).
     pub wrote: bool,
+    /// Invalidation pushes to send (`CLIENT TRACKING ON`).
+    pub pushes: Option<tokio::sync::mpsc::UnboundedReceiver<crate::tracking::Outgoing>>,
+    /// Tiers this batch's writes invalidated: its replies wait until they have applied it.
+    pub awaiting: Vec<crate::tracking::Wait>,
 }
 
 /// What a command runs with.
@@ -40,6 +45,59 @@ pub struct Ctx<'a> {
     pub session: &'a mut Session,
     /// Unix milliseconds now.
     pub now: u64,
+    /// On a tier, the values fetched from the parent for this command (see [`Ctx::ks`]).
+    pub lent: Lent,
+}
+
+impl<'a> Ctx<'a> {
+    /// What a command runs with, nothing lent.
+    pub fn new(node: &'a Node, session: &'a mut Session, now: u64) -> Self {
+        Self {
+            node,
+            session,
+            now,
+            lent: Lent::default(),
+        }
+    }
+
+    /// The keyspace, locked, with the values fetched for this command lent to it while the lock
+    /// is held (a read command on a tier sees them even if memory could not keep them, and no
+    /// other command ever sees them).
+    pub fn ks(&mut self) -> Ks<'_> {
+        let mut guard = self.node.keyspace();
+        if !self.lent.is_empty() {
+            guard.lend(std::mem::take(&mut self.lent));
+        }
+        Ks {
+            guard,
+            lent: &mut self.lent,
+        }
+    }
+}
+
+/// The keyspace locked by [`Ctx::ks`]; gives back what was lent when dropped.
+pub struct Ks<'a> {
+    guard: std::sync::MutexGuard<'a, Keyspace>,
+    lent: &'a mut Lent,
+}
+
+impl std::ops::Deref for Ks<'_> {
+    type Target = Keyspace;
+    fn deref(&self) -> &Keyspace {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Ks<'_> {
+    fn deref_mut(&mut self) -> &mut Keyspace {
+        &mut self.guard
+    }
+}
+
+impl Drop for Ks<'_> {
+    fn drop(&mut self) {
+        *self.lent = self.guard.unlend();
+    }
 }
 
 type Run = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
@@ -124,7 +182,28 @@ pub const COMMANDS: &[Spec] = &[
     cmd("scan", -2, false, NO_KEYS, keys::scan),
     cmd("pliant.policy", -2, false, NO_KEYS, pliant::policy),
     cmd("pliant.stats", 1, false, NO_KEYS, pliant::stats),
+    cmd("pliant.fetch", 2, false, ONE_KEY, pliant::fetch),
+    cmd("pliant.tier", -1, false, NO_KEYS, pliant::tier),
+    cmd("pliant.invalidated", 3, false, NO_KEYS, pliant::invalidated),
 ];
+
+impl Spec {
+    /// The arguments of a request for this command (`args[0]` its name) that are keys.
+    pub fn keys_of<'a>(&self, args: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> {
+        let (first, last, step) = self.keys;
+        let n = args.len() as i64;
+        let last = if last < 0 { n + last } else { last.min(n - 1) };
+        let (first, step) = if first == 0 {
+            (1, 1)
+        } else {
+            (first, step.max(1))
+        };
+        let end = if self.keys.0 == 0 { 0 } else { last + 1 };
+        (first..end.max(first))
+            .step_by(step as usize)
+            .filter_map(move |i| args.get(i as usize))
+    }
+}
 
 /// The command named `name` (any case).
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
@@ -133,7 +212,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     > = std::sync::OnceLock::new();
     let table = BY_NAME.get_or_init(|| COMMANDS.iter().map(|c| (c.name.as_bytes(), c)).collect());
     // Every name is short: lowercase it on the stack rather than allocate per request.
-    let mut lower = [0u8; 16];
+    let mut lower = [0u8; 24];
     let lower = lower.get_mut(..name.len())?;
     for (l, c) in lower.iter_mut().zip(name) {
         *l = c.to_ascii_lowercase();
@@ -143,25 +222,60 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
 
 /// Runs one request (`args[0]` is the command's name) and returns its reply.
 pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match check(ctx.session, args) {
+        Ok(spec) => run(ctx, spec, args),
+        Err(reply) => reply,
+    }
+}
+
+/// What Redis checks before it runs a request: a known command, authentication, arity. The
+/// command's spec, or the error reply.
+pub fn check(session: &Session, args: &[Bytes]) -> Result<&'static Spec, Frame> {
     let Some(name) = args.first() else {
-        return Frame::error("ERR empty command");
+        return Err(Frame::error("ERR empty command"));
     };
     let Some(spec) = lookup(name) else {
-        return unknown(name, &args[1..]);
+        return Err(unknown(name, &args[1..]));
     };
-    if !ctx.session.authenticated && !matches!(spec.name, "auth" | "hello" | "quit") {
-        return Frame::error("NOAUTH Authentication required.");
+    if !session.authenticated && !matches!(spec.name, "auth" | "hello" | "quit") {
+        return Err(Frame::error("NOAUTH Authentication required."));
     }
     let n = args.len() as i64;
     let arity = i64::from(spec.arity);
     if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
-        return wrong_arity(spec.name);
+        return Err(wrong_arity(spec.name));
     }
+    Ok(spec)
+}
+
+/// Runs a request [`check`] passed, here.
+pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
     if spec.writes {
         ctx.session.wrote = true;
     }
     ctx.node.count_command();
-    (spec.run)(ctx, &args[1..])
+    let reply = (spec.run)(ctx, &args[1..]);
+    track(ctx, spec, args);
+    reply
+}
+
+/// Tells the tracking table what a command read or changed (see [`crate::tracking`]).
+pub fn track(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) {
+    let tracking = ctx.node.tracking();
+    if !tracking.active() {
+        return;
+    }
+    let id = ctx.session.id;
+    if spec.writes {
+        let waits = if matches!(spec.name, "flushdb" | "flushall") {
+            tracking.wrote_all(id)
+        } else {
+            tracking.wrote(id, spec.keys_of(args))
+        };
+        ctx.session.awaiting.extend(waits);
+    } else if ctx.session.pushes.is_some() {
+        tracking.read(id, spec.keys_of(args));
+    }
 }
 
 /// Redis's reply to a command it does not know, quoting the first arguments.

@@ -100,3 +100,37 @@ pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
 fn one_line(e: &str) -> String {
     e.lines().collect::<Vec<_>>().join(" | ")
 }
+
+/// `PLIANT.FETCH key`: what a child tier asks its parent on a miss: `[value, expires_at]`
+/// (unix milliseconds, 0 for none), or null. A read, as GET: counted, kept in memory, tracked.
+pub(super) fn fetch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now;
+    match ctx.ks().get_value(&args[0], now) {
+        Ok(Some(v)) => Frame::Array(vec![
+            Frame::Bulk(v.data),
+            Frame::Integer(v.expires_at.map_or(0, |t| t as i64)),
+        ]),
+        Ok(None) => Frame::Null,
+        Err(e) => super::store_error(&e),
+    }
+}
+
+/// `PLIANT.TIER`: this connection, which tracks keys, is a child tier: writes that invalidate its
+/// keys wait until it says it has applied them (see [`crate::tracking`]).
+pub(super) fn tier(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    if ctx.node.tracking().set_tier(ctx.session.id) {
+        Frame::ok()
+    } else {
+        Frame::error("ERR PLIANT.TIER needs CLIENT TRACKING ON first")
+    }
+}
+
+/// `PLIANT.INVALIDATED client n`: child tier connection `client` applied its first `n`
+/// invalidations.
+pub(super) fn invalidated(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let (Some(id), Some(n)) = (super::integer(&args[0]), super::integer(&args[1])) else {
+        return super::not_an_integer();
+    };
+    ctx.node.tracking().ack(id as u64, n as u64);
+    Frame::ok()
+}

@@ -7,8 +7,8 @@ use crate::frame::Frame;
 use crate::keyspace::Value;
 
 pub(super) fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let mut ks = ctx.node.keyspace();
-    match ks.get(&args[0], ctx.now) {
+    let now = ctx.now;
+    match ctx.ks().get(&args[0], now) {
         Ok(v) => bulk_or_null(v),
         Err(e) => store_error(&e),
     }
@@ -149,10 +149,11 @@ pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub(super) fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let mut ks = ctx.node.keyspace();
+    let now = ctx.now;
+    let mut ks = ctx.ks();
     let mut out = Vec::with_capacity(args.len());
     for k in args {
-        match ks.get(k, ctx.now) {
+        match ks.get(k, now) {
             Ok(v) => out.push(bulk_or_null(v)),
             Err(e) => return store_error(&e),
         }
@@ -174,7 +175,8 @@ pub(super) fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub(super) fn strlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    match ctx.node.keyspace().read(&args[0], ctx.now) {
+    let now = ctx.now;
+    match ctx.ks().read(&args[0], now) {
         Ok(v) => Frame::Integer(v.map_or(0, |v| v.data.len() as i64)),
         Err(e) => store_error(&e),
     }

@@ -23,6 +23,7 @@ use super::args::PolicyParams;
 ///   pliant serve
 ///   pliant serve --no-store --capacity 64MiB --algo s3fifo
 ///   pliant serve --bind 127.0.0.1:7000 --store /scratch/kv --durability always
+///   pliant serve --bind 127.0.0.1:7001 --parent 127.0.0.1:7000 --capacity 10000keys
 ///   pliant serve --policy static-limit --param limit=100000 --interval 10s
 ///   pliant serve --config pliant.toml --metrics 127.0.0.1:9479
 ///   redis-cli -p 6479 set greeting hello
@@ -42,6 +43,17 @@ pub struct Args {
     /// No persistent store: a pure cache, like a Redis without persistence (evicted keys are gone).
     #[arg(long)]
     no_store: bool,
+    /// Be a cache tier of the node at ADDR:PORT, which holds every key: a miss is fetched from
+    /// it (concurrent misses of one key make one request), a write goes through it and is kept
+    /// here, and it tells this node when a key it holds changes (CLIENT TRACKING), so no client
+    /// reads an old value through this node once a write elsewhere is acknowledged. No store of
+    /// its own.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with_all = ["store", "no_store"])]
+    parent: Option<SocketAddr>,
+    /// The password the parent wants; also read from PLIANT_PARENT_PASSWORD [default: this
+    /// node's own password].
+    #[arg(long, value_name = "PASSWORD")]
+    parent_password: Option<String>,
     /// Memory tier capacity: bytes (64MiB, 1GB), keys (10000keys) or unlimited [default: unlimited].
     #[arg(long, value_name = "SIZE")]
     capacity: Option<String>,
@@ -89,6 +101,11 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         bind: a.bind,
         store: a.store.clone(),
         no_store: a.no_store.then_some(true),
+        parent: a.parent,
+        parent_password: a
+            .parent_password
+            .clone()
+            .or_else(|| std::env::var("PLIANT_PARENT_PASSWORD").ok()),
         capacity: a.capacity.clone(),
         algo: a.algo.clone(),
         durability: a.durability.clone(),
@@ -110,10 +127,11 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         None => flags,
     };
     let config = settings.resolve()?;
-    let store = config
-        .store
-        .as_ref()
-        .map_or("no store".to_string(), |p| format!("store {}", p.display()));
+    let store = match (&config.store, config.parent) {
+        (Some(p), _) => format!("store {}", p.display()),
+        (None, Some(parent)) => format!("tier of {parent}"),
+        (None, None) => "no store".to_string(),
+    };
     pliant_kv::serve(&config, |addr, metrics| {
         eprintln!(
             "pliant serve: listening on {addr} ({} memory tier of {}, {store}, durability {})",

@@ -1,0 +1,191 @@
+//! How a tier (`--parent`) runs a request.
+//!
+//! - **Reads of keys** (GET, MGET, STRLEN, EXISTS, TYPE, TTL, PTTL, PLIANT.FETCH): every key memory
+//!   lacks is fetched first, all of them in one pipeline, a key another reader is already fetching
+//!   joined rather than asked for again ([`Keyspace::want`]); the command then runs here over
+//!   memory and what was fetched for it.
+//! - **Writes** go through to the parent, which holds every key, and are acknowledged when it
+//!   acknowledges them (after its store and after every other tier holding the key has dropped
+//!   it). A plain `SET key value` is a put: one of a key held with this very value is redundant
+//!   and goes no further; otherwise memory keeps the value once the parent has it. Other writes
+//!   drop this tier's copy of their keys. This node's own children hear of the change.
+//! - **Whole-keyspace reads** (KEYS, SCAN, DBSIZE) are the parent's to answer.
+//! - Everything else (connection, server, policy commands) runs here.
+
+use bytes::Bytes;
+
+use crate::cmd::{Ctx, Session, Spec, check, run as run_here, track};
+use crate::frame::Frame;
+use crate::keyspace::{Fetched, Lent, Value, Want};
+use crate::node::Node;
+use crate::upstream::{Then, Upstream};
+
+/// Rounds of fetching for one read: each round fetches only keys that left memory since the
+/// last (a command on one thread never needs a second).
+const ROUNDS: usize = 4;
+
+/// Runs one request on a tier (see the module doc).
+pub(crate) async fn run(
+    node: &Node,
+    up: &Upstream,
+    session: &mut Session,
+    args: &[Bytes],
+    now: u64,
+) -> Frame {
+    let spec = match check(session, args) {
+        Ok(spec) => spec,
+        Err(reply) => return reply,
+    };
+    if spec.writes {
+        return write(node, up, session, spec, args, now).await;
+    }
+    if matches!(spec.name, "keys" | "scan" | "dbsize") {
+        node.count_command();
+        return match up.call(args.to_vec(), None).await {
+            Ok(reply) => reply,
+            Err(e) => Frame::error(format!("ERR {e}")),
+        };
+    }
+    if spec.keys_of(args).next().is_none() {
+        return run_here(&mut Ctx::new(node, session, now), spec, args);
+    }
+    read(node, up, session, spec, args, now).await
+}
+
+async fn read(
+    node: &Node,
+    up: &Upstream,
+    session: &mut Session,
+    spec: &Spec,
+    args: &[Bytes],
+    now: u64,
+) -> Frame {
+    let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
+    let mut lent = Lent::default();
+    for round in 1..=ROUNDS {
+        let wants: Vec<(Bytes, Want)> = {
+            let mut ks = node.keyspace();
+            ks.lend(std::mem::take(&mut lent));
+            let wants = keys
+                .iter()
+                .filter_map(|k| match ks.want(k, now) {
+                    Want::Ready => None,
+                    w => Some((k.clone(), w)),
+                })
+                .collect();
+            lent = ks.unlend();
+            wants
+        };
+        if wants.is_empty() {
+            let mut ctx = Ctx::new(node, session, now);
+            ctx.lent = lent;
+            let reply = run_here(&mut ctx, spec, args);
+            if !node.keyspace().take_unready() || round == ROUNDS {
+                return reply;
+            }
+            lent = std::mem::take(&mut ctx.lent);
+            continue;
+        }
+        // Every fetch is sent before any is waited for: one round trip for all the keys.
+        let mut replies = Vec::with_capacity(wants.len());
+        for (k, want) in wants {
+            match want {
+                Want::Ready => {}
+                Want::Join(f) => replies.push((k, Err(f))),
+                Want::Fetch(done) => {
+                    let key = k.clone();
+                    let then: Then = Box::new(move |reply, node| {
+                        let v = fetched(reply);
+                        node.keyspace().fetched(&key, &v);
+                        done.done(&v);
+                    });
+                    let args = vec![Bytes::from_static(b"PLIANT.FETCH"), k.clone()];
+                    match up.send(args, Some(then)).await {
+                        Ok(rx) => replies.push((k, Ok(rx))),
+                        Err(e) => {
+                            // Never sent: the place memory held for it goes, and readers who
+                            // joined it are told (the fetch's sender is gone).
+                            node.keyspace().fetched(&k, &Err(e.to_string()));
+                            return Frame::error(format!("ERR {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        for (k, pending) in replies {
+            let v = match pending {
+                Ok(rx) => rx.await.map_or_else(
+                    |_| Err(format!("parent {}: connection lost", up.addr())),
+                    |f| fetched(&f),
+                ),
+                Err(joined) => joined.wait().await,
+            };
+            match v {
+                Ok(v) => {
+                    lent.insert(k, v);
+                }
+                Err(e) => return Frame::error(format!("ERR {e}")),
+            }
+        }
+    }
+    Frame::error("ERR keys kept leaving memory while they were fetched; try again")
+}
+
+async fn write(
+    node: &Node,
+    up: &Upstream,
+    session: &mut Session,
+    spec: &Spec,
+    args: &[Bytes],
+    now: u64,
+) -> Frame {
+    node.count_command();
+    let put = spec.name == "set" && args.len() == 3;
+    if put && node.keyspace().put_redundant(&args[1], &args[2]) {
+        return Frame::ok();
+    }
+    let then: Then = if put {
+        // Its own allocation: the argument is a slice of the whole request buffer.
+        let (key, data) = (args[1].clone(), Bytes::copy_from_slice(&args[2]));
+        Box::new(move |reply, node| {
+            let mut ks = node.keyspace();
+            if matches!(reply, Frame::Simple(s) if s == "OK") {
+                ks.put_forwarded(&key, Value::new(data));
+            } else {
+                ks.drop_key(&key);
+            }
+        })
+    } else if matches!(spec.name, "flushdb" | "flushall") {
+        Box::new(|_, node| node.keyspace().forget_memory())
+    } else {
+        let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
+        Box::new(move |_, node| {
+            let mut ks = node.keyspace();
+            for k in &keys {
+                ks.drop_key(k);
+            }
+        })
+    };
+    let reply = match up.call(args.to_vec(), Some(then)).await {
+        Ok(reply) => reply,
+        Err(e) => Frame::error(format!("ERR {e}")),
+    };
+    track(&mut Ctx::new(node, session, now), spec, args);
+    reply
+}
+
+/// What a `PLIANT.FETCH` reply says of the key.
+fn fetched(reply: &Frame) -> Fetched {
+    match reply {
+        Frame::Null | Frame::NullArray => Ok(None),
+        Frame::Array(v) => match v.as_slice() {
+            [Frame::Bulk(data), Frame::Integer(t)] => Ok(Some(Value {
+                data: data.clone(),
+                expires_at: (*t > 0).then_some(*t as u64),
+            })),
+            _ => Err("the parent's PLIANT.FETCH reply is malformed".into()),
+        },
+        Frame::Error(e) => Err(format!("parent: {e}")),
+        _ => Err("the parent's PLIANT.FETCH reply is malformed".into()),
+    }
+}

@@ -1,0 +1,382 @@
+//! A tier's connection to its parent (`--parent`): requests pipelined on one RESP3 connection,
+//! with the parent's invalidation pushes applied in the order they arrive among the replies.
+//!
+//! Order is what keeps a tier coherent. The parent answers a fetch and tells of a change on the
+//! same connection, in the order it did them; the reader applies both in that order (a reply's
+//! effect on memory runs in the reader, [`Upstream::send`]'s `then`), so a value is never kept
+//! after the news that it changed, whatever the tasks waiting for the reply do meanwhile.
+//!
+//! Invalidations are acknowledged on a second connection (`PLIANT.INVALIDATED`), so that an
+//! acknowledgement never queues behind this tier's own requests: the parent holds a write's reply
+//! until its tiers have applied the invalidation (see [`crate::tracking`]).
+//!
+//! A lost connection empties memory (this tier can no longer hear of changes) and fails the
+//! requests under way; the next request connects again.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::frame::{Cursor, Frame, FrameError, Limits};
+use crate::node::Node;
+
+/// Why the parent could not answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// The parent could not be reached or refused the tier's handshake.
+    #[error("parent {addr}: {why}")]
+    Connect {
+        /// The parent.
+        addr: SocketAddr,
+        /// Why.
+        why: String,
+    },
+    /// The connection closed before the reply came.
+    #[error("parent {addr}: connection lost before it replied")]
+    Lost {
+        /// The parent.
+        addr: SocketAddr,
+    },
+}
+
+/// What runs in the reader when a request's reply arrives, before anything later is read.
+pub type Then = Box<dyn FnOnce(&Frame, &Node) + Send>;
+
+struct Call {
+    args: Vec<Bytes>,
+    reply: oneshot::Sender<Frame>,
+    then: Option<Then>,
+}
+
+/// The tier's parent (see the module doc).
+pub struct Upstream {
+    addr: SocketAddr,
+    password: Option<String>,
+    node: Weak<Node>,
+    conn: tokio::sync::Mutex<Option<mpsc::UnboundedSender<Call>>>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Upstream {
+    /// The parent at `addr`, for `node`; connects on the first request.
+    pub fn new(addr: SocketAddr, password: Option<String>, node: Weak<Node>) -> Self {
+        Self {
+            addr,
+            password,
+            node,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The parent's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Sends a request; `then` runs in the reader when its reply arrives (or with an error
+    /// reply, if the connection is lost first). Returns what the reply will arrive on, so a
+    /// caller can send several requests before waiting for any.
+    pub async fn send(
+        &self,
+        args: Vec<Bytes>,
+        then: Option<Then>,
+    ) -> Result<oneshot::Receiver<Frame>, UpstreamError> {
+        let (reply, rx) = oneshot::channel();
+        let mut call = Call { args, reply, then };
+        let mut conn = self.conn.lock().await;
+        for _ in 0..2 {
+            if let Some(tx) = conn.as_ref() {
+                match tx.send(call) {
+                    Ok(()) => return Ok(rx),
+                    // The connection died since: connect again, once.
+                    Err(mpsc::error::SendError(c)) => call = c,
+                }
+            }
+            *conn = Some(self.connect().await?);
+        }
+        Err(UpstreamError::Lost { addr: self.addr })
+    }
+
+    /// Sends a request and waits for its reply.
+    pub async fn call(&self, args: Vec<Bytes>, then: Option<Then>) -> Result<Frame, UpstreamError> {
+        let rx = self.send(args, then).await?;
+        rx.await
+            .map_err(|_| UpstreamError::Lost { addr: self.addr })
+    }
+
+    /// Opens the two connections, shakes hands (RESP3, the password, tracking without loop, the
+    /// tier declared) and starts the tasks that serve them.
+    async fn connect(&self) -> Result<mpsc::UnboundedSender<Call>, UpstreamError> {
+        let err = |why: String| UpstreamError::Connect {
+            addr: self.addr,
+            why,
+        };
+        let open = || async {
+            let s = TcpStream::connect(self.addr)
+                .await
+                .map_err(|e| err(e.to_string()))?;
+            let _ = s.set_nodelay(true);
+            Ok::<_, UpstreamError>(s)
+        };
+        let mut data = open().await?;
+        let mut control = open().await?;
+        let mut buf = BytesMut::new();
+        let mut hello: Vec<&[u8]> = vec![b"HELLO", b"3"];
+        if let Some(p) = &self.password {
+            hello.extend([b"AUTH".as_slice(), b"default", p.as_bytes()]);
+        }
+        let id = {
+            let mut ask = async |args: &[&[u8]]| -> Result<Frame, UpstreamError> {
+                match roundtrip(&mut data, &mut buf, args).await {
+                    Ok(Frame::Error(e)) => Err(err(format!(
+                        "{} refused: {e}",
+                        String::from_utf8_lossy(args[0])
+                    ))),
+                    Ok(f) => Ok(f),
+                    Err(e) => Err(err(e)),
+                }
+            };
+            ask(&hello).await?;
+            ask(&[b"CLIENT", b"TRACKING", b"ON", b"NOLOOP"]).await?;
+            let Frame::Integer(id) = ask(&[b"CLIENT", b"ID"]).await? else {
+                return Err(err("CLIENT ID did not answer an integer".into()));
+            };
+            ask(&[b"PLIANT.TIER"]).await?;
+            id
+        };
+        if let Some(p) = &self.password {
+            let mut cbuf = BytesMut::new();
+            match roundtrip(&mut control, &mut cbuf, &[b"AUTH", p.as_bytes()]).await {
+                Ok(Frame::Error(e)) => return Err(err(format!("AUTH refused: {e}"))),
+                Ok(_) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ack_tx, ack_rx) = watch::channel(0u64);
+        let pending = Arc::new(Mutex::new(VecDeque::new()));
+        let (read, write) = data.into_split();
+        let writer = tokio::spawn(write_calls(write, rx, pending.clone()));
+        let acker = tokio::spawn(acknowledge(control, id, ack_rx));
+        tokio::spawn(read_replies(
+            read,
+            buf,
+            pending,
+            self.node.clone(),
+            ack_tx,
+            self.addr,
+            [writer, acker],
+        ));
+        tracing::info!("connected to parent {} as client {id}", self.addr);
+        Ok(tx)
+    }
+}
+
+type Pending = Arc<Mutex<VecDeque<(oneshot::Sender<Frame>, Option<Then>)>>>;
+
+/// Writes requests as they come, each queued for its reply before it is written (one writer,
+/// so the queue's order is the wire's).
+async fn write_calls(
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Call>,
+    pending: Pending,
+) {
+    let mut out = Vec::new();
+    while let Some(call) = rx.recv().await {
+        out.clear();
+        encode(&call.args, &mut out);
+        // Whatever else is queued goes in the same write.
+        pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back((call.reply, call.then));
+        while let Ok(more) = rx.try_recv() {
+            encode(&more.args, &mut out);
+            pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back((more.reply, more.then));
+        }
+        if w.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads replies and pushes in order: a reply completes the oldest request (its `then` first),
+/// a push invalidates keys here and in this node's own children, then is acknowledged.
+async fn read_replies(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut buf: BytesMut,
+    pending: Pending,
+    node: Weak<Node>,
+    acked: watch::Sender<u64>,
+    addr: SocketAddr,
+    tasks: [tokio::task::JoinHandle<()>; 2],
+) {
+    let limits = Limits::default();
+    let mut cursor = Cursor::default();
+    let mut applied = 0u64;
+    let why = 'read: loop {
+        loop {
+            match cursor.parse(&buf, &limits) {
+                Ok((frame, used)) => {
+                    let _ = buf.split_to(used);
+                    let Some(node) = node.upgrade() else {
+                        break 'read "the node stopped".to_string();
+                    };
+                    match frame {
+                        Frame::Push(items) => {
+                            tracing::debug!("push from the parent: {items:?}");
+                            if invalidate(&node, &items).await {
+                                applied += 1;
+                                acked.send_replace(applied);
+                            }
+                        }
+                        reply => {
+                            let next = pending
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .pop_front();
+                            let Some((tx, then)) = next else {
+                                break 'read "a reply to no request".to_string();
+                            };
+                            if let Some(then) = then {
+                                then(&reply, &node);
+                            }
+                            let _ = tx.send(reply);
+                        }
+                    }
+                }
+                Err(FrameError::Incomplete) => break,
+                Err(FrameError::Protocol(e)) => break 'read format!("protocol error: {e}"),
+            }
+        }
+        match r.read_buf(&mut buf).await {
+            Ok(0) => break "closed by the parent".to_string(),
+            Ok(_) => {}
+            Err(e) => break e.to_string(),
+        }
+    };
+    for t in tasks {
+        t.abort();
+    }
+    tracing::warn!("lost parent {addr} ({why}); memory emptied, reconnecting on the next request");
+    let lost = Frame::error(format!("ERR parent {addr}: connection lost ({why})"));
+    let calls: Vec<_> = pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+        .collect();
+    if let Some(node) = node.upgrade() {
+        // Changes made while disconnected would go unheard: nothing held can be trusted.
+        node.keyspace().forget_memory();
+        for (tx, then) in calls {
+            if let Some(then) = then {
+                then(&lost, &node);
+            }
+            let _ = tx.send(lost.clone());
+        }
+    }
+}
+
+/// Applies an `invalidate` push (to memory, then to this node's own children, waiting for their
+/// acknowledgement as the parent waits for this one's); `false` for any other push.
+async fn invalidate(node: &Node, items: &[Frame]) -> bool {
+    let [Frame::Bulk(kind), keys] = items else {
+        return false;
+    };
+    if kind.as_ref() != b"invalidate" {
+        return false;
+    }
+    let waits = match keys {
+        Frame::Array(keys) => {
+            let keys: Vec<Bytes> = keys
+                .iter()
+                .filter_map(|k| match k {
+                    Frame::Bulk(b) => Some(b.clone()),
+                    _ => None,
+                })
+                .collect();
+            node.keyspace().invalidate(Some(&keys));
+            node.tracking().wrote(0, keys.iter())
+        }
+        _ => {
+            node.keyspace().invalidate(None);
+            node.tracking().wrote_all(0)
+        }
+    };
+    node.tracking().wait(waits).await;
+    true
+}
+
+/// Tells the parent how many invalidations this tier has applied, as that number grows (a
+/// burst of them is acknowledged once, with the latest count).
+async fn acknowledge(mut control: TcpStream, id: i64, mut applied: watch::Receiver<u64>) {
+    let mut buf = BytesMut::new();
+    while applied.changed().await.is_ok() {
+        let n = *applied.borrow_and_update();
+        tracing::debug!("acknowledging {n} invalidations as client {id}");
+        let (id, n) = (id.to_string(), n.to_string());
+        let args: [&[u8]; 3] = [b"PLIANT.INVALIDATED", id.as_bytes(), n.as_bytes()];
+        match roundtrip(&mut control, &mut buf, &args).await {
+            Ok(Frame::Error(e)) => {
+                tracing::warn!("the parent refused an acknowledgement of invalidations: {e}");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!("acknowledging invalidations to the parent: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Writes one request and reads its reply (pushes before it are skipped: none come before the
+/// tier has read anything).
+async fn roundtrip(s: &mut TcpStream, buf: &mut BytesMut, args: &[&[u8]]) -> Result<Frame, String> {
+    let mut out = Vec::new();
+    encode(args, &mut out);
+    s.write_all(&out).await.map_err(|e| e.to_string())?;
+    let limits = Limits::default();
+    loop {
+        match Frame::parse(buf, &limits) {
+            Ok((Frame::Push(_), used)) => {
+                let _ = buf.split_to(used);
+            }
+            Ok((f, used)) => {
+                let _ = buf.split_to(used);
+                return Ok(f);
+            }
+            Err(FrameError::Incomplete) => {}
+            Err(FrameError::Protocol(e)) => return Err(format!("protocol error: {e}")),
+        }
+        if s.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("connection closed".into());
+        }
+    }
+}
+
+/// A request as a RESP array of bulk strings.
+fn encode(args: &[impl AsRef<[u8]>], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        let a = a.as_ref();
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
