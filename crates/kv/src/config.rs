@@ -110,6 +110,7 @@ impl Default for Config {
             max_value_size: DEFAULT_MAX_VALUE_SIZE,
             policy: crate::policy::PolicyConfig {
                 source: None,
+                auto: false,
                 params: Default::default(),
                 interval: DEFAULT_INTERVAL,
             },
@@ -309,18 +310,20 @@ impl Settings {
             None => d.policy.interval,
             Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("interval", e))?,
         };
-        let source = match self.policy {
-            None => None,
-            Some(p) => {
-                let paths = match p {
-                    OneOrMany::One(p) => vec![p],
-                    OneOrMany::Many(v) => v,
-                };
-                Some(
-                    pliant_policy::PolicySource::resolve(&paths)
-                        .map_err(|e| bad("policy", e.to_string()))?,
-                )
-            }
+        let paths = match self.policy {
+            None => Vec::new(),
+            Some(OneOrMany::One(p)) => vec![p],
+            Some(OneOrMany::Many(v)) => v,
+        };
+        // `auto` is the built-in policy, not a file (a file of that name is given as `./auto`).
+        let auto = matches!(paths.as_slice(), [p] if p.as_os_str() == crate::policy::AUTO);
+        let source = if paths.is_empty() || auto {
+            None
+        } else {
+            Some(
+                pliant_policy::PolicySource::resolve(&paths)
+                    .map_err(|e| bad("policy", e.to_string()))?,
+            )
         };
         if self.no_store == Some(true) && self.store.is_some() {
             return Err(bad("store", "given together with no-store".into()));
@@ -351,6 +354,7 @@ impl Settings {
             max_value_size,
             policy: crate::policy::PolicyConfig {
                 source,
+                auto,
                 params: self.param.unwrap_or_default(),
                 interval,
             },

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use pliant_cache::{Cache, Capacity, Evicted, Request};
 use pliant_store::{Store, StoreError};
-use pliant_tier::{InFlight, Read, Tier};
+use pliant_tier::{Auto, AutoState, CacheView, InFlight, Read, Tier};
 
 /// Why a keyspace operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -284,7 +284,26 @@ pub struct Keyspace {
     /// `(unix seconds, key id)` of reads since a policy last took them; `None` when no policy
     /// asks for them.
     reads: Option<Vec<(f64, f64)>>,
+    /// `auto`, when it is the node's policy: fed every read, put and store or parent wait as
+    /// they happen (under the lock the command holds anyway), so it sees them in order.
+    auto: Option<LiveAuto>,
+    /// The latest time a command ran at (unix milliseconds): when a put happened, for `auto`.
+    clock: u64,
     ids_hasher: foldhash::fast::FixedState,
+}
+
+/// `auto` on a live node: its clock counts seconds from `epoch` (unix milliseconds), since it
+/// indexes keys by the second of their last access.
+#[derive(Debug)]
+struct LiveAuto {
+    epoch: u64,
+    auto: Box<Auto>,
+}
+
+impl LiveAuto {
+    fn t(&self, now: u64) -> f64 {
+        now.saturating_sub(self.epoch) as f64 / 1000.0
+    }
 }
 
 impl std::fmt::Debug for Keyspace {
@@ -320,6 +339,8 @@ impl Keyspace {
             failed: None,
             stats: KvStats::default(),
             reads: None,
+            auto: None,
+            clock: 0,
             ids_hasher: foldhash::fast::FixedState::with_seed(11),
         })
     }
@@ -397,6 +418,101 @@ impl Keyspace {
         self.reads.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    /// The time of the command about to run (unix milliseconds): what a put's time is for
+    /// `auto`.
+    #[inline]
+    pub fn tick(&mut self, now: u64) {
+        self.clock = self.clock.max(now);
+    }
+
+    /// Makes `auto` see every read, put and wait from `now` on (its clock starts there), until
+    /// [`stop_auto`](Self::stop_auto). A policy that was already fed keeps what it learned.
+    pub fn start_auto(&mut self, auto: Auto, now: u64) {
+        if self.auto.is_none() {
+            self.auto = Some(LiveAuto {
+                epoch: now,
+                auto: Box::new(auto),
+            });
+        }
+    }
+
+    /// Stops feeding `auto` and forgets it.
+    pub fn stop_auto(&mut self) {
+        self.auto = None;
+    }
+
+    /// What `auto` has decided so far, if it runs and has armed.
+    pub fn auto_state(&self) -> Option<AutoState> {
+        self.auto.as_ref().and_then(|a| a.auto.state())
+    }
+
+    /// The quick first step of a decision of `auto` over `view` (its `t` is set here, on
+    /// `auto`'s clock): the view as `auto` saw it, and the fit its gate asks for, which the
+    /// caller runs without holding the keyspace (a k-means can take a while, and readers wait on
+    /// the lock), then hands to [`auto_finish`](Self::auto_finish).
+    pub fn auto_begin(
+        &mut self,
+        mut view: CacheView,
+        now: u64,
+    ) -> Option<(CacheView, Option<pliant_tier::Fit>)> {
+        let a = self.auto.as_mut()?;
+        view.t = a.t(now);
+        let fit = a.auto.begin(&view);
+        Some((view, fit))
+    }
+
+    /// The rest of `auto`'s decision: once armed, memory is trimmed to the keys read or put
+    /// within its window, in the algorithm's order, and takes new keys until the next decision
+    /// ([`pliant_tier::Resize::Trim`]). Returns the key count trimmed to, if memory held more.
+    pub fn auto_finish(
+        &mut self,
+        view: &CacheView,
+        fitted: Option<pliant_tier::Fitted>,
+    ) -> Option<u64> {
+        let a = self.auto.as_mut()?;
+        let target = a.auto.finish(view, fitted)?;
+        let (keys, _) = self.memory();
+        (keys > target).then(|| {
+            self.trim(target);
+            target
+        })
+    }
+
+    /// Both steps of `auto`'s decision at once (tests, and callers that may hold the lock).
+    pub fn auto_decide(&mut self, view: CacheView, now: u64) -> Option<u64> {
+        let (view, fit) = self.auto_begin(view, now)?;
+        self.auto_finish(&view, fit.map(pliant_tier::Fit::run))
+    }
+
+    /// A read that waited `seconds` for its value from the parent, a fetch it started
+    /// (`fetched`) or joined: `auto` prices misses with it. It belongs to the latest read.
+    pub fn auto_wait(&mut self, seconds: f64, fetched: bool) {
+        if let Some(a) = &mut self.auto {
+            a.auto.on_wait(seconds, fetched);
+        }
+    }
+
+    /// Evicts, in the algorithm's order, until memory holds at most `keys` keys; the capacity
+    /// stays (a byte capacity is trimmed to the bytes that many keys of the mean size take).
+    pub fn trim(&mut self, keys: u64) {
+        let (held, bytes) = self.memory();
+        if held <= keys {
+            return;
+        }
+        let capacity = self.capacity();
+        let to = match capacity {
+            Capacity::Keys(_) => Capacity::Keys(keys),
+            Capacity::Bytes(_) => {
+                Capacity::Bytes((u128::from(bytes) * u128::from(keys) / u128::from(held)) as u64)
+            }
+        };
+        let mut gone = Vec::new();
+        let cache = self.tier.cache_mut();
+        cache.resize_evicting(to, &mut |e: Evicted| gone.push(e.key));
+        cache.resize(capacity);
+        self.drop_evicted(gone);
+    }
+
     /// The value of `key`, if it exists.
     pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Bytes>, KvError> {
         Ok(self.get_value(key, now)?.map(|v| v.data))
@@ -411,6 +527,22 @@ impl Keyspace {
         {
             reads.push((now as f64 / 1000.0, (id >> 11) as f64));
         }
+        let Some(a) = &mut self.auto else {
+            return self.count_read(key, id, now);
+        };
+        a.auto.on_read(a.t(now), id);
+        // A read the store served waited for it as a tier's miss waits for its parent: `auto`
+        // prices misses with that wait.
+        let (store_reads, started) = (self.stats.store_reads, std::time::Instant::now());
+        let v = self.count_read(key, id, now);
+        if self.stats.store_reads > store_reads {
+            self.auto_wait(started.elapsed().as_secs_f64(), true);
+        }
+        v
+    }
+
+    /// [`read_id`](Self::read_id), counted as a keyspace hit or miss.
+    fn count_read(&mut self, key: &[u8], id: u64, now: u64) -> Result<Option<Value>, KvError> {
         let v = self.read_id(key, id, now)?;
         match &v {
             Some(_) => self.stats.keyspace_hits += 1,
@@ -501,6 +633,7 @@ impl Keyspace {
             self.pending.insert(key.to_vec(), Some(v.encode()));
             self.stats.store_writes += 1;
         }
+        self.auto_put(&key);
         self.keep(&key, v);
         Ok(())
     }
@@ -737,6 +870,7 @@ impl Keyspace {
     /// what it held), as the tier's put rule says.
     pub fn put_forwarded(&mut self, key: &[u8], v: Value) {
         self.stats.writes += 1;
+        self.auto_put(key);
         let id = self.id_of(key);
         if self.slot(id, key).is_some() {
             // Held with another value: the put is new to the rule, not a redundant one.
@@ -893,6 +1027,21 @@ impl Keyspace {
             gone.push(id);
         }
         self.drop_evicted(gone);
+    }
+
+    /// Fetches from the parent under way (one per key, however many readers wait on it).
+    pub fn fetches_under_way(&self) -> usize {
+        self.tier.in_flight(secs(self.clock))
+    }
+
+    /// Tells `auto` of a put of `key` now: memory holds it from here on.
+    fn auto_put(&mut self, key: &[u8]) {
+        if self.auto.is_some() {
+            let id = self.id_of(key);
+            if let Some(a) = &mut self.auto {
+                a.auto.on_put(a.t(self.clock), id);
+            }
+        }
     }
 
     /// What the store holds for `key` once the writes not yet committed are counted.
@@ -1151,5 +1300,89 @@ mod tests {
             "dropped by the invalidation"
         );
         assert_eq!(k.stats().invalidated, 1);
+    }
+
+    /// Live `auto` on the node's own keyspace, the clock given: a run that stays in its flash
+    /// crowd (2,000 reads of 10 keys every 10 s) keeps absorbing; one whose reads then spread
+    /// out (20 new keys a decision, each read twice) arms once they have, and trims memory to
+    /// the keys read within its window while the store still serves every key.
+    #[test]
+    fn live_auto_absorbs_a_flash_crowd_and_trims_once_the_reads_spread_out() {
+        let key = |i: u64| Bytes::from(format!("key:{i}"));
+        let run = |spread_at: u64| {
+            let mut k = ks("unlimited", true);
+            let t0 = 1_700_000_000_000;
+            k.start_auto(Auto::with_efficiency(1, 0.96), t0);
+            for i in 0..10 {
+                k.tick(t0);
+                k.set(key(i), Value::new("crowd")).expect("set");
+            }
+            let (mut written, mut trims) = (10, Vec::new());
+            for d in 0..120u64 {
+                let start = t0 + d * 10_000;
+                let reads = if d < spread_at {
+                    for r in 0..2_000 {
+                        k.get(&key(r % 10), start + r * 5).expect("get");
+                    }
+                    2_000
+                } else {
+                    for j in 0..20 {
+                        let at = start + j * 500;
+                        k.tick(at);
+                        k.set(key(written + j), Value::new("new")).expect("set");
+                        k.get(&key(written + j), at + 100).expect("get");
+                        k.get(&key(written + j), at + 200).expect("get");
+                    }
+                    written += 20;
+                    40
+                };
+                let (keys, bytes) = k.memory();
+                let view = CacheView {
+                    keys,
+                    bytes,
+                    reads_per_s: reads as f64 / 10.0,
+                    clients: Some(1.0),
+                    ..CacheView::default()
+                };
+                if let Some(n) = k.auto_decide(view, start + 10_000) {
+                    trims.push((d, n, k.memory().0));
+                }
+            }
+            (k, written, trims)
+        };
+
+        let (k, _, trims) = run(u64::MAX);
+        assert_eq!(
+            k.auto_state(),
+            None,
+            "a run still in its flash crowd keeps absorbing"
+        );
+        assert!(trims.is_empty(), "{trims:?}");
+
+        let (mut k, written, trims) = run(60);
+        let state = k.auto_state().expect("armed once the reads spread out");
+        assert!(
+            (600.0..=700.0).contains(&state.armed_at),
+            "armed at {} s; the reads spread out at 600 s",
+            state.armed_at
+        );
+        assert_eq!(state.regimes, 2);
+        let &(first, target, held) = trims.first().expect("it trims");
+        assert!(first >= 60, "no trim before the crowd ended: {trims:?}");
+        assert!(
+            held <= target,
+            "memory holds {held} after a trim to {target}"
+        );
+        assert!(
+            k.memory().0 < written / 2,
+            "memory holds {} of {written} keys",
+            k.memory().0
+        );
+        for i in 0..written {
+            assert!(
+                k.get(&key(i), 1_700_002_000_000).expect("get").is_some(),
+                "key {i} is still served (from the store)"
+            );
+        }
     }
 }

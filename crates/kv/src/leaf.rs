@@ -62,6 +62,9 @@ async fn read(
 ) -> Frame {
     let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
     let mut lent = Lent::default();
+    // How long this read waited for the parent, and whether it fetched (or only joined): the
+    // live `auto` prices misses with it.
+    let mut waited: Option<(f64, bool)> = None;
     for round in 1..=ROUNDS {
         let wants: Vec<(Bytes, Want)> = {
             let mut ks = node.keyspace();
@@ -80,13 +83,20 @@ async fn read(
             let mut ctx = Ctx::new(node, session, now);
             ctx.lent = lent;
             let reply = run_here(&mut ctx, spec, args);
-            if !node.keyspace().take_unready() || round == ROUNDS {
+            let mut ks = node.keyspace();
+            if !ks.take_unready() || round == ROUNDS {
+                if let Some((seconds, fetched)) = waited {
+                    ks.auto_wait(seconds, fetched);
+                }
                 return reply;
             }
+            drop(ks);
             lent = std::mem::take(&mut ctx.lent);
             continue;
         }
         // Every fetch is sent before any is waited for: one round trip for all the keys.
+        let started = std::time::Instant::now();
+        let fetches = wants.iter().any(|(_, w)| matches!(w, Want::Fetch(_)));
         let mut replies = Vec::with_capacity(wants.len());
         for (k, want) in wants {
             match want {
@@ -127,6 +137,11 @@ async fn read(
                 Err(e) => return Frame::error(format!("ERR {e}")),
             }
         }
+        let (seconds, fetched) = waited.unwrap_or_default();
+        waited = Some((
+            seconds + started.elapsed().as_secs_f64(),
+            fetched || fetches,
+        ));
     }
     Frame::error("ERR keys kept leaving memory while they were fetched; try again")
 }

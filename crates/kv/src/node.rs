@@ -35,7 +35,15 @@ pub struct Node {
     auth_failures: AtomicU64,
     tracking: crate::tracking::Tracking,
     parent: std::sync::OnceLock<std::sync::Arc<crate::upstream::Upstream>>,
+    /// This node's metrics at its policy's latest decision, as the cache⇄policy contract names
+    /// them: what it answers a child's report with.
+    metrics: Mutex<Reported>,
+    /// The latest report of each child tier, by the child's id, with when it came.
+    children: Mutex<HashMap<String, (Instant, Reported)>>,
 }
+
+/// One node's metrics as it reports them to its parent or children: `(name, value)`.
+pub type Reported = Vec<(String, f64)>;
 
 #[derive(Default)]
 struct Cursors {
@@ -66,7 +74,48 @@ impl Node {
             auth_failures: AtomicU64::new(0),
             tracking: crate::tracking::Tracking::default(),
             parent: std::sync::OnceLock::new(),
+            metrics: Mutex::new(Vec::new()),
+            children: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This node's id in the policies' `servers` tables: the address it listens on.
+    pub fn id(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    /// Records this node's metrics (its policy thread does, at every decision).
+    pub fn set_metrics(&self, m: Reported) {
+        *self.metrics.lock().unwrap_or_else(|p| p.into_inner()) = m;
+    }
+
+    /// This node's metrics at its latest decision.
+    pub fn metrics(&self) -> Reported {
+        self.metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records a child tier's report.
+    pub fn report_child(&self, id: String, m: Reported) {
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (Instant::now(), m));
+    }
+
+    /// The children that reported within `max_age`, by id; older reports are forgotten (the
+    /// child stopped, or lost its way here).
+    pub fn children(&self, max_age: Duration) -> Vec<(String, Reported)> {
+        let mut c = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        c.retain(|_, (at, _)| at.elapsed() <= max_age);
+        let mut v: Vec<_> = c
+            .iter()
+            .map(|(id, (_, m))| (id.clone(), m.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// Whether clients must authenticate.

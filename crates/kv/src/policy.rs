@@ -24,21 +24,30 @@ use pliant_policy::{Engine, Params, PolicySource, ServerId};
 use pliant_tier::CacheView;
 
 use crate::keyspace::KvStats;
-use crate::node::{Node, rss_bytes};
+use crate::node::{Node, Reported, rss_bytes};
 
 /// Points `timeseries()` holds at most (the newest); a policy that wants a longer history keeps
 /// it in `WRstate`.
 pub const MAX_SERIES: usize = 100_000;
 
+/// `auto`'s decisions kept for `PLIANT.POLICY LOG` (the newest).
+const AUTO_LOG: usize = 10_000;
+
 /// How long a command waits for the policy thread (an install runs the policy's dry run, bounded
 /// by its instruction budget).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The name that means `auto` (regime detection, [`pliant_tier::Auto`]) rather than a Lua
+/// policy, in `--policy` and `PLIANT.POLICY LOAD`.
+pub const AUTO: &str = "auto";
 
 /// A policy to start with.
 #[derive(Debug, Clone)]
 pub struct PolicyConfig {
     /// The policy, if any (without one, the thread waits for `PLIANT.POLICY LOAD`).
     pub source: Option<PolicySource>,
+    /// Whether the node starts with `auto` instead (`--policy auto`; `source` is then `None`).
+    pub auto: bool,
     /// Its parameters (`params.*`).
     pub params: Params,
     /// Time between decisions.
@@ -66,11 +75,18 @@ pub struct Status {
     pub last_resize: Option<String>,
     /// The latest decision's error, if it failed (the capacity was left as it was).
     pub last_error: Option<String>,
+    /// What `auto` has decided, when it runs and has armed: when it armed, the regimes it
+    /// found, its window and the key count it trims to.
+    pub auto: Option<pliant_tier::AutoState>,
 }
 
 enum Msg {
     Load {
         source: PolicySource,
+        params: Params,
+        reply: SyncSender<Result<u64, String>>,
+    },
+    LoadAuto {
         params: Params,
         reply: SyncSender<Result<u64, String>>,
     },
@@ -97,14 +113,17 @@ impl Policy {
     /// Starts the policy thread for `node`, installing `config.source` first; fails with the
     /// policy's error if that install fails.
     pub fn start(node: Arc<Node>, config: PolicyConfig) -> Result<Self, String> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "the policy thread must start on the node's runtime".to_string())?;
         let (tx, rx) = std::sync::mpsc::channel();
         let (ready_tx, ready_rx) = sync_channel(1);
         std::thread::Builder::new()
             .name("pliant-policy".into())
             .spawn(move || {
-                let mut t = Thread::new(node, config.params, config.interval);
+                let mut t = Thread::new(node, runtime, config.params.clone(), config.interval);
                 let installed = match config.source {
-                    Some(s) => t.engine.install(s).map(|_| ()).map_err(|e| e.to_string()),
+                    Some(s) => t.install(s).map(|_| ()),
+                    None if config.auto => t.start_auto(&config.params).map(|_| ()),
                     None => Ok(()),
                 };
                 let ok = installed.is_ok();
@@ -127,6 +146,12 @@ impl Policy {
             params,
             reply,
         })?
+    }
+
+    /// Makes `auto` the running policy with `params` (`efficiency`, the objective in (0, 1],
+    /// and `seed`, its k-means seed); its version (versions count every load, Lua or `auto`).
+    pub fn load_auto(&self, params: Params) -> Result<u64, String> {
+        self.ask(|reply| Msg::LoadAuto { params, reply })?
     }
 
     /// Switches back to the policy that ran before; its version.
@@ -159,9 +184,25 @@ impl Policy {
     }
 }
 
+/// A version of the node's policy: a Lua policy the engine holds (by its number there), or
+/// `auto`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Running {
+    Lua(u64),
+    Auto { efficiency: f64, seed: u64 },
+}
+
 struct Thread {
     node: Arc<Node>,
+    /// The node's runtime, where reports to the parent are sent from.
+    runtime: tokio::runtime::Handle,
     engine: Engine,
+    /// Every version loaded, as `(version, what)`: versions count Lua loads and `auto` alike.
+    versions: Vec<(u64, Running)>,
+    /// The versions in the order they ran, the running one last ([`Policy::rollback`] pops it).
+    history: Vec<u64>,
+    /// `auto`'s decisions, newest last (the engine logs the Lua policies').
+    auto_log: std::collections::VecDeque<String>,
     whoami: ServerId,
     /// The running policy's parameters, restored if a load with new ones fails.
     params: Params,
@@ -177,8 +218,13 @@ struct Thread {
 }
 
 impl Thread {
-    fn new(node: Arc<Node>, params: Params, interval: Duration) -> Self {
-        let whoami = ServerId::parse(&format!("127.0.0.1:{}", node.port()));
+    fn new(
+        node: Arc<Node>,
+        runtime: tokio::runtime::Handle,
+        params: Params,
+        interval: Duration,
+    ) -> Self {
+        let whoami = ServerId::parse(&node.id());
         let mut engine = Engine::in_memory(CacheView::default().metrics(whoami.clone()));
         engine.set_params(params.clone());
         let mark = {
@@ -188,7 +234,11 @@ impl Thread {
         };
         Self {
             node,
+            runtime,
             engine,
+            versions: Vec::new(),
+            history: Vec::new(),
+            auto_log: std::collections::VecDeque::new(),
             whoami,
             params,
             interval,
@@ -216,6 +266,89 @@ impl Thread {
         }
     }
 
+    /// The running version and what it is.
+    fn running(&self) -> Option<(u64, Running)> {
+        let v = *self.history.last()?;
+        self.versions.iter().find(|(n, _)| *n == v).copied()
+    }
+
+    /// Installs a Lua policy (the running one stays if it fails); its version.
+    fn install(&mut self, source: PolicySource) -> Result<u64, String> {
+        let n = self.engine.install(source).map_err(|e| e.to_string())?;
+        self.node.keyspace().stop_auto();
+        Ok(self.push(Running::Lua(n)))
+    }
+
+    /// Makes `auto` the running policy, for the objective and seed in `params`.
+    fn start_auto(&mut self, params: &Params) -> Result<u64, String> {
+        let num = |name: &str, default: f64| match params.get(name) {
+            None => Ok(default),
+            Some(pliant_policy::ParamValue::Num(x)) => Ok(*x),
+            Some(v) => Err(format!(
+                "auto: parameter {name} must be a number, not {v:?}"
+            )),
+        };
+        let efficiency = num("efficiency", pliant_tier::auto::EFFICIENCY)?;
+        if !(efficiency > 0.0 && efficiency <= 1.0) {
+            return Err(format!(
+                "auto: efficiency must be in (0, 1], not {efficiency}"
+            ));
+        }
+        if let Some(k) = params
+            .keys()
+            .find(|k| !matches!(k.as_str(), "efficiency" | "seed"))
+        {
+            return Err(format!(
+                "auto: unknown parameter {k:?} (it takes efficiency and seed)"
+            ));
+        }
+        let seed = num("seed", 1.0)? as u64;
+        self.node.keyspace().start_auto(
+            pliant_tier::Auto::with_efficiency(seed, efficiency),
+            unix_ms(),
+        );
+        Ok(self.push(Running::Auto { efficiency, seed }))
+    }
+
+    fn push(&mut self, r: Running) -> u64 {
+        let v = self.versions.len() as u64 + 1;
+        self.versions.push((v, r));
+        self.history.push(v);
+        v
+    }
+
+    /// Back to the version that ran before the running one.
+    fn rollback(&mut self) -> Result<u64, String> {
+        let current = self.history.last().copied().ok_or("no policy is running")?;
+        let previous = self
+            .history
+            .iter()
+            .rev()
+            .find(|v| **v != current)
+            .copied()
+            .ok_or("no earlier policy to roll back to")?;
+        let what = self
+            .versions
+            .iter()
+            .find(|(n, _)| *n == previous)
+            .map(|(_, r)| *r)
+            .ok_or("unknown version")?;
+        match what {
+            Running::Lua(n) => {
+                self.engine.activate(n).map_err(|e| e.to_string())?;
+                self.node.keyspace().stop_auto();
+            }
+            Running::Auto { efficiency, seed } => {
+                self.node.keyspace().start_auto(
+                    pliant_tier::Auto::with_efficiency(seed, efficiency),
+                    unix_ms(),
+                );
+            }
+        }
+        self.history.push(previous);
+        Ok(previous)
+    }
+
     fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Load {
@@ -224,7 +357,7 @@ impl Thread {
                 reply,
             } => {
                 self.engine.set_params(params.clone());
-                let r = self.engine.install(source).map_err(|e| e.to_string());
+                let r = self.install(source);
                 if r.is_ok() {
                     self.params = params;
                 } else {
@@ -232,21 +365,28 @@ impl Thread {
                 }
                 let _ = reply.send(r);
             }
+            Msg::LoadAuto { params, reply } => {
+                let _ = reply.send(self.start_auto(&params));
+            }
             Msg::Rollback { reply } => {
-                let _ = reply.send(self.engine.rollback().map_err(|e| e.to_string()));
+                let _ = reply.send(self.rollback());
             }
             Msg::Status { reply } => {
-                let active = self.engine.active_version();
-                let versions: Vec<(u64, String)> = self
-                    .engine
-                    .versions()
-                    .iter()
-                    .map(|v| (v.number, v.source.name.clone()))
-                    .collect();
-                let policy = versions
-                    .iter()
-                    .find(|(n, _)| Some(*n) == active)
-                    .map(|(_, name)| name.clone());
+                let name = |r: &Running| match r {
+                    Running::Lua(n) => self
+                        .engine
+                        .versions()
+                        .iter()
+                        .find(|v| v.number == *n)
+                        .map_or_else(String::new, |v| v.source.name.clone()),
+                    Running::Auto { .. } => AUTO.to_string(),
+                };
+                let versions: Vec<(u64, String)> =
+                    self.versions.iter().map(|(v, r)| (*v, name(r))).collect();
+                let running = self.running();
+                let policy = running.map(|(_, r)| name(&r));
+                let active = running.map(|(v, _)| v);
+                let auto = self.node.keyspace().auto_state();
                 let _ = reply.send(Status {
                     policy,
                     version: active,
@@ -257,56 +397,80 @@ impl Thread {
                     errors: self.errors,
                     last_resize: self.last_resize.clone(),
                     last_error: self.last_error.clone(),
+                    auto,
                 });
             }
             Msg::Log { n, reply } => {
-                let entries: Vec<_> = self.engine.log().entries().collect();
-                let lines = entries[entries.len().saturating_sub(n)..]
-                    .iter()
-                    .map(|e| serde_json::to_string(e).unwrap_or_default())
-                    .collect();
+                // The running policy's log: `auto`'s decisions, or the engine's evaluations.
+                let lines = if matches!(self.running(), Some((_, Running::Auto { .. }))) {
+                    let skip = self.auto_log.len().saturating_sub(n);
+                    self.auto_log.iter().skip(skip).cloned().collect()
+                } else {
+                    let entries: Vec<_> = self.engine.log().entries().collect();
+                    entries[entries.len().saturating_sub(n)..]
+                        .iter()
+                        .map(|e| serde_json::to_string(e).unwrap_or_default())
+                        .collect()
+                };
                 let _ = reply.send(lines);
             }
             Msg::Interval(d) => self.interval = d,
         }
     }
 
-    /// One decision over the node's metrics since the last one.
+    /// One decision over the node's metrics since the last one. Every interval, whatever the
+    /// policy, the node also trades metrics with its tiers: it reports its own to its parent and
+    /// hears the parent's in the reply, and its children report theirs to it the same way, so
+    /// `servers` holds every node this one knows.
     fn decide(&mut self) {
-        let (view, reads) = {
-            let mut ks = self.node.keyspace();
-            let s = ks.stats();
-            let (at, before) = std::mem::replace(&mut self.mark, (Instant::now(), s));
-            let dt = at.elapsed().as_secs_f64().max(1e-3);
-            let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
-            let (keys, bytes) = ks.memory();
-            let view = CacheView {
-                t: self.started.elapsed().as_secs_f64(),
-                keys,
-                bytes,
-                capacity: ks.capacity().amount(),
-                hits: s.hits,
-                misses: s.misses,
-                reads_per_s: rate(s.hits + s.misses, before.hits + before.misses),
-                writes_per_s: rate(s.writes, before.writes),
-                misses_per_s: rate(s.misses, before.misses),
-                // Nothing waits on a tier above yet: a node is its own last tier.
-                queue_len: Some(0.0),
-                cpu_load_avg: load_average(),
-                clients: Some(self.node.clients() as f64),
-            };
-            (view, ks.take_reads())
+        let auto = matches!(self.running(), Some((_, Running::Auto { .. })));
+        let mut ks = self.node.keyspace();
+        let s = ks.stats();
+        let (at, before) = std::mem::replace(&mut self.mark, (Instant::now(), s));
+        let dt = at.elapsed().as_secs_f64().max(1e-3);
+        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
+        let (keys, bytes) = ks.memory();
+        let view = CacheView {
+            t: self.started.elapsed().as_secs_f64(),
+            keys,
+            bytes,
+            capacity: ks.capacity().amount(),
+            hits: s.hits,
+            misses: s.misses,
+            reads_per_s: rate(s.hits + s.misses, before.hits + before.misses),
+            writes_per_s: rate(s.writes, before.writes),
+            misses_per_s: rate(s.misses, before.misses),
+            // Reads waiting for the parent now (a coalesced fetch counts once); 0 at the top.
+            queue_len: Some(ks.fetches_under_way() as f64),
+            cpu_load_avg: load_average(),
+            clients: Some(self.node.clients() as f64),
         };
-        if self.engine.active_version().is_none() {
+        // `auto` saw every read as it happened; the series is the Lua policies'.
+        let reads = ks.take_reads();
+        let begun = if auto {
+            ks.auto_begin(view, unix_ms())
+        } else {
+            None
+        };
+        drop(ks);
+        if let Some((auto_view, fit)) = begun {
+            self.decisions += 1;
+            let started = Instant::now();
+            let fitted = fit.map(pliant_tier::Fit::run);
+            let mut ks = self.node.keyspace();
+            let trimmed = ks.auto_finish(&auto_view, fitted);
+            let state = ks.auto_state();
+            drop(ks);
+            self.decision_seconds += started.elapsed().as_secs_f64();
+            self.log_auto(&view, state, trimmed, started);
+        }
+        let own = reported(&view);
+        self.node.set_metrics(own.clone());
+        let others = self.exchange(&own);
+        if auto || self.engine.active_version().is_none() {
             return;
         }
-        let m = self.engine.metrics_mut();
-        view.write_to(m, self.whoami.clone());
-        m.set(
-            self.whoami.clone(),
-            "rss_bytes",
-            rss_bytes().map_or(f64::NAN, |b| b as f64),
-        );
+        self.fill_servers(own, others);
         self.engine.timeseries().with_mut(|points| {
             points.extend(reads);
             let excess = points.len().saturating_sub(MAX_SERIES);
@@ -338,6 +502,136 @@ impl Thread {
             }
         }
     }
+
+    fn log_auto(
+        &mut self,
+        view: &CacheView,
+        state: Option<pliant_tier::AutoState>,
+        trimmed: Option<u64>,
+        started: Instant,
+    ) {
+        if let Some(n) = trimmed {
+            tracing::info!("auto trimmed the memory tier to {n} keys");
+            self.last_resize = Some(format!("trim to {n} keys"));
+        }
+        self.last_error = None;
+        let entry = serde_json::json!({
+            "decision": self.decisions,
+            "policy": AUTO,
+            "keys": view.keys,
+            "reads_per_s": view.reads_per_s,
+            "armed_at": state.map(|s| s.armed_at),
+            "regimes": state.map(|s| s.regimes),
+            "window_s": state.map(|s| s.window_seconds),
+            "target_keys": state.map(|s| s.target_keys),
+            "trimmed_to": trimmed,
+            "micros": started.elapsed().as_secs_f64() * 1e6,
+        });
+        if self.auto_log.len() == AUTO_LOG {
+            self.auto_log.pop_front();
+        }
+        self.auto_log.push_back(entry.to_string());
+    }
+
+    /// Reports `own` metrics to the parent, if any, and returns the other nodes this one knows:
+    /// the parent (from its reply) and the children that reported within the last three
+    /// intervals (at least ten seconds).
+    fn exchange(&mut self, own: &Reported) -> Vec<(String, Reported)> {
+        let mut others = Vec::new();
+        if let Some(parent) = self.node.parent().cloned() {
+            // A parent slow to answer costs at most an interval's report, not the decision.
+            let wait = self.interval.min(Duration::from_secs(1));
+            match report_to(&self.runtime, parent, self.node.id(), own, wait) {
+                Ok(p) => others.push(p),
+                Err(e) => tracing::debug!("no report from the parent this interval: {e}"),
+            }
+        }
+        let max_age = (self.interval * 3).max(Duration::from_secs(10));
+        others.extend(self.node.children(max_age));
+        others
+    }
+
+    /// Fills the engine's `servers` with this node's metrics and the others'; when the set of
+    /// nodes changed, the table is laid out anew, so a node that left is gone from it.
+    fn fill_servers(&mut self, own: Reported, others: Vec<(String, Reported)>) {
+        let ids: Vec<ServerId> = std::iter::once(self.whoami.clone())
+            .chain(others.iter().map(|(id, _)| ServerId::parse(id)))
+            .collect();
+        let m = self.engine.metrics_mut();
+        if m.ids() != ids.as_slice() {
+            *m = CacheView::default().metrics(self.whoami.clone());
+        }
+        for (id, metrics) in std::iter::once((self.whoami.clone(), own)).chain(
+            others
+                .into_iter()
+                .map(|(id, metrics)| (ServerId::parse(&id), metrics)),
+        ) {
+            for (name, value) in metrics {
+                m.set(id.clone(), &name, value);
+            }
+        }
+    }
+}
+
+/// A view as the metrics a node reports: the contract's names (absent ones as NaN) and
+/// `rss_bytes`.
+fn reported(view: &CacheView) -> Reported {
+    pliant_tier::METRICS
+        .iter()
+        .zip(view.values())
+        .map(|(info, v)| (info.name.to_string(), v.unwrap_or(f64::NAN)))
+        .chain(std::iter::once((
+            "rss_bytes".to_string(),
+            rss_bytes().map_or(f64::NAN, |b| b as f64),
+        )))
+        .collect()
+}
+
+/// Sends `PLIANT.REPORT` to `parent` on the node's runtime and waits at most `wait` for the
+/// parent's own metrics.
+fn report_to(
+    runtime: &tokio::runtime::Handle,
+    parent: Arc<crate::upstream::Upstream>,
+    id: String,
+    own: &Reported,
+    wait: Duration,
+) -> Result<(String, Reported), String> {
+    let json: serde_json::Map<String, serde_json::Value> = own
+        .iter()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(k, v)| (k.clone(), (*v).into()))
+        .collect();
+    let args = vec![
+        bytes::Bytes::from_static(b"PLIANT.REPORT"),
+        bytes::Bytes::from(id),
+        bytes::Bytes::from(serde_json::Value::Object(json).to_string()),
+    ];
+    let (tx, rx) = sync_channel(1);
+    runtime.spawn(async move {
+        let _ = tx.send(parent.call(args, None).await);
+    });
+    let reply = rx
+        .recv_timeout(wait)
+        .map_err(|_| "the parent did not answer in time".to_string())?
+        .map_err(|e| e.to_string())?;
+    let text = match reply {
+        crate::frame::Frame::Bulk(b) => b,
+        other => return Err(format!("unexpected reply {other:?}")),
+    };
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: String,
+        metrics: std::collections::BTreeMap<String, f64>,
+    }
+    let r: Reply = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    Ok((r.id, r.metrics.into_iter().collect()))
+}
+
+/// Unix milliseconds now: `auto`'s clock, the one commands run at.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The host's one-minute load average (Linux `/proc/loadavg`).

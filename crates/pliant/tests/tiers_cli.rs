@@ -215,3 +215,204 @@ fn a_leaf_that_loses_its_parent_says_so_and_forgets_what_it_held() {
     };
     assert!(e.contains(&at.to_string()), "{e}");
 }
+
+fn policy_status(c: &mut redis::Connection) -> serde_json::Value {
+    let text: String = cmd(c, &["PLIANT.POLICY", "STATUS"]);
+    serde_json::from_str(&text).expect("PLIANT.POLICY STATUS is JSON")
+}
+
+/// ParSplice's two-phase policy deciding live on a leaf: it absorbs until the leaf has held more
+/// than `absorb` keys, then trims to `target` at every decision; every key stays readable
+/// through the leaf (fetched from the parent).
+#[test]
+fn parsplice_absorb_trim_runs_live_on_a_leaf() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let parent = Node::start(dir.path(), &["--store", "store"]);
+    let at = parent.addr.to_string();
+    let leaf = Node::start(
+        dir.path(),
+        &[
+            "--parent",
+            &at,
+            "--policy",
+            "parsplice-absorb-trim",
+            "--param",
+            "absorb=300",
+            "--param",
+            "target=40",
+            "--interval",
+            "200ms",
+        ],
+    );
+    let mut c = leaf.client();
+    let set = |c: &mut redis::Connection, range: std::ops::Range<usize>| {
+        let mut p = redis::pipe();
+        for i in range {
+            p.cmd("SET").arg(format!("k{i}")).arg(i).ignore();
+        }
+        let _: () = p.query(c).expect("pipelined SETs");
+    };
+    set(&mut c, 0..250);
+    // Two decisions later it still absorbs: 250 keys is under the absorb threshold.
+    let decided = policy_status(&mut c)["decisions"].as_u64().unwrap_or(0);
+    let start = Instant::now();
+    while policy_status(&mut c)["decisions"].as_u64().unwrap_or(0) < decided + 2 {
+        assert!(start.elapsed() < Duration::from_secs(20), "no decisions");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(stats(&mut c)["keys"], 250, "absorbing");
+    set(&mut c, 250..400);
+    stats_until(&mut c, "trimmed to the target", |s| s["keys"] == 40);
+    for i in 0..400 {
+        assert_eq!(get(&mut c, &format!("k{i}")), Some(i.to_string()), "k{i}");
+    }
+    // Past the absorb phase the leaf holds the target: most reads went up to the parent.
+    let s = stats_until(&mut c, "at the target", |s| s["keys"].as_u64() <= Some(40));
+    assert!(s["parent_requests"].as_u64() >= Some(360), "{s}");
+    let status = policy_status(&mut c);
+    assert_eq!(status["last_error"], serde_json::Value::Null, "{status}");
+    assert_eq!(status["last_resize"], "40keys", "{status}");
+}
+
+/// `auto` deciding live on a leaf, fed by real reads and waits: loaded with `PLIANT.POLICY LOAD
+/// auto` over a running Lua policy, it arms and trims the leaf to its working set once the reads
+/// spread out over new keys, every key staying readable through the parent; rolled back, the Lua
+/// policy decides again. (Both outcomes of the gate, with the clock given, are in the keyspace's
+/// unit tests: here the rates are whatever this machine gives, and a crowd whose rate wanders
+/// can arm the gate early; the README says why.)
+#[test]
+fn auto_runs_live_on_a_leaf_and_trims_it_to_its_working_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let parent = Node::start(dir.path(), &["--store", "store"]);
+    let at = parent.addr.to_string();
+    let leaf = Node::start(
+        dir.path(),
+        &[
+            "--parent",
+            &at,
+            "--policy",
+            "static-limit",
+            "--param",
+            "limit=100000",
+            "--interval",
+            "200ms",
+        ],
+    );
+    let mut c = leaf.client();
+    assert_eq!(
+        cmd::<String>(
+            &mut c,
+            &["PLIANT.POLICY", "LOAD", "auto", "efficiency=0.96"]
+        ),
+        "OK loaded version 2"
+    );
+    assert_eq!(policy_status(&mut c)["policy"], "auto");
+    for i in 0..10 {
+        let _: () = cmd(&mut c, &["SET", &format!("crowd{i}"), "x"]);
+    }
+    // The crowd: 3 s of pipelined reads of 10 keys.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let mut p = redis::pipe();
+        for i in 0..500 {
+            p.cmd("GET").arg(format!("crowd{}", i % 10)).ignore();
+        }
+        let _: () = p.query(&mut c).expect("crowd reads");
+    }
+    // The reads spread out: a new key every 10 ms, read twice, until auto has armed and
+    // trimmed (at most 20 s).
+    let mut written = 0;
+    let armed = loop {
+        let key = format!("new{written}");
+        let _: () = cmd(&mut c, &["SET", &key, "y"]);
+        assert_eq!(get(&mut c, &key).as_deref(), Some("y"));
+        assert_eq!(get(&mut c, &key).as_deref(), Some("y"));
+        written += 1;
+        std::thread::sleep(Duration::from_millis(10));
+        if written % 20 == 0 {
+            let s = policy_status(&mut c);
+            if !s["auto"].is_null() && s["last_resize"].is_string() {
+                break s;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(23),
+            "auto never armed: {}",
+            policy_status(&mut c)
+        );
+    };
+    let state = &armed["auto"];
+    assert!(state["armed_at"].as_f64() > Some(0.0), "{armed}");
+    assert!(state["regimes"].as_u64() >= Some(2), "{armed}");
+    assert!(state["window_seconds"].as_f64() > Some(0.0), "{armed}");
+    let s = stats_until(&mut c, "trimmed below what was written", |s| {
+        s["keys"].as_u64() < Some(written / 2)
+    });
+    assert!(s["evictions"].as_u64() > Some(0), "{s}");
+    // Every key is still served, through the parent.
+    for i in 0..10 {
+        assert_eq!(get(&mut c, &format!("crowd{i}")).as_deref(), Some("x"));
+    }
+    let log: Vec<String> = cmd(&mut c, &["PLIANT.POLICY", "LOG", "2"]);
+    assert!(
+        log.iter().all(|l| l.contains("\"policy\":\"auto\"")),
+        "{log:?}"
+    );
+    assert_eq!(
+        cmd::<String>(&mut c, &["PLIANT.POLICY", "ROLLBACK"]),
+        "OK rolled back to version 1"
+    );
+    assert_eq!(policy_status(&mut c)["policy"], "static-limit");
+}
+
+/// A node's policy sees every node it knows in `servers`: a parent its children (they report
+/// their metrics every interval) and a child its parent (in the reply to its report), under the
+/// contract's metric names. The policy here sizes memory by what it sees: 1,000 keys per node
+/// known plus the keys the others hold.
+#[test]
+fn servers_holds_the_parent_and_the_children_that_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = dir.path().join("count.lua");
+    std::fs::write(
+        &policy,
+        "function when() return true end\n\
+         function howmuch()\n\
+           local n, others = 0, 0\n\
+           for id, s in pairs(servers) do\n\
+             n = n + 1\n\
+             if id ~= whoami then others = others + (s[\"keys\"] or 0) end\n\
+           end\n\
+           return 1000 * n + others\n\
+         end\n",
+    )
+    .expect("write the policy");
+    let policy = policy.to_str().expect("utf-8 path");
+    let with_policy = ["--policy", policy, "--interval", "200ms"];
+    let parent = Node::start(
+        dir.path(),
+        &[&["--store", "store"][..], &with_policy].concat(),
+    );
+    let at = parent.addr.to_string();
+    let leaves: Vec<Node> = (0..2)
+        .map(|_| Node::start(dir.path(), &[&["--parent", &at][..], &with_policy].concat()))
+        .collect();
+    let mut p = parent.client();
+    for i in 0..7 {
+        let _: () = cmd(&mut p, &["SET", &format!("k{i}"), "v"]);
+    }
+    // The parent knows itself and two children that hold nothing yet; each leaf knows itself
+    // and the parent, which holds 7 keys.
+    stats_until(&mut p, "the parent sees two children", |s| {
+        s["capacity"] == "3000keys"
+    });
+    for leaf in &leaves {
+        stats_until(&mut leaf.client(), "a leaf sees its parent", |s| {
+            s["capacity"] == "2007keys"
+        });
+    }
+    // A key read through one leaf is held there, and the parent's policy counts it.
+    assert_eq!(get(&mut leaves[0].client(), "k1").as_deref(), Some("v"));
+    stats_until(&mut p, "the parent sees the child's key", |s| {
+        s["capacity"] == "3001keys"
+    });
+}

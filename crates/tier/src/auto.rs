@@ -102,6 +102,34 @@ pub struct AutoState {
     pub target_keys: u64,
 }
 
+/// A fit the gate asks for: the decision intervals' features so far, to cluster.
+#[derive(Debug, Clone)]
+pub struct Fit {
+    features: Vec<[f64; 2]>,
+    seed: u64,
+    t: f64,
+}
+
+impl Fit {
+    /// Clusters the intervals (k from 1 to the regimes the studies found, by the gap statistic).
+    pub fn run(self) -> Fitted {
+        let clusters = pliant_regime::cluster(&self.features, MAX_REGIMES, self.seed);
+        Fitted {
+            features: self.features,
+            clusters,
+            t: self.t,
+        }
+    }
+}
+
+/// A fit that has run, for [`Auto::finish`].
+#[derive(Debug)]
+pub struct Fitted {
+    features: Vec<[f64; 2]>,
+    clusters: Result<pliant_regime::Clusters, pliant_regime::RegimeError>,
+    t: f64,
+}
+
 /// The `auto` policy's state for one cache (see the module doc).
 #[derive(Debug)]
 pub struct Auto {
@@ -300,17 +328,36 @@ impl Auto {
 
     /// The key count to trim to, once armed (the cache takes new keys again until the next
     /// decision: the trim is how a window is kept by a cache that counts keys); `None` while the
-    /// cache should go on absorbing.
+    /// cache should go on absorbing. [`begin`](Self::begin), the gate's fit, then
+    /// [`finish`](Self::finish).
     pub fn decide(&mut self, v: &CacheView) -> Option<u64> {
+        let fitted = self.begin(v).map(Fit::run);
+        self.finish(v, fitted)
+    }
+
+    /// The first, quick step of a decision at `v`: records the interval that ended and says
+    /// whether the gate wants a fit. A live cache runs the fit ([`Fit::run`], a k-means with its
+    /// gap statistic) without holding what its readers need, then [`finish`](Self::finish)es.
+    pub fn begin(&mut self, v: &CacheView) -> Option<Fit> {
         let dt = v.t - self.interval_start;
+        let mut fit = None;
         if self.state.is_none() && dt > 0.0 {
             let distinct = self.distinct as f64 / dt;
             self.features
                 .push([v.reads_per_s.max(0.0).ln_1p(), distinct.ln_1p()]);
-            self.gate(v.t);
+            fit = self.due_fit(v.t);
         }
         self.interval_start = v.t;
         self.distinct = 0;
+        fit
+    }
+
+    /// The decision at `v` once the gate's fit, if it asked for one, has run: arms if the fit
+    /// says the run has left its opening regime, then sizes the window (see the module doc).
+    pub fn finish(&mut self, v: &CacheView, fitted: Option<Fitted>) -> Option<u64> {
+        if let Some(f) = fitted {
+            self.arm_if(f);
+        }
         self.state?;
         let window = match self.priced_since {
             Some(since) => {
@@ -341,33 +388,42 @@ impl Auto {
         Some(s.target_keys)
     }
 
-    /// Fits the intervals so far when they have grown by a sixteenth, and arms if the latest lies
-    /// in a quieter regime than the first.
-    fn gate(&mut self, t: f64) {
+    /// A fit of the intervals so far, when they have grown by a sixteenth since the last one.
+    fn due_fit(&mut self, t: f64) -> Option<Fit> {
         let n = self.features.len();
         if n < self.fitted_at + self.fitted_at.div_ceil(16).max(1) {
-            return;
+            return None;
         }
         self.fitted_at = n;
-        let Ok(c) = pliant_regime::cluster(&self.features, MAX_REGIMES, self.seed) else {
+        Some(Fit {
+            features: self.features.clone(),
+            seed: self.seed,
+            t,
+        })
+    }
+
+    /// Arms if the fit's latest interval lies in a quieter regime than the first.
+    fn arm_if(&mut self, f: Fitted) {
+        let Ok(c) = f.clusters else {
             return;
         };
+        let n = f.features.len();
         let last = c.labels[n - 1];
         if c.k < 2 || last == 0 {
             return;
         }
         let mean_rate = |label: usize| {
-            let (sum, count) = self
+            let (sum, count) = f
                 .features
                 .iter()
                 .zip(&c.labels)
                 .filter(|(_, l)| **l == label)
-                .fold((0.0, 0.0), |(s, n), (f, _)| (s + f[0], n + 1.0));
+                .fold((0.0, 0.0), |(s, n), (x, _)| (s + x[0], n + 1.0));
             sum / count
         };
         if mean_rate(last) < mean_rate(0) {
             self.state = Some(AutoState {
-                armed_at: t,
+                armed_at: f.t,
                 regimes: c.k,
                 window_seconds: f64::NAN,
                 target_keys: 0,

@@ -31,7 +31,7 @@ mod sample;
 mod tier;
 mod view;
 
-pub use auto::{Auto, AutoState};
+pub use auto::{Auto, AutoState, Fit, Fitted};
 pub use decider::{Decider, Resize};
 pub use sample::{SAMPLE_SERVERS, sample_environment};
 pub use tier::{Counters, InFlight, Put, Read, Tier};

@@ -65,6 +65,7 @@ impl<'a> Ctx<'a> {
     /// other command ever sees them).
     pub fn ks(&mut self) -> Ks<'_> {
         let mut guard = self.node.keyspace();
+        guard.tick(self.now);
         if !self.lent.is_empty() {
             guard.lend(std::mem::take(&mut self.lent));
         }
@@ -185,6 +186,7 @@ pub const COMMANDS: &[Spec] = &[
     cmd("pliant.fetch", 2, false, ONE_KEY, pliant::fetch),
     cmd("pliant.tier", -1, false, NO_KEYS, pliant::tier),
     cmd("pliant.invalidated", 3, false, NO_KEYS, pliant::invalidated),
+    cmd("pliant.report", 3, false, NO_KEYS, pliant::report),
 ];
 
 impl Spec {

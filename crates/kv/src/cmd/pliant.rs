@@ -6,9 +6,11 @@ use pliant_policy::{ParamValue, Params, PolicySource};
 
 use super::Ctx;
 use crate::frame::Frame;
+use crate::policy::AUTO;
 
-/// `PLIANT.POLICY LOAD name <lua source> [param=value…]` | `ROLLBACK` | `STATUS` | `LOG [n]`.
-/// LOAD takes the policy's source text, never a path: the server opens no file a client names.
+/// `PLIANT.POLICY LOAD name <lua source> [param=value…]` | `LOAD auto [param=value…]` |
+/// `ROLLBACK` | `STATUS` | `LOG [n]`. LOAD takes the policy's source text, never a path: the
+/// server opens no file a client names.
 pub(super) fn policy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(p) = ctx.node.policy() else {
         return Frame::error("ERR this node runs no policy thread");
@@ -19,17 +21,18 @@ pub(super) fn policy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Err(e) => Frame::error(format!("ERR policy: {}", one_line(&e))),
     };
     match (sub.as_slice(), &args[1..]) {
-        (b"LOAD", [name, source, params @ ..]) => {
-            let mut parsed = Params::new();
-            for p in params {
-                let text = String::from_utf8_lossy(p);
-                let Some((k, v)) = text.split_once('=').filter(|(k, _)| !k.is_empty()) else {
-                    return Frame::error(format!(
-                        "ERR policy parameter {text:?}: expected name=value"
-                    ));
-                };
-                parsed.insert(k.to_string(), ParamValue::parse(v));
+        // `auto` is the built-in policy: parameters follow its name, no source.
+        (b"LOAD", [name, params @ ..]) if name.eq_ignore_ascii_case(AUTO.as_bytes()) => {
+            match parse_params(params) {
+                Ok(parsed) => reply(p.load_auto(parsed), "loaded"),
+                Err(e) => e,
             }
+        }
+        (b"LOAD", [name, source, params @ ..]) => {
+            let parsed = match parse_params(params) {
+                Ok(parsed) => parsed,
+                Err(e) => return e,
+            };
             let source = PolicySource::functions(
                 String::from_utf8_lossy(name),
                 String::from_utf8_lossy(source),
@@ -62,9 +65,24 @@ pub(super) fn policy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             }
         }
         _ => Frame::error(
-            "ERR usage: PLIANT.POLICY LOAD name source [param=value ...] | ROLLBACK | STATUS | LOG [n]",
+            "ERR usage: PLIANT.POLICY LOAD name source [param=value ...] | LOAD auto [param=value ...] | ROLLBACK | STATUS | LOG [n]",
         ),
     }
+}
+
+/// `name=value` arguments as a policy's parameters, or the error reply naming the bad one.
+fn parse_params(args: &[Bytes]) -> Result<Params, Frame> {
+    let mut parsed = Params::new();
+    for p in args {
+        let text = String::from_utf8_lossy(p);
+        let Some((k, v)) = text.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            return Err(Frame::error(format!(
+                "ERR policy parameter {text:?}: expected name=value"
+            )));
+        };
+        parsed.insert(k.to_string(), ParamValue::parse(v));
+    }
+    Ok(parsed)
 }
 
 /// `PLIANT.STATS`: the node's counters, one JSON object.
@@ -133,4 +151,31 @@ pub(super) fn invalidated(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     ctx.node.tracking().ack(id as u64, n as u64);
     Frame::ok()
+}
+
+/// `PLIANT.REPORT id metrics`: a child tier's metrics (a JSON object of numbers), which this
+/// node's policy sees as `servers[id]`; the reply is this node's own, `{"id": …, "metrics": …}`,
+/// which the child's policy sees as its parent's.
+pub(super) fn report(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let id = String::from_utf8_lossy(&args[0]).into_owned();
+    let metrics = match serde_json::from_slice::<std::collections::BTreeMap<String, f64>>(&args[1])
+    {
+        Ok(m) => m.into_iter().collect(),
+        Err(e) => {
+            return Frame::error(format!(
+                "ERR PLIANT.REPORT: metrics must be a JSON object of numbers: {e}"
+            ));
+        }
+    };
+    ctx.node.report_child(id, metrics);
+    let own: serde_json::Map<String, serde_json::Value> = ctx
+        .node
+        .metrics()
+        .into_iter()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(k, v)| (k, v.into()))
+        .collect();
+    Frame::Bulk(Bytes::from(
+        serde_json::json!({ "id": ctx.node.id(), "metrics": own }).to_string(),
+    ))
 }

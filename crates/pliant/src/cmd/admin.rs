@@ -17,6 +17,7 @@ use super::args::{Json, PolicyParams};
 /// Examples:
 ///   pliant admin 127.0.0.1:6479 stats
 ///   pliant admin 127.0.0.1:6479 policy load my-policy.lua --param limit=5000
+///   pliant admin 127.0.0.1:6479 policy load auto --param efficiency=0.96
 ///   pliant admin 127.0.0.1:6479 policy status
 ///   pliant admin 127.0.0.1:6479 policy log 20
 ///   pliant admin 127.0.0.1:6479 policy rollback
@@ -44,8 +45,8 @@ enum What {
 
 #[derive(clap::Subcommand)]
 enum PolicyCmd {
-    /// Install a policy (a file, chunk files or a shipped name); the running one stays if it
-    /// fails to install.
+    /// Install a policy (a file, chunk files, a shipped name, or `auto`, the built-in regime
+    /// detection, with `--param efficiency=0.96`); the running one stays if it fails to install.
     Load {
         /// The policy.
         #[arg(required = true, num_args = 1.., value_name = "FILE|NAME")]
@@ -85,20 +86,22 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         What::Policy(PolicyCmd::Load { files, params }) => {
-            let source = PolicySource::resolve(files)?;
-            let code = match &source.style {
-                pliant_policy::Style::Functions(chunk) => chunk.code.clone(),
-                _ => bail!(
-                    "{}: only function-style policies (one .lua file) can be sent to a node yet",
-                    source.name
-                ),
-            };
-            let mut args: Vec<Vec<u8>> = vec![
-                b"PLIANT.POLICY".to_vec(),
-                b"LOAD".to_vec(),
-                source.name.clone().into_bytes(),
-                code.into_bytes(),
-            ];
+            let mut args: Vec<Vec<u8>> = vec![b"PLIANT.POLICY".to_vec(), b"LOAD".to_vec()];
+            if matches!(files.as_slice(), [f] if f.as_os_str() == pliant_kv::policy::AUTO) {
+                // The built-in policy: the node has it, nothing to send but its parameters.
+                args.push(pliant_kv::policy::AUTO.as_bytes().to_vec());
+            } else {
+                let source = PolicySource::resolve(files)?;
+                let code = match &source.style {
+                    pliant_policy::Style::Functions(chunk) => chunk.code.clone(),
+                    _ => bail!(
+                        "{}: only function-style policies (one .lua file) can be sent to a node yet",
+                        source.name
+                    ),
+                };
+                args.push(source.name.clone().into_bytes());
+                args.push(code.into_bytes());
+            }
             for (k, v) in &params.params {
                 args.push(format!("{k}={}", param_text(v)).into_bytes());
             }

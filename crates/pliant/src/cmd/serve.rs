@@ -71,8 +71,10 @@ pub struct Args {
     /// Longest value accepted (Redis's proto-max-bulk-len) [default: 512MiB].
     #[arg(long, value_name = "SIZE")]
     max_value_size: Option<String>,
-    /// A Lua policy that sizes the memory tier live: a file, chunk files, or a shipped name
-    /// (static-limit, parsplice-absorb-trim, …). Without one, PLIANT.POLICY LOAD can add one later.
+    /// A policy that sizes the memory tier live: a Lua file, chunk files, a shipped name
+    /// (static-limit, parsplice-absorb-trim, …), or `auto` (regime detection: absorbs until the
+    /// reads leave their opening regime, then keeps the working set that --param efficiency=0.96
+    /// allows). Without one, PLIANT.POLICY LOAD can add one later.
     #[arg(long, num_args = 1.., value_name = "FILE|NAME")]
     policy: Vec<PathBuf>,
     #[command(flatten)]
