@@ -157,6 +157,9 @@ async fn write(
     node.count_command();
     let put = spec.name == "set" && args.len() == 3;
     if put && node.keyspace().put_redundant(&args[1], &args[2]) {
+        // Still a write as this node's own tracking clients see it: a child tier that keeps what
+        // it puts is remembered as holding the key.
+        track(&mut Ctx::new(node, session, now), spec, args);
         return Frame::ok();
     }
     let then: Then = if put {

@@ -187,12 +187,32 @@ impl Tracking {
                 waits.push(w);
             }
         }
+        Self::outstanding(&inner, &mut waits);
         waits
+    }
+
+    /// Adds to `waits` every tier still to acknowledge a push sent before: a holder is
+    /// forgotten for a key when it is sent the invalidation, not when it applies it, so a second
+    /// write of the key (or any write after a FLUSHALL) finds no holder, and must not be
+    /// acknowledged while a tier may still serve what the key held before the first.
+    fn outstanding(inner: &Inner, waits: &mut Vec<Wait>) {
+        for (&id, c) in &inner.clients {
+            if c.tier && *c.acked.borrow() < c.sent && !waits.iter().any(|w| w.client == id) {
+                waits.push(Wait {
+                    client: id,
+                    seq: c.sent,
+                    acked: c.acked.subscribe(),
+                });
+            }
+        }
     }
 
     /// Client `writer` dropped every key (FLUSHDB, FLUSHALL): every tracking client hears of it.
     pub fn wrote_all(&self, writer: u64) -> Vec<Wait> {
-        Self::invalidate_all(&mut self.lock(), Some(writer))
+        let mut inner = self.lock();
+        let mut waits = Self::invalidate_all(&mut inner, Some(writer));
+        Self::outstanding(&inner, &mut waits);
+        waits
     }
 
     fn invalidate_all(inner: &mut Inner, writer: Option<u64>) -> Vec<Wait> {
@@ -268,9 +288,12 @@ mod tests {
         assert_eq!(waits.len(), 1, "only the tier's acknowledgement is awaited");
         assert!(matches!(a.try_recv(), Ok(Outgoing::Push(_))));
         assert!(matches!(b.try_recv(), Ok(Outgoing::Push(_))));
-        // Forgotten after one invalidation, until read again.
-        assert!(t.wrote(3, [key("k")].iter()).is_empty());
+        // Forgotten after one invalidation, until read again: no second push (the second write
+        // still waits for the tier to apply the first, see below).
+        let second = t.wrote(3, [key("k")].iter());
         assert!(a.try_recv().is_err());
+        assert!(b.try_recv().is_err());
+        assert_eq!(second.len(), 1);
         // The wait ends when the tier acknowledges.
         let waiting = t.wait(waits);
         t.ack(2, 1);
@@ -304,5 +327,31 @@ mod tests {
         t.wait(waits).await;
         assert!(matches!(b.try_recv(), Ok(Outgoing::Push(_))));
         assert!(matches!(b.try_recv(), Ok(Outgoing::Close)));
+    }
+
+    /// Audit of b5a8c14: the parent forgot a holder when it sent the push, so a second write of
+    /// the key found no holder and was acknowledged while the tier could still serve the value
+    /// the first write replaced.
+    #[tokio::test]
+    async fn a_second_write_waits_for_a_tier_still_applying_the_first() {
+        let t = Tracking::default();
+        let _b = t.enable(2, true);
+        t.set_tier(2);
+        t.read(2, [key("k")].iter());
+        let first = t.wrote(1, [key("k")].iter());
+        assert_eq!(first.len(), 1);
+        let second = t.wrote(1, [key("k")].iter());
+        assert_eq!(
+            second.len(),
+            1,
+            "the tier has not applied the first invalidation yet"
+        );
+        let after_flush = t.wrote_all(1);
+        assert!(after_flush.iter().any(|w| w.client == 2));
+        t.ack(2, 2);
+        assert!(
+            t.wrote(1, [key("k")].iter()).is_empty(),
+            "once the tier has applied every push, nothing to wait for"
+        );
     }
 }
