@@ -4,9 +4,9 @@
 //!   lacks is fetched first, all of them in one pipeline, a key another reader is already fetching
 //!   joined rather than asked for again ([`Keyspace::want`]); the command then runs here over
 //!   memory and what was fetched for it.
-//! - **Writes** go through to the parent, which holds every key, and are acknowledged when it
-//!   acknowledges them (after its store and after every other tier holding the key has dropped
-//!   it). A plain `SET key value` is a put: one of a key held with this very value is redundant
+//! - **Writes** go through to the parent, which holds every key, as `PLIANT.WRITE`, and are
+//!   acknowledged when it acknowledges them (after its store, and after every other tier holding
+//!   the key has dropped it: the `pliant-acked` push, see [`crate::tracking`]). A plain `SET key value` is a put: one of a key held with this very value is redundant
 //!   and goes no further; otherwise memory keeps the value once the parent has it. Other writes
 //!   drop this tier's copy of their keys. This node's own children hear of the change.
 //! - **Whole-keyspace reads** (KEYS, SCAN, DBSIZE) are the parent's to answer.
@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 
-use crate::cmd::{Ctx, Session, Spec, check, run as run_here, track};
+use crate::cmd::{Ctx, Session, Spec, check, run as run_here, track, written};
 use crate::frame::Frame;
 use crate::keyspace::{Fetched, Lent, Value, Want};
 use crate::node::Node;
@@ -38,6 +38,20 @@ pub(crate) async fn run(
     };
     if spec.writes {
         return write(node, up, session, spec, args, now).await;
+    }
+    if spec.name == "pliant.write" {
+        // A child tier's write: forwarded up like any other, and acknowledged to the child as
+        // the parent acknowledges it here (see `PLIANT.WRITE`).
+        let inner = &args[1..];
+        let spec = match check(session, inner) {
+            Ok(spec) if spec.writes => spec,
+            Ok(_) => return written(Frame::error("ERR PLIANT.WRITE takes a write command"), 0),
+            Err(reply) => return written(reply, 0),
+        };
+        let before = session.awaiting.len();
+        let reply = write(node, up, session, spec, inner, now).await;
+        let waits = session.awaiting.split_off(before);
+        return written(reply, node.tracking().defer(session.id, waits));
     }
     if matches!(spec.name, "keys" | "scan" | "dbsize") {
         node.count_command();
@@ -184,7 +198,7 @@ async fn write(
             }
         })
     };
-    let reply = match up.call(args.to_vec(), Some(then)).await {
+    let reply = match up.write(args.to_vec(), then).await {
         Ok(reply) => reply,
         Err(e) => Frame::error(format!("ERR {e}")),
     };

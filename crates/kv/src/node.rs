@@ -33,7 +33,7 @@ pub struct Node {
     policy: std::sync::OnceLock<crate::policy::Policy>,
     password: Option<String>,
     auth_failures: AtomicU64,
-    tracking: crate::tracking::Tracking,
+    tracking: std::sync::Arc<crate::tracking::Tracking>,
     parent: std::sync::OnceLock<std::sync::Arc<crate::upstream::Upstream>>,
     /// This node's metrics at its policy's latest decision, as the cache⇄policy contract names
     /// them: what it answers a child's report with.
@@ -72,7 +72,7 @@ impl Node {
             policy: std::sync::OnceLock::new(),
             password: config.requirepass.clone(),
             auth_failures: AtomicU64::new(0),
-            tracking: crate::tracking::Tracking::default(),
+            tracking: Default::default(),
             parent: std::sync::OnceLock::new(),
             metrics: Mutex::new(Vec::new()),
             children: Mutex::new(HashMap::new()),
@@ -148,7 +148,7 @@ impl Node {
     }
 
     /// Which clients hold copies of which keys (CLIENT TRACKING; a parent's children).
-    pub fn tracking(&self) -> &crate::tracking::Tracking {
+    pub fn tracking(&self) -> &std::sync::Arc<crate::tracking::Tracking> {
         &self.tracking
     }
 

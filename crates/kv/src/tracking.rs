@@ -14,9 +14,17 @@
 //! itself a tier (`PLIANT.TIER`) acknowledges what it has applied (`PLIANT.INVALIDATED id n`: the
 //! first n pushes to client `id`, sent on a connection of its own so that an acknowledgement never
 //! waits behind a request), and a write is acknowledged only once every tier it invalidated has
-//! applied the invalidation ([`Tracking::wait`]). A tier that has not within [`ACK_TIMEOUT`] is
-//! cut off: its connection is closed, and a tier that loses its parent empties its memory, since
-//! it can no longer hear of changes.
+//! applied the invalidation ([`Tracking::wait`]), and every tier still applying an earlier one has
+//! finished (a holder is forgotten when its push is sent, so a second write finds none). A tier
+//! that has not within [`ACK_TIMEOUT`] is cut off: its connection is closed, and a tier that
+//! loses its parent empties its memory, since it can no longer hear of changes.
+//!
+//! A plain client's write is held, with its connection, until then. A tier's writes come as
+//! `PLIANT.WRITE` and are not held: the reply comes at once with a ticket, and a push
+//! `pliant-acked <ticket>` when the tiers have applied the invalidation ([`Tracking::defer`]); the
+//! tier acknowledges the write to its own client only then. Holding a tier's connection instead
+//! would hold the invalidations queued on it too, and two tiers each writing keys the other holds
+//! would wait for each other until both were cut off.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -35,6 +43,9 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// tracking client is told to drop everything and the table starts afresh.
 const MAX_KEYS: usize = 1 << 20;
 
+/// The push that completes a deferred acknowledgement ([`Tracking::defer`]).
+pub const ACKED: &[u8] = b"pliant-acked";
+
 /// What a tracking connection is to send besides its replies.
 #[derive(Debug)]
 pub enum Outgoing {
@@ -51,6 +62,8 @@ struct Client {
     tier: bool,
     /// Pushes sent so far.
     sent: u64,
+    /// Tickets of deferred acknowledgements handed out ([`Tracking::defer`]).
+    tickets: u64,
     /// Pushes it said it applied.
     acked: watch::Sender<u64>,
 }
@@ -75,11 +88,18 @@ pub struct Tracking {
     inner: Mutex<Inner>,
     /// Whether any client tracks: when none does, commands skip the table without locking it.
     active: AtomicBool,
+    /// Tiers cut off for not acknowledging in time.
+    cut_off: std::sync::atomic::AtomicU64,
 }
 
 impl Tracking {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tiers cut off so far for not acknowledging an invalidation within [`ACK_TIMEOUT`].
+    pub fn cut_off(&self) -> u64 {
+        self.cut_off.load(Ordering::Relaxed)
     }
 
     /// Whether any client tracks keys.
@@ -98,6 +118,7 @@ impl Tracking {
                 noloop,
                 tier: false,
                 sent: 0,
+                tickets: 0,
                 acked: watch::channel(0).0,
             },
         );
@@ -244,6 +265,36 @@ impl Tracking {
         })
     }
 
+    /// A write by client `id` that must wait for `waits` is acknowledged now, but only provisionally:
+    /// the reply carries the returned ticket, and a push `pliant-acked <ticket>` follows on the
+    /// same connection once every tier in `waits` has applied its invalidation (or been cut
+    /// off). The connection goes on meanwhile, pushes included, so two tiers each writing keys
+    /// the other holds never wait for each other (`PLIANT.WRITE`). 0 if there is nothing to
+    /// wait for, or the client does not track.
+    pub fn defer(self: &std::sync::Arc<Self>, id: u64, waits: Vec<Wait>) -> u64 {
+        if waits.is_empty() {
+            return 0;
+        }
+        let ticket = match self.lock().clients.get_mut(&id) {
+            Some(c) => {
+                c.tickets += 1;
+                c.tickets
+            }
+            None => return 0,
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.wait(waits).await;
+            if let Some(c) = this.lock().clients.get(&id) {
+                let _ = c.tx.send(Outgoing::Push(Frame::Push(vec![
+                    Frame::Bulk(Bytes::from_static(ACKED)),
+                    Frame::Integer(ticket as i64),
+                ])));
+            }
+        });
+        ticket
+    }
+
     /// Waits until every tier in `waits` has applied its invalidation; one that has not within
     /// [`ACK_TIMEOUT`] is cut off (see the module doc).
     pub async fn wait(&self, waits: Vec<Wait>) {
@@ -263,6 +314,7 @@ impl Tracking {
             );
             if let Some(c) = self.lock().clients.get(&w.client) {
                 let _ = c.tx.send(Outgoing::Close);
+                self.cut_off.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -59,7 +59,57 @@ pub struct Upstream {
     addr: SocketAddr,
     password: Option<String>,
     node: Weak<Node>,
-    conn: tokio::sync::Mutex<Option<mpsc::UnboundedSender<Call>>>,
+    conn: tokio::sync::Mutex<Option<(mpsc::UnboundedSender<Call>, Arc<Acks>)>>,
+}
+
+/// The deferred acknowledgements of one connection's writes (`PLIANT.WRITE`): tickets whose
+/// `pliant-acked` push has come, and writes waiting for theirs.
+#[derive(Debug, Default)]
+struct Acks(Mutex<AcksInner>);
+
+#[derive(Debug, Default)]
+struct AcksInner {
+    done: std::collections::HashSet<u64>,
+    waiting: std::collections::HashMap<u64, oneshot::Sender<()>>,
+    lost: bool,
+}
+
+impl Acks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AcksInner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The parent says ticket `t`'s write is acknowledged.
+    fn done(&self, t: u64) {
+        let mut a = self.lock();
+        match a.waiting.remove(&t) {
+            Some(tx) => {
+                let _ = tx.send(());
+            }
+            None => {
+                a.done.insert(t);
+            }
+        }
+    }
+
+    /// Resolves once ticket `t`'s write is acknowledged; fails if the connection is lost first.
+    fn wait(&self, t: u64) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut a = self.lock();
+        if a.done.remove(&t) {
+            let _ = tx.send(());
+        } else if !a.lost {
+            a.waiting.insert(t, tx);
+        }
+        rx
+    }
+
+    /// The connection is gone: every write still waiting fails.
+    fn lose(&self) {
+        let mut a = self.lock();
+        a.lost = true;
+        a.waiting.clear();
+    }
 }
 
 impl std::fmt::Debug for Upstream {
@@ -94,13 +144,22 @@ impl Upstream {
         args: Vec<Bytes>,
         then: Option<Then>,
     ) -> Result<oneshot::Receiver<Frame>, UpstreamError> {
+        self.send_on(args, then).await.map(|(rx, _)| rx)
+    }
+
+    /// [`send`](Self::send), also giving the acknowledgements of the connection it went on.
+    async fn send_on(
+        &self,
+        args: Vec<Bytes>,
+        then: Option<Then>,
+    ) -> Result<(oneshot::Receiver<Frame>, Arc<Acks>), UpstreamError> {
         let (reply, rx) = oneshot::channel();
         let mut call = Call { args, reply, then };
         let mut conn = self.conn.lock().await;
         for _ in 0..2 {
-            if let Some(tx) = conn.as_ref() {
+            if let Some((tx, acks)) = conn.as_ref() {
                 match tx.send(call) {
-                    Ok(()) => return Ok(rx),
+                    Ok(()) => return Ok((rx, acks.clone())),
                     // The connection died since: connect again, once.
                     Err(mpsc::error::SendError(c)) => call = c,
                 }
@@ -108,6 +167,23 @@ impl Upstream {
             *conn = Some(self.connect().await?);
         }
         Err(UpstreamError::Lost { addr: self.addr })
+    }
+
+    /// Sends a write (`PLIANT.WRITE`) and waits until the parent has acknowledged it: its reply,
+    /// then, if other tiers held keys it changed, the push saying they have dropped them. `then`
+    /// runs in the reader with the write's own reply, as soon as it arrives.
+    pub async fn write(&self, args: Vec<Bytes>, then: Then) -> Result<Frame, UpstreamError> {
+        let lost = || UpstreamError::Lost { addr: self.addr };
+        let mut wrapped = Vec::with_capacity(args.len() + 1);
+        wrapped.push(Bytes::from_static(b"PLIANT.WRITE"));
+        wrapped.extend(args);
+        let then: Then = Box::new(move |f, node| then(&unwrap_write(f).0, node));
+        let (rx, acks) = self.send_on(wrapped, Some(then)).await?;
+        let (reply, ticket) = unwrap_write(&rx.await.map_err(|_| lost())?);
+        if ticket > 0 {
+            acks.wait(ticket).await.map_err(|_| lost())?;
+        }
+        Ok(reply)
     }
 
     /// Sends a request and waits for its reply.
@@ -119,7 +195,7 @@ impl Upstream {
 
     /// Opens the two connections, shakes hands (RESP3, the password, tracking without loop, the
     /// tier declared) and starts the tasks that serve them.
-    async fn connect(&self) -> Result<mpsc::UnboundedSender<Call>, UpstreamError> {
+    async fn connect(&self) -> Result<(mpsc::UnboundedSender<Call>, Arc<Acks>), UpstreamError> {
         let err = |why: String| UpstreamError::Connect {
             addr: self.addr,
             why,
@@ -167,6 +243,7 @@ impl Upstream {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let (ack_tx, ack_rx) = watch::channel(0u64);
+        let acks = Arc::new(Acks::default());
         let pending = Arc::new(Mutex::new(VecDeque::new()));
         let (read, write) = data.into_split();
         let writer = tokio::spawn(write_calls(write, rx, pending.clone()));
@@ -176,16 +253,26 @@ impl Upstream {
             buf,
             pending,
             self.node.clone(),
-            ack_tx,
+            Heard {
+                applied: ack_tx,
+                acks: acks.clone(),
+            },
             self.addr,
             [writer, acker],
         ));
         tracing::info!("connected to parent {} as client {id}", self.addr);
-        Ok(tx)
+        Ok((tx, acks))
     }
 }
 
 type Pending = Arc<Mutex<VecDeque<(oneshot::Sender<Frame>, Option<Then>)>>>;
+
+/// Where the reader passes on the pushes it hears besides replies: how many invalidations this
+/// tier has applied (for [`acknowledge`]), and the parent's deferred acknowledgements.
+struct Heard {
+    applied: watch::Sender<u64>,
+    acks: Arc<Acks>,
+}
 
 /// Writes requests as they come, each queued for its reply before it is written (one writer,
 /// so the queue's order is the wire's).
@@ -223,10 +310,14 @@ async fn read_replies(
     mut buf: BytesMut,
     pending: Pending,
     node: Weak<Node>,
-    acked: watch::Sender<u64>,
+    heard: Heard,
     addr: SocketAddr,
     tasks: [tokio::task::JoinHandle<()>; 2],
 ) {
+    let Heard {
+        applied: acked,
+        acks,
+    } = heard;
     let limits = Limits::default();
     let mut cursor = Cursor::default();
     let mut applied = 0u64;
@@ -241,7 +332,11 @@ async fn read_replies(
                     match frame {
                         Frame::Push(items) => {
                             tracing::debug!("push from the parent: {items:?}");
-                            if invalidate(&node, &items).await {
+                            if let [Frame::Bulk(kind), Frame::Integer(t)] = items.as_slice()
+                                && kind.as_ref() == crate::tracking::ACKED
+                            {
+                                acks.done(*t as u64);
+                            } else if invalidate(&node, &items).await {
                                 applied += 1;
                                 acked.send_replace(applied);
                             }
@@ -274,6 +369,7 @@ async fn read_replies(
     for t in tasks {
         t.abort();
     }
+    acks.lose();
     tracing::warn!("lost parent {addr} ({why}); memory emptied, reconnecting on the next request");
     let lost = Frame::error(format!("ERR parent {addr}: connection lost ({why})"));
     let calls: Vec<_> = pending
@@ -290,6 +386,21 @@ async fn read_replies(
             }
             let _ = tx.send(lost.clone());
         }
+    }
+}
+
+/// A `PLIANT.WRITE` reply as `(the write's reply, ticket)`; an error reply (the parent refused
+/// `PLIANT.WRITE` itself) is the write's, with nothing to wait for.
+fn unwrap_write(f: &Frame) -> (Frame, u64) {
+    match f {
+        Frame::Array(v) => match v.as_slice() {
+            [reply, Frame::Integer(t)] => (reply.clone(), (*t).max(0) as u64),
+            _ => (
+                Frame::error("ERR the parent's PLIANT.WRITE reply is malformed"),
+                0,
+            ),
+        },
+        other => (other.clone(), 0),
     }
 }
 

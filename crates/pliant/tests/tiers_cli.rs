@@ -419,3 +419,48 @@ fn servers_holds_the_parent_and_the_children_that_report() {
         s["capacity"] == "3001keys"
     });
 }
+
+/// Audit of b5a8c14: a parent held a write's reply until every tier holding the key had applied
+/// its invalidation, and wrote nothing else to the writer's connection meanwhile, pushes
+/// included. Two leaves each writing keys the other holds waited for each other's
+/// acknowledgement, which could not come until the 2-s timeout cut both off (their memory
+/// emptied, requests under way failed). Here each leaf writes the keys the other holds, at the
+/// same time, and reads them back so that the other holds them again; no tier may be cut off.
+#[test]
+fn two_leaves_writing_keys_the_other_holds_do_not_stall_each_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (parent, leaves) = hierarchy(dir.path(), 2, "1000keys", &[]);
+    let rounds = 150;
+    let workers: Vec<_> = leaves
+        .iter()
+        .enumerate()
+        .map(|(i, leaf)| {
+            let (mine, theirs) = if i == 0 { ("a", "b") } else { ("b", "a") };
+            let mut c = leaf.client();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                for r in 0..rounds {
+                    // Read what the other leaf writes (this leaf now holds it), write what the
+                    // other leaf reads.
+                    let _: Option<String> = cmd(&mut c, &["GET", &format!("{theirs}{}", r % 10)]);
+                    let _: () = cmd(
+                        &mut c,
+                        &["SET", &format!("{mine}{}", r % 10), &r.to_string()],
+                    );
+                    assert!(start.elapsed() < Duration::from_secs(60), "round {r}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a leaf's writer");
+    }
+    let s = stats(&mut parent.client());
+    assert_eq!(s["tiers_cut_off"], 0, "{s}");
+    for leaf in &leaves {
+        let mut c = leaf.client();
+        for key in ["a9", "b9"] {
+            assert_eq!(get(&mut c, key), Some((rounds - 1).to_string()), "{key}");
+        }
+    }
+}

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use crate::frame::{Frame, Protocol};
 use crate::keyspace::{Keyspace, Lent};
 use crate::node::Node;
+pub(crate) use pliant::written;
 
 /// One connection's state, as commands see and change it.
 #[derive(Debug, Default)]
@@ -187,6 +188,7 @@ pub const COMMANDS: &[Spec] = &[
     cmd("pliant.tier", -1, false, NO_KEYS, pliant::tier),
     cmd("pliant.invalidated", 3, false, NO_KEYS, pliant::invalidated),
     cmd("pliant.report", 3, false, NO_KEYS, pliant::report),
+    cmd("pliant.write", -2, false, NO_KEYS, pliant::write),
 ];
 
 impl Spec {

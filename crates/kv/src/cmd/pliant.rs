@@ -110,6 +110,7 @@ pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
         o.insert("algorithm".into(), algo.into());
         o.insert("clients".into(), ctx.node.clients().into());
         o.insert("commands".into(), ctx.node.commands_processed().into());
+        o.insert("tiers_cut_off".into(), ctx.node.tracking().cut_off().into());
     }
     Frame::Bulk(Bytes::from(v.to_string()))
 }
@@ -178,4 +179,27 @@ pub(super) fn report(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::Bulk(Bytes::from(
         serde_json::json!({ "id": ctx.node.id(), "metrics": own }).to_string(),
     ))
+}
+
+/// `PLIANT.WRITE command args…`: how a child tier sends a write. The command runs as if sent
+/// alone; the reply is `[its reply, ticket]`. A ticket of 0 means the write is acknowledged;
+/// otherwise other tiers hold keys it changed, and a push `pliant-acked ticket` follows once they
+/// have all dropped them ([`crate::tracking::Tracking::defer`]): the child acknowledges the write
+/// to its own client only then, while this connection goes on serving it.
+pub(super) fn write(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let spec = match super::check(ctx.session, args) {
+        Ok(spec) if spec.writes => spec,
+        Ok(_) => return written(Frame::error("ERR PLIANT.WRITE takes a write command"), 0),
+        Err(reply) => return written(reply, 0),
+    };
+    let before = ctx.session.awaiting.len();
+    let reply = super::run(ctx, spec, args);
+    let waits = ctx.session.awaiting.split_off(before);
+    let ticket = ctx.node.tracking().defer(ctx.session.id, waits);
+    written(reply, ticket)
+}
+
+/// A `PLIANT.WRITE` reply: the write's reply and its ticket.
+pub(crate) fn written(reply: Frame, ticket: u64) -> Frame {
+    Frame::Array(vec![reply, Frame::Integer(ticket as i64)])
 }
