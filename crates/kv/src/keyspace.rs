@@ -776,6 +776,11 @@ impl Keyspace {
         }
     }
 
+    /// Whether memory holds every one of `keys` (a tier's read of them can run at once).
+    pub fn holds_all<'a>(&self, mut keys: impl Iterator<Item = &'a Bytes>) -> bool {
+        keys.all(|k| self.slot(self.id_of(k), k).is_some())
+    }
+
     /// Where a read of `key` stands on a tier, before the command runs: held (or lent), joining
     /// a fetch under way, or to be fetched by the caller, which the tier now counts as a
     /// parent request and treats as held (readers after this one join the fetch).

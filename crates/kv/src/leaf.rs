@@ -74,6 +74,15 @@ async fn read(
     args: &[Bytes],
     now: u64,
 ) -> Frame {
+    // Every key held (a tier's usual case): run at once, as a node without a parent would. A
+    // key that leaves memory before the command runs (another thread's eviction) sends it the
+    // long way round.
+    if node.keyspace().holds_all(spec.keys_of(args)) {
+        let reply = run_here(&mut Ctx::new(node, session, now), spec, args);
+        if !node.keyspace().take_unready() {
+            return reply;
+        }
+    }
     let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
     let mut lent = Lent::default();
     // How long this read waited for the parent, and whether it fetched (or only joined): the
