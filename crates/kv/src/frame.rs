@@ -241,6 +241,8 @@ impl Frame {
 #[derive(Debug, Clone, Default)]
 pub struct Cursor {
     resume: Resume,
+    /// The ranges of a finished request, kept for the next ([`Cursor::recycle`]).
+    spare: Vec<Range<usize>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -301,8 +303,12 @@ impl Cursor {
                     Resume::Request { pos, left, args } if pos <= buf.len() => (pos, left, args),
                     _ => {
                         let (pos, left) = request_header(buf, limits)?;
-                        // Grown as arguments arrive, so a claimed count costs nothing up front.
-                        (pos, left, Vec::with_capacity(left.min(16)))
+                        // Grown as arguments arrive, so a claimed count costs nothing up front;
+                        // the previous request's, if the caller gave it back.
+                        let mut args = std::mem::take(&mut self.spare);
+                        args.clear();
+                        args.reserve(left.min(16));
+                        (pos, left, args)
                     }
                 };
                 while left > 0 {
@@ -344,6 +350,12 @@ impl Cursor {
                 Ok((Request::Inline(args), used))
             }
         }
+    }
+
+    /// Gives back the ranges of a request the caller is done with, so the next request fills
+    /// them instead of allocating.
+    pub fn recycle(&mut self, ranges: Vec<Range<usize>>) {
+        self.spare = ranges;
     }
 
     /// [`Frame::parse`], resuming where the previous call stopped.
@@ -552,9 +564,76 @@ fn length_line(
     too_long: &str,
     bad: &str,
 ) -> Result<(i64, usize), FrameError> {
+    // The form nearly every length takes (a few digits, no leading zero, then `\r\n`) in one
+    // pass; anything else goes the general way, which gives the same answer and the errors.
+    let digits = buf
+        .get(start..)
+        .unwrap_or_default()
+        .iter()
+        .take(18)
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let cr = start + digits;
+    if digits > 0
+        && digits <= limits.max_inline
+        && (buf[start] != b'0' || digits == 1)
+        && buf.get(cr..cr + 2) == Some(b"\r\n")
+    {
+        let n = buf[start..cr]
+            .iter()
+            .fold(0i64, |n, &b| n * 10 + i64::from(b - b'0'));
+        return Ok((n, cr));
+    }
+    length_line_general(buf, start, limits, too_long, bad)
+}
+
+/// [`length_line`] without its fast path.
+fn length_line_general(
+    buf: &[u8],
+    start: usize,
+    limits: &Limits,
+    too_long: &str,
+    bad: &str,
+) -> Result<(i64, usize), FrameError> {
     let cr = line_end(buf, start, limits.max_inline).map_err(|f| f.into_error(too_long, bad))?;
     let n = parse_i64(&buf[start..cr]).ok_or_else(|| protocol(bad))?;
     Ok((n, cr))
+}
+
+#[cfg(test)]
+mod length_line_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// The fast path answers exactly as the general reader: lines of digits, signs, stray
+        /// bytes and cut-off ends, under small and default limits.
+        #[test]
+        fn the_fast_path_agrees_with_the_general_reader(
+            line in proptest::collection::vec(
+                prop_oneof![
+                    8 => b'0'..=b'9',
+                    1 => Just(b'-'),
+                    1 => Just(b'\r'),
+                    1 => Just(b'\n'),
+                    1 => any::<u8>(),
+                ],
+                0..24,
+            ),
+            start in 0usize..3,
+            max_inline in prop_oneof![Just(2usize), Just(5), Just(Limits::default().max_inline)],
+        ) {
+            let limits = Limits { max_inline, ..Limits::default() };
+            let mut buf = vec![b'$'; start];
+            buf.extend_from_slice(&line);
+            prop_assert_eq!(
+                length_line(&buf, start, &limits, "long", "bad"),
+                length_line_general(&buf, start, &limits, "long", "bad")
+            );
+        }
+    }
 }
 
 /// A length or count that must be within `0..=limit`.

@@ -856,6 +856,11 @@ impl Keyspace {
         std::mem::take(&mut self.lent)
     }
 
+    /// Whether anything is lent (off a tier, never).
+    pub fn lends(&self) -> bool {
+        !self.lent.is_empty()
+    }
+
     /// A put on a tier: if memory holds `key` with this very value (and no expiry), the put is
     /// redundant, counted, and goes no further (`true`); otherwise the caller forwards it.
     pub fn put_redundant(&mut self, key: &[u8], data: &[u8]) -> bool {

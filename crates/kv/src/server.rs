@@ -252,23 +252,27 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
     // Remembers how far an incomplete request was checked, so a large one arriving in many
     // reads costs linear time.
     let mut cursor = Cursor::default();
+    // One request's arguments at a time: the vector is reused, not allocated per request.
+    let mut args: Vec<Bytes> = Vec::new();
     loop {
         let mut closing = false;
         loop {
             match cursor.request(&buf, &limits) {
                 Ok((request, used)) => {
-                    let args: Vec<Bytes> = match request {
+                    args.clear();
+                    match request {
                         // The arguments are slices of the request's bytes, not copies: what a
                         // command keeps (a value, a key) it copies to a size of its own.
                         Request::Ranges(ranges) => {
                             let bytes = buf.split_to(used).freeze();
-                            ranges.into_iter().map(|r| bytes.slice(r)).collect()
+                            args.extend(ranges.iter().map(|r| bytes.slice(r.clone())));
+                            cursor.recycle(ranges);
                         }
-                        Request::Inline(args) => {
+                        Request::Inline(inline) => {
                             buf.advance(used);
-                            args
+                            args = inline;
                         }
-                    };
+                    }
                     if args.is_empty() {
                         continue;
                     }

@@ -98,7 +98,9 @@ impl std::ops::DerefMut for Ks<'_> {
 
 impl Drop for Ks<'_> {
     fn drop(&mut self) {
-        *self.lent = self.guard.unlend();
+        if self.guard.lends() {
+            *self.lent = self.guard.unlend();
+        }
     }
 }
 
