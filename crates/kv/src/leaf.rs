@@ -49,9 +49,9 @@ pub(crate) async fn run(
             Err(reply) => return written(reply, 0),
         };
         let before = session.awaiting.len();
-        let reply = write(node, up, session, spec, inner, now).await;
+        let (reply, acked) = write_deferred(node, up, session, spec, inner, now).await;
         let waits = session.awaiting.split_off(before);
-        return written(reply, node.tracking().defer(session.id, waits));
+        return written(reply, node.tracking().defer(session.id, waits, acked));
     }
     if matches!(spec.name, "keys" | "scan" | "dbsize") {
         node.count_command();
@@ -84,6 +84,13 @@ async fn read(
         }
     }
     let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
+    // A client of this node that tracks keys (a child tier) holds them from before the fetch,
+    // not from after the command: an invalidation that arrives from the parent between the two
+    // reaches it, after the reply that carries the value it invalidates. (The command registers
+    // it again, for later writes.)
+    if session.pushes.is_some() && node.tracking().active() {
+        node.tracking().read(session.id, keys.iter());
+    }
     let mut lent = Lent::default();
     // How long this read waited for the parent, and whether it fetched (or only joined): the
     // live `auto` prices misses with it.
@@ -177,13 +184,35 @@ async fn write(
     args: &[Bytes],
     now: u64,
 ) -> Frame {
+    let (reply, acked) = write_deferred(node, up, session, spec, args, now).await;
+    if let Some(acked) = acked
+        && acked.await.is_err()
+    {
+        return Frame::error(format!(
+            "ERR parent {}: connection lost before it acknowledged the write",
+            up.addr()
+        ));
+    }
+    reply
+}
+
+/// [`write`] without waiting for the parent's acknowledgement: the reply, and what resolves once
+/// the parent has acknowledged it (see [`Upstream::write_deferred`]).
+async fn write_deferred(
+    node: &Node,
+    up: &Upstream,
+    session: &mut Session,
+    spec: &Spec,
+    args: &[Bytes],
+    now: u64,
+) -> (Frame, Option<tokio::sync::oneshot::Receiver<()>>) {
     node.count_command();
     let put = spec.name == "set" && args.len() == 3;
     if put && node.keyspace().put_redundant(&args[1], &args[2]) {
         // Still a write as this node's own tracking clients see it: a child tier that keeps what
         // it puts is remembered as holding the key.
         track(&mut Ctx::new(node, session, now), spec, args);
-        return Frame::ok();
+        return (Frame::ok(), None);
     }
     let then: Then = if put {
         // Its own allocation: the argument is a slice of the whole request buffer.
@@ -207,12 +236,12 @@ async fn write(
             }
         })
     };
-    let reply = match up.write(args.to_vec(), then).await {
-        Ok(reply) => reply,
-        Err(e) => Frame::error(format!("ERR {e}")),
+    let (reply, acked) = match up.write_deferred(args.to_vec(), then).await {
+        Ok(r) => r,
+        Err(e) => (Frame::error(format!("ERR {e}")), None),
     };
     track(&mut Ctx::new(node, session, now), spec, args);
-    reply
+    (reply, acked)
 }
 
 /// What a `PLIANT.FETCH` reply says of the key.

@@ -208,17 +208,24 @@ impl Tracking {
                 waits.push(w);
             }
         }
-        Self::outstanding(&inner, &mut waits);
+        Self::outstanding(&inner, writer, &mut waits);
         waits
     }
 
-    /// Adds to `waits` every tier still to acknowledge a push sent before: a holder is
+    /// Adds to `waits` every tier but `writer` still to acknowledge a push sent before: a holder is
     /// forgotten for a key when it is sent the invalidation, not when it applies it, so a second
     /// write of the key (or any write after a FLUSHALL) finds no holder, and must not be
-    /// acknowledged while a tier may still serve what the key held before the first.
-    fn outstanding(inner: &Inner, waits: &mut Vec<Wait>) {
+    /// acknowledged while a tier may still serve what the key held before the first. The
+    /// writer itself is not waited for: its pushes reach it before the reply to its write (one
+    /// connection, in order), and waiting on it could wait on its own children, whose
+    /// connections it may be holding for this very write.
+    fn outstanding(inner: &Inner, writer: u64, waits: &mut Vec<Wait>) {
         for (&id, c) in &inner.clients {
-            if c.tier && *c.acked.borrow() < c.sent && !waits.iter().any(|w| w.client == id) {
+            if id != writer
+                && c.tier
+                && *c.acked.borrow() < c.sent
+                && !waits.iter().any(|w| w.client == id)
+            {
                 waits.push(Wait {
                     client: id,
                     seq: c.sent,
@@ -232,7 +239,7 @@ impl Tracking {
     pub fn wrote_all(&self, writer: u64) -> Vec<Wait> {
         let mut inner = self.lock();
         let mut waits = Self::invalidate_all(&mut inner, Some(writer));
-        Self::outstanding(&inner, &mut waits);
+        Self::outstanding(&inner, writer, &mut waits);
         waits
     }
 
@@ -271,8 +278,17 @@ impl Tracking {
     /// off). The connection goes on meanwhile, pushes included, so two tiers each writing keys
     /// the other holds never wait for each other (`PLIANT.WRITE`). 0 if there is nothing to
     /// wait for, or the client does not track.
-    pub fn defer(self: &std::sync::Arc<Self>, id: u64, waits: Vec<Wait>) -> u64 {
-        if waits.is_empty() {
+    ///
+    /// On a tier passing on its child's write, `upstream` is the parent's own acknowledgement of
+    /// it, waited for too; if the connection to the parent is lost first, the child's connection
+    /// is closed (the child then answers that the write's outcome is unknown).
+    pub fn defer(
+        self: &std::sync::Arc<Self>,
+        id: u64,
+        waits: Vec<Wait>,
+        upstream: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> u64 {
+        if waits.is_empty() && upstream.is_none() {
             return 0;
         }
         let ticket = match self.lock().clients.get_mut(&id) {
@@ -284,12 +300,20 @@ impl Tracking {
         };
         let this = self.clone();
         tokio::spawn(async move {
+            let up = match upstream {
+                Some(rx) => rx.await.is_ok(),
+                None => true,
+            };
             this.wait(waits).await;
             if let Some(c) = this.lock().clients.get(&id) {
-                let _ = c.tx.send(Outgoing::Push(Frame::Push(vec![
-                    Frame::Bulk(Bytes::from_static(ACKED)),
-                    Frame::Integer(ticket as i64),
-                ])));
+                let _ = c.tx.send(if up {
+                    Outgoing::Push(Frame::Push(vec![
+                        Frame::Bulk(Bytes::from_static(ACKED)),
+                        Frame::Integer(ticket as i64),
+                    ]))
+                } else {
+                    Outgoing::Close
+                });
             }
         });
         ticket

@@ -173,17 +173,34 @@ impl Upstream {
     /// then, if other tiers held keys it changed, the push saying they have dropped them. `then`
     /// runs in the reader with the write's own reply, as soon as it arrives.
     pub async fn write(&self, args: Vec<Bytes>, then: Then) -> Result<Frame, UpstreamError> {
-        let lost = || UpstreamError::Lost { addr: self.addr };
+        let (reply, acked) = self.write_deferred(args, then).await?;
+        if let Some(acked) = acked {
+            acked
+                .await
+                .map_err(|_| UpstreamError::Lost { addr: self.addr })?;
+        }
+        Ok(reply)
+    }
+
+    /// [`write`](Self::write) without waiting for the acknowledgement: the reply, and what
+    /// resolves once the parent acknowledges the write (`None`: it already has), or fails if
+    /// the connection is lost first. A tier passing on a child's write hands the child a ticket
+    /// of its own that waits on it, rather than holding the child's connection.
+    pub async fn write_deferred(
+        &self,
+        args: Vec<Bytes>,
+        then: Then,
+    ) -> Result<(Frame, Option<oneshot::Receiver<()>>), UpstreamError> {
         let mut wrapped = Vec::with_capacity(args.len() + 1);
         wrapped.push(Bytes::from_static(b"PLIANT.WRITE"));
         wrapped.extend(args);
         let then: Then = Box::new(move |f, node| then(&unwrap_write(f).0, node));
         let (rx, acks) = self.send_on(wrapped, Some(then)).await?;
-        let (reply, ticket) = unwrap_write(&rx.await.map_err(|_| lost())?);
-        if ticket > 0 {
-            acks.wait(ticket).await.map_err(|_| lost())?;
-        }
-        Ok(reply)
+        let reply = rx
+            .await
+            .map_err(|_| UpstreamError::Lost { addr: self.addr })?;
+        let (reply, ticket) = unwrap_write(&reply);
+        Ok((reply, (ticket > 0).then(|| acks.wait(ticket))))
     }
 
     /// Sends a request and waits for its reply.
@@ -201,9 +218,18 @@ impl Upstream {
             why,
         };
         let open = || async {
-            let s = TcpStream::connect(self.addr)
-                .await
-                .map_err(|e| err(e.to_string()))?;
+            // A parent that does not take a connection in the time a tier has to acknowledge an
+            // invalidation is as good as gone (the system's own connect timeout is minutes).
+            let s =
+                tokio::time::timeout(crate::tracking::ACK_TIMEOUT, TcpStream::connect(self.addr))
+                    .await
+                    .map_err(|_| {
+                        err(format!(
+                            "no connection within {:?}",
+                            crate::tracking::ACK_TIMEOUT
+                        ))
+                    })?
+                    .map_err(|e| err(e.to_string()))?;
             let _ = s.set_nodelay(true);
             Ok::<_, UpstreamError>(s)
         };
@@ -320,7 +346,21 @@ async fn read_replies(
     } = heard;
     let limits = Limits::default();
     let mut cursor = Cursor::default();
-    let mut applied = 0u64;
+    // Invalidations are applied here, in wire order, and acknowledged in that order by a task of
+    // their own once this node's own children have applied them too: the reader never waits for
+    // a child, which may itself be waiting for a reply only this reader can read.
+    let (applied_tx, mut applied_rx) = mpsc::unbounded_channel::<Vec<crate::tracking::Wait>>();
+    if let Some(n) = node.upgrade() {
+        let tracking = n.tracking().clone();
+        tokio::spawn(async move {
+            let mut applied = 0u64;
+            while let Some(waits) = applied_rx.recv().await {
+                tracking.wait(waits).await;
+                applied += 1;
+                acked.send_replace(applied);
+            }
+        });
+    }
     let why = 'read: loop {
         loop {
             match cursor.parse(&buf, &limits) {
@@ -336,9 +376,8 @@ async fn read_replies(
                                 && kind.as_ref() == crate::tracking::ACKED
                             {
                                 acks.done(*t as u64);
-                            } else if invalidate(&node, &items).await {
-                                applied += 1;
-                                acked.send_replace(applied);
+                            } else if let Some(waits) = invalidate(&node, &items) {
+                                let _ = applied_tx.send(waits);
                             }
                         }
                         reply => {
@@ -378,8 +417,10 @@ async fn read_replies(
         .drain(..)
         .collect();
     if let Some(node) = node.upgrade() {
-        // Changes made while disconnected would go unheard: nothing held can be trusted.
+        // Changes made while disconnected would go unheard: nothing held can be trusted, here or
+        // in this node's own children (told to drop everything; nothing waits for them).
         node.keyspace().forget_memory();
+        drop(node.tracking().wrote_all(0));
         for (tx, then) in calls {
             if let Some(then) = then {
                 then(&lost, &node);
@@ -404,14 +445,15 @@ fn unwrap_write(f: &Frame) -> (Frame, u64) {
     }
 }
 
-/// Applies an `invalidate` push (to memory, then to this node's own children, waiting for their
-/// acknowledgement as the parent waits for this one's); `false` for any other push.
-async fn invalidate(node: &Node, items: &[Frame]) -> bool {
+/// Applies an `invalidate` push to memory and passes it on to this node's own children; what to
+/// wait for before acknowledging it (their acknowledgements, as the parent waits for this
+/// one's). `None` for any other push.
+fn invalidate(node: &Node, items: &[Frame]) -> Option<Vec<crate::tracking::Wait>> {
     let [Frame::Bulk(kind), keys] = items else {
-        return false;
+        return None;
     };
     if kind.as_ref() != b"invalidate" {
-        return false;
+        return None;
     }
     let waits = match keys {
         Frame::Array(keys) => {
@@ -430,8 +472,7 @@ async fn invalidate(node: &Node, items: &[Frame]) -> bool {
             node.tracking().wrote_all(0)
         }
     };
-    node.tracking().wait(waits).await;
-    true
+    Some(waits)
 }
 
 /// Tells the parent how many invalidations this tier has applied, as that number grows (a

@@ -195,7 +195,7 @@ pub(super) fn write(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let before = ctx.session.awaiting.len();
     let reply = super::run(ctx, spec, args);
     let waits = ctx.session.awaiting.split_off(before);
-    let ticket = ctx.node.tracking().defer(ctx.session.id, waits);
+    let ticket = ctx.node.tracking().defer(ctx.session.id, waits, None);
     written(reply, ticket)
 }
 
