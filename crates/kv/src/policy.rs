@@ -319,13 +319,10 @@ impl Thread {
 
     /// Back to the version that ran before the running one.
     fn rollback(&mut self) -> Result<u64, String> {
-        let current = self.history.last().copied().ok_or("no policy is running")?;
-        let previous = self
-            .history
-            .iter()
-            .rev()
-            .find(|v| **v != current)
-            .copied()
+        if self.history.is_empty() {
+            return Err("no policy is running".into());
+        }
+        let previous = pliant_policy::previous_version(&self.history)
             .ok_or("no earlier policy to roll back to")?;
         let what = self
             .versions

@@ -189,14 +189,7 @@ impl Engine {
 
     /// Switches back to the version that ran before the current one. Returns its number.
     pub fn rollback(&mut self) -> Result<u64, PolicyError> {
-        let current = self.active_version().ok_or(PolicyError::NoPolicy)?;
-        let previous = self
-            .history
-            .iter()
-            .rev()
-            .find(|v| **v != current)
-            .copied()
-            .ok_or(PolicyError::NoPolicy)?;
+        let previous = previous_version(&self.history).ok_or(PolicyError::NoPolicy)?;
         self.activate(previous)?;
         Ok(previous)
     }
@@ -271,6 +264,14 @@ impl Engine {
         d.micros = start.elapsed().as_secs_f64() * 1e6;
         Ok(d)
     }
+}
+
+/// What a rollback returns to, given the versions in the order they were activated (the running
+/// one last): the latest one that is not the running one. A service that keeps versions of its
+/// own (a Lua policy or a built-in one) rolls back by the same rule.
+pub fn previous_version(history: &[u64]) -> Option<u64> {
+    let current = *history.last()?;
+    history.iter().rev().find(|v| **v != current).copied()
 }
 
 /// Logs evaluations and sums their instruction counts.

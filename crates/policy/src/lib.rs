@@ -32,7 +32,7 @@ mod state;
 mod vm;
 
 pub use decision::{Decision, HowMuch, Targets};
-pub use engine::{Engine, EngineConfig, Limits, Version};
+pub use engine::{Engine, EngineConfig, Limits, Version, previous_version};
 pub use env::{Metrics, ParamValue, Params, Point, ServerId, TimeSeries};
 pub use error::{Location, PolicyError, VmError, VmErrorKind};
 pub use interval::parse_interval;
