@@ -426,14 +426,13 @@ impl Keyspace {
     }
 
     /// Makes `auto` see every read, put and wait from `now` on (its clock starts there), until
-    /// [`stop_auto`](Self::stop_auto). A policy that was already fed keeps what it learned.
+    /// [`stop_auto`](Self::stop_auto); it replaces any `auto` running, which starts learning
+    /// afresh.
     pub fn start_auto(&mut self, auto: Auto, now: u64) {
-        if self.auto.is_none() {
-            self.auto = Some(LiveAuto {
-                epoch: now,
-                auto: Box::new(auto),
-            });
-        }
+        self.auto = Some(LiveAuto {
+            epoch: now,
+            auto: Box::new(auto),
+        });
     }
 
     /// Stops feeding `auto` and forgets it.

@@ -50,8 +50,21 @@ pub(crate) async fn run(
         };
         let before = session.awaiting.len();
         let (reply, acked) = write_deferred(node, up, session, spec, inner, now).await;
-        let waits = session.awaiting.split_off(before);
-        return written(reply, node.tracking().defer(session.id, waits, acked));
+        if node.tracking().tracks(session.id) {
+            let waits = session.awaiting.split_off(before);
+            return written(reply, node.tracking().defer(session.id, waits, acked));
+        }
+        // No tracking connection to send a ticket's acknowledgement on: the write is
+        // acknowledged here, once the parent has, and the batch's replies wait for the rest.
+        if let Some(acked) = acked
+            && acked.await.is_err()
+        {
+            return written(
+                Frame::error("ERR parent connection lost before it acknowledged the write"),
+                0,
+            );
+        }
+        return written(reply, 0);
     }
     if matches!(spec.name, "keys" | "scan" | "dbsize") {
         node.count_command();
@@ -74,23 +87,24 @@ async fn read(
     args: &[Bytes],
     now: u64,
 ) -> Frame {
-    // Every key held (a tier's usual case): run at once, as a node without a parent would. A
-    // key that leaves memory before the command runs (another thread's eviction) sends it the
-    // long way round.
-    if node.keyspace().holds_all(spec.keys_of(args)) {
-        let reply = run_here(&mut Ctx::new(node, session, now), spec, args);
-        if !node.keyspace().take_unready() {
-            return reply;
-        }
-    }
-    let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
-    // A client of this node that tracks keys (a child tier) holds them from before the fetch,
+    // A client of this node that tracks keys (a child tier) holds them from before the read,
     // not from after the command: an invalidation that arrives from the parent between the two
     // reaches it, after the reply that carries the value it invalidates. (The command registers
     // it again, for later writes.)
     if session.pushes.is_some() && node.tracking().active() {
-        node.tracking().read(session.id, keys.iter());
+        node.tracking().read(session.id, spec.keys_of(args));
     }
+    // Every key held (a tier's usual case): run at once, as a node without a parent would. A
+    // key that leaves memory before the command runs (another thread's eviction) sends it the
+    // long way round.
+    if node.keyspace().holds_all(spec.keys_of(args)) {
+        let mut ctx = Ctx::new(node, session, now);
+        let reply = run_here(&mut ctx, spec, args);
+        if !ctx.unready {
+            return reply;
+        }
+    }
+    let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();
     let mut lent = Lent::default();
     // How long this read waited for the parent, and whether it fetched (or only joined): the
     // live `auto` prices misses with it.
@@ -113,14 +127,12 @@ async fn read(
             let mut ctx = Ctx::new(node, session, now);
             ctx.lent = lent;
             let reply = run_here(&mut ctx, spec, args);
-            let mut ks = node.keyspace();
-            if !ks.take_unready() || round == ROUNDS {
+            if !ctx.unready || round == ROUNDS {
                 if let Some((seconds, fetched)) = waited {
-                    ks.auto_wait(seconds, fetched);
+                    node.keyspace().auto_wait(seconds, fetched);
                 }
                 return reply;
             }
-            drop(ks);
             lent = std::mem::take(&mut ctx.lent);
             continue;
         }

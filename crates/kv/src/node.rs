@@ -22,6 +22,8 @@ pub struct Node {
     max_clients: usize,
     max_value_size: usize,
     port: AtomicU64,
+    /// The address it listens on (the port may be picked at bind time).
+    ip: std::net::IpAddr,
     started: Instant,
     commands: AtomicU64,
     connections: AtomicU64,
@@ -61,6 +63,7 @@ impl Node {
             max_clients: config.max_clients,
             max_value_size: config.max_value_size,
             port: AtomicU64::new(u64::from(config.bind.port())),
+            ip: config.bind.ip(),
             started: Instant::now(),
             commands: AtomicU64::new(0),
             connections: AtomicU64::new(0),
@@ -79,9 +82,18 @@ impl Node {
         }
     }
 
-    /// This node's id in the policies' `servers` tables: the address it listens on.
+    /// This node's id in the policies' `servers` tables: the address it listens on, with the
+    /// host's name for an unspecified one (0.0.0.0), so that nodes on different hosts that
+    /// listen on the same port are told apart.
     pub fn id(&self) -> String {
-        format!("127.0.0.1:{}", self.port())
+        let host = if self.ip.is_unspecified() {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| self.ip.to_string())
+        } else {
+            self.ip.to_string()
+        };
+        format!("{host}:{}", self.port())
     }
 
     /// Records this node's metrics (its policy thread does, at every decision).

@@ -199,7 +199,8 @@ struct Thread {
     engine: Engine,
     /// Every version loaded, as `(version, what)`: versions count Lua loads and `auto` alike.
     versions: Vec<(u64, Running)>,
-    /// The versions in the order they ran, the running one last ([`Policy::rollback`] pops it).
+    /// The versions in the order they ran, the running one last (a rollback appends the one it
+    /// returns to, as the engine's history does).
     history: Vec<u64>,
     /// `auto`'s decisions, newest last (the engine logs the Lua policies').
     auto_log: std::collections::VecDeque<String>,
@@ -563,6 +564,11 @@ impl Thread {
                 .into_iter()
                 .map(|(id, metrics)| (ServerId::parse(&id), metrics)),
         ) {
+            // A metric a report left out is absent now (nil), not what it was last time.
+            let names: Vec<String> = m.names().to_vec();
+            for name in names {
+                m.set(id.clone(), &name, f64::NAN);
+            }
             for (name, value) in metrics {
                 m.set(id.clone(), &name, value);
             }
@@ -605,7 +611,10 @@ fn report_to(
     ];
     let (tx, rx) = sync_channel(1);
     runtime.spawn(async move {
-        let _ = tx.send(parent.call(args, None).await);
+        // Not left waiting on a parent that never answers: one report an interval at most.
+        if let Ok(reply) = tokio::time::timeout(wait, parent.call(args, None)).await {
+            let _ = tx.send(reply);
+        }
     });
     let reply = rx
         .recv_timeout(wait)

@@ -281,6 +281,8 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
                         None => execute(&mut Ctx::new(node, &mut session, now_ms()), &args),
                     };
                     reply.write(session.proto, &mut out);
+                    // Let go of the request's bytes: the read buffer can then be reused in place.
+                    args.clear();
                     if session.quit || session.shutdown {
                         closing = true;
                         break;

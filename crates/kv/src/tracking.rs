@@ -64,6 +64,8 @@ struct Client {
     sent: u64,
     /// Tickets of deferred acknowledgements handed out ([`Tracking::defer`]).
     tickets: u64,
+    /// Whether it has been told to close (a tier cut off is counted once).
+    closing: bool,
     /// Pushes it said it applied.
     acked: watch::Sender<u64>,
 }
@@ -102,6 +104,11 @@ impl Tracking {
         self.cut_off.load(Ordering::Relaxed)
     }
 
+    /// Whether client `id` tracks keys (and so can be sent pushes).
+    pub fn tracks(&self, id: u64) -> bool {
+        self.active() && self.lock().clients.contains_key(&id)
+    }
+
     /// Whether any client tracks keys.
     pub fn active(&self) -> bool {
         self.active.load(Ordering::Relaxed)
@@ -119,6 +126,7 @@ impl Tracking {
                 tier: false,
                 sent: 0,
                 tickets: 0,
+                closing: false,
                 acked: watch::channel(0).0,
             },
         );
@@ -336,7 +344,9 @@ impl Tracking {
                 "tier client {} did not acknowledge an invalidation within {ACK_TIMEOUT:?}; closing its connection",
                 w.client
             );
-            if let Some(c) = self.lock().clients.get(&w.client) {
+            if let Some(c) = self.lock().clients.get_mut(&w.client)
+                && !std::mem::replace(&mut c.closing, true)
+            {
                 let _ = c.tx.send(Outgoing::Close);
                 self.cut_off.fetch_add(1, Ordering::Relaxed);
             }

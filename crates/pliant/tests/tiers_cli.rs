@@ -540,3 +540,32 @@ fn cross_writes(leaves: &[Node], rounds: usize) {
         w.join().expect("a leaf's writer");
     }
 }
+
+/// Audit of 41e67c8: `PLIANT.WRITE` from a client that does not track got ticket 0, and the
+/// write was acknowledged before the tiers holding the key had dropped it. Here the one leaf
+/// holding the key is stopped (SIGSTOP): the write's reply must wait until the leaf is cut off.
+#[test]
+fn a_plain_client_s_pliant_write_waits_for_the_tiers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (parent, leaves) = hierarchy(dir.path(), 1, "100keys", &[]);
+    let mut p = parent.client();
+    let _: () = cmd(&mut p, &["SET", "k", "old"]);
+    assert_eq!(get(&mut leaves[0].client(), "k").as_deref(), Some("old"));
+    let pid = leaves[0].child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("run kill");
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let reply: (String, i64) = cmd(&mut p, &["PLIANT.WRITE", "SET", "k", "new"]);
+    let cut_off = stats(&mut p)["tiers_cut_off"].clone();
+    signal("-CONT");
+    assert_eq!(reply, ("OK".to_string(), 0));
+    assert_eq!(
+        cut_off, 1,
+        "the reply came only once the stopped leaf was cut off"
+    );
+}

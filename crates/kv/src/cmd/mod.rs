@@ -48,6 +48,9 @@ pub struct Ctx<'a> {
     pub now: u64,
     /// On a tier, the values fetched from the parent for this command (see [`Ctx::ks`]).
     pub lent: Lent,
+    /// On a tier, whether the command looked for a key that neither memory nor the loan had (it
+    /// left memory after the caller looked): the caller fetches and runs it again.
+    pub unready: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -58,6 +61,7 @@ impl<'a> Ctx<'a> {
             session,
             now,
             lent: Lent::default(),
+            unready: false,
         }
     }
 
@@ -67,12 +71,15 @@ impl<'a> Ctx<'a> {
     pub fn ks(&mut self) -> Ks<'_> {
         let mut guard = self.node.keyspace();
         guard.tick(self.now);
+        // Whatever another command left there is not this one's.
+        guard.take_unready();
         if !self.lent.is_empty() {
             guard.lend(std::mem::take(&mut self.lent));
         }
         Ks {
             guard,
             lent: &mut self.lent,
+            unready: &mut self.unready,
         }
     }
 }
@@ -81,6 +88,7 @@ impl<'a> Ctx<'a> {
 pub struct Ks<'a> {
     guard: std::sync::MutexGuard<'a, Keyspace>,
     lent: &'a mut Lent,
+    unready: &'a mut bool,
 }
 
 impl std::ops::Deref for Ks<'_> {
@@ -98,6 +106,8 @@ impl std::ops::DerefMut for Ks<'_> {
 
 impl Drop for Ks<'_> {
     fn drop(&mut self) {
+        // Read under the same lock as the command, so no other command's miss is taken for it.
+        *self.unready |= self.guard.take_unready();
         if self.guard.lends() {
             *self.lent = self.guard.unlend();
         }

@@ -194,6 +194,11 @@ pub(super) fn write(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     let before = ctx.session.awaiting.len();
     let reply = super::run(ctx, spec, args);
+    if !ctx.node.tracking().tracks(ctx.session.id) {
+        // No tracking connection to send a ticket's acknowledgement on: the batch's replies wait
+        // for the tiers, as a plain write's do.
+        return written(reply, 0);
+    }
     let waits = ctx.session.awaiting.split_off(before);
     let ticket = ctx.node.tracking().defer(ctx.session.id, waits, None);
     written(reply, ticket)
