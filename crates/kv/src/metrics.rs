@@ -122,6 +122,36 @@ pub fn render(node: &Node) -> String {
         s.evictions as f64,
     );
     metric(
+        "parent_requests_total",
+        "counter",
+        "Reads a tier sent to its parent (coalesced ones count once).",
+        s.parent_requests as f64,
+    );
+    metric(
+        "coalesced_total",
+        "counter",
+        "Reads that joined a fetch of their key already on its way to the parent.",
+        s.coalesced as f64,
+    );
+    metric(
+        "redundant_puts_total",
+        "counter",
+        "Puts of a key held with the same value, which went no further.",
+        s.redundant_puts as f64,
+    );
+    metric(
+        "invalidated_total",
+        "counter",
+        "Keys dropped from memory because the parent said they changed.",
+        s.invalidated as f64,
+    );
+    metric(
+        "tiers_cut_off_total",
+        "counter",
+        "Child tiers cut off for not acknowledging an invalidation in time.",
+        node.tracking().cut_off() as f64,
+    );
+    metric(
         "expired_total",
         "counter",
         "Keys deleted because they expired.",

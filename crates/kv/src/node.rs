@@ -117,6 +117,19 @@ impl Node {
             .insert(id, (Instant::now(), m));
     }
 
+    /// The children known now (the policy thread forgets those that stopped reporting).
+    pub fn child_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        ids.sort();
+        ids
+    }
+
     /// The children that reported within `max_age`, by id; older reports are forgotten (the
     /// child stopped, or lost its way here).
     pub fn children(&self, max_age: Duration) -> Vec<(String, Reported)> {

@@ -644,6 +644,8 @@ fn prometheus_scrapes_the_counters_and_the_policy_s_decisions() {
         "pliant_memory_capacity +Inf\n",
         "pliant_policy_version 1\n",
         "# TYPE pliant_policy_decision_seconds_total counter\n",
+        "pliant_parent_requests_total 0\n",
+        "pliant_tiers_cut_off_total 0\n",
     ] {
         assert!(body.contains(line), "{line:?} in {body}");
     }

@@ -413,6 +413,20 @@ fn servers_holds_the_parent_and_the_children_that_report() {
             s["capacity"] == "2007keys"
         });
     }
+    // INFO says who is above and below.
+    let info: String = cmd(&mut p, &["INFO", "pliant"]);
+    let children: Vec<String> = leaves.iter().map(|l| l.addr.to_string()).collect();
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("children:"))
+        .expect("a children line");
+    let mut listed: Vec<&str> = line.split(',').collect();
+    listed.sort_unstable();
+    let mut expected: Vec<&str> = children.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "{info}");
+    let leaf_info: String = cmd(&mut leaves[0].client(), &["INFO", "pliant"]);
+    assert!(leaf_info.contains(&format!("parent:{at}")), "{leaf_info}");
     // A key read through one leaf is held there, and the parent's policy counts it.
     assert_eq!(get(&mut leaves[0].client(), "k1").as_deref(), Some("v"));
     stats_until(&mut p, "the parent sees the child's key", |s| {

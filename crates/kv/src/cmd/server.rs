@@ -130,7 +130,7 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if show("pliant") {
         let _ = write!(
             out,
-            "# Pliant\r\nalgorithm:{algo}\r\ncapacity:{capacity}\r\nmemory_keys:{mem_keys}\r\nmemory_bytes:{mem_bytes}\r\nmemory_hits:{}\r\nmemory_misses:{}\r\nstore:{}\r\ndurability:{}\r\nstore_reads:{}\r\nstore_writes:{}\r\nstore_syncs:{}\r\n\r\n",
+            "# Pliant\r\nalgorithm:{algo}\r\ncapacity:{capacity}\r\nmemory_keys:{mem_keys}\r\nmemory_bytes:{mem_bytes}\r\nmemory_hits:{}\r\nmemory_misses:{}\r\nstore:{}\r\ndurability:{}\r\nstore_reads:{}\r\nstore_writes:{}\r\nstore_syncs:{}\r\nparent:{}\r\nchildren:{}\r\nparent_requests:{}\r\ncoalesced:{}\r\nredundant_puts:{}\r\ninvalidated:{}\r\ntiers_cut_off:{}\r\n\r\n",
             stats.hits,
             stats.misses,
             if has_store { "fjall" } else { "none" },
@@ -138,6 +138,14 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             stats.store_reads,
             stats.store_writes,
             stats.store_syncs,
+            node.parent()
+                .map_or_else(|| "none".to_string(), |p| p.addr().to_string()),
+            node.child_ids().join(","),
+            stats.parent_requests,
+            stats.coalesced,
+            stats.redundant_puts,
+            stats.invalidated,
+            node.tracking().cut_off(),
         );
     }
     Frame::Verbatim(Bytes::from(out))
