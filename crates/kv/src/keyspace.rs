@@ -208,49 +208,73 @@ pub type Lent = std::collections::HashMap<Bytes, Option<Value>, foldhash::fast::
 /// recorded until the policy takes them (a decision every few seconds takes them long before).
 pub const MAX_RECORDED_READS: usize = 1 << 20;
 
-/// A key and its value in memory: one allocation holding the key's bytes then the value's, so a
-/// key costs one map entry of 32 bytes and one heap block.
+/// A key and its value in memory: one allocation holding the key's bytes, the value's, and the
+/// expiry's (8, little-endian) if it has one, so a key costs one map entry of 24 bytes and one
+/// heap block (an expiry in every entry would make them 32).
 #[derive(Debug)]
 struct Slot {
     data: Box<[u8]>,
+    /// The key's length, and [`EXPIRES`] if an expiry ends `data`.
     key_len: u32,
-    /// Unix milliseconds; 0 for no expiry.
-    expires_at: u64,
 }
+
+/// The bit of [`Slot::key_len`] that says an expiry ends the slot's bytes.
+const EXPIRES: u32 = 1 << 31;
 
 impl Slot {
     fn new(key: &[u8], v: &Value) -> Self {
-        let mut data = Vec::with_capacity(key.len() + v.data.len());
+        let expiry = v.expires_at.map(|t| t.max(1).to_le_bytes());
+        let mut data = Vec::with_capacity(key.len() + v.data.len() + expiry.map_or(0, |e| e.len()));
         data.extend_from_slice(key);
         data.extend_from_slice(&v.data);
+        if let Some(e) = expiry {
+            data.extend_from_slice(&e);
+        }
+        // Keys are at most the store's MAX_KEY_LEN (64 KiB), and a memory-only node's come from
+        // requests bounded by --max-value-size; clamp rather than wrap into the flag.
+        let len = u32::try_from(key.len())
+            .unwrap_or(u32::MAX)
+            .min(EXPIRES - 1);
         Self {
             data: data.into_boxed_slice(),
-            // Keys are at most the store's MAX_KEY_LEN (64 KiB), and a memory-only node's come
-            // from requests bounded by --max-value-size; clamp rather than wrap.
-            key_len: u32::try_from(key.len()).unwrap_or(u32::MAX),
-            expires_at: v.expires_at.map_or(0, |t| t.max(1)),
+            key_len: len | if expiry.is_some() { EXPIRES } else { 0 },
         }
     }
 
     fn key(&self) -> &[u8] {
-        &self.data[..self.key_len as usize]
+        &self.data[..(self.key_len & !EXPIRES) as usize]
+    }
+
+    /// The value's bytes.
+    fn bytes(&self) -> &[u8] {
+        let end = self.data.len() - if self.key_len & EXPIRES != 0 { 8 } else { 0 };
+        &self.data[(self.key_len & !EXPIRES) as usize..end]
+    }
+
+    /// Unix milliseconds, if it expires.
+    fn expires_at(&self) -> Option<u64> {
+        (self.key_len & EXPIRES != 0).then(|| {
+            let mut t = [0; 8];
+            t.copy_from_slice(&self.data[self.data.len() - 8..]);
+            u64::from_le_bytes(t)
+        })
     }
 
     fn live(&self, now: u64) -> bool {
-        self.expires_at == 0 || self.expires_at > now
+        self.expires_at().is_none_or(|t| t > now)
     }
 
     /// The value, copied out (the copy is what a reply sends).
     fn value(&self) -> Value {
         Value {
-            data: Bytes::copy_from_slice(&self.data[self.key_len as usize..]),
-            expires_at: (self.expires_at != 0).then_some(self.expires_at),
+            data: Bytes::copy_from_slice(self.bytes()),
+            expires_at: self.expires_at(),
         }
     }
 
     /// Key and value bytes, as a byte capacity counts them.
     fn size(&self) -> u32 {
-        u32::try_from(self.data.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.key().len() + self.bytes().len()).unwrap_or(u32::MAX)
     }
 }
 
@@ -866,7 +890,7 @@ impl Keyspace {
         let id = self.id_of(key);
         let same = self
             .slot(id, key)
-            .is_some_and(|s| s.expires_at == 0 && &s.data[s.key_len as usize..] == data);
+            .is_some_and(|s| s.expires_at().is_none() && s.bytes() == data);
         if same {
             let size = u32::try_from(key.len() + data.len()).unwrap_or(u32::MAX);
             let _ = self.tier.put(id, size);
@@ -1108,6 +1132,32 @@ mod tests {
     fn ks(cap: &str, store: bool) -> Keyspace {
         let store: Option<Arc<dyn Store>> = store.then(|| Arc::new(MemStore::new()) as _);
         Keyspace::new("lru", cap.parse().expect("capacity"), store).expect("keyspace")
+    }
+
+    #[test]
+    fn a_slot_gives_back_its_key_value_and_expiry() {
+        for (key, data, expires_at) in [
+            (&b"k"[..], &b"value"[..], None),
+            (b"key", b"", Some(1_700_000_000_000)),
+            (b"", b"v", Some(1)),
+            (b"0123456789abcdef", &[7u8; 100][..], None),
+        ] {
+            let v = Value {
+                data: Bytes::copy_from_slice(data),
+                expires_at,
+            };
+            let slot = Slot::new(key, &v);
+            assert_eq!(slot.key(), key);
+            assert_eq!(slot.bytes(), data);
+            assert_eq!(slot.value(), v);
+            assert_eq!(
+                slot.size(),
+                size_of(key, &v),
+                "the size excludes the expiry's bytes"
+            );
+            assert_eq!(slot.live(1), expires_at.is_none_or(|t| t > 1));
+        }
+        assert_eq!(std::mem::size_of::<Slot>(), 24);
     }
 
     #[test]
