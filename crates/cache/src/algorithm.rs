@@ -54,6 +54,8 @@ pub struct Evicted {
     pub key: u64,
     /// Its size in bytes.
     pub size: u32,
+    /// The slot it held ([`Algorithm::slot`]), free again for another key.
+    pub slot: u32,
 }
 
 /// An eviction algorithm: it owns the resident objects (and any ghosts) and decides the order in
@@ -85,6 +87,14 @@ pub trait Algorithm: Send + std::fmt::Debug {
     /// reorganise (S3-FIFO moving small-queue objects to main) and return `None`; repeated calls
     /// on a non-empty cache always make progress. `req` is the request being admitted.
     fn evict(&mut self, req: &Request) -> Option<Evicted>;
+
+    /// The slot of a resident object: a number below the count of objects and ghosts the
+    /// algorithm has held at once, the same from the object's insertion until it leaves (hits,
+    /// moves between the algorithm's queues and resizes keep it), and reported in [`Evicted`] when
+    /// it leaves. A cache that keeps values beside the algorithm (the service's memory tier)
+    /// indexes them by it, so a key is hashed and looked up once, by the algorithm. `None` for
+    /// a key that is not resident (a ghost included). No state changes.
+    fn slot(&self, key: u64) -> Option<u32>;
 
     /// Removes a resident object; returns its size. Ghost entries of the key are dropped too.
     fn remove(&mut self, key: u64) -> Option<u32>;

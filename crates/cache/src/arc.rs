@@ -68,6 +68,7 @@ impl Arc {
         Some(Evicted {
             key: n.key,
             size: n.size,
+            slot: i,
         })
     }
 
@@ -183,6 +184,12 @@ impl Algorithm for Arc {
         } else {
             self.evict_miss_on_all_lists(req)
         }
+    }
+
+    fn slot(&self, key: u64) -> Option<u32> {
+        let i = self.core.lookup(key)?;
+        let meta = self.core.slab.get(i).meta;
+        (meta != B1 && meta != B2).then_some(i)
     }
 
     fn remove(&mut self, key: u64) -> Option<u32> {

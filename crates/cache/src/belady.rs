@@ -121,6 +121,7 @@ impl Belady {
         Evicted {
             key: n.key,
             size: n.size,
+            slot: id,
         }
     }
 }
@@ -196,6 +197,10 @@ impl Algorithm for Belady {
             self.percolate_down(1);
         }
         Some(self.release(top))
+    }
+
+    fn slot(&self, key: u64) -> Option<u32> {
+        self.index.get(&key).copied()
     }
 
     fn remove(&mut self, key: u64) -> Option<u32> {

@@ -226,6 +226,13 @@ impl Cache {
         r
     }
 
+    /// The slot of a resident `key` ([`Algorithm::slot`]): where a cache that keeps values beside
+    /// the algorithm keeps this key's.
+    #[inline]
+    pub fn slot(&self, key: u64) -> Option<u32> {
+        self.algo.slot(key)
+    }
+
     /// Whether `key` is held, without touching any state.
     pub fn contains(&mut self, key: u64) -> bool {
         self.algo.find(&Request::new(key, 0), false).is_some()
@@ -256,8 +263,16 @@ impl Cache {
                     PutOutcome::Rejected
                 }
             }
-            None if self.algo.can_insert(req) && self.admit(req, evicted) => PutOutcome::Inserted,
-            None => PutOutcome::Rejected,
+            None => {
+                // A ghost of the key (S3-FIFO's, ARC's) goes first: inserting beside it left two
+                // nodes of one key, and dropping the ghost later unindexed the resident one.
+                self.algo.remove(req.key);
+                if self.algo.can_insert(req) && self.admit(req, evicted) {
+                    PutOutcome::Inserted
+                } else {
+                    PutOutcome::Rejected
+                }
+            }
         }
     }
 

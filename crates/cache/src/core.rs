@@ -53,6 +53,7 @@ impl Core {
         Evicted {
             key: n.key,
             size: n.size,
+            slot: i,
         }
     }
 
@@ -93,6 +94,11 @@ macro_rules! single_queue_accounting {
     () => {
         fn can_insert(&self, req: &Request) -> bool {
             self.core.weight(req.size) <= self.core.capacity
+        }
+
+        fn slot(&self, key: u64) -> Option<u32> {
+            // Every indexed node is resident: these algorithms keep no ghosts.
+            self.core.lookup(key)
         }
 
         fn remove(&mut self, key: u64) -> Option<u32> {

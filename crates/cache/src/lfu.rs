@@ -89,6 +89,11 @@ impl Algorithm for Lfu {
         Some(self.core.free(i))
     }
 
+    fn slot(&self, key: u64) -> Option<u32> {
+        // No ghosts: every indexed node is resident.
+        self.core.lookup(key)
+    }
+
     fn remove(&mut self, key: u64) -> Option<u32> {
         let i = self.core.lookup(key)?;
         let n = *self.core.slab.get(i);

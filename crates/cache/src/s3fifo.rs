@@ -132,6 +132,7 @@ impl S3Fifo {
             return Some(Evicted {
                 key: n.key,
                 size: n.size,
+                slot: i,
             });
         }
         None
@@ -215,6 +216,11 @@ impl Algorithm for S3Fifo {
         } else {
             self.evict_small()
         }
+    }
+
+    fn slot(&self, key: u64) -> Option<u32> {
+        let i = self.core.lookup(key)?;
+        (queue(self.core.slab.get(i).meta) != GHOST).then_some(i)
     }
 
     fn remove(&mut self, key: u64) -> Option<u32> {

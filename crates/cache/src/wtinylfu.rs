@@ -209,6 +209,11 @@ impl Algorithm for WTinyLfu {
         }
     }
 
+    fn slot(&self, key: u64) -> Option<u32> {
+        // No ghosts (the frequency sketch is not nodes): every indexed node is resident.
+        self.core.lookup(key)
+    }
+
     fn remove(&mut self, key: u64) -> Option<u32> {
         let i = self.core.lookup(key)?;
         Some(self.drop_node(i).size)

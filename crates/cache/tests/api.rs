@@ -181,3 +181,66 @@ fn every_registered_name_and_alias_builds() {
         }
     }
 }
+
+/// A put of a key the algorithm held only as a ghost (S3-FIFO's, ARC's) added a second node
+/// beside the ghost; when the ghost was dropped later, the index entry went with it and the
+/// resident copy could no longer be found, though it still took room. The operations are the
+/// case the slots property test shrank to (reads as the service makes them: a lookup, and a put
+/// on a miss).
+#[test]
+fn a_put_of_a_ghost_key_stays_findable_after_the_ghost_queue_moves_on() {
+    enum Op {
+        Read(u64, u32),
+        Put(u64, u32),
+        Remove(u64),
+        Resize(u64),
+    }
+    use Op::{Put, Read, Remove, Resize};
+    let ops = [
+        Read(35, 1),
+        Resize(19),
+        Put(8, 1),
+        Read(25, 1),
+        Read(26, 1),
+        Read(27, 1),
+        Read(14, 1),
+        Read(2, 1),
+        Read(1, 1),
+        Read(10, 29),
+        Read(5, 3),
+        Put(6, 40),
+        Read(19, 21),
+        Put(23, 30),
+        Read(29, 18),
+        Read(24, 15),
+        Read(4, 8),
+        Read(1, 5),
+        Read(16, 10),
+        Read(18, 9),
+        Put(12, 11),
+        Read(9, 7),
+        Remove(14),
+        Put(35, 40),
+        Read(7, 39),
+    ];
+    let mut c = pliant_cache::cache("arc", Capacity::Keys(9)).expect("arc");
+    for op in ops {
+        match op {
+            Read(k, s) => {
+                if c.get(&Request::new(k, s)).is_none() {
+                    c.put(&Request::new(k, s));
+                }
+            }
+            Put(k, s) => {
+                c.put(&Request::new(k, s));
+            }
+            Remove(k) => {
+                c.remove(k);
+            }
+            Resize(n) => c.resize(Capacity::Keys(n)),
+        }
+        let findable = (0..64u64).filter(|&k| c.contains(k)).count() as u64;
+        assert_eq!(findable, c.stats().keys, "every resident key is findable");
+    }
+    assert!(c.contains(35), "the key put while it was a ghost");
+}

@@ -5,3 +5,4 @@
 mod api;
 mod golden;
 mod properties;
+mod slots;
