@@ -22,7 +22,6 @@
 //! In the store, a value is one flag byte (0: no expiry; 1: an expiry follows as a big-endian
 //! `u64` of unix milliseconds) and the value's bytes.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -208,52 +207,69 @@ pub type Lent = std::collections::HashMap<Bytes, Option<Value>, foldhash::fast::
 /// recorded until the policy takes them (a decision every few seconds takes them long before).
 pub const MAX_RECORDED_READS: usize = 1 << 20;
 
-/// A key and its value in memory: one allocation holding the key's bytes, the value's, and the
-/// expiry's (8, little-endian) if it has one, so a key costs one map entry of 24 bytes and one
-/// heap block (an expiry in every entry would make them 32).
+/// A key and its value in memory: one allocation holding a header (the key's length and whether
+/// an expiry follows, as one LEB128 number: one byte for keys under 64 bytes), the key's bytes,
+/// the value's, and the expiry's (8, little-endian) if it has one. The slot itself is one
+/// pointer and a length, 16 bytes, and `None` costs nothing more.
 #[derive(Debug)]
 struct Slot {
     data: Box<[u8]>,
-    /// The key's length, and [`EXPIRES`] if an expiry ends `data`.
-    key_len: u32,
 }
-
-/// The bit of [`Slot::key_len`] that says an expiry ends the slot's bytes.
-const EXPIRES: u32 = 1 << 31;
 
 impl Slot {
     fn new(key: &[u8], v: &Value) -> Self {
         let expiry = v.expires_at.map(|t| t.max(1).to_le_bytes());
-        let mut data = Vec::with_capacity(key.len() + v.data.len() + expiry.map_or(0, |e| e.len()));
+        let mut header = ((key.len() as u64) << 1) | u64::from(expiry.is_some());
+        let mut data =
+            Vec::with_capacity(2 + key.len() + v.data.len() + expiry.map_or(0, |e| e.len()));
+        loop {
+            let byte = (header & 0x7f) as u8;
+            header >>= 7;
+            if header == 0 {
+                data.push(byte);
+                break;
+            }
+            data.push(byte | 0x80);
+        }
         data.extend_from_slice(key);
         data.extend_from_slice(&v.data);
         if let Some(e) = expiry {
             data.extend_from_slice(&e);
         }
-        // Keys are at most the store's MAX_KEY_LEN (64 KiB), and a memory-only node's come from
-        // requests bounded by --max-value-size; clamp rather than wrap into the flag.
-        let len = u32::try_from(key.len())
-            .unwrap_or(u32::MAX)
-            .min(EXPIRES - 1);
         Self {
             data: data.into_boxed_slice(),
-            key_len: len | if expiry.is_some() { EXPIRES } else { 0 },
         }
     }
 
+    /// Where the key starts, the key's length, and whether an expiry ends the bytes.
+    fn header(&self) -> (usize, usize, bool) {
+        let (mut n, mut shift, mut i) = (0u64, 0, 0);
+        while let Some(&b) = self.data.get(i) {
+            n |= u64::from(b & 0x7f) << shift;
+            i += 1;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        (i, (n >> 1) as usize, n & 1 == 1)
+    }
+
     fn key(&self) -> &[u8] {
-        &self.data[..(self.key_len & !EXPIRES) as usize]
+        let (start, len, _) = self.header();
+        &self.data[start..start + len]
     }
 
     /// The value's bytes.
     fn bytes(&self) -> &[u8] {
-        let end = self.data.len() - if self.key_len & EXPIRES != 0 { 8 } else { 0 };
-        &self.data[(self.key_len & !EXPIRES) as usize..end]
+        let (start, len, expires) = self.header();
+        let end = self.data.len() - if expires { 8 } else { 0 };
+        &self.data[start + len..end]
     }
 
     /// Unix milliseconds, if it expires.
     fn expires_at(&self) -> Option<u64> {
-        (self.key_len & EXPIRES != 0).then(|| {
+        self.header().2.then(|| {
             let mut t = [0; 8];
             t.copy_from_slice(&self.data[self.data.len() - 8..]);
             u64::from_le_bytes(t)
@@ -280,10 +296,13 @@ impl Slot {
 
 /// One node's keys (see the module doc).
 pub struct Keyspace {
-    /// The memory tier's keys and values by id ([`Keyspace::id_of`], the number the algorithm
-    /// knows a key by): one map, so an eviction finds its value directly, lookups compare
-    /// integers rather than key bytes, and SCAN without a store walks ids in order.
-    mem: BTreeMap<u64, Slot>,
+    /// The memory tier's keys and values, by the slot their key holds in the algorithm
+    /// ([`pliant_cache::Cache::slot`]): the algorithm's index is the only one a key is hashed
+    /// into, an eviction says which slot to empty, and SCAN without a store walks slots in order
+    /// (a key keeps its slot while it stays, so a scan returns it once).
+    mem: Vec<Option<Slot>>,
+    /// Slots that hold a value.
+    held: u64,
     /// The memory tier's algorithm, the fetches from the parent under way and the tier's rules.
     tier: Tier<Fetch>,
     algo: String,
@@ -333,7 +352,7 @@ impl LiveAuto {
 impl std::fmt::Debug for Keyspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keyspace")
-            .field("keys_in_memory", &self.mem.len())
+            .field("keys_in_memory", &self.held)
             .field("algorithm", &self.algo)
             .field("capacity", &self.capacity())
             .field("store", &self.store.is_some())
@@ -351,7 +370,8 @@ impl Keyspace {
     ) -> Result<Self, KvError> {
         let cache = Cache::new(pliant_cache::build(algo, capacity)?, capacity);
         Ok(Self {
-            mem: BTreeMap::new(),
+            mem: Vec::new(),
+            held: 0,
             tier: Tier::new(cache),
             algo: algo.to_string(),
             store,
@@ -426,7 +446,7 @@ impl Keyspace {
         let mut gone = Vec::new();
         self.tier
             .cache_mut()
-            .resize_evicting(capacity, &mut |e: Evicted| gone.push(e.key));
+            .resize_evicting(capacity, &mut |e: Evicted| gone.push(e));
         self.drop_evicted(gone);
         Ok(())
     }
@@ -531,7 +551,7 @@ impl Keyspace {
         };
         let mut gone = Vec::new();
         let cache = self.tier.cache_mut();
-        cache.resize_evicting(to, &mut |e: Evicted| gone.push(e.key));
+        cache.resize_evicting(to, &mut |e: Evicted| gone.push(e));
         cache.resize(capacity);
         self.drop_evicted(gone);
     }
@@ -728,20 +748,26 @@ impl Keyspace {
                 }
             }
         } else {
-            let lower = match after {
-                None => Bound::Unbounded,
+            let start = match after {
+                None => 0,
                 Some(t) => match <[u8; 8]>::try_from(t) {
-                    Ok(b) => Bound::Excluded(u64::from_be_bytes(b)),
+                    Ok(b) => usize::try_from(u64::from_be_bytes(b)).map_or(usize::MAX, |s| s + 1),
                     Err(_) => return Ok((found, None)),
                 },
             };
-            for (id, slot) in self.mem.range((lower, Bound::Unbounded)) {
+            for (i, slot) in self.mem.iter().enumerate().skip(start) {
                 examined += 1;
-                if slot.live(now) && filter(slot.key()) {
+                if let Some(slot) = slot
+                    && slot.live(now)
+                    && filter(slot.key())
+                {
                     found.push(Bytes::copy_from_slice(slot.key()));
                 }
                 if found.len() >= count || examined >= budget {
-                    return Ok((found, Some(Bytes::copy_from_slice(&id.to_be_bytes()))));
+                    return Ok((
+                        found,
+                        Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes())),
+                    ));
                 }
             }
         }
@@ -753,7 +779,7 @@ impl Keyspace {
     pub fn len(&mut self) -> Result<u64, KvError> {
         self.commit()?;
         match &self.store {
-            None => Ok(self.mem.len() as u64),
+            None => Ok(self.held),
             Some(store) => {
                 let mut n = 0;
                 for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
@@ -794,9 +820,11 @@ impl Keyspace {
     /// when its parent says everything changed, or when it loses its parent and can no longer
     /// hear of changes.
     pub fn forget_memory(&mut self) {
-        for (id, _) in std::mem::take(&mut self.mem) {
+        for slot in std::mem::take(&mut self.mem).into_iter().flatten() {
+            let id = self.id_of(slot.key());
             self.tier.cache_mut().remove(id);
         }
+        self.held = 0;
     }
 
     /// Whether memory holds every one of `keys` (a tier's read of them can run at once).
@@ -822,7 +850,7 @@ impl Keyspace {
                 // The value's size is not known until it arrives: the key holds a place of
                 // size 0 meanwhile, and `fetched` gives it its size.
                 self.tier
-                    .fetching_evicting(id, 0, Fetch(rx), &mut |e: Evicted| gone.push(e.key));
+                    .fetching_evicting(id, 0, Fetch(rx), &mut |e: Evicted| gone.push(e));
                 self.drop_evicted(gone);
                 Want::Fetch(FetchDone(tx))
             }
@@ -905,35 +933,36 @@ impl Keyspace {
         self.stats.writes += 1;
         self.auto_put(key);
         let id = self.id_of(key);
-        if self.slot(id, key).is_some() {
+        if let Some(p) = self.cache().slot(id)
+            && self.vacate(p)
+        {
             // Held with another value: the put is new to the rule, not a redundant one.
-            self.mem.remove(&id);
             self.tier.cache_mut().remove(id);
         }
         let size = size_of(key, &v);
-        self.mem.insert(id, Slot::new(key, &v));
         let mut gone = Vec::new();
         let put = self
             .tier
-            .put_evicting(id, size, &mut |e: Evicted| gone.push(e.key));
+            .put_evicting(id, size, &mut |e: Evicted| gone.push(e));
         debug_assert_eq!(put, pliant_tier::Put::Forward);
-        if !self.tier.cache_mut().contains(id) {
-            // Larger than the memory tier: the parent holds it.
-            gone.push(id);
-        }
         self.drop_evicted(gone);
+        // Not resident: larger than the memory tier, and the parent holds it.
+        if let Some(s) = self.cache().slot(id) {
+            self.place(s, Slot::new(key, &v));
+        }
     }
 
     /// Drops `key` from memory (not from a store or the parent): a tier's copy of a key that
     /// changed above, or that a write this tier forwarded changed.
     pub fn drop_key(&mut self, key: &[u8]) -> bool {
         let id = self.id_of(key);
-        if self.slot(id, key).is_some() {
-            self.mem.remove(&id);
-            self.tier.cache_mut().remove(id);
-            true
-        } else {
-            false
+        match self.cache().slot(id) {
+            Some(s) if self.slot_at(s).is_some_and(|x| x.key() == key) => {
+                self.vacate(s);
+                self.tier.cache_mut().remove(id);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -941,7 +970,7 @@ impl Keyspace {
     pub fn invalidate(&mut self, keys: Option<&[Bytes]>) {
         match keys {
             None => {
-                self.stats.invalidated += self.mem.len() as u64;
+                self.stats.invalidated += self.held;
                 self.forget_memory();
             }
             Some(keys) => {
@@ -985,10 +1014,7 @@ impl Keyspace {
                 let keys: Vec<Vec<u8>> = self.pending.drain().map(|(k, _)| k).collect();
                 for k in keys {
                     let id = self.id_of(&k);
-                    if self.slot(id, &k).is_some() {
-                        self.mem.remove(&id);
-                        self.tier.cache_mut().remove(id);
-                    }
+                    self.drop_id(id, &k);
                 }
                 self.failed = Some(e.to_string());
                 Err(e.into())
@@ -1040,26 +1066,37 @@ impl Keyspace {
     fn keep(&mut self, key: &[u8], v: Value) {
         let size = size_of(key, &v);
         let id = self.id_of(key);
-        let new = Slot::new(key, &v);
-        if let Some(old) = self.mem.insert(id, new)
-            && old.key() != key
+        if let Some(p) = self.cache().slot(id)
+            && self.slot_at(p).is_some_and(|s| s.key() != key)
         {
             // Two keys with one 64-bit hash share a place in the algorithm's order: the one held
             // leaves memory (the store keeps it), as an eviction would take it.
+            self.vacate(p);
             self.tier.cache_mut().remove(id);
             self.stats.evictions += 1;
         }
+        let before = self.cache().slot(id);
         let mut gone = Vec::new();
         let outcome = self
             .tier
             .cache_mut()
-            .put_evicting(&Request::new(id, size), &mut |e: Evicted| gone.push(e.key));
-        if outcome == pliant_cache::PutOutcome::Rejected {
+            .put_evicting(&Request::new(id, size), &mut |e: Evicted| gone.push(e));
+        self.drop_evicted(gone);
+        let after = self.cache().slot(id);
+        if let Some(p) = before
+            && after != Some(p)
+        {
+            // Replaced by an object of another size: the old slot was let go unreported.
+            self.vacate(p);
+        }
+        match after {
+            Some(s) if outcome != pliant_cache::PutOutcome::Rejected => {
+                self.place(s, Slot::new(key, &v));
+            }
             // Larger than the memory tier: it lives in the store only (or, without one, nowhere,
             // as a Redis whose maxmemory is below the value).
-            gone.push(id);
+            _ => {}
         }
-        self.drop_evicted(gone);
     }
 
     /// Fetches from the parent under way (one per key, however many readers wait on it).
@@ -1095,7 +1132,45 @@ impl Keyspace {
 
     /// The slot holding `key` (whose id is `id`), if memory holds it.
     fn slot(&self, id: u64, key: &[u8]) -> Option<&Slot> {
-        self.mem.get(&id).filter(|s| s.key() == key)
+        self.slot_at(self.cache().slot(id)?)
+            .filter(|s| s.key() == key)
+    }
+
+    /// What slot `s` holds.
+    fn slot_at(&self, s: u32) -> Option<&Slot> {
+        self.mem.get(s as usize)?.as_ref()
+    }
+
+    /// Puts `value` in slot `s`, replacing what it held.
+    fn place(&mut self, s: u32, value: Slot) {
+        let i = s as usize;
+        if self.mem.len() <= i {
+            self.mem.resize_with(i + 1, || None);
+        }
+        if self.mem[i].replace(value).is_none() {
+            self.held += 1;
+        }
+    }
+
+    /// Empties slot `s`; whether it held a value.
+    fn vacate(&mut self, s: u32) -> bool {
+        let held = self
+            .mem
+            .get_mut(s as usize)
+            .and_then(Option::take)
+            .is_some();
+        self.held -= u64::from(held);
+        held
+    }
+
+    /// Drops `key` (whose id is `id`) from memory and the algorithm, if memory holds it.
+    fn drop_id(&mut self, id: u64, key: &[u8]) {
+        if let Some(s) = self.cache().slot(id)
+            && self.slot_at(s).is_some_and(|x| x.key() == key)
+        {
+            self.vacate(s);
+            self.tier.cache_mut().remove(id);
+        }
     }
 
     /// The number the algorithm knows `key` by: a hash of its bytes, the same every time the key
@@ -1105,9 +1180,9 @@ impl Keyspace {
         self.ids_hasher.hash_one(key)
     }
 
-    fn drop_evicted(&mut self, gone: Vec<u64>) {
-        for id in gone {
-            if self.mem.remove(&id).is_some() {
+    fn drop_evicted(&mut self, gone: Vec<Evicted>) {
+        for e in gone {
+            if self.vacate(e.slot) {
                 self.stats.evictions += 1;
             }
         }
@@ -1138,6 +1213,11 @@ mod tests {
     fn a_slot_gives_back_its_key_value_and_expiry() {
         for (key, data, expires_at) in [
             (&b"k"[..], &b"value"[..], None),
+            (
+                &[b'x'; 300][..],
+                &b"long key: a two-byte header"[..],
+                Some(5),
+            ),
             (b"key", b"", Some(1_700_000_000_000)),
             (b"", b"v", Some(1)),
             (b"0123456789abcdef", &[7u8; 100][..], None),
@@ -1157,7 +1237,7 @@ mod tests {
             );
             assert_eq!(slot.live(1), expires_at.is_none_or(|t| t > 1));
         }
-        assert_eq!(std::mem::size_of::<Slot>(), 24);
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 16);
     }
 
     #[test]
@@ -1221,6 +1301,43 @@ mod tests {
         assert_eq!(k.get(b"k", 1_000).expect("get"), None);
         assert_eq!(k.stats().expired, 1);
         assert_eq!(k.len().expect("len"), 0);
+    }
+
+    #[test]
+    fn a_key_present_for_a_whole_scan_without_a_store_is_returned_once_despite_churn() {
+        let mut k = ks("unlimited", false);
+        for i in 0..300u32 {
+            k.set(Bytes::from(format!("stay:{i}")), Value::new("v"))
+                .expect("set");
+            k.set(Bytes::from(format!("churn:{i}")), Value::new("v"))
+                .expect("set");
+        }
+        let mut seen = Vec::new();
+        let mut after: Option<Bytes> = None;
+        for round in 0..1000u32 {
+            // Between calls, keys come and go: their slots are freed and taken again.
+            k.delete(format!("churn:{round}").as_bytes(), 0)
+                .expect("delete");
+            k.set(Bytes::from(format!("new:{round}")), Value::new("v"))
+                .expect("set");
+            let (keys, next) = k
+                .scan(after.as_deref(), 5, 0, &|key: &[u8]| {
+                    key.starts_with(b"stay:")
+                })
+                .expect("scan");
+            seen.extend(keys);
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let unique: std::collections::BTreeSet<_> = seen.iter().collect();
+        assert_eq!(
+            unique.len(),
+            300,
+            "every key present throughout is returned"
+        );
+        assert_eq!(seen.len(), 300, "and once");
     }
 
     #[test]
