@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use pliant_cache::{ALGORITHMS, Capacity, Request};
+use pliant_cache::{ALGORITHMS, Capacity, PutOutcome, Request};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -28,13 +28,18 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_resident_key_keeps_its_slot_until_it_is_reported_gone(ops in ops(), cap in 1u64..20) {
+    fn a_resident_key_keeps_its_slot_until_it_is_reported_gone(
+        ops in ops(),
+        cap in 1u64..30,
+        bytes in any::<bool>(),
+    ) {
+        let capacity = if bytes { Capacity::Bytes(cap * 20) } else { Capacity::Keys(cap) };
         for info in ALGORITHMS.iter().filter(|a| !a.needs_next_access) {
             let algo = info.name;
-            let mut c = pliant_cache::cache(algo, Capacity::Keys(cap)).expect("algorithm");
+            let mut c = pliant_cache::cache(algo, capacity).expect("algorithm");
             // slot -> key, from what the cache reported
             let mut model: HashMap<u32, u64> = HashMap::new();
             for op in &ops {
@@ -43,14 +48,19 @@ proptest! {
                     Op::Access(k, s) => {
                         // As the service reads: a lookup, and on a miss the value put.
                         let before = c.slot(k);
-                        if c.get(&Request::new(k, s)).is_none() {
+                        if c.get(&Request::new(k, s)).is_some() {
+                            prop_assert_eq!(c.slot(k), before, "{}: a hit keeps the slot", algo);
+                        } else {
                             c.put_evicting(&Request::new(k, s), &mut |e| gone.push(e));
                         }
                         (Some(k), before)
                     }
                     Op::Put(k, s) => {
                         let before = c.slot(k);
-                        c.put_evicting(&Request::new(k, s), &mut |e| gone.push(e));
+                        let outcome = c.put_evicting(&Request::new(k, s), &mut |e| gone.push(e));
+                        if outcome == PutOutcome::Redundant {
+                            prop_assert_eq!(c.slot(k), before, "{}: a redundant put keeps the slot", algo);
+                        }
                         (Some(k), before)
                     }
                     Op::Remove(k) => {
@@ -61,7 +71,8 @@ proptest! {
                         (None, None)
                     }
                     Op::Resize(n) => {
-                        c.resize_evicting(Capacity::Keys(n), &mut |e| gone.push(e));
+                        let to = if bytes { Capacity::Bytes(n * 20) } else { Capacity::Keys(n) };
+                        c.resize_evicting(to, &mut |e| gone.push(e));
                         (None, None)
                     }
                 };

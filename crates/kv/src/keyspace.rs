@@ -299,7 +299,8 @@ pub struct Keyspace {
     /// The memory tier's keys and values, by the slot their key holds in the algorithm
     /// ([`pliant_cache::Cache::slot`]): the algorithm's index is the only one a key is hashed
     /// into, an eviction says which slot to empty, and SCAN without a store walks slots in order
-    /// (a key keeps its slot while it stays, so a scan returns it once).
+    /// (a key keeps its slot while it stays, so a scan returns it once; a key set again with a
+    /// value of another size is put anew and may move, as with a byte capacity under pressure).
     mem: Vec<Option<Slot>>,
     /// Slots that hold a value.
     held: u64,
@@ -840,6 +841,7 @@ impl Keyspace {
         if self.slot(id, key).is_some() || self.lent.contains_key(key) {
             return Want::Ready;
         }
+        self.evict_colliding(id, key);
         match self.tier.read(id, 0, secs(now)) {
             Read::Join(f) => Want::Join(f),
             Read::Hit | Read::Miss => {
@@ -870,6 +872,10 @@ impl Keyspace {
             }
             Ok(None) | Err(_) => {
                 if self.slot(id, key).is_none() {
+                    // The place held for the fetch goes (with whatever its slot still held).
+                    if let Some(p) = self.cache().slot(id) {
+                        self.vacate(p);
+                    }
                     self.tier.cache_mut().remove(id);
                 }
             }
@@ -921,7 +927,13 @@ impl Keyspace {
             .is_some_and(|s| s.expires_at().is_none() && s.bytes() == data);
         if same {
             let size = u32::try_from(key.len() + data.len()).unwrap_or(u32::MAX);
-            let _ = self.tier.put(id, size);
+            // Redundant by the guard above, so nothing leaves; were it not, what left would still
+            // be let go of here.
+            let mut gone = Vec::new();
+            let _ = self
+                .tier
+                .put_evicting(id, size, &mut |e: Evicted| gone.push(e));
+            self.drop_evicted(gone);
             self.stats.redundant_puts += 1;
         }
         same
@@ -1066,15 +1078,7 @@ impl Keyspace {
     fn keep(&mut self, key: &[u8], v: Value) {
         let size = size_of(key, &v);
         let id = self.id_of(key);
-        if let Some(p) = self.cache().slot(id)
-            && self.slot_at(p).is_some_and(|s| s.key() != key)
-        {
-            // Two keys with one 64-bit hash share a place in the algorithm's order: the one held
-            // leaves memory (the store keeps it), as an eviction would take it.
-            self.vacate(p);
-            self.tier.cache_mut().remove(id);
-            self.stats.evictions += 1;
-        }
+        self.evict_colliding(id, key);
         let before = self.cache().slot(id);
         let mut gone = Vec::new();
         let outcome = self
@@ -1134,6 +1138,19 @@ impl Keyspace {
     fn slot(&self, id: u64, key: &[u8]) -> Option<&Slot> {
         self.slot_at(self.cache().slot(id)?)
             .filter(|s| s.key() == key)
+    }
+
+    /// Two keys with one 64-bit hash share a place in the algorithm's order: if another key than
+    /// `key` holds the place of `id`, it leaves memory (a store keeps it), as an eviction would
+    /// take it, before `key` takes the place.
+    fn evict_colliding(&mut self, id: u64, key: &[u8]) {
+        if let Some(p) = self.cache().slot(id)
+            && self.slot_at(p).is_some_and(|s| s.key() != key)
+        {
+            self.vacate(p);
+            self.tier.cache_mut().remove(id);
+            self.stats.evictions += 1;
+        }
     }
 
     /// What slot `s` holds.
