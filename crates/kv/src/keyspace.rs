@@ -220,8 +220,11 @@ impl Slot {
     fn new(key: &[u8], v: &Value) -> Self {
         let expiry = v.expires_at.map(|t| t.max(1).to_le_bytes());
         let mut header = ((key.len() as u64) << 1) | u64::from(expiry.is_some());
-        let mut data =
-            Vec::with_capacity(2 + key.len() + v.data.len() + expiry.map_or(0, |e| e.len()));
+        // Exactly the bytes needed, so turning the vector into a box does not reallocate.
+        let header_len = (64 - (header | 1).leading_zeros()).div_ceil(7) as usize;
+        let mut data = Vec::with_capacity(
+            header_len + key.len() + v.data.len() + expiry.map_or(0, |e| e.len()),
+        );
         loop {
             let byte = (header & 0x7f) as u8;
             header >>= 7;
@@ -236,6 +239,7 @@ impl Slot {
         if let Some(e) = expiry {
             data.extend_from_slice(&e);
         }
+        debug_assert_eq!(data.len(), data.capacity());
         Self {
             data: data.into_boxed_slice(),
         }
