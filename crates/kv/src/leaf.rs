@@ -6,7 +6,8 @@
 //!   memory and what was fetched for it.
 //! - **Writes** go through to the parent, which holds every key, as `PLIANT.WRITE`, and are
 //!   acknowledged when it acknowledges them (after its store, and after every other tier holding
-//!   the key has dropped it: the `pliant-acked` push, see [`crate::tracking`]). A plain `SET key value` is a put: one of a key held with this very value is redundant
+//!   the key has dropped it: the `pliant-acked` push, see [`crate::tracking`]). A plain
+//!   `SET key value` is a put: one of a key held with this very value is redundant
 //!   and goes no further; otherwise memory keeps the value once the parent has it. Other writes
 //!   drop this tier's copy of their keys. This node's own children hear of the change.
 //! - **Whole-keyspace reads** (KEYS, SCAN, DBSIZE) are the parent's to answer.
@@ -14,7 +15,7 @@
 
 use bytes::Bytes;
 
-use crate::cmd::{Ctx, Session, Spec, check, run as run_here, track, written};
+use crate::cmd::{Ctx, Session, Spec, check, check_write, run as run_here, track, written};
 use crate::frame::Frame;
 use crate::keyspace::{Fetched, Lent, Value, Want};
 use crate::node::Node;
@@ -43,10 +44,9 @@ pub(crate) async fn run(
         // A child tier's write: forwarded up like any other, and acknowledged to the child as
         // the parent acknowledges it here (see `PLIANT.WRITE`).
         let inner = &args[1..];
-        let spec = match check(session, inner) {
-            Ok(spec) if spec.writes => spec,
-            Ok(_) => return written(Frame::error("ERR PLIANT.WRITE takes a write command"), 0),
-            Err(reply) => return written(reply, 0),
+        let spec = match check_write(session, inner) {
+            Ok(spec) => spec,
+            Err(reply) => return reply,
         };
         let before = session.awaiting.len();
         let (reply, acked) = write_deferred(node, up, session, spec, inner, now).await;

@@ -47,6 +47,29 @@ pub struct Node {
 /// One node's metrics as it reports them to its parent or children: `(name, value)`.
 pub type Reported = Vec<(String, f64)>;
 
+/// Unix milliseconds now: the clock commands run at (and live `auto`'s).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Metrics as `PLIANT.REPORT` carries them: a JSON object of numbers, absent ones left out.
+pub(crate) fn reported_json(m: &Reported) -> serde_json::Value {
+    serde_json::Value::Object(
+        m.iter()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(k, v)| (k.clone(), (*v).into()))
+            .collect(),
+    )
+}
+
+/// [`reported_json`] read back.
+pub(crate) fn reported_from(v: serde_json::Value) -> Result<Reported, serde_json::Error> {
+    let m: std::collections::BTreeMap<String, f64> = serde_json::from_value(v)?;
+    Ok(m.into_iter().collect())
+}
+
 #[derive(Default)]
 struct Cursors {
     next: u64,

@@ -24,7 +24,7 @@ use pliant_policy::{Engine, Params, PolicySource, ServerId};
 use pliant_tier::CacheView;
 
 use crate::keyspace::KvStats;
-use crate::node::{Node, Reported, rss_bytes};
+use crate::node::{Node, Reported, now_ms as unix_ms, rss_bytes};
 
 /// Points `timeseries()` holds at most (the newest); a policy that wants a longer history keeps
 /// it in `WRstate`.
@@ -197,8 +197,8 @@ struct Thread {
     /// The node's runtime, where reports to the parent are sent from.
     runtime: tokio::runtime::Handle,
     engine: Engine,
-    /// Every version loaded, as `(version, what)`: versions count Lua loads and `auto` alike.
-    versions: Vec<(u64, Running)>,
+    /// Every version loaded, version `n` at `n - 1`: versions count Lua loads and `auto` alike.
+    versions: Vec<Running>,
     /// The versions in the order they ran, the running one last (a rollback appends the one it
     /// returns to, as the engine's history does).
     history: Vec<u64>,
@@ -270,7 +270,22 @@ impl Thread {
     /// The running version and what it is.
     fn running(&self) -> Option<(u64, Running)> {
         let v = *self.history.last()?;
-        self.versions.iter().find(|(n, _)| *n == v).copied()
+        Some((v, self.version(v)?))
+    }
+
+    /// What version `v` is.
+    fn version(&self, v: u64) -> Option<Running> {
+        self.versions
+            .get(usize::try_from(v).ok()?.checked_sub(1)?)
+            .copied()
+    }
+
+    /// Makes a fresh `auto` decide, fed from now on.
+    fn run_auto(&self, efficiency: f64, seed: u64) {
+        self.node.keyspace().start_auto(
+            pliant_tier::Auto::with_efficiency(seed, efficiency),
+            unix_ms(),
+        );
     }
 
     /// Installs a Lua policy (the running one stays if it fails); its version.
@@ -304,16 +319,13 @@ impl Thread {
             ));
         }
         let seed = num("seed", 1.0)? as u64;
-        self.node.keyspace().start_auto(
-            pliant_tier::Auto::with_efficiency(seed, efficiency),
-            unix_ms(),
-        );
+        self.run_auto(efficiency, seed);
         Ok(self.push(Running::Auto { efficiency, seed }))
     }
 
     fn push(&mut self, r: Running) -> u64 {
-        let v = self.versions.len() as u64 + 1;
-        self.versions.push((v, r));
+        self.versions.push(r);
+        let v = self.versions.len() as u64;
         self.history.push(v);
         v
     }
@@ -325,23 +337,12 @@ impl Thread {
         }
         let previous = pliant_policy::previous_version(&self.history)
             .ok_or("no earlier policy to roll back to")?;
-        let what = self
-            .versions
-            .iter()
-            .find(|(n, _)| *n == previous)
-            .map(|(_, r)| *r)
-            .ok_or("unknown version")?;
-        match what {
+        match self.version(previous).ok_or("unknown version")? {
             Running::Lua(n) => {
                 self.engine.activate(n).map_err(|e| e.to_string())?;
                 self.node.keyspace().stop_auto();
             }
-            Running::Auto { efficiency, seed } => {
-                self.node.keyspace().start_auto(
-                    pliant_tier::Auto::with_efficiency(seed, efficiency),
-                    unix_ms(),
-                );
-            }
+            Running::Auto { efficiency, seed } => self.run_auto(efficiency, seed),
         }
         self.history.push(previous);
         Ok(previous)
@@ -379,8 +380,10 @@ impl Thread {
                         .map_or_else(String::new, |v| v.source.name.clone()),
                     Running::Auto { .. } => AUTO.to_string(),
                 };
-                let versions: Vec<(u64, String)> =
-                    self.versions.iter().map(|(v, r)| (*v, name(r))).collect();
+                let versions: Vec<(u64, String)> = (1..)
+                    .zip(&self.versions)
+                    .map(|(v, r)| (v, name(r)))
+                    .collect();
                 let running = self.running();
                 let policy = running.map(|(_, r)| name(&r));
                 let active = running.map(|(v, _)| v);
@@ -599,15 +602,10 @@ fn report_to(
     own: &Reported,
     wait: Duration,
 ) -> Result<(String, Reported), String> {
-    let json: serde_json::Map<String, serde_json::Value> = own
-        .iter()
-        .filter(|(_, v)| v.is_finite())
-        .map(|(k, v)| (k.clone(), (*v).into()))
-        .collect();
     let args = vec![
         bytes::Bytes::from_static(b"PLIANT.REPORT"),
         bytes::Bytes::from(id),
-        bytes::Bytes::from(serde_json::Value::Object(json).to_string()),
+        bytes::Bytes::from(crate::node::reported_json(own).to_string()),
     ];
     let (tx, rx) = sync_channel(1);
     runtime.spawn(async move {
@@ -627,17 +625,11 @@ fn report_to(
     #[derive(serde::Deserialize)]
     struct Reply {
         id: String,
-        metrics: std::collections::BTreeMap<String, f64>,
+        metrics: serde_json::Value,
     }
     let r: Reply = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
-    Ok((r.id, r.metrics.into_iter().collect()))
-}
-
-/// Unix milliseconds now: `auto`'s clock, the one commands run at.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    let metrics = crate::node::reported_from(r.metrics).map_err(|e| e.to_string())?;
+    Ok((r.id, metrics))
 }
 
 /// The host's one-minute load average (Linux `/proc/loadavg`).

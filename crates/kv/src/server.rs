@@ -13,7 +13,7 @@ use crate::cmd::{Ctx, Session, execute};
 use crate::config::{Config, Durability};
 use crate::frame::{Cursor, Frame, FrameError, Limits, Request};
 use crate::keyspace::{Keyspace, KvError};
-use crate::node::Node;
+use crate::node::{Node, now_ms};
 use crate::tracking::Outgoing;
 
 /// How long a stopping server waits for its connections to finish the requests they have read.
@@ -210,13 +210,6 @@ async fn sync_every_second(node: Arc<Node>) {
             tracing::error!("periodic commit or sync failed: {e}");
         }
     }
-}
-
-/// Unix milliseconds now.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn connection(node: Arc<Node>, mut stream: TcpStream) {

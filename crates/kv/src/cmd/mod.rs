@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::frame::{Frame, Protocol};
 use crate::keyspace::{Keyspace, Lent};
 use crate::node::Node;
-pub(crate) use pliant::written;
+pub(crate) use pliant::{check_write, written};
 
 /// One connection's state, as commands see and change it.
 #[derive(Debug, Default)]

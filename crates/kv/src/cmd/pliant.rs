@@ -159,9 +159,8 @@ pub(super) fn invalidated(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// which the child's policy sees as its parent's.
 pub(super) fn report(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let id = String::from_utf8_lossy(&args[0]).into_owned();
-    let metrics = match serde_json::from_slice::<std::collections::BTreeMap<String, f64>>(&args[1])
-    {
-        Ok(m) => m.into_iter().collect(),
+    let metrics = match serde_json::from_slice(&args[1]).and_then(crate::node::reported_from) {
+        Ok(m) => m,
         Err(e) => {
             return Frame::error(format!(
                 "ERR PLIANT.REPORT: metrics must be a JSON object of numbers: {e}"
@@ -169,13 +168,7 @@ pub(super) fn report(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         }
     };
     ctx.node.report_child(id, metrics);
-    let own: serde_json::Map<String, serde_json::Value> = ctx
-        .node
-        .metrics()
-        .into_iter()
-        .filter(|(_, v)| v.is_finite())
-        .map(|(k, v)| (k, v.into()))
-        .collect();
+    let own = crate::node::reported_json(&ctx.node.metrics());
     Frame::Bulk(Bytes::from(
         serde_json::json!({ "id": ctx.node.id(), "metrics": own }).to_string(),
     ))
@@ -187,10 +180,9 @@ pub(super) fn report(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// have all dropped them ([`crate::tracking::Tracking::defer`]): the child acknowledges the write
 /// to its own client only then, while this connection goes on serving it.
 pub(super) fn write(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let spec = match super::check(ctx.session, args) {
-        Ok(spec) if spec.writes => spec,
-        Ok(_) => return written(Frame::error("ERR PLIANT.WRITE takes a write command"), 0),
-        Err(reply) => return written(reply, 0),
+    let spec = match check_write(ctx.session, args) {
+        Ok(spec) => spec,
+        Err(reply) => return reply,
     };
     let before = ctx.session.awaiting.len();
     let reply = super::run(ctx, spec, args);
@@ -202,6 +194,22 @@ pub(super) fn write(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let waits = ctx.session.awaiting.split_off(before);
     let ticket = ctx.node.tracking().defer(ctx.session.id, waits, None);
     written(reply, ticket)
+}
+
+/// The write command `PLIANT.WRITE` carries, checked as [`super::check`] checks any request; the
+/// `PLIANT.WRITE` reply refusing it otherwise.
+pub(crate) fn check_write(
+    session: &super::Session,
+    args: &[Bytes],
+) -> Result<&'static super::Spec, Frame> {
+    match super::check(session, args) {
+        Ok(spec) if spec.writes => Ok(spec),
+        Ok(_) => Err(written(
+            Frame::error("ERR PLIANT.WRITE takes a write command"),
+            0,
+        )),
+        Err(reply) => Err(written(reply, 0)),
+    }
 }
 
 /// A `PLIANT.WRITE` reply: the write's reply and its ticket.
