@@ -526,12 +526,6 @@ impl Keyspace {
         })
     }
 
-    /// Both steps of `auto`'s decision at once (tests, and callers that may hold the lock).
-    pub fn auto_decide(&mut self, view: CacheView, now: u64) -> Option<u64> {
-        let (view, fit) = self.auto_begin(view, now)?;
-        self.auto_finish(&view, fit.map(pliant_tier::Fit::run))
-    }
-
     /// A read that waited `seconds` for its value from the parent, a fetch it started
     /// (`fetched`) or joined: `auto` prices misses with it. It belongs to the latest read.
     pub fn auto_wait(&mut self, seconds: f64, fetched: bool) {
@@ -1541,7 +1535,9 @@ mod tests {
                     clients: Some(1.0),
                     ..CacheView::default()
                 };
-                if let Some(n) = k.auto_decide(view, start + 10_000) {
+                // Both steps at once: nothing else holds this keyspace.
+                let (view, fit) = k.auto_begin(view, start + 10_000).expect("auto runs");
+                if let Some(n) = k.auto_finish(&view, fit.map(pliant_tier::Fit::run)) {
                     trims.push((d, n, k.memory().0));
                 }
             }
