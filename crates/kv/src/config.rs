@@ -90,6 +90,9 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// Threads serving connections (0: one per core).
     pub threads: usize,
+    /// The embedded coordination store of the cluster this node belongs to (`--coord`), if any:
+    /// the node joins it and serves the slots its map gives it.
+    pub coord: Option<SocketAddr>,
 }
 
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
@@ -118,6 +121,7 @@ impl Default for Config {
             unsafe_no_auth: false,
             metrics: None,
             threads: DEFAULT_THREADS,
+            coord: None,
         }
     }
 }
@@ -175,6 +179,8 @@ pub struct Settings {
     pub metrics: Option<SocketAddr>,
     /// `--threads`.
     pub threads: Option<usize>,
+    /// `--coord`.
+    pub coord: Option<SocketAddr>,
 }
 
 /// A policy named by one path or several.
@@ -273,6 +279,7 @@ impl Settings {
             unsafe_no_auth: self.unsafe_no_auth.or(fallback.unsafe_no_auth),
             metrics: self.metrics.or(fallback.metrics),
             threads: self.threads.or(fallback.threads),
+            coord: self.coord.or(fallback.coord),
         }
     }
 
@@ -334,6 +341,18 @@ impl Settings {
                 "given together with parent: a tier keeps no store of its own (its parent holds every key); give one or the other".into(),
             ));
         }
+        if self.coord.is_some() && self.parent.is_some() {
+            return Err(bad(
+                "coord",
+                "given together with parent: a cluster node owns its slots' keys, a tier caches another node's; give one or the other".into(),
+            ));
+        }
+        if self.coord.is_some() && self.bind.is_some_and(|b| b.ip().is_unspecified()) {
+            return Err(bad(
+                "bind",
+                "a cluster node sends clients to its own address: bind a specific one, not 0.0.0.0 or ::".into(),
+            ));
+        }
         let requirepass = self.requirepass.filter(|p| !p.is_empty());
         Ok(Config {
             bind: self.bind.unwrap_or(d.bind),
@@ -362,6 +381,7 @@ impl Settings {
             unsafe_no_auth: self.unsafe_no_auth.unwrap_or(false),
             metrics: self.metrics,
             threads: self.threads.unwrap_or(d.threads),
+            coord: self.coord,
         })
     }
 }

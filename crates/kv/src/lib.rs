@@ -6,6 +6,8 @@
 //! - [`fuzz`]: a seeded random-frame fuzzer for the parser (`pliant bench frames`).
 //! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
 //! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
+//! - [`cluster`]: hash slots, the slot map, the coordination store, and the routing of a cluster
+//!   node (`-MOVED`, `-ASK`, `-CROSSSLOT`).
 //! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
 //! - [`tracking`]: which clients hold copies of which keys, and their invalidation (CLIENT
 //!   TRACKING); how a parent keeps its child tiers coherent.
@@ -19,11 +21,12 @@
 //!
 //! Dependencies: `tokio` (the network and timers), `bytes` (values shared without copies
 //! between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
-//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters);
+//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters, the slot map), `crc` (Redis Cluster's key hash);
 //! `pliant-policy` and `pliant-tier` for the live policy, which sees the same metric names the
 //! simulator gives.
 
 pub mod client;
+pub mod cluster;
 mod cmd;
 pub mod config;
 pub mod frame;
@@ -77,7 +80,7 @@ pub fn serve(
 }
 
 /// Returns at the first SIGINT or SIGTERM.
-async fn stop_on_signal() {
+pub(crate) async fn stop_on_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -42,6 +42,8 @@ pub struct Node {
     metrics: Mutex<Reported>,
     /// The latest report of each child tier, by the child's id, with when it came.
     children: Mutex<HashMap<String, (Instant, Reported)>>,
+    /// Its place in a cluster, if it belongs to one.
+    cluster: std::sync::OnceLock<crate::cluster::Cluster>,
 }
 
 /// One node's metrics as it reports them to its parent or children: `(name, value)`.
@@ -102,7 +104,18 @@ impl Node {
             parent: std::sync::OnceLock::new(),
             metrics: Mutex::new(Vec::new()),
             children: Mutex::new(HashMap::new()),
+            cluster: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Its place in a cluster, if it belongs to one.
+    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        self.cluster.get()
+    }
+
+    /// Makes it a node of `cluster` (once, at start).
+    pub fn set_cluster(&self, cluster: crate::cluster::Cluster) {
+        let _ = self.cluster.set(cluster);
     }
 
     /// This node's id in the policies' `servers` tables: the address it listens on, with the

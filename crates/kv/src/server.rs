@@ -48,6 +48,9 @@ pub enum ServeError {
     /// The parent (`--parent`) could not be reached or refused this tier.
     #[error("{0}")]
     Parent(String),
+    /// The cluster's coordination store (`--coord`) could not be joined.
+    #[error("joining the cluster: {0}")]
+    Cluster(String),
     /// The policy given at start did not install.
     #[error("policy: {0}")]
     Policy(String),
@@ -111,6 +114,31 @@ impl Server {
                 Err(e) => return Err(ServeError::Parent(e.to_string())),
             }
             node.set_parent(up);
+        }
+        if let Some(coord) = config.coord {
+            let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+            let salt = match &config.store {
+                Some(p) => std::fs::canonicalize(p)
+                    .unwrap_or_else(|_| p.clone())
+                    .display()
+                    .to_string(),
+                None => format!("{:?}", std::time::SystemTime::now()),
+            };
+            let me = crate::cluster::Member {
+                id: crate::cluster::node_id(addr, &salt),
+                addr,
+            };
+            let remote: Arc<dyn crate::cluster::Coord> = Arc::new(Arc::new(
+                crate::cluster::remote::Remote::new(coord, config.requirepass.clone()),
+            ));
+            let cluster =
+                crate::cluster::Cluster::join(me, coord.to_string(), remote, node.stop_signal())
+                    .await
+                    .map_err(|e| ServeError::Cluster(e.to_string()))?;
+            node.set_cluster(cluster);
         }
         let policy = crate::policy::Policy::start(node.clone(), config.policy.clone())
             .map_err(ServeError::Policy)?;

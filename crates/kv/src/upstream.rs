@@ -499,7 +499,11 @@ async fn acknowledge(mut control: TcpStream, id: i64, mut applied: watch::Receiv
 
 /// Writes one request and reads its reply (pushes before it are skipped: none come before the
 /// tier has read anything).
-async fn roundtrip(s: &mut TcpStream, buf: &mut BytesMut, args: &[&[u8]]) -> Result<Frame, String> {
+pub(crate) async fn roundtrip(
+    s: &mut TcpStream,
+    buf: &mut BytesMut,
+    args: &[&[u8]],
+) -> Result<Frame, String> {
     let mut out = Vec::new();
     encode(args, &mut out);
     s.write_all(&out).await.map_err(|e| e.to_string())?;
@@ -523,7 +527,7 @@ async fn roundtrip(s: &mut TcpStream, buf: &mut BytesMut, args: &[&[u8]]) -> Res
 }
 
 /// A request as a RESP array of bulk strings.
-fn encode(args: &[impl AsRef<[u8]>], out: &mut Vec<u8>) {
+pub(crate) fn encode(args: &[impl AsRef<[u8]>], out: &mut Vec<u8>) {
     out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
     for a in args {
         let a = a.as_ref();

@@ -47,6 +47,9 @@ enum Command {
     Bench(cmd::bench::Command),
     /// Run a cache node that speaks the Redis protocol, over a persistent store.
     Serve(cmd::serve::Args),
+    /// A cluster of nodes speaking Redis Cluster's protocol: start one here, show one.
+    #[command(subcommand)]
+    Cluster(cmd::cluster::Command),
     /// Manage a running node: its live policy and counters.
     Admin(cmd::admin::Args),
     /// Replay a trace against a Redis-protocol server (Pliant or Redis).
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Admin(a) => cmd::admin::run(&a),
+        Command::Cluster(c) => cmd::cluster::run(c),
         Command::Replay(a) => cmd::replay::run(&a),
     };
     match result {

@@ -2,6 +2,7 @@
 //! dependency tree (the Lua VM among it), so one binary instead of one per file saves those
 //! links in every build of the suite. Each module is one subject.
 
+mod cluster_cli;
 mod common;
 mod parsplice_cli;
 mod policy_cli;

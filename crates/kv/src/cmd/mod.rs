@@ -1,6 +1,7 @@
 //! Commands: one file per family, each command a function from its arguments to its reply.
 //! [`execute`] looks the name up in [`COMMANDS`], checks the arity as Redis does, and runs it.
 
+mod cluster;
 mod connection;
 mod keys;
 mod pliant;
@@ -36,6 +37,9 @@ pub struct Session {
     pub pushes: Option<tokio::sync::mpsc::UnboundedReceiver<crate::tracking::Outgoing>>,
     /// Tiers this batch's writes invalidated: its replies wait until they have applied it.
     pub awaiting: Vec<crate::tracking::Wait>,
+    /// Set by `ASKING`: the next command may use a slot being imported here (Redis Cluster's
+    /// `-ASK` redirection).
+    pub asking: bool,
 }
 
 /// What a command runs with.
@@ -194,6 +198,11 @@ pub const COMMANDS: &[Spec] = &[
     cmd("persist", 2, true, ONE_KEY, keys::persist),
     cmd("keys", 2, false, NO_KEYS, keys::keys),
     cmd("scan", -2, false, NO_KEYS, keys::scan),
+    cmd("cluster", -2, false, NO_KEYS, cluster::cluster),
+    cmd("asking", 1, false, NO_KEYS, cluster::asking),
+    cmd("readonly", 1, false, NO_KEYS, cluster::readonly),
+    cmd("readwrite", 1, false, NO_KEYS, cluster::readonly),
+    cmd("pliant.cluster", 1, false, NO_KEYS, cluster::pliant_cluster),
     cmd("pliant.policy", -2, false, NO_KEYS, pliant::policy),
     cmd("pliant.stats", 1, false, NO_KEYS, pliant::stats),
     cmd("pliant.fetch", 2, false, ONE_KEY, pliant::fetch),
@@ -238,10 +247,14 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
 
 /// Runs one request (`args[0]` is the command's name) and returns its reply.
 pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    match check(ctx.session, args) {
-        Ok(spec) => run(ctx, spec, args),
-        Err(reply) => reply,
+    let spec = match check(ctx.session, args) {
+        Ok(spec) => spec,
+        Err(reply) => return reply,
+    };
+    if let Some(redirect) = cluster::route(ctx, spec, args) {
+        return redirect;
     }
+    run(ctx, spec, args)
 }
 
 /// What Redis checks before it runs a request: a known command, authentication, arity. The

@@ -68,8 +68,13 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if show("server") {
         let _ = write!(
             out,
-            "# Server\r\nredis_version:7.2.0\r\npliant_version:{}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+            "# Server\r\nredis_version:7.2.0\r\npliant_version:{}\r\nredis_mode:{}\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
+            if node.cluster().is_some() {
+                "cluster"
+            } else {
+                "standalone"
+            },
             std::env::consts::OS,
             std::process::id(),
             node.port(),
@@ -114,6 +119,13 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             out,
             "# Persistence\r\nloading:0\r\naof_enabled:{}\r\n\r\n",
             u8::from(has_store)
+        );
+    }
+    if show("cluster") {
+        let _ = write!(
+            out,
+            "# Cluster\r\ncluster_enabled:{}\r\n\r\n",
+            u8::from(node.cluster().is_some())
         );
     }
     if show("keyspace") {

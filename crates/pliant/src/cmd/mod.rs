@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod args;
 pub mod bench;
+pub mod cluster;
 pub mod demo;
 pub mod input;
 pub mod parsplice;

@@ -96,6 +96,11 @@ pub struct Args {
     /// Threads serving connections; 0 means one per core [default: 1].
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Join the cluster whose coordination store listens at ADDR:PORT (what `pliant cluster
+    /// up` prints): serve the hash slots its map gives this node, send clients elsewhere for
+    /// the others (-MOVED), as a Redis Cluster node does.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "parent")]
+    coord: Option<SocketAddr>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -123,12 +128,17 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         unsafe_no_auth: a.unsafe_no_auth.then_some(true),
         metrics: a.metrics,
         threads: a.threads,
+        coord: a.coord,
     };
     let settings = match &a.config {
         Some(file) => flags.or(Settings::from_file(file)?),
         None => flags,
     };
     let config = settings.resolve()?;
+    let cluster = match config.coord {
+        Some(c) => format!(", cluster of {c}"),
+        None => String::new(),
+    };
     let store = match (&config.store, config.parent) {
         (Some(p), _) => format!("store {}", p.display()),
         (None, Some(parent)) => format!("tier of {parent}"),
@@ -136,7 +146,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     };
     pliant_kv::serve(&config, |addr, metrics| {
         eprintln!(
-            "pliant serve: listening on {addr} ({} memory tier of {}, {store}, durability {})",
+            "pliant serve: listening on {addr} ({} memory tier of {}, {store}, durability {}{cluster})",
             config.algo, config.capacity, config.durability
         );
         if let Some(m) = metrics {

@@ -1,0 +1,387 @@
+//! The coordination store: what every node of a cluster agrees on (the slot map with its
+//! version, and which nodes are alive), behind one trait with two backends.
+//!
+//! - [`Embedded`]: the state in this process, for a cluster on one machine. `pliant cluster up`
+//!   holds it and serves it to its nodes over the Redis protocol ([`super::coord_server`]);
+//!   each node reaches it through [`super::remote::Remote`]. No extra process to run.
+//! - etcd (`--etcd`), for clusters across machines, comes behind a cargo feature: its client's
+//!   code generation needs `protoc`.
+//!
+//! Liveness is a lease: a node joins with a time to live and renews it; a node that stops
+//! renewing leaves the member list when its lease lapses (its slots stay its own: nothing moves
+//! a dead node's slots without an operator saying so). Map changes are a compare-and-swap on the
+//! version, so two writers never both win; nodes learn of changes by watching, not polling.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::map::{MapError, Member, SlotMap, valid_id};
+
+/// A boxed future, so the trait can be used as `dyn Coord`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the cluster agrees on at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterState {
+    /// The slot map.
+    pub map: SlotMap,
+    /// Nodes whose lease is current, in the order they joined.
+    pub members: Vec<Member>,
+}
+
+impl ClusterState {
+    /// Nothing assigned, nobody alive.
+    pub fn empty() -> Self {
+        Self {
+            map: SlotMap::empty(),
+            members: Vec::new(),
+        }
+    }
+
+    /// Whether node `id` holds a current lease.
+    pub fn alive(&self, id: &str) -> bool {
+        self.members.iter().any(|m| m.id == id)
+    }
+
+    /// As JSON: `{"map": …, "members": […]}`.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"map\":{},\"members\":{}}}",
+            self.map.to_json(),
+            serde_json::to_string(&self.members).expect("members serialise")
+        )
+    }
+
+    /// Read back from [`to_json`](Self::to_json), checked.
+    pub fn from_json(text: &str) -> Result<Self, MapError> {
+        let v: serde_json::Value = serde_json::from_str(text)?;
+        let map = SlotMap::from_json(&v["map"].to_string())?;
+        let members: Vec<Member> = serde_json::from_value(v["members"].clone())?;
+        Ok(Self { map, members })
+    }
+}
+
+/// Why the coordination store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoordError {
+    /// It cannot be reached, or the connection failed.
+    #[error("coordination store {addr}: {why}")]
+    Unreachable {
+        /// Where it was sought.
+        addr: String,
+        /// What happened.
+        why: String,
+    },
+    /// The node's lease lapsed (it must join again).
+    #[error("node {0} holds no lease (it lapsed, or the node never joined)")]
+    NoLease(String),
+    /// A request it refused, with its reason.
+    #[error("coordination store refused: {0}")]
+    Refused(String),
+    /// What it holds is not a valid state.
+    #[error("coordination store holds a corrupted entry: {0}")]
+    Corrupted(#[from] MapError),
+}
+
+/// The operations a node and the rescaler need of the coordination store.
+pub trait Coord: Send + Sync {
+    /// Registers `me` as alive for `ttl`, renewed by [`keepalive`](Self::keepalive). A node that
+    /// joins again with the same id replaces its earlier entry (a restart at a new address).
+    fn join(&self, me: Member, ttl: Duration) -> BoxFuture<'_, Result<(), CoordError>>;
+    /// Renews the lease of node `id`; [`CoordError::NoLease`] if it lapsed.
+    fn keepalive<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>>;
+    /// Ends the lease of node `id` now (a clean stop).
+    fn leave<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>>;
+    /// The current state.
+    fn state(&self) -> BoxFuture<'_, Result<ClusterState, CoordError>>;
+    /// Replaces the map, if its version is still `expected`, by `map` at version `expected + 1`
+    /// (one transaction). `Ok(false)`: someone changed it first; read it again.
+    fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>>;
+    /// The state, kept current as it changes.
+    fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>>;
+}
+
+/// A node's lease: renewed for `ttl` at each keepalive.
+struct Lease {
+    member: Member,
+    ttl: Duration,
+    deadline: Instant,
+}
+
+/// The state in this process.
+pub struct Embedded {
+    leases: Mutex<Vec<Lease>>,
+    map: Mutex<SlotMap>,
+    tx: watch::Sender<Arc<ClusterState>>,
+    /// Where the map is kept across restarts, if anywhere.
+    file: Option<std::path::PathBuf>,
+}
+
+impl Default for Embedded {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Embedded {
+    /// An empty cluster.
+    pub fn new() -> Self {
+        Self {
+            leases: Mutex::new(Vec::new()),
+            map: Mutex::new(SlotMap::empty()),
+            tx: watch::channel(Arc::new(ClusterState::empty())).0,
+            file: None,
+        }
+    }
+
+    /// The state kept in `file` (a JSON slot map, written at every update, so a cluster
+    /// started again finds its map): read if it exists, checked; created at the first update.
+    pub fn open(file: &std::path::Path) -> Result<Self, CoordError> {
+        let mut e = Self::new();
+        e.file = Some(file.to_path_buf());
+        match std::fs::read_to_string(file) {
+            Ok(text) => {
+                let map = SlotMap::from_json(&text)
+                    .map_err(|err| CoordError::Refused(format!("{}: {err}", file.display())))?;
+                *e.map.get_mut().expect("map lock") = map;
+                e.publish();
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(CoordError::Refused(format!("{}: {err}", file.display()))),
+        }
+        Ok(e)
+    }
+
+    /// Writes `map` to the file, if there is one: a temporary file synced, then renamed over
+    /// the old one, so a crash leaves one map or the other, never half of one.
+    fn save(&self, map: &SlotMap) -> Result<(), CoordError> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let tmp = file.with_extension("json.tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(map.to_json().as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, file)
+        };
+        write().map_err(|e| CoordError::Refused(format!("saving {}: {e}", file.display())))
+    }
+
+    /// The state now (leases that lapsed by now dropped).
+    pub fn current(&self) -> ClusterState {
+        self.expire();
+        (**self.tx.borrow()).clone()
+    }
+
+    /// Drops the leases that lapsed; tells watchers if any did. Call it now and then (the
+    /// server does, a few times per lease).
+    pub fn expire(&self) {
+        let now = Instant::now();
+        let changed = {
+            let mut leases = self.leases.lock().expect("leases lock");
+            let before = leases.len();
+            leases.retain(|l| {
+                let keep = l.deadline > now;
+                if !keep {
+                    let m = &l.member;
+                    tracing::warn!("node {} ({}): lease lapsed", m.id, m.addr);
+                }
+                keep
+            });
+            leases.len() != before
+        };
+        if changed {
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        let members = self
+            .leases
+            .lock()
+            .expect("leases lock")
+            .iter()
+            .map(|l| l.member.clone())
+            .collect();
+        let map = self.map.lock().expect("map lock").clone();
+        self.tx
+            .send_replace(Arc::new(ClusterState { map, members }));
+    }
+
+    /// [`Coord::join`], here and now.
+    pub fn join_now(&self, me: Member, ttl: Duration) -> Result<(), CoordError> {
+        if !valid_id(&me.id) {
+            return Err(CoordError::Refused(format!(
+                "node id {:?} is not 40 hex digits",
+                me.id
+            )));
+        }
+        {
+            let mut leases = self.leases.lock().expect("leases lock");
+            let lease = Lease {
+                deadline: Instant::now() + ttl,
+                member: me,
+                ttl,
+            };
+            match leases.iter_mut().find(|l| l.member.id == lease.member.id) {
+                Some(entry) => *entry = lease,
+                None => leases.push(lease),
+            }
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// [`Coord::keepalive`], here and now.
+    pub fn keepalive_now(&self, id: &str) -> Result<(), CoordError> {
+        let mut leases = self.leases.lock().expect("leases lock");
+        let now = Instant::now();
+        match leases.iter_mut().find(|l| l.member.id == id) {
+            Some(l) if l.deadline > now => {
+                l.deadline = now + l.ttl;
+                Ok(())
+            }
+            _ => Err(CoordError::NoLease(id.to_string())),
+        }
+    }
+
+    /// [`Coord::leave`], here and now.
+    pub fn leave_now(&self, id: &str) {
+        self.leases
+            .lock()
+            .expect("leases lock")
+            .retain(|l| l.member.id != id);
+        self.publish();
+    }
+
+    /// [`Coord::update`], here and now (saved before it is applied, so a map that could not be
+    /// saved is not applied either).
+    pub fn update_now(&self, expected: u64, map: SlotMap) -> Result<bool, CoordError> {
+        {
+            let mut current = self.map.lock().expect("map lock");
+            if current.version() != expected {
+                return Ok(false);
+            }
+            let map = map.with_version(expected + 1);
+            self.save(&map)?;
+            *current = map;
+        }
+        self.publish();
+        Ok(true)
+    }
+
+    /// A watcher of the state.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<ClusterState>> {
+        self.tx.subscribe()
+    }
+}
+
+impl Coord for Embedded {
+    fn join(&self, me: Member, ttl: Duration) -> BoxFuture<'_, Result<(), CoordError>> {
+        Box::pin(async move { self.join_now(me, ttl) })
+    }
+    fn keepalive<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move { self.keepalive_now(id) })
+    }
+    fn leave<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move {
+            self.leave_now(id);
+            Ok(())
+        })
+    }
+    fn state(&self) -> BoxFuture<'_, Result<ClusterState, CoordError>> {
+        Box::pin(async move { Ok(self.current()) })
+    }
+    fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>> {
+        Box::pin(async move { self.update_now(expected, map) })
+    }
+    fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>> {
+        Box::pin(async move { Ok(self.subscribe()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(i: u8) -> Member {
+        Member {
+            id: format!("{i:040x}"),
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lapses_unless_renewed_and_watchers_see_it() {
+        let c = Embedded::new();
+        let mut w = c.watch().await.expect("embedded store");
+        c.join(member(1), Duration::from_secs(3))
+            .await
+            .expect("embedded store");
+        c.join(member(2), Duration::from_secs(3))
+            .await
+            .expect("embedded store");
+        assert!(w.has_changed().expect("embedded store"));
+        assert_eq!(w.borrow_and_update().members.len(), 2);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        c.keepalive(&member(1).id).await.expect("embedded store");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        c.expire();
+        assert_eq!(w.borrow_and_update().members, vec![member(1)]);
+        assert!(matches!(
+            c.keepalive(&member(2).id).await,
+            Err(CoordError::NoLease(_))
+        ));
+        c.leave(&member(1).id).await.expect("embedded store");
+        assert!(c.state().await.expect("embedded store").members.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_update_wins_only_over_the_version_it_read() {
+        let c = Embedded::new();
+        let map = SlotMap::even(0, &[member(1)]);
+        assert!(c.update(0, map.clone()).await.expect("embedded store"));
+        // A second writer that read version 0 too loses, and changes nothing.
+        assert!(
+            !c.update(0, SlotMap::even(0, &[member(2)]))
+                .await
+                .expect("embedded store")
+        );
+        let s = c.state().await.expect("embedded store");
+        assert_eq!(s.map.version(), 1);
+        assert_eq!(s.map.owner(0), Some(&member(1)));
+        assert_eq!(
+            ClusterState::from_json(&s.to_json()).expect("embedded store"),
+            s
+        );
+    }
+
+    #[test]
+    fn a_saved_map_is_found_again_and_a_corrupted_one_refused() {
+        let dir = tempfile::tempdir().expect("embedded store");
+        let file = dir.path().join("cluster.json");
+        let c = Embedded::open(&file).expect("embedded store");
+        assert!(
+            c.update_now(0, SlotMap::even(0, &[member(1), member(2)]))
+                .expect("embedded store")
+        );
+        let again = Embedded::open(&file).expect("embedded store");
+        assert_eq!(again.current().map, c.current().map);
+        assert_eq!(again.current().map.version(), 1);
+        std::fs::write(&file, "{\"version\": 2, \"nodes\": [{\"id\": \"x\"")
+            .expect("embedded store");
+        let err = Embedded::open(&file).err().expect("corrupted").to_string();
+        assert!(
+            err.contains("cluster.json") && err.contains("slot map"),
+            "{err}"
+        );
+    }
+}

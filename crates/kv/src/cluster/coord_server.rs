@@ -1,0 +1,243 @@
+//! The embedded coordination store served over the Redis protocol, so that the nodes of a
+//! cluster on one machine share it with no extra process: `pliant cluster up` runs this beside
+//! its nodes. Commands (what [`super::remote::Remote`] sends):
+//!
+//! ```text
+//! AUTH [default] PASSWORD             when the cluster has a password
+//! PLIANT.COORD JOIN ID ADDR TTL_MS    a lease for node ID at ADDR
+//! PLIANT.COORD KEEPALIVE ID           renew it (-NOLEASE if it lapsed)
+//! PLIANT.COORD LEAVE ID               end it
+//! PLIANT.COORD GET                    the state as JSON
+//! PLIANT.COORD UPDATE VERSION MAP     replace the map if VERSION is current (:1), else :0
+//! PLIANT.COORD WATCH                  then a push [pliant.coord, JSON] at every change
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::coord::{CoordError, Embedded};
+use super::map::{Member, SlotMap};
+use crate::frame::{Frame, FrameError, Limits, Protocol};
+
+/// How often lapsed leases are looked for: a few times per second, so a dead node leaves the
+/// member list within a fraction of a second of its lease's end.
+const REAP_EVERY: Duration = Duration::from_millis(250);
+
+/// Serves `coord` on `listener` until `stop` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    coord: Arc<Embedded>,
+    password: Option<String>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let reaper = {
+        let coord = coord.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REAP_EVERY);
+            loop {
+                tick.tick().await;
+                coord.expire();
+            }
+        })
+    };
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let (coord, password, stop) = (coord.clone(), password.clone(), stop.clone());
+                    conns.spawn(async move {
+                        if let Err(e) = connection(stream, &coord, password.as_deref(), stop).await {
+                            tracing::debug!("coordination client: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("coordination store: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.changed() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    reaper.abort();
+    conns.abort_all();
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    coord: &Embedded,
+    password: Option<&str>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let limits = Limits::default();
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut authenticated = password.is_none();
+    loop {
+        let args = loop {
+            match Frame::parse_request(&buf, &limits) {
+                Ok((frame, used)) => {
+                    let _ = buf.split_to(used);
+                    break request_args(frame);
+                }
+                Err(FrameError::Incomplete) => {}
+                Err(FrameError::Protocol(why)) => {
+                    reply(
+                        &mut stream,
+                        Frame::error(format!("ERR Protocol error: {why}")),
+                    )
+                    .await?;
+                    return Ok(());
+                }
+            }
+            tokio::select! {
+                n = stream.read_buf(&mut buf) => if n? == 0 { return Ok(()) },
+                _ = stop.changed() => return Ok(()),
+            }
+        };
+        let name = args
+            .first()
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
+        let sub = args
+            .get(1)
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
+        let frame = match (name.as_slice(), authenticated) {
+            (b"AUTH", _) => {
+                let given = args.last().map(|p| p.as_ref());
+                let ok = args.len() >= 2
+                    && args.len() <= 3
+                    && password.is_some_and(|p| given == Some(p.as_bytes()));
+                authenticated |= ok;
+                match (password, ok) {
+                    (None, _) => {
+                        Frame::error("ERR AUTH <password> called without any password configured")
+                    }
+                    (Some(_), true) => Frame::ok(),
+                    (Some(_), false) => Frame::error(
+                        "WRONGPASS invalid username-password pair or user is disabled.",
+                    ),
+                }
+            }
+            (_, false) => Frame::error("NOAUTH Authentication required."),
+            (b"PING", true) => Frame::Simple("PONG".into()),
+            (b"PLIANT.COORD", true) if sub.as_slice() == b"WATCH" => {
+                return watch(stream, coord, stop).await;
+            }
+            (b"PLIANT.COORD", true) => run(coord, &sub, &args[2.min(args.len())..]),
+            _ => Frame::error(format!(
+                "ERR unknown command '{}' (this is a coordination store: PLIANT.COORD only)",
+                String::from_utf8_lossy(&name)
+            )),
+        };
+        reply(&mut stream, frame).await?;
+    }
+}
+
+fn request_args(frame: Frame) -> Vec<Bytes> {
+    match frame {
+        Frame::Array(items) => items
+            .into_iter()
+            .filter_map(|f| match f {
+                Frame::Bulk(b) => Some(b),
+                Frame::Simple(s) => Some(Bytes::from(s)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+async fn reply(stream: &mut TcpStream, frame: Frame) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    frame.write(Protocol::Resp3, &mut out);
+    stream.write_all(&out).await
+}
+
+fn text(b: &[u8]) -> Option<&str> {
+    std::str::from_utf8(b).ok()
+}
+
+/// One request other than WATCH.
+fn run(coord: &Embedded, sub: &[u8], args: &[Bytes]) -> Frame {
+    let error = |e: CoordError| match e {
+        CoordError::NoLease(id) => Frame::error(format!("NOLEASE node {id} holds no lease")),
+        e => Frame::error(format!("ERR {e}")),
+    };
+    match (sub, args) {
+        (b"JOIN", [id, addr, ttl]) => {
+            let (Some(id), Some(addr), Some(ttl)) = (
+                text(id),
+                text(addr).and_then(|a| a.parse().ok()),
+                text(ttl).and_then(|t| t.parse::<u64>().ok()),
+            ) else {
+                return Frame::error("ERR JOIN wants a node id, an ADDR:PORT and a ttl in ms");
+            };
+            let me = Member {
+                id: id.to_string(),
+                addr,
+            };
+            match coord.join_now(me, Duration::from_millis(ttl)) {
+                Ok(()) => Frame::ok(),
+                Err(e) => error(e),
+            }
+        }
+        (b"KEEPALIVE", [id]) => match coord.keepalive_now(&String::from_utf8_lossy(id)) {
+            Ok(()) => Frame::ok(),
+            Err(e) => error(e),
+        },
+        (b"LEAVE", [id]) => {
+            coord.leave_now(&String::from_utf8_lossy(id));
+            Frame::ok()
+        }
+        (b"GET", []) => Frame::bulk(coord.current().to_json()),
+        (b"UPDATE", [version, map]) => {
+            let Some(version) = text(version).and_then(|v| v.parse().ok()) else {
+                return Frame::error("ERR UPDATE wants the version the map was read at");
+            };
+            match text(map).map(SlotMap::from_json) {
+                None => Frame::error("ERR the map is not UTF-8"),
+                Some(Err(e)) => Frame::error(format!("ERR {e}")),
+                Some(Ok(map)) => match coord.update_now(version, map) {
+                    Ok(done) => Frame::Integer(i64::from(done)),
+                    Err(e) => error(e),
+                },
+            }
+        }
+        _ => Frame::error(format!(
+            "ERR unknown or malformed PLIANT.COORD {} (JOIN, KEEPALIVE, LEAVE, GET, UPDATE, WATCH)",
+            String::from_utf8_lossy(sub)
+        )),
+    }
+}
+
+/// Pushes the state now and at every change, until the client goes or the server stops.
+async fn watch(
+    mut stream: TcpStream,
+    coord: &Embedded,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let mut rx = coord.subscribe();
+    let mut sink = [0u8; 64];
+    loop {
+        let state = rx.borrow_and_update().clone();
+        let push = Frame::Push(vec![
+            Frame::bulk(Bytes::from_static(b"pliant.coord")),
+            Frame::bulk(state.to_json()),
+        ]);
+        reply(&mut stream, push).await?;
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return Ok(()) },
+            // A watcher sends nothing more; a read of 0 bytes is its leaving.
+            n = stream.read(&mut sink) => if n? == 0 { return Ok(()) },
+            _ = stop.changed() => return Ok(()),
+        }
+    }
+}

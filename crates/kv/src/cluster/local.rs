@@ -1,0 +1,394 @@
+//! A cluster on this machine (`pliant cluster up`): this process holds the embedded
+//! coordination store and serves it to N `pliant serve --coord` processes it starts, spreads the
+//! slots over them once they have joined, and stops them when it is stopped.
+//!
+//! ```text
+//! <dir>/cluster.json   the slot map, kept across restarts (the same nodes, with the same
+//!                      stores at the same addresses, find their slots again)
+//! <dir>/coord.addr     where the coordination store listens
+//! <dir>/node-<i>/      node i's store (unless the nodes run --no-store)
+//! <dir>/node-<i>.log   node i's log
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::coord::{ClusterState, CoordError, Embedded};
+use super::map::SlotMap;
+
+/// How long the nodes get to start and join.
+const START: Duration = Duration::from_secs(30);
+
+/// How long a node gets to stop cleanly (finish requests, sync its store) before it is killed.
+const STOP: Duration = Duration::from_secs(15);
+
+/// What `pliant cluster up` starts.
+#[derive(Debug, Clone)]
+pub struct LocalSpec {
+    /// The `pliant` binary the nodes run.
+    pub exe: PathBuf,
+    /// How many nodes.
+    pub nodes: usize,
+    /// Where the map, the nodes' stores and their logs live.
+    pub dir: PathBuf,
+    /// Node i listens on 127.0.0.1:`base_port + i`, the coordination store on `base_port - 1`;
+    /// 0: every port picked free at run time.
+    pub base_port: u16,
+    /// Flags given to every `pliant serve` (e.g. `--no-store`, `--capacity 64MiB`).
+    pub serve_args: Vec<String>,
+    /// The cluster's password: clients' and the coordination store's.
+    pub password: Option<String>,
+}
+
+/// The cluster once every node has joined and every slot is assigned.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    /// Where the coordination store listens.
+    pub coord: SocketAddr,
+    /// The nodes and the map.
+    pub state: ClusterState,
+    /// The process id of each node, in start order.
+    pub pids: Vec<u32>,
+}
+
+/// Why the cluster could not start or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpError {
+    /// A file or directory could not be made or read.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A node stopped before the cluster was up.
+    #[error("node {node} exited ({status}) while starting; the end of {log}:\n{tail}")]
+    NodeExited {
+        /// Its number.
+        node: usize,
+        /// How it exited.
+        status: String,
+        /// Its log file.
+        log: String,
+        /// The last lines of it.
+        tail: String,
+    },
+    /// Not every node joined in time.
+    #[error("only {joined} of {wanted} nodes joined within {START:?}; see their logs in {dir}")]
+    Timeout {
+        /// Nodes that joined.
+        joined: usize,
+        /// Nodes started.
+        wanted: usize,
+        /// The cluster directory.
+        dir: String,
+    },
+    /// The coordination store failed.
+    #[error(transparent)]
+    Coord(#[from] CoordError),
+    /// Bad arguments.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> UpError {
+    let what = what.into();
+    move |source| UpError::Io { what, source }
+}
+
+/// Starts the cluster of `spec`, calls `ready` once it serves, and runs until SIGINT/SIGTERM;
+/// then stops every node cleanly (SHUTDOWN: requests finished, stores synced), killing only one
+/// that does not stop within 15 s.
+pub fn up(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
+    if spec.nodes == 0 {
+        return Err(UpError::Invalid("--nodes must be at least 1".into()));
+    }
+    if spec.base_port != 0 && usize::from(spec.base_port) + spec.nodes > 65536 {
+        return Err(UpError::Invalid(format!(
+            "--base-port {} leaves no room for {} nodes",
+            spec.base_port, spec.nodes
+        )));
+    }
+    if spec.base_port == 1 {
+        return Err(UpError::Invalid(
+            "--base-port must be 0 (pick ports) or at least 2 (the coordination store takes the port below)".into(),
+        ));
+    }
+    std::fs::create_dir_all(&spec.dir).map_err(io(format!("creating {}", spec.dir.display())))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io("starting the runtime"))?;
+    rt.block_on(run(spec, ready))
+}
+
+async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
+    let coord = Arc::new(Embedded::open(&spec.dir.join("cluster.json"))?);
+    let coord_port = if spec.base_port == 0 {
+        0
+    } else {
+        spec.base_port - 1
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", coord_port))
+        .await
+        .map_err(io(format!(
+            "binding the coordination store to 127.0.0.1:{coord_port}"
+        )))?;
+    let coord_addr = listener.local_addr().map_err(io("coordination address"))?;
+    std::fs::write(spec.dir.join("coord.addr"), format!("{coord_addr}\n"))
+        .map_err(io("writing coord.addr"))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(super::coord_server::serve(
+        listener,
+        coord.clone(),
+        spec.password.clone(),
+        stop_rx,
+    ));
+    let mut nodes = Vec::new();
+    for i in 0..spec.nodes {
+        match start_node(spec, i, coord_addr) {
+            Ok(child) => nodes.push(child),
+            Err(e) => {
+                stop_nodes(&mut nodes, spec).await;
+                return Err(e);
+            }
+        }
+    }
+    let result = serve_cluster(spec, &coord, coord_addr, &mut nodes, ready).await;
+    stop_nodes(&mut nodes, spec).await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    result
+}
+
+async fn serve_cluster(
+    spec: &LocalSpec,
+    coord: &Embedded,
+    coord_addr: SocketAddr,
+    nodes: &mut [Child],
+    ready: impl FnOnce(&Ready),
+) -> Result<(), UpError> {
+    let state = wait_for_nodes(spec, coord, nodes).await?;
+    let state = if state.map.assigned() == 0 {
+        // A new cluster: every slot, evenly, in the order of the nodes' addresses.
+        let mut members = state.members.clone();
+        members.sort_by_key(|m| m.addr);
+        let version = state.map.version();
+        if !coord.update_now(version, SlotMap::even(version, &members))? {
+            return Err(UpError::Invalid(
+                "the slot map changed while it was being assigned".into(),
+            ));
+        }
+        coord.current()
+    } else {
+        for m in state.map.nodes() {
+            if !state.alive(&m.id) {
+                tracing::warn!(
+                    "node {} ({}) of the saved map has not joined: its slots are not served",
+                    m.id,
+                    m.addr
+                );
+            }
+        }
+        state
+    };
+    wait_for_map(spec, &state).await?;
+    ready(&Ready {
+        coord: coord_addr,
+        state,
+        pids: nodes.iter().map(Child::id).collect(),
+    });
+    let mut exited = vec![false; nodes.len()];
+    let stop = crate::stop_on_signal();
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = tick.tick() => {}
+        }
+        for (i, child) in nodes.iter_mut().enumerate() {
+            if !exited[i]
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                exited[i] = true;
+                tracing::error!(
+                    "node {i} exited ({status}); its slots are not served until it returns (see {})",
+                    log_path(spec, i).display()
+                );
+            }
+        }
+    }
+}
+
+/// Waits until every node holds a lease, failing early if one exits.
+async fn wait_for_nodes(
+    spec: &LocalSpec,
+    coord: &Embedded,
+    nodes: &mut [Child],
+) -> Result<ClusterState, UpError> {
+    let deadline = tokio::time::Instant::now() + START;
+    let mut rx = coord.subscribe();
+    loop {
+        let state = coord.current();
+        if state.members.len() >= nodes.len() {
+            return Ok(state);
+        }
+        for (i, child) in nodes.iter_mut().enumerate() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = log_path(spec, i);
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                return Err(UpError::NodeExited {
+                    node: i,
+                    status: status.to_string(),
+                    log: log.display().to_string(),
+                    tail: lines[lines.len().saturating_sub(10)..].join("\n"),
+                });
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(UpError::Timeout {
+                joined: state.members.len(),
+                wanted: nodes.len(),
+                dir: spec.dir.display().to_string(),
+            });
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
+    }
+}
+
+/// Waits until every node of the map serves its version (they learn it by watch, a moment
+/// after it is written), so the cluster is ready when it says so.
+async fn wait_for_map(spec: &LocalSpec, state: &ClusterState) -> Result<(), UpError> {
+    let version = state.map.version();
+    let deadline = tokio::time::Instant::now() + START;
+    for m in state.map.nodes().iter().filter(|m| state.alive(&m.id)) {
+        loop {
+            if serves(m.addr, spec.password.as_deref()).await >= Some(version) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(UpError::Timeout {
+                    joined: state.members.len(),
+                    wanted: spec.nodes,
+                    dir: spec.dir.display().to_string(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The map version node `addr` serves, if it answers.
+async fn serves(addr: SocketAddr, password: Option<&str>) -> Option<u64> {
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let mut buf = bytes::BytesMut::new();
+        if let Some(p) = password {
+            crate::upstream::roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()])
+                .await
+                .ok()?;
+        }
+        let info = crate::upstream::roundtrip(&mut s, &mut buf, &[b"CLUSTER", b"INFO"])
+            .await
+            .ok()?;
+        let text = match info {
+            crate::frame::Frame::Bulk(b) | crate::frame::Frame::Verbatim(b) => b,
+            _ => return None,
+        };
+        String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|l| l.strip_prefix("pliant_map_version:"))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
+}
+
+fn log_path(spec: &LocalSpec, i: usize) -> PathBuf {
+    spec.dir.join(format!("node-{i}.log"))
+}
+
+fn start_node(spec: &LocalSpec, i: usize, coord: SocketAddr) -> Result<Child, UpError> {
+    let port = if spec.base_port == 0 {
+        0
+    } else {
+        usize::from(spec.base_port) + i
+    };
+    let log = log_path(spec, i);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(io(format!("opening {}", log.display())))?;
+    let mut cmd = Command::new(&spec.exe);
+    cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .args(["--coord", &coord.to_string()]);
+    if !spec
+        .serve_args
+        .iter()
+        .any(|a| a == "--no-store" || a == "--store")
+    {
+        cmd.arg("--store").arg(spec.dir.join(format!("node-{i}")));
+    }
+    cmd.args(&spec.serve_args);
+    // The password goes by the environment, not the command line `ps` shows.
+    if let Some(p) = &spec.password {
+        cmd.env("PLIANT_PASSWORD", p);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .map_err(io(format!("starting {}", spec.exe.display())))
+}
+
+/// Stops every node still running: SHUTDOWN (it syncs its store), then, after [`STOP`], a kill.
+async fn stop_nodes(nodes: &mut [Child], spec: &LocalSpec) {
+    for child in nodes.iter_mut() {
+        if let Ok(None) = child.try_wait() {
+            // Ctrl-C in a terminal reached the nodes too; SIGTERM the rest.
+            signal_term(child);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + STOP;
+    for (i, child) in nodes.iter_mut().enumerate() {
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if tokio::time::Instant::now() >= deadline => {
+                    tracing::error!(
+                        "node {i} did not stop within {STOP:?}; killing it (see {})",
+                        log_path(spec, i).display()
+                    );
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+/// SIGTERM to a node, by its pid (std's `Child::kill` can only SIGKILL, which skips the sync).
+fn signal_term(child: &Child) {
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return;
+    };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+}

@@ -1,0 +1,218 @@
+//! A node's (or the rescaler's) side of the embedded coordination store served by
+//! [`super::coord_server`]: requests on one connection, opened again after a failure, and the
+//! watch on a connection of its own that a task keeps open.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::coord::{BoxFuture, ClusterState, Coord, CoordError};
+use super::map::{Member, SlotMap};
+use crate::frame::{Frame, FrameError, Limits};
+use crate::upstream::{encode, roundtrip};
+
+/// How long a request to the coordination store may take (connecting included) before it
+/// counts as unreachable.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the watch waits before connecting again after it lost the store.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The embedded coordination store at `addr`.
+pub struct Remote {
+    addr: SocketAddr,
+    password: Option<String>,
+    conn: tokio::sync::Mutex<Option<(TcpStream, BytesMut)>>,
+}
+
+impl Remote {
+    /// A client of the store at `addr` (nothing is connected until the first request).
+    pub fn new(addr: SocketAddr, password: Option<String>) -> Self {
+        Self {
+            addr,
+            password,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn unreachable(&self, why: impl std::fmt::Display) -> CoordError {
+        CoordError::Unreachable {
+            addr: self.addr.to_string(),
+            why: why.to_string(),
+        }
+    }
+
+    async fn connect(&self) -> Result<(TcpStream, BytesMut), CoordError> {
+        let mut s = tokio::time::timeout(TIMEOUT, TcpStream::connect(self.addr))
+            .await
+            .map_err(|_| self.unreachable("connect timed out"))?
+            .map_err(|e| self.unreachable(e))?;
+        let _ = s.set_nodelay(true);
+        let mut buf = BytesMut::new();
+        if let Some(p) = &self.password {
+            match roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()]).await {
+                Ok(Frame::Error(e)) => return Err(CoordError::Refused(e)),
+                Ok(_) => {}
+                Err(e) => return Err(self.unreachable(e)),
+            }
+        }
+        Ok((s, buf))
+    }
+
+    /// One request; a failed connection is dropped so the next request opens another.
+    async fn call(&self, args: &[&[u8]]) -> Result<Frame, CoordError> {
+        let mut conn = self.conn.lock().await;
+        if conn.is_none() {
+            *conn = Some(self.connect().await?);
+        }
+        let (s, buf) = conn.as_mut().expect("connected above");
+        match tokio::time::timeout(TIMEOUT, roundtrip(s, buf, args)).await {
+            Ok(Ok(Frame::Error(e))) if e.starts_with("NOLEASE") => Err(CoordError::NoLease(
+                e.split(' ').nth(2).unwrap_or("").to_string(),
+            )),
+            Ok(Ok(Frame::Error(e))) => Err(CoordError::Refused(e)),
+            Ok(Ok(f)) => Ok(f),
+            Ok(Err(e)) => {
+                *conn = None;
+                Err(self.unreachable(e))
+            }
+            Err(_) => {
+                *conn = None;
+                Err(self.unreachable("no reply within 5 s"))
+            }
+        }
+    }
+
+    async fn ok(&self, args: &[&[u8]]) -> Result<(), CoordError> {
+        self.call(args).await.map(|_| ())
+    }
+
+    /// Keeps `tx` current from a WATCH connection, connecting again whenever it is lost, until
+    /// every receiver is gone.
+    async fn follow(self: Arc<Self>, tx: watch::Sender<Arc<ClusterState>>) {
+        let mut warned = false;
+        while !tx.is_closed() {
+            match self.watch_once(&tx).await {
+                Ok(()) => return,
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!("{e}; keeping the last slot map and trying again");
+                        warned = true;
+                    }
+                }
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+
+    /// One WATCH connection: every state pushed goes to `tx`. Returns `Ok` once nobody watches.
+    async fn watch_once(&self, tx: &watch::Sender<Arc<ClusterState>>) -> Result<(), CoordError> {
+        let (mut s, mut buf) = self.connect().await?;
+        let mut out = Vec::new();
+        encode(&[&b"PLIANT.COORD"[..], b"WATCH"], &mut out);
+        tokio::io::AsyncWriteExt::write_all(&mut s, &out)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let limits = Limits::default();
+        loop {
+            loop {
+                match Frame::parse(&buf, &limits) {
+                    Ok((frame, used)) => {
+                        let _ = buf.split_to(used);
+                        tx.send_replace(Arc::new(self.pushed(frame)?));
+                    }
+                    Err(FrameError::Incomplete) => break,
+                    Err(FrameError::Protocol(e)) => return Err(self.unreachable(e)),
+                }
+            }
+            tokio::select! {
+                n = s.read_buf(&mut buf) => match n {
+                    Ok(0) => return Err(self.unreachable("connection closed")),
+                    Ok(_) => {}
+                    Err(e) => return Err(self.unreachable(e)),
+                },
+                _ = tx.closed() => return Ok(()),
+            }
+        }
+    }
+
+    fn pushed(&self, frame: Frame) -> Result<ClusterState, CoordError> {
+        match frame {
+            Frame::Push(items) | Frame::Array(items) => match items.as_slice() {
+                [Frame::Bulk(kind), Frame::Bulk(json)] if kind.as_ref() == b"pliant.coord" => {
+                    let text = std::str::from_utf8(json)
+                        .map_err(|_| CoordError::Refused("state is not UTF-8".into()))?;
+                    Ok(ClusterState::from_json(text)?)
+                }
+                _ => Err(self.unreachable("unexpected push")),
+            },
+            Frame::Error(e) => Err(CoordError::Refused(e)),
+            other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
+        }
+    }
+}
+
+impl Coord for Arc<Remote> {
+    fn join(&self, me: Member, ttl: Duration) -> BoxFuture<'_, Result<(), CoordError>> {
+        Box::pin(async move {
+            let (addr, ttl) = (me.addr.to_string(), ttl.as_millis().to_string());
+            self.ok(&[
+                b"PLIANT.COORD",
+                b"JOIN",
+                me.id.as_bytes(),
+                addr.as_bytes(),
+                ttl.as_bytes(),
+            ])
+            .await
+        })
+    }
+
+    fn keepalive<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move {
+            self.ok(&[b"PLIANT.COORD", b"KEEPALIVE", id.as_bytes()])
+                .await
+        })
+    }
+
+    fn leave<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move { self.ok(&[b"PLIANT.COORD", b"LEAVE", id.as_bytes()]).await })
+    }
+
+    fn state(&self) -> BoxFuture<'_, Result<ClusterState, CoordError>> {
+        Box::pin(async move {
+            match self.call(&[b"PLIANT.COORD", b"GET"]).await? {
+                Frame::Bulk(json) => Ok(ClusterState::from_json(&String::from_utf8_lossy(&json))?),
+                other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
+            }
+        })
+    }
+
+    fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>> {
+        Box::pin(async move {
+            let (v, json) = (expected.to_string(), map.to_json());
+            match self
+                .call(&[b"PLIANT.COORD", b"UPDATE", v.as_bytes(), json.as_bytes()])
+                .await?
+            {
+                Frame::Integer(n) => Ok(n == 1),
+                other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
+            }
+        })
+    }
+
+    fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>> {
+        Box::pin(async move {
+            // The first state comes from a request, so a store that cannot be reached fails
+            // here rather than leaving the node waiting; the task follows the changes.
+            let first = self.state().await?;
+            let (tx, rx) = watch::channel(Arc::new(first));
+            tokio::spawn(self.clone().follow(tx));
+            Ok(rx)
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! Redis Cluster's commands: `CLUSTER …` (what clients read to route: SLOTS, SHARDS, NODES; and
+//! MYID, INFO, KEYSLOT, COUNTKEYSINSLOT, GETKEYSINSLOT), `ASKING`, `READONLY`/`READWRITE`, and
+//! [`route`], which every keyed command passes on a cluster node.
+
+use std::fmt::Write;
+
+use bytes::Bytes;
+
+use super::{Ctx, Spec, integer, store_error};
+use crate::cluster::{ClusterState, SLOTS, key_slot};
+use crate::frame::Frame;
+
+/// Redis's reply on a node that is not in a cluster.
+fn disabled() -> Frame {
+    Frame::error("ERR This instance has cluster support disabled")
+}
+
+/// Where the request may run (see [`crate::cluster::route`]): `None` here.
+pub(super) fn route(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Option<Frame> {
+    let cluster = ctx.node.cluster()?;
+    // ASKING lasts one command, whatever it is.
+    let asking = std::mem::take(&mut ctx.session.asking);
+    if spec.keys.0 == 0 {
+        return None;
+    }
+    let (node, now) = (ctx.node, ctx.now);
+    crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
+        node.keyspace().exists(k, now).unwrap_or(false)
+    })
+}
+
+/// `ASKING`.
+pub(super) fn asking(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    if ctx.node.cluster().is_none() {
+        return disabled();
+    }
+    ctx.session.asking = true;
+    Frame::ok()
+}
+
+/// `READONLY` / `READWRITE`: accepted (there are no replicas to read from yet).
+pub(super) fn readonly(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    if ctx.node.cluster().is_none() {
+        return disabled();
+    }
+    Frame::ok()
+}
+
+/// `PLIANT.CLUSTER`: this node's view as JSON: `{"me", "coord", "state": {"map", "members"}}`
+/// (what `pliant cluster status` and the rescaler read).
+pub(super) fn pliant_cluster(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    let Some(cluster) = ctx.node.cluster() else {
+        return disabled();
+    };
+    Frame::bulk(format!(
+        "{{\"me\":{},\"coord\":{},\"state\":{}}}",
+        serde_json::Value::from(cluster.me().id.clone()),
+        serde_json::Value::from(cluster.coord_addr()),
+        cluster.state().to_json()
+    ))
+}
+
+/// `CLUSTER subcommand …`.
+pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = args[0].to_ascii_uppercase();
+    let rest = &args[1..];
+    if sub == b"HELP" {
+        return Frame::Array(
+            HELP.iter()
+                .map(|l| Frame::Simple((*l).to_string()))
+                .collect(),
+        );
+    }
+    let Some(cluster) = ctx.node.cluster() else {
+        return disabled();
+    };
+    let state = cluster.state();
+    let me = cluster.me().id.clone();
+    let wrong = || {
+        Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLUSTER HELP.",
+            String::from_utf8_lossy(&args[0])
+        ))
+    };
+    match (sub.as_slice(), rest) {
+        (b"MYID" | b"MYSHARDID", []) => Frame::bulk(me),
+        (b"INFO", []) => Frame::Verbatim(info(&state, &me).into()),
+        (b"SLOTS", []) => slots(&state),
+        (b"SHARDS", []) => shards(&state),
+        (b"NODES", []) => Frame::Verbatim(nodes(&state, &me).into()),
+        (b"KEYSLOT", [key]) => Frame::Integer(i64::from(key_slot(key))),
+        (b"COUNTKEYSINSLOT", [slot]) => match slot_arg(slot) {
+            Err(e) => e,
+            Ok(slot) => match keys_in_slot(ctx, slot, usize::MAX) {
+                Ok(keys) => Frame::Integer(keys.len() as i64),
+                Err(e) => e,
+            },
+        },
+        (b"GETKEYSINSLOT", [slot, count]) => {
+            let slot = match slot_arg(slot) {
+                Ok(s) => s,
+                Err(e) => return e,
+            };
+            let Some(count) = integer(count).and_then(|c| usize::try_from(c).ok()) else {
+                return Frame::error("ERR Invalid number of keys");
+            };
+            match keys_in_slot(ctx, slot, count) {
+                Ok(keys) => Frame::Array(keys.into_iter().map(Frame::Bulk).collect()),
+                Err(e) => e,
+            }
+        }
+        _ => wrong(),
+    }
+}
+
+const HELP: &[&str] = &[
+    "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "COUNTKEYSINSLOT <slot>",
+    "GETKEYSINSLOT <slot> <count>",
+    "INFO",
+    "KEYSLOT <key>",
+    "MYID",
+    "MYSHARDID",
+    "NODES",
+    "SHARDS",
+    "SLOTS",
+    "HELP",
+];
+
+fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
+    integer(arg)
+        .and_then(|s| u16::try_from(s).ok())
+        .filter(|&s| s < SLOTS)
+        .ok_or_else(|| Frame::error("ERR Invalid slot"))
+}
+
+/// Up to `count` keys of this node in `slot`. Walks every key (the store, or memory without
+/// one) in bounded steps, each under the keyspace lock only briefly.
+fn keys_in_slot(ctx: &mut Ctx<'_>, slot: u16, count: usize) -> Result<Vec<Bytes>, Frame> {
+    let mut found = Vec::new();
+    let mut after: Option<Bytes> = None;
+    let in_slot = |k: &[u8]| key_slot(k) == slot;
+    while found.len() < count {
+        let step = (count - found.len()).min(1000);
+        let (keys, next) = ctx
+            .node
+            .keyspace()
+            .scan(after.as_deref(), step, ctx.now, &in_slot)
+            .map_err(|e| store_error(&e))?;
+        found.extend(keys);
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    found.truncate(count);
+    Ok(found)
+}
+
+/// `CLUSTER INFO`: the fields clients and redis-cli read.
+fn info(state: &ClusterState, me: &str) -> String {
+    let map = &state.map;
+    let assigned = map.assigned();
+    let ok = (0..SLOTS)
+        .filter(|&s| map.owner(s).is_some_and(|o| state.alive(&o.id)))
+        .count();
+    let size = (0..map.nodes().len() as u16)
+        .filter(|&i| map.slots_of(i) > 0)
+        .count();
+    let known = map.nodes().len()
+        + state
+            .members
+            .iter()
+            .filter(|m| map.index_of(&m.id).is_none())
+            .count();
+    let healthy = ok == usize::from(SLOTS);
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{v}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
+        if healthy { "ok" } else { "fail" },
+        assigned - ok,
+        map.migrations().count(),
+        u8::from(map.index_of(me).is_some()),
+        v = map.version(),
+    );
+    out
+}
+
+/// `[ip, port, id, {}]`, a node as CLUSTER SLOTS lists it.
+fn node_entry(addr: std::net::SocketAddr, id: &str) -> Frame {
+    Frame::Array(vec![
+        Frame::bulk(addr.ip().to_string()),
+        Frame::Integer(i64::from(addr.port())),
+        Frame::bulk(id.to_string()),
+        Frame::Map(Vec::new()),
+    ])
+}
+
+/// `CLUSTER SLOTS`: every range of slots with one owner.
+fn slots(state: &ClusterState) -> Frame {
+    let map = &state.map;
+    Frame::Array(
+        map.ranges()
+            .into_iter()
+            .map(|(a, b, o)| {
+                let m = &map.nodes()[usize::from(o)];
+                Frame::Array(vec![
+                    Frame::Integer(i64::from(a)),
+                    Frame::Integer(i64::from(b)),
+                    node_entry(m.addr, &m.id),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// `CLUSTER SHARDS`: one shard per node (each is its own primary; no replicas yet).
+fn shards(state: &ClusterState) -> Frame {
+    let map = &state.map;
+    let text = |s: &str| Frame::bulk(s.to_string());
+    Frame::Array(
+        map.nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let slots = map
+                    .ranges_of(i as u16)
+                    .into_iter()
+                    .flat_map(|(a, b)| [Frame::Integer(i64::from(a)), Frame::Integer(i64::from(b))])
+                    .collect();
+                let health = if state.alive(&m.id) { "online" } else { "fail" };
+                let node = Frame::Map(vec![
+                    (text("id"), text(&m.id)),
+                    (text("port"), Frame::Integer(i64::from(m.addr.port()))),
+                    (text("ip"), text(&m.addr.ip().to_string())),
+                    (text("endpoint"), text(&m.addr.ip().to_string())),
+                    (text("role"), text("master")),
+                    (text("replication-offset"), Frame::Integer(0)),
+                    (text("health"), text(health)),
+                ]);
+                Frame::Map(vec![
+                    (text("slots"), Frame::Array(slots)),
+                    (text("nodes"), Frame::Array(vec![node])),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// `CLUSTER NODES`: Redis's line format, which redis-cli and redis-benchmark parse. The bus
+/// port shown is the client port + 10000, as Redis's default, though nodes talk through the
+/// coordination store rather than a bus.
+fn nodes(state: &ClusterState, me: &str) -> String {
+    let map = &state.map;
+    let mut listed: Vec<(String, std::net::SocketAddr)> =
+        map.nodes().iter().map(|m| (m.id.clone(), m.addr)).collect();
+    for m in &state.members {
+        if map.index_of(&m.id).is_none() {
+            listed.push((m.id.clone(), m.addr));
+        }
+    }
+    let mut out = String::new();
+    for (id, addr) in listed {
+        let alive = state.alive(&id);
+        let flags = match (id == me, alive) {
+            (true, _) => "myself,master",
+            (false, true) => "master",
+            (false, false) => "master,fail",
+        };
+        let _ = write!(
+            out,
+            "{id} {}:{}@{} {flags} - 0 0 {} {}",
+            addr.ip(),
+            addr.port(),
+            u32::from(addr.port()) + 10000,
+            map.version(),
+            if alive { "connected" } else { "disconnected" }
+        );
+        if let Some(i) = map.index_of(&id) {
+            for (a, b) in map.ranges_of(i) {
+                if a == b {
+                    let _ = write!(out, " {a}");
+                } else {
+                    let _ = write!(out, " {a}-{b}");
+                }
+            }
+            for (slot, m) in map.migrations() {
+                if m.from == i {
+                    let _ = write!(out, " [{slot}->-{}]", map.nodes()[usize::from(m.to)].id);
+                } else if m.to == i {
+                    let _ = write!(out, " [{slot}-<-{}]", map.nodes()[usize::from(m.from)].id);
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}

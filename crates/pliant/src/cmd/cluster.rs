@@ -1,0 +1,188 @@
+//! `pliant cluster …`: a cluster of nodes on this machine, and the state of any cluster.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use pliant_kv::cluster::local::{LocalSpec, Ready};
+
+use super::args::Json;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    Up(UpArgs),
+    Status(StatusArgs),
+}
+
+/// Start a cluster of N nodes on this machine and keep it in the foreground (Ctrl-C stops every
+/// node cleanly: each finishes its requests and syncs its store).
+///
+/// The 16,384 hash slots of Redis Cluster are spread evenly over the nodes, so Redis Cluster
+/// clients (redis-cli -c, redis-py's RedisCluster, redis-benchmark --cluster) use it as they
+/// use a Redis Cluster. This process holds the coordination store (the slot map, kept in
+/// DIR/cluster.json, and which nodes are alive) and serves it to the nodes; started again with
+/// the same DIR and ports, the nodes find their slots and keys again.
+///
+/// Node i listens on 127.0.0.1:(BASE_PORT + i) and keeps its store in DIR/node-i (its log in
+/// DIR/node-i.log); the coordination store listens on BASE_PORT - 1. Flags after `--` go to
+/// every `pliant serve`.
+///
+/// Examples:
+///   pliant cluster up --nodes 3
+///   redis-cli -c -p 7000 set greeting hello
+///   pliant cluster status 127.0.0.1:7000
+///   pliant cluster up --nodes 6 --dir /scratch/pc --base-port 7100 -- --no-store --capacity 1GiB
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct UpArgs {
+    /// How many nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Where the slot map, the nodes' stores and their logs live.
+    #[arg(long, default_value = "pliant-cluster")]
+    dir: PathBuf,
+    /// The first node's port; 0 picks free ports for every node and the coordination store.
+    #[arg(long, default_value_t = 7000)]
+    base_port: u16,
+    /// The password of every node and of the coordination store; also read from
+    /// PLIANT_PASSWORD.
+    #[arg(long, value_name = "PASSWORD")]
+    requirepass: Option<String>,
+    /// Print the cluster's nodes as JSON once it is up.
+    #[arg(long)]
+    json: bool,
+    /// Flags for every `pliant serve` (after `--`), e.g. -- --no-store --capacity 64MiB.
+    #[arg(last = true, value_name = "SERVE FLAGS")]
+    serve: Vec<String>,
+}
+
+/// Show a cluster: every node with its slots, keys, memory and load (commands per second over
+/// --window), as the node at ADDR knows the map.
+///
+/// Examples:
+///   pliant cluster status 127.0.0.1:7000
+///   pliant cluster status 127.0.0.1:7000 --json
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct StatusArgs {
+    /// Any node of the cluster.
+    #[arg(value_name = "ADDR:PORT")]
+    addr: String,
+    /// The password (as redis-cli's -a); also read from PLIANT_PASSWORD.
+    #[arg(short = 'a', long = "pass", value_name = "PASSWORD")]
+    password: Option<String>,
+    /// How long load is measured over: 1s, 500ms.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    window: String,
+    #[command(flatten)]
+    json: Json,
+}
+
+pub fn run(c: Command) -> anyhow::Result<ExitCode> {
+    match c {
+        Command::Up(a) => up(&a),
+        Command::Status(a) => status(&a),
+    }
+}
+
+fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
+    let spec = LocalSpec {
+        exe: std::env::current_exe()?,
+        nodes: a.nodes,
+        dir: a.dir.clone(),
+        base_port: a.base_port,
+        serve_args: a.serve.clone(),
+        password: a
+            .requirepass
+            .clone()
+            .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
+            .filter(|p| !p.is_empty()),
+    };
+    let json = a.json;
+    pliant_kv::cluster::local::up(&spec, |r: &Ready| {
+        if json {
+            let nodes: Vec<serde_json::Value> = r
+                .state
+                .map
+                .nodes()
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    serde_json::json!({
+                        "id": m.id, "addr": m.addr.to_string(),
+                        "slots": r.state.map.ranges_of(i as u16),
+                    })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"coord": r.coord.to_string(), "pids": r.pids, "nodes": nodes})
+            );
+        } else {
+            println!("pliant cluster: {} nodes up", r.state.map.nodes().len());
+            for (i, m) in r.state.map.nodes().iter().enumerate() {
+                let ranges: Vec<String> = r
+                    .state
+                    .map
+                    .ranges_of(i as u16)
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect();
+                println!("  {}  {}  slots {}", m.addr, m.id, ranges.join(","));
+            }
+            println!("  coordination store on {}", r.coord);
+            println!("Ctrl-C stops the cluster (every node syncs its store first).");
+        }
+        // Scripts read the lines above as soon as they appear.
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    })?;
+    eprintln!("pliant cluster: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(a: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let password = a
+        .password
+        .clone()
+        .or_else(|| std::env::var("PLIANT_PASSWORD").ok());
+    let window: Duration =
+        pliant_policy::parse_interval(&a.window).map_err(|e| anyhow::anyhow!("--window: {e}"))?;
+    let s = pliant_kv::cluster::status::status(&a.addr, password.as_deref(), window)?;
+    if a.json.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "map version {}, {} of 16384 slots assigned, {} moving; coordination store {}",
+        s.version, s.slots_assigned, s.slots_migrating, s.coord
+    );
+    println!(
+        "{:<40}  {:<21}  {:>6}  {:>10}  {:>12}  {:>10}  state",
+        "node", "address", "slots", "keys", "memory", "ops/s"
+    );
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    for n in &s.nodes {
+        let state = match (n.alive, n.reachable) {
+            (true, true) => "ok",
+            (false, true) => "no lease",
+            (true, false) => "unreachable",
+            (false, false) => "down",
+        };
+        println!(
+            "{:<40}  {:<21}  {:>6}  {:>10}  {:>12}  {:>10}  {state}",
+            n.id,
+            n.addr,
+            n.slots,
+            opt(n.keys),
+            opt(n.memory_bytes),
+            n.ops_per_s.map_or("-".to_string(), |v| format!("{v:.0}")),
+        );
+    }
+    let down = s.nodes.iter().any(|n| !n.reachable);
+    Ok(if down {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

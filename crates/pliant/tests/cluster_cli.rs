@@ -1,0 +1,352 @@
+//! `pliant cluster up` as users run it: a supervisor process with its nodes on loopback ports
+//! picked free at run time, talked to with the `redis` client crate, stopped with SIGTERM by
+//! its pid (its nodes stop with it).
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `pliant cluster up`.
+struct LocalCluster {
+    child: Child,
+    /// What it printed once up (`--json`).
+    up: serde_json::Value,
+}
+
+impl LocalCluster {
+    /// Starts `pliant cluster up --json --dir DIR args…` and waits (at most 60 s) for its line.
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args(["cluster", "up", "--json", "--dir"])
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pliant cluster up");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the cluster comes up within 60 s");
+        let up = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        Self { child, up }
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        self.up["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["addr"].as_str().expect("addr").to_string())
+            .collect()
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        self.up["pids"]
+            .as_array()
+            .expect("pids")
+            .iter()
+            .map(|p| p.as_i64().expect("pid") as i32)
+            .collect()
+    }
+
+    /// SIGTERM to the supervisor; waits (at most 30 s) until it and every node have exited.
+    fn stop(mut self) {
+        let pids = self.pids();
+        term(self.child.id() as i32);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "cluster up exited with {status}");
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "cluster up did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // It reaps its nodes before it exits: none is left.
+        for pid in pids {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "node {pid} still runs"
+            );
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            for pid in self.pids() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn term(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+}
+
+/// `n + 1` consecutive free loopback ports (the coordination store's, then the nodes'), picked
+/// now: the first of the nodes' is returned.
+fn free_ports(n: u16) -> u16 {
+    for _ in 0..200 {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let first = probe.local_addr().expect("addr").port();
+        drop(probe);
+        if first > 65535 - n - 1 {
+            continue;
+        }
+        let held: Vec<_> = (first..=first + n)
+            .map_while(|p| TcpListener::bind(("127.0.0.1", p)).ok())
+            .collect();
+        if held.len() == usize::from(n) + 1 {
+            return first + 1;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+fn client(addr: &str) -> redis::Connection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .expect("client")
+        .get_connection_with_timeout(Duration::from_secs(10))
+        .expect("connect")
+}
+
+/// The node of `addrs` that `key`'s slot belongs to, by following at most one MOVED.
+fn set_following_moved(addrs: &[String], key: &str, value: &str) -> String {
+    let mut c = client(&addrs[0]);
+    match redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<String>(&mut c)
+    {
+        Ok(_) => addrs[0].clone(),
+        Err(e) => {
+            assert_eq!(e.code(), Some("MOVED"), "{e}");
+            let detail = e.detail().expect("MOVED slot addr");
+            let (slot, to) = detail.split_once(' ').expect("slot and address");
+            let slot: i64 = slot.parse().expect("slot");
+            let mut c0 = client(&addrs[0]);
+            let want: i64 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(key)
+                .query(&mut c0)
+                .expect("keyslot");
+            assert_eq!(slot, want);
+            let mut owner = client(to);
+            let ok: String = redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query(&mut owner)
+                .expect("SET at the owner");
+            assert_eq!(ok, "OK");
+            to.to_string()
+        }
+    }
+}
+
+#[test]
+fn a_local_cluster_routes_every_key_to_one_owner_and_keeps_its_map_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_ports(3);
+    let base_arg = base.to_string();
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "3", "--base-port", &base_arg]);
+    let addrs = cluster.addrs();
+    assert_eq!(addrs.len(), 3);
+    let ids: Vec<String> = cluster.up["nodes"]
+        .as_array()
+        .expect("a reply")
+        .iter()
+        .map(|n| n["id"].as_str().expect("a reply").to_string())
+        .collect();
+
+    // Every node serves the same map: all 16,384 slots, each owned by one node.
+    let mut slots_seen = Vec::new();
+    for a in &addrs {
+        let mut c = client(a);
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut c)
+            .expect("a reply");
+        assert!(info.contains("cluster_state:ok"), "{a}: {info}");
+        assert!(info.contains("cluster_slots_assigned:16384"), "{a}: {info}");
+        let slots: Vec<(i64, i64, Vec<redis::Value>)> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut c)
+            .expect("a reply");
+        slots_seen.push(slots.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>());
+    }
+    assert!(slots_seen.windows(2).all(|w| w[0] == w[1]));
+    let covered: i64 = slots_seen[0].iter().map(|(a, b)| b - a + 1).sum();
+    assert_eq!(covered, 16384);
+
+    // Keys land on their owners; every node sends a client to the owner of a key it lacks.
+    let mut owner_of = std::collections::HashMap::new();
+    for i in 0..60 {
+        let key = format!("key:{i}");
+        owner_of.insert(
+            key.clone(),
+            set_following_moved(&addrs, &key, &format!("v{i}")),
+        );
+    }
+    let used: std::collections::HashSet<_> = owner_of.values().collect();
+    assert_eq!(used.len(), 3, "60 keys use every node");
+    for (key, owner) in &owner_of {
+        for a in &addrs {
+            let mut c = client(a);
+            let got = redis::cmd("GET").arg(key).query::<Option<String>>(&mut c);
+            if a == owner {
+                assert_eq!(
+                    got.expect("a reply").as_deref(),
+                    Some(&*format!("v{}", &key[4..]))
+                );
+            } else {
+                let e = got.expect_err("an error reply");
+                assert_eq!(e.code(), Some("MOVED"), "{e}");
+                assert!(
+                    e.detail().expect("a reply").ends_with(owner.as_str()),
+                    "{e}"
+                );
+            }
+        }
+    }
+
+    // Keys of several slots in one command are refused; a hash tag keeps them together.
+    let mut c = client(&addrs[0]);
+    let e = redis::cmd("MSET")
+        .arg("a")
+        .arg("1")
+        .arg("b")
+        .arg("2")
+        .query::<String>(&mut c)
+        .expect_err("an error reply");
+    assert!(matches!(e.code(), Some("CROSSSLOT") | Some("MOVED")), "{e}");
+    let crossing = (0..50).map(|i| format!("x{i}")).find(|k| {
+        let mut c = client(&addrs[0]);
+        redis::cmd("MGET")
+            .arg("key:0")
+            .arg(k)
+            .query::<redis::Value>(&mut c)
+            .is_err_and(|e| e.code() == Some("CROSSSLOT"))
+    });
+    assert!(crossing.is_some(), "MGET over two slots is CROSSSLOT");
+    let tag_owner = set_following_moved(&addrs, "{user7}.name", "ada");
+    let mut t = client(&tag_owner);
+    let _: String = redis::cmd("MSET")
+        .arg("{user7}.age")
+        .arg("36")
+        .arg("{user7}.city")
+        .arg("london")
+        .query(&mut t)
+        .expect("one slot by its tag");
+
+    // The slot's own commands count what the owner holds.
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{user7}")
+        .query(&mut t)
+        .expect("a reply");
+    let n: i64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut t)
+        .expect("a reply");
+    assert_eq!(n, 3);
+    let mut keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(10)
+        .query(&mut t)
+        .expect("a reply");
+    keys.sort();
+    assert_eq!(keys, ["{user7}.age", "{user7}.city", "{user7}.name"]);
+    cluster.stop();
+
+    // Started again on the same directory and ports: the same nodes, the same map, the keys.
+    let again = LocalCluster::start(dir.path(), &["--nodes", "3", "--base-port", &base_arg]);
+    let ids_again: Vec<String> = again.up["nodes"]
+        .as_array()
+        .expect("a reply")
+        .iter()
+        .map(|n| n["id"].as_str().expect("a reply").to_string())
+        .collect();
+    assert_eq!(ids_again, ids);
+    for (key, owner) in &owner_of {
+        let mut c = client(owner);
+        let v: Option<String> = redis::cmd("GET").arg(key).query(&mut c).expect("a reply");
+        assert_eq!(v.as_deref(), Some(&*format!("v{}", &key[4..])));
+    }
+    again.stop();
+}
+
+#[test]
+fn a_corrupted_map_stops_cluster_up_with_the_file_named_and_a_node_needs_its_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("cluster.json"),
+        "{\"version\": 3, \"nodes\": [",
+    )
+    .expect("a reply");
+    let out = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(["cluster", "up", "--nodes", "2", "--base-port", "0", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cluster.json") && err.contains("slot map"),
+        "{err}"
+    );
+    // Nothing was started, and the file is left as it was for the operator to look at.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cluster.json")).expect("a reply"),
+        "{\"version\": 3, \"nodes\": ["
+    );
+    assert!(!dir.path().join("node-0.log").exists());
+
+    // A node told of a coordination store that is not there does not start.
+    let nobody = TcpListener::bind("127.0.0.1:0").expect("a reply");
+    let addr = nobody.local_addr().expect("a reply").to_string();
+    drop(nobody);
+    let out = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args([
+            "serve",
+            "--no-store",
+            "--bind",
+            "127.0.0.1:0",
+            "--coord",
+            &addr,
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("joining the cluster") && err.contains(&addr),
+        "{err}"
+    );
+}
