@@ -350,3 +350,149 @@ fn a_corrupted_map_stops_cluster_up_with_the_file_named_and_a_node_needs_its_sto
         "{err}"
     );
 }
+
+/// Runs `args` against the cluster the way a Redis Cluster client does: at `start`, following
+/// -MOVED (to the owner) and -ASK (ASKING, then once at the target), at most 10 redirections.
+fn routed<T: redis::FromRedisValue>(start: &str, args: &[&str]) -> T {
+    let mut at = start.to_string();
+    let mut asking = false;
+    for _ in 0..10 {
+        let mut c = client(&at);
+        if asking {
+            let _: String = redis::cmd("ASKING").query(&mut c).expect("ASKING");
+        }
+        let mut k = redis::cmd(args[0]);
+        for a in &args[1..] {
+            k.arg(*a);
+        }
+        match k.query::<T>(&mut c) {
+            Ok(v) => return v,
+            Err(e) if matches!(e.code(), Some("MOVED") | Some("ASK")) => {
+                asking = e.code() == Some("ASK");
+                at = e
+                    .detail()
+                    .and_then(|d| d.split_once(' '))
+                    .expect("slot and address")
+                    .1
+                    .to_string();
+            }
+            Err(e) => panic!("{}: {e}", args.join(" ")),
+        }
+    }
+    panic!("{}: more than 10 redirections", args.join(" "));
+}
+
+fn pliant(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(args)
+        .output()
+        .expect("run pliant")
+}
+
+#[test]
+fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{m}")
+        .query(&mut client(&addrs[0]))
+        .expect("keyslot");
+    let nodes = cluster.up["nodes"].as_array().expect("nodes").clone();
+    let owns = |n: &serde_json::Value| {
+        n["slots"]
+            .as_array()
+            .expect("slots")
+            .iter()
+            .any(|r| r[0].as_i64() <= Some(slot) && Some(slot) <= r[1].as_i64())
+    };
+    let source = nodes.iter().find(|n| owns(n)).expect("an owner");
+    let target = nodes.iter().find(|n| !owns(n)).expect("another node");
+    let (source_addr, target_id) = (
+        source["addr"].as_str().expect("addr").to_string(),
+        target["id"].as_str().expect("id").to_string(),
+    );
+    let keys: Vec<String> = (0..300).map(|i| format!("{{m}}:{i}")).collect();
+    for k in &keys {
+        let _: String = routed(&source_addr, &["SET", k, "0"]);
+    }
+
+    // A writer keeps overwriting the slot's keys (and adding new ones) while the slot moves.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, keys, start) = (stop.clone(), keys.clone(), addrs[1].clone());
+        std::thread::spawn(move || {
+            let mut last = std::collections::HashMap::new();
+            let began = Instant::now();
+            for round in 1..=200u32 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) && round > 3
+                    || began.elapsed() > Duration::from_secs(60)
+                {
+                    break;
+                }
+                for (i, k) in keys.iter().enumerate().filter(|(i, _)| i % 7 == round as usize % 7) {
+                    let v = format!("{round}.{i}");
+                    let _: String = routed(&start, &["SET", k, &v]);
+                    last.insert(k.clone(), v);
+                }
+                let fresh = format!("{{m}}:new{round}");
+                let _: String = routed(&start, &["SET", &fresh, "n"]);
+                last.insert(fresh, "n".to_string());
+            }
+            last
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let out = pliant(&[
+        "cluster", "move", &addrs[0], "--slot", &slot.to_string(), "--to", &target_id, "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert!(report[0]["keys"].as_u64() >= Some(300), "{report}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = writer.join().expect("writer");
+    assert!(last.len() > 300, "the writer wrote during the move");
+
+    // Every key has its last acknowledged value, and all of them live at the target now.
+    let mut want: std::collections::HashMap<String, String> =
+        keys.iter().map(|k| (k.clone(), "0".to_string())).collect();
+    want.extend(last);
+    for (k, v) in &want {
+        let got: Option<String> = routed(&addrs[0], &["GET", k]);
+        assert_eq!(got.as_deref(), Some(v.as_str()), "{k}");
+    }
+    let count = |addr: &str| -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query(&mut client(addr))
+            .expect("count")
+    };
+    let target_addr = target["addr"].as_str().expect("addr");
+    assert_eq!(count(&source_addr), 0);
+    assert_eq!(count(target_addr), want.len() as i64);
+    let e = redis::cmd("GET")
+        .arg("{m}:1")
+        .query::<Option<String>>(&mut client(&source_addr))
+        .expect_err("the source sends clients on");
+    assert_eq!(e.code(), Some("MOVED"), "{e}");
+    assert!(e.detail().expect("detail").ends_with(target_addr), "{e}");
+
+    // Moves that make no sense are refused, and move nothing.
+    for (slot_arg, to, why) in [
+        ("16384", target_id.as_str(), "does not exist"),
+        ("5", "0123456789012345678901234567890123456789", "not a live member"),
+    ] {
+        let out = pliant(&["cluster", "move", &addrs[0], "--slot", slot_arg, "--to", to]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{err}");
+    }
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut client(&addrs[0]))
+        .expect("info");
+    assert!(info.contains("pliant_migrating_slots:0"), "{info}");
+    cluster.stop();
+}

@@ -270,7 +270,7 @@ async fn wait_for_map(spec: &LocalSpec, state: &ClusterState) -> Result<(), UpEr
     let deadline = tokio::time::Instant::now() + START;
     for m in state.map.nodes().iter().filter(|m| state.alive(&m.id)) {
         loop {
-            if serves(m.addr, spec.password.as_deref()).await >= Some(version) {
+            if super::serves(m.addr, spec.password.as_deref()).await >= Some(version) {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -284,36 +284,6 @@ async fn wait_for_map(spec: &LocalSpec, state: &ClusterState) -> Result<(), UpEr
         }
     }
     Ok(())
-}
-
-/// The map version node `addr` serves, if it answers.
-async fn serves(addr: SocketAddr, password: Option<&str>) -> Option<u64> {
-    let ask = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let mut buf = bytes::BytesMut::new();
-        if let Some(p) = password {
-            crate::upstream::roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()])
-                .await
-                .ok()?;
-        }
-        let info = crate::upstream::roundtrip(&mut s, &mut buf, &[b"CLUSTER", b"INFO"])
-            .await
-            .ok()?;
-        let text = match info {
-            crate::frame::Frame::Bulk(b) | crate::frame::Frame::Verbatim(b) => b,
-            _ => return None,
-        };
-        String::from_utf8_lossy(&text)
-            .lines()
-            .find_map(|l| l.strip_prefix("pliant_map_version:"))?
-            .trim()
-            .parse()
-            .ok()
-    };
-    tokio::time::timeout(Duration::from_secs(2), ask)
-        .await
-        .ok()
-        .flatten()
 }
 
 fn log_path(spec: &LocalSpec, i: usize) -> PathBuf {

@@ -223,6 +223,46 @@ impl SlotMap {
         self.owner.iter().filter(|&&o| o == i).count()
     }
 
+    /// This map with `member` among its nodes (its address updated if it is there already);
+    /// and its index.
+    pub fn with_node(mut self, member: &Member) -> (Self, u16) {
+        match self.index_of(&member.id) {
+            Some(i) => {
+                self.nodes[usize::from(i)].addr = member.addr;
+                (self, i)
+            }
+            None => {
+                self.nodes.push(member.clone());
+                let i = (self.nodes.len() - 1) as u16;
+                (self, i)
+            }
+        }
+    }
+
+    /// This map with `slot` moving from its owner to node `to`.
+    pub fn with_migration(mut self, slot: u16, to: u16) -> Result<Self, MapError> {
+        let bad = |why: &str| MapError::Migration {
+            slot: u32::from(slot),
+            why: why.to_string(),
+        };
+        let from = self.owner_index(slot).ok_or_else(|| bad("it has no owner"))?;
+        if usize::from(to) >= self.nodes.len() {
+            return Err(bad("unknown target"));
+        }
+        if from == to {
+            return Err(bad("source and target are one node"));
+        }
+        self.migrations.insert(slot, Migration { from, to });
+        Ok(self)
+    }
+
+    /// This map with `slot` owned by node `to`, and no longer moving.
+    pub fn with_owner(mut self, slot: u16, to: u16) -> Self {
+        self.owner[usize::from(slot)] = to;
+        self.migrations.remove(&slot);
+        self
+    }
+
     /// The map as JSON (what the coordination store holds).
     pub fn to_json(&self) -> String {
         let nodes = self

@@ -16,6 +16,7 @@ pub mod coord;
 pub mod coord_server;
 pub mod local;
 pub mod map;
+pub mod mover;
 pub mod remote;
 pub mod slot;
 pub mod status;
@@ -176,3 +177,34 @@ pub fn route<'a>(
     }
     Some(Frame::error(format!("MOVED {slot} {}", addr(owner))))
 }
+
+/// The map version node `addr` serves, if it answers.
+pub(crate) async fn serves(addr: std::net::SocketAddr, password: Option<&str>) -> Option<u64> {
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let mut buf = bytes::BytesMut::new();
+        if let Some(p) = password {
+            crate::upstream::roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()])
+                .await
+                .ok()?;
+        }
+        let info = crate::upstream::roundtrip(&mut s, &mut buf, &[b"CLUSTER", b"INFO"])
+            .await
+            .ok()?;
+        let text = match info {
+            crate::frame::Frame::Bulk(b) | crate::frame::Frame::Verbatim(b) => b,
+            _ => return None,
+        };
+        String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|l| l.strip_prefix("pliant_map_version:"))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
+}
+

@@ -137,8 +137,18 @@ fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
 /// Up to `count` keys of this node in `slot`. Walks every key (the store, or memory without
 /// one) in bounded steps, each under the keyspace lock only briefly.
 fn keys_in_slot(ctx: &mut Ctx<'_>, slot: u16, count: usize) -> Result<Vec<Bytes>, Frame> {
+    Ok(keys_in_slot_after(ctx, slot, count, None)?.0)
+}
+
+/// [`keys_in_slot`] from after the token `after`, and the token to go on from (`None`: the
+/// walk is over).
+fn keys_in_slot_after(
+    ctx: &mut Ctx<'_>,
+    slot: u16,
+    count: usize,
+    mut after: Option<Bytes>,
+) -> Result<(Vec<Bytes>, Option<Bytes>), Frame> {
     let mut found = Vec::new();
-    let mut after: Option<Bytes> = None;
     let in_slot = |k: &[u8]| key_slot(k) == slot;
     while found.len() < count {
         let step = (count - found.len()).min(1000);
@@ -148,13 +158,107 @@ fn keys_in_slot(ctx: &mut Ctx<'_>, slot: u16, count: usize) -> Result<Vec<Bytes>
             .scan(after.as_deref(), step, ctx.now, &in_slot)
             .map_err(|e| store_error(&e))?;
         found.extend(keys);
-        match next {
-            Some(n) => after = Some(n),
-            None => break,
+        after = next;
+        if after.is_none() {
+            break;
         }
     }
-    found.truncate(count);
-    Ok(found)
+    Ok((found, after))
+}
+
+/// `PLIANT.SLOTKEYS slot count [after]`: what a slot move copies: `[token, [key, value,
+/// expires_at_ms (0: none)]…]`, up to `count` keys of `slot` after the token of an earlier
+/// call (nil: the walk is over). Reads do not count as reads of the keys.
+pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let slot = match slot_arg(&args[0]) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let Some(count) = integer(&args[1]).and_then(|c| usize::try_from(c).ok()) else {
+        return Frame::error("ERR Invalid number of keys");
+    };
+    let after = args.get(2).cloned();
+    let (keys, next) = match keys_in_slot_after(ctx, slot, count.min(10_000), after) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let now = ctx.now;
+    let mut ks = ctx.node.keyspace();
+    let mut out = vec![next.map_or(Frame::Null, Frame::Bulk)];
+    for k in keys {
+        match ks.peek(&k, now) {
+            Ok(Some(v)) => {
+                let at = v.expires_at.unwrap_or(0);
+                out.push(Frame::Array(vec![
+                    Frame::Bulk(k),
+                    Frame::Bulk(v.data),
+                    Frame::Integer(i64::try_from(at).unwrap_or(i64::MAX)),
+                ]));
+            }
+            Ok(None) => {}
+            Err(e) => return store_error(&e),
+        }
+    }
+    Frame::Array(out)
+}
+
+/// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here whatever
+/// the map says (the move's target receives them before it owns the slot). An expiry already
+/// past drops the key.
+pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    if args.len() % 3 != 0 {
+        return super::wrong_arity("pliant.restore");
+    }
+    let mut parsed = Vec::with_capacity(args.len() / 3);
+    for t in args.chunks(3) {
+        let Some(at) = integer(&t[2]).and_then(|a| u64::try_from(a).ok()) else {
+            return super::not_an_integer();
+        };
+        parsed.push((t[0].clone(), t[1].clone(), (at > 0).then_some(at)));
+    }
+    let now = ctx.now;
+    let mut ks = ctx.node.keyspace();
+    for (k, data, expires_at) in parsed {
+        if expires_at.is_some_and(|at| at <= now) {
+            continue;
+        }
+        let v = crate::keyspace::Value {
+            data: Bytes::copy_from_slice(&data),
+            expires_at,
+        };
+        if let Err(e) = ks.set(k, v) {
+            return store_error(&e);
+        }
+    }
+    Frame::ok()
+}
+
+/// `PLIANT.DELIFEQ key value expires_at_ms […]`: the end of a slot move's batch at its
+/// source: each key is deleted if it still has the value and expiry that were copied (one
+/// changed since stays, and is copied again). The number deleted.
+pub(super) fn delifeq(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    if args.len() % 3 != 0 {
+        return super::wrong_arity("pliant.delifeq");
+    }
+    let now = ctx.now;
+    let mut ks = ctx.node.keyspace();
+    let mut n = 0;
+    for t in args.chunks(3) {
+        let Some(at) = integer(&t[2]).and_then(|a| u64::try_from(a).ok()) else {
+            return super::not_an_integer();
+        };
+        let same = match ks.peek(&t[0], now) {
+            Ok(v) => v.is_some_and(|v| v.data == t[1] && v.expires_at.unwrap_or(0) == at),
+            Err(e) => return store_error(&e),
+        };
+        if same {
+            match ks.delete(&t[0], now) {
+                Ok(existed) => n += i64::from(existed),
+                Err(e) => return store_error(&e),
+            }
+        }
+    }
+    Frame::Integer(n)
 }
 
 /// `CLUSTER INFO`: the fields clients and redis-cli read.

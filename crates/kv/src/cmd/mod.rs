@@ -203,6 +203,10 @@ pub const COMMANDS: &[Spec] = &[
     cmd("readonly", 1, false, NO_KEYS, cluster::readonly),
     cmd("readwrite", 1, false, NO_KEYS, cluster::readonly),
     cmd("pliant.cluster", 1, false, NO_KEYS, cluster::pliant_cluster),
+    // A slot move's steps: keyless here, so the routing they exist to get around does not apply.
+    cmd("pliant.slotkeys", -3, false, NO_KEYS, cluster::slotkeys),
+    cmd("pliant.restore", -4, true, NO_KEYS, cluster::restore),
+    cmd("pliant.delifeq", -4, true, NO_KEYS, cluster::delifeq),
     cmd("pliant.policy", -2, false, NO_KEYS, pliant::policy),
     cmd("pliant.stats", 1, false, NO_KEYS, pliant::stats),
     cmd("pliant.fetch", 2, false, ONE_KEY, pliant::fetch),

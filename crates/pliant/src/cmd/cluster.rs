@@ -12,6 +12,36 @@ use super::args::Json;
 pub enum Command {
     Up(UpArgs),
     Status(StatusArgs),
+    Move(MoveArgs),
+}
+
+/// Move hash slots to another node while clients keep reading and writing them (as
+/// `redis-cli --cluster reshard` does, with nothing lost): the slot is marked migrating, its keys
+/// are copied in batches and deleted at the source once copied unchanged (clients asking for a
+/// key already moved are sent on with -ASK), then the map gives it to the target. A move that
+/// stops half way (a node or the coordination store failed) leaves every key at exactly one
+/// node; running it again finishes it.
+///
+/// Examples:
+///   pliant cluster move 127.0.0.1:7000 --slot 42 --to 346a25aa149d1c335df754b0b1db04355879ed4b
+///   pliant cluster move 127.0.0.1:7000 --slot 0-99 --to 346a25aa… --json
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct MoveArgs {
+    /// Any node of the cluster.
+    #[arg(value_name = "ADDR:PORT")]
+    addr: String,
+    /// The slot, or a range of them (100-199).
+    #[arg(long, value_name = "SLOT|FIRST-LAST")]
+    slot: String,
+    /// The id of the node to move them to (as CLUSTER NODES shows it).
+    #[arg(long, value_name = "NODE_ID")]
+    to: String,
+    /// The password (as redis-cli's -a); also read from PLIANT_PASSWORD.
+    #[arg(short = 'a', long = "pass", value_name = "PASSWORD")]
+    password: Option<String>,
+    #[command(flatten)]
+    json: Json,
 }
 
 /// Start a cluster of N nodes on this machine and keep it in the foreground (Ctrl-C stops every
@@ -82,7 +112,65 @@ pub fn run(c: Command) -> anyhow::Result<ExitCode> {
     match c {
         Command::Up(a) => up(&a),
         Command::Status(a) => status(&a),
+        Command::Move(a) => move_slots(&a),
     }
+}
+
+fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
+    let password = a
+        .password
+        .clone()
+        .or_else(|| std::env::var("PLIANT_PASSWORD").ok());
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<u16>()
+            .map_err(|_| anyhow::anyhow!("--slot {:?}: expected a slot (0-16383) or FIRST-LAST", a.slot))
+    };
+    let (first, last) = match a.slot.split_once('-') {
+        Some((f, l)) => (parse(f)?, parse(l)?),
+        None => (parse(&a.slot)?, parse(&a.slot)?),
+    };
+    anyhow::ensure!(first <= last, "--slot {}: the range is reversed", a.slot);
+    let bar = indicatif::ProgressBar::new(u64::from(last - first) + 1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} slots, {msg} ({eta} left)")
+            .expect("template"),
+    );
+    let mut reports = Vec::new();
+    let (mut keys, mut bytes) = (0u64, 0u64);
+    for slot in first..=last {
+        let (k0, b0) = (keys, bytes);
+        let r = pliant_kv::cluster::mover::move_slot_via(
+            &a.addr,
+            password.as_deref(),
+            slot,
+            &a.to,
+            &mut |k, b| bar.set_message(format!("{} keys, {} bytes", k0 + k, b0 + b)),
+        );
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                bar.abandon();
+                anyhow::bail!("slot {slot}: {e}");
+            }
+        };
+        keys += r.keys;
+        bytes += r.bytes;
+        bar.inc(1);
+        reports.push(r);
+    }
+    bar.finish_and_clear();
+    if a.json.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        let seconds: f64 = reports.iter().map(|r| r.seconds).sum();
+        println!(
+            "moved {} slot(s) to {}: {keys} keys, {bytes} bytes in {seconds:.2} s",
+            reports.len(),
+            a.to
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {

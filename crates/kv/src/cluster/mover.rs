@@ -1,0 +1,341 @@
+//! Moving one slot between live nodes, as Redis Cluster does it, with nothing lost:
+//!
+//! 1. the map marks the slot migrating (one compare-and-swap in the coordination store), and
+//!    both nodes are waited for until they serve that version: from then the source answers
+//!    `-ASK` for a key it no longer has (a new key included), and the target serves such a key
+//!    to a client that says `ASKING`;
+//! 2. the keys are copied in batches: read at the source with their expiry
+//!    (`PLIANT.SLOTKEYS`), written at the target (`PLIANT.RESTORE`), then deleted at the source
+//!    only if still unchanged (`PLIANT.DELIFEQ`). A key lives in one place at any moment for
+//!    its clients: the source answers while it has it; once it is deleted there, the target's
+//!    copy is the one clients are sent to. A key written during its copy stays at the source
+//!    and goes in the next round;
+//! 3. when a round finds nothing left, the map gives the slot to the target (one
+//!    compare-and-swap); the source answers `-MOVED` from then on.
+//!
+//! The moving itself goes through this process (copy out, copy in), one batch round trip at a
+//! time; a failure stops the move with the slot still migrating, every key in exactly one of
+//! the two nodes, and running the move again finishes it.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::net::TcpStream;
+
+use super::coord::{Coord, CoordError};
+use crate::frame::Frame;
+use crate::upstream::roundtrip;
+
+/// Keys copied per round trip.
+pub const BATCH: usize = 256;
+
+/// Rounds over the slot before the move gives up on a slot whose keys keep changing faster
+/// than they can be copied (each round copies every key it finds).
+const MAX_ROUNDS: u32 = 1_000;
+
+/// What a slot move did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MoveReport {
+    /// The slot.
+    pub slot: u16,
+    /// Its old owner's id.
+    pub from: String,
+    /// Its new owner's id.
+    pub to: String,
+    /// Keys moved.
+    pub keys: u64,
+    /// Bytes of keys and values moved.
+    pub bytes: u64,
+    /// Rounds over the slot (more than one when keys changed while they were copied).
+    pub rounds: u32,
+    /// How long it took.
+    pub seconds: f64,
+}
+
+/// Why a move stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MoveError {
+    /// The coordination store failed.
+    #[error(transparent)]
+    Coord(#[from] CoordError),
+    /// A node failed or refused.
+    #[error("{addr}: {why} (the slot stays migrating with every key at one node; run the move again to finish it)")]
+    Node {
+        /// The node.
+        addr: SocketAddr,
+        /// What happened.
+        why: String,
+    },
+    /// The move makes no sense with the cluster as it is (nothing was changed).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A connection to a node for the move's requests.
+struct Conn {
+    addr: SocketAddr,
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, password: Option<&str>) -> Result<Self, MoveError> {
+        let s = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+            .await
+            .map_err(|_| node(addr, "connect timed out"))?
+            .map_err(|e| node(addr, e))?;
+        let _ = s.set_nodelay(true);
+        let mut c = Self {
+            addr,
+            s,
+            buf: BytesMut::new(),
+        };
+        if let Some(p) = password {
+            c.call(&[b"AUTH", p.as_bytes()]).await?;
+        }
+        Ok(c)
+    }
+
+    async fn call(&mut self, args: &[&[u8]]) -> Result<Frame, MoveError> {
+        match tokio::time::timeout(
+            Duration::from_secs(30),
+            roundtrip(&mut self.s, &mut self.buf, args),
+        )
+        .await
+        {
+            Ok(Ok(Frame::Error(e))) => Err(node(self.addr, e)),
+            Ok(Ok(f)) => Ok(f),
+            Ok(Err(e)) => Err(node(self.addr, e)),
+            Err(_) => Err(node(self.addr, "no reply within 30 s")),
+        }
+    }
+}
+
+fn node(addr: SocketAddr, why: impl std::fmt::Display) -> MoveError {
+    MoveError::Node {
+        addr,
+        why: why.to_string(),
+    }
+}
+
+/// Moves `slot` to node `to` (an id of a live member); `progress` hears of the keys and bytes
+/// moved so far after every batch.
+pub async fn move_slot(
+    coord: &dyn Coord,
+    password: Option<&str>,
+    slot: u16,
+    to: &str,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<MoveReport, MoveError> {
+    let started = Instant::now();
+    if slot >= super::SLOTS {
+        return Err(MoveError::Invalid(format!(
+            "slot {slot} does not exist (slots are 0-16383)"
+        )));
+    }
+    let state = coord.state().await?;
+    let target = state
+        .members
+        .iter()
+        .find(|m| m.id == to)
+        .cloned()
+        .ok_or_else(|| {
+            MoveError::Invalid(format!(
+                "node {to} is not a live member of the cluster (see CLUSTER NODES)"
+            ))
+        })?;
+    let map = state.map.clone();
+    let Some(source) = map.owner(slot).cloned() else {
+        return Err(MoveError::Invalid(format!("slot {slot} has no owner")));
+    };
+    if !state.alive(&source.id) {
+        return Err(MoveError::Invalid(format!(
+            "slot {slot}'s owner {} ({}) is not alive: its keys are there, so the move waits for it",
+            source.id, source.addr
+        )));
+    }
+    let mut report = MoveReport {
+        slot,
+        from: source.id.clone(),
+        to: to.to_string(),
+        keys: 0,
+        bytes: 0,
+        rounds: 0,
+        seconds: 0.0,
+    };
+    if source.id == to {
+        return Ok(report);
+    }
+    // 1. Migrating (or already, from a move that stopped half way).
+    let (map, t) = map.with_node(&target);
+    let version = match map.migration(slot) {
+        Some(m) if m.to == t => map.version(),
+        Some(_) => {
+            return Err(MoveError::Invalid(format!(
+                "slot {slot} is already moving to another node"
+            )));
+        }
+        None => {
+            let v = map.version();
+            let marked = map
+                .with_migration(slot, t)
+                .map_err(|e| MoveError::Invalid(e.to_string()))?;
+            if !coord.update(v, marked).await? {
+                return Err(MoveError::Invalid(
+                    "the slot map changed meanwhile; run the move again".into(),
+                ));
+            }
+            v + 1
+        }
+    };
+    for addr in [source.addr, target.addr] {
+        wait_for_version(addr, password, version).await?;
+    }
+    // 2. The keys, round after round until none is left at the source.
+    let mut src = Conn::open(source.addr, password).await?;
+    let mut dst = Conn::open(target.addr, password).await?;
+    let slot_arg = slot.to_string();
+    let batch = BATCH.to_string();
+    loop {
+        report.rounds += 1;
+        if report.rounds > MAX_ROUNDS {
+            return Err(node(
+                source.addr,
+                format!("slot {slot}'s keys kept changing through {MAX_ROUNDS} rounds"),
+            ));
+        }
+        let mut found_any = false;
+        let mut after: Option<Bytes> = None;
+        loop {
+            let mut args: Vec<&[u8]> = vec![b"PLIANT.SLOTKEYS", slot_arg.as_bytes(), batch.as_bytes()];
+            if let Some(a) = &after {
+                args.push(a);
+            }
+            let reply = src.call(&args).await?;
+            let (next, entries) = slot_keys(reply).map_err(|e| node(source.addr, e))?;
+            if !entries.is_empty() {
+                found_any = true;
+                let mut restore: Vec<&[u8]> = vec![b"PLIANT.RESTORE"];
+                let mut delete: Vec<&[u8]> = vec![b"PLIANT.DELIFEQ"];
+                for (k, v, at) in &entries {
+                    restore.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
+                    delete.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
+                }
+                dst.call(&restore).await?;
+                let deleted = match src.call(&delete).await? {
+                    Frame::Integer(n) => n.max(0) as u64,
+                    other => return Err(node(source.addr, format!("DELIFEQ: {other:?}"))),
+                };
+                report.keys += deleted;
+                report.bytes += entries
+                    .iter()
+                    .map(|(k, v, _)| (k.len() + v.len()) as u64)
+                    .sum::<u64>();
+                progress(report.keys, report.bytes);
+            }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        if !found_any {
+            break;
+        }
+    }
+    // 3. The slot is the target's.
+    let state = coord.state().await?;
+    let v = state.map.version();
+    let Some(t) = state.map.index_of(to) else {
+        return Err(MoveError::Invalid(format!(
+            "node {to} left the map during the move"
+        )));
+    };
+    let done = state.map.clone().with_owner(slot, t);
+    if !coord.update(v, done).await? {
+        return Err(MoveError::Invalid(
+            "the slot map changed as the move finished; run the move again".into(),
+        ));
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Waits (at most 10 s) until node `addr` serves map `version` or a later one.
+async fn wait_for_version(
+    addr: SocketAddr,
+    password: Option<&str>,
+    version: u64,
+) -> Result<(), MoveError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if super::serves(addr, password).await >= Some(version) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(node(
+                addr,
+                format!("does not serve map version {version} after 10 s"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+type Entry = (Bytes, Bytes, String);
+
+/// `PLIANT.SLOTKEYS`'s reply: the token and `(key, value, expires_at)` of each key.
+fn slot_keys(reply: Frame) -> Result<(Option<Bytes>, Vec<Entry>), String> {
+    let Frame::Array(items) = reply else {
+        return Err(format!("SLOTKEYS: unexpected reply {reply:?}"));
+    };
+    let mut items = items.into_iter();
+    let next = match items.next() {
+        Some(Frame::Bulk(t)) => Some(t),
+        Some(Frame::Null) | None => None,
+        Some(other) => return Err(format!("SLOTKEYS: unexpected token {other:?}")),
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            Frame::Array(t) => match t.as_slice() {
+                [Frame::Bulk(k), Frame::Bulk(v), Frame::Integer(at)] => {
+                    out.push((k.clone(), v.clone(), at.to_string()));
+                }
+                _ => return Err(format!("SLOTKEYS: unexpected entry {t:?}")),
+            },
+            other => return Err(format!("SLOTKEYS: unexpected entry {other:?}")),
+        }
+    }
+    Ok((next, out))
+}
+
+/// [`move_slot`] for a caller without a runtime (`pliant cluster move`): the cluster is found
+/// through any of its nodes (`node`), which names the coordination store.
+pub fn move_slot_via(
+    node: &str,
+    password: Option<&str>,
+    slot: u16,
+    to: &str,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<MoveReport, MoveError> {
+    let (_, coord, _) = super::status::view(node, password)
+        .map_err(|e| MoveError::Invalid(e.to_string()))?;
+    let coord: SocketAddr = coord.parse().map_err(|_| {
+        MoveError::Invalid(format!(
+            "{node} names its coordination store {coord:?}, not an ADDR:PORT"
+        ))
+    })?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MoveError::Invalid(format!("starting the runtime: {e}")))?;
+    rt.block_on(async {
+        let remote = std::sync::Arc::new(super::remote::Remote::new(
+            coord,
+            password.map(str::to_string),
+        ));
+        move_slot(&remote, password, slot, to, progress).await
+    })
+}
