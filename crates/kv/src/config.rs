@@ -93,6 +93,9 @@ pub struct Config {
     /// The embedded coordination store of the cluster this node belongs to (`--coord`), if any:
     /// the node joins it and serves the slots its map gives it.
     pub coord: Option<SocketAddr>,
+    /// This node's id in the cluster (`--node-id`): 40 lowercase hex digits. Without one, it is
+    /// derived from the address and the store's path.
+    pub node_id: Option<String>,
 }
 
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
@@ -122,6 +125,7 @@ impl Default for Config {
             metrics: None,
             threads: DEFAULT_THREADS,
             coord: None,
+            node_id: None,
         }
     }
 }
@@ -181,6 +185,8 @@ pub struct Settings {
     pub threads: Option<usize>,
     /// `--coord`.
     pub coord: Option<SocketAddr>,
+    /// `--node-id`.
+    pub node_id: Option<String>,
 }
 
 /// A policy named by one path or several.
@@ -280,6 +286,7 @@ impl Settings {
             metrics: self.metrics.or(fallback.metrics),
             threads: self.threads.or(fallback.threads),
             coord: self.coord.or(fallback.coord),
+            node_id: self.node_id.or(fallback.node_id),
         }
     }
 
@@ -353,6 +360,14 @@ impl Settings {
                 "a cluster node sends clients to its own address: bind a specific one, not 0.0.0.0 or ::".into(),
             ));
         }
+        if let Some(id) = &self.node_id
+            && !crate::cluster::map::valid_id(id)
+        {
+            return Err(bad(
+                "node-id",
+                format!("{id:?} is not 40 lowercase hex digits"),
+            ));
+        }
         let requirepass = self.requirepass.filter(|p| !p.is_empty());
         Ok(Config {
             bind: self.bind.unwrap_or(d.bind),
@@ -382,6 +397,7 @@ impl Settings {
             metrics: self.metrics,
             threads: self.threads.unwrap_or(d.threads),
             coord: self.coord,
+            node_id: self.node_id,
         })
     }
 }

@@ -128,7 +128,10 @@ impl Server {
                 None => format!("{:?}", std::time::SystemTime::now()),
             };
             let me = crate::cluster::Member {
-                id: crate::cluster::node_id(addr, &salt),
+                id: config
+                    .node_id
+                    .clone()
+                    .unwrap_or_else(|| crate::cluster::node_id(addr, &salt)),
                 addr,
             };
             let remote: Arc<dyn crate::cluster::Coord> = Arc::new(Arc::new(

@@ -431,7 +431,11 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
                 {
                     break;
                 }
-                for (i, k) in keys.iter().enumerate().filter(|(i, _)| i % 7 == round as usize % 7) {
+                for (i, k) in keys
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % 7 == round as usize % 7)
+                {
                     let v = format!("{round}.{i}");
                     let _: String = routed(&start, &["SET", k, &v]);
                     last.insert(k.clone(), v);
@@ -445,9 +449,20 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
     };
     std::thread::sleep(Duration::from_millis(200));
     let out = pliant(&[
-        "cluster", "move", &addrs[0], "--slot", &slot.to_string(), "--to", &target_id, "--json",
+        "cluster",
+        "move",
+        &addrs[0],
+        "--slot",
+        &slot.to_string(),
+        "--to",
+        &target_id,
+        "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert!(report[0]["keys"].as_u64() >= Some(300), "{report}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -482,7 +497,11 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
     // Moves that make no sense are refused, and move nothing.
     for (slot_arg, to, why) in [
         ("16384", target_id.as_str(), "does not exist"),
-        ("5", "0123456789012345678901234567890123456789", "not a live member"),
+        (
+            "5",
+            "0123456789012345678901234567890123456789",
+            "not a live member",
+        ),
     ] {
         let out = pliant(&["cluster", "move", &addrs[0], "--slot", slot_arg, "--to", to]);
         assert!(!out.status.success());
@@ -495,4 +514,52 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
         .expect("info");
     assert!(info.contains("pliant_migrating_slots:0"), "{info}");
     cluster.stop();
+}
+
+#[test]
+fn nodes_keep_their_ids_and_keys_when_the_cluster_comes_back_on_other_ports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ids = |c: &LocalCluster| -> Vec<String> {
+        c.up["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let first = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let (before, addrs) = (ids(&first), first.addrs());
+    for i in 0..20 {
+        let _: String = routed(&addrs[0], &["SET", &format!("k{i}"), &format!("v{i}")]);
+    }
+    first.stop();
+
+    let again = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    assert_eq!(ids(&again), before);
+    let moved_to = again.addrs();
+    assert_ne!(moved_to, addrs, "ports picked at run time differ");
+    for i in 0..20 {
+        let v: Option<String> = routed(&moved_to[1], &["GET", &format!("k{i}")]);
+        assert_eq!(v, Some(format!("v{i}")));
+    }
+    again.stop();
+
+    // Fewer nodes than the map's owners: refused, naming the map and the missing node.
+    let d = dir.path().display().to_string();
+    let out = pliant(&[
+        "cluster",
+        "up",
+        "--nodes",
+        "1",
+        "--base-port",
+        "0",
+        "--dir",
+        &d,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cluster.json") && err.contains(&before[1]),
+        "{err}"
+    );
 }

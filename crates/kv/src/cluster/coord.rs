@@ -203,17 +203,16 @@ impl Embedded {
         }
     }
 
+    /// Sends watchers the state now. Both locks are held (map first, as everywhere) until it
+    /// is sent, so two publishers cannot send an older state last.
     fn publish(&self) {
-        let members = self
-            .leases
-            .lock()
-            .expect("leases lock")
-            .iter()
-            .map(|l| l.member.clone())
-            .collect();
-        let map = self.map.lock().expect("map lock").clone();
-        self.tx
-            .send_replace(Arc::new(ClusterState { map, members }));
+        let map = self.map.lock().expect("map lock");
+        let leases = self.leases.lock().expect("leases lock");
+        let members = leases.iter().map(|l| l.member.clone()).collect();
+        self.tx.send_replace(Arc::new(ClusterState {
+            map: map.clone(),
+            members,
+        }));
     }
 
     /// [`Coord::join`], here and now.
@@ -224,10 +223,13 @@ impl Embedded {
                 me.id
             )));
         }
+        let deadline = Instant::now()
+            .checked_add(ttl)
+            .ok_or_else(|| CoordError::Refused(format!("a lease of {ttl:?} is too long")))?;
         {
             let mut leases = self.leases.lock().expect("leases lock");
             let lease = Lease {
-                deadline: Instant::now() + ttl,
+                deadline,
                 member: me,
                 ttl,
             };
@@ -246,7 +248,8 @@ impl Embedded {
         let now = Instant::now();
         match leases.iter_mut().find(|l| l.member.id == id) {
             Some(l) if l.deadline > now => {
-                l.deadline = now + l.ttl;
+                // Its ttl was checked when it joined.
+                l.deadline = now.checked_add(l.ttl).unwrap_or(l.deadline);
                 Ok(())
             }
             _ => Err(CoordError::NoLease(id.to_string())),
@@ -270,7 +273,10 @@ impl Embedded {
             if current.version() != expected {
                 return Ok(false);
             }
-            let map = map.with_version(expected + 1);
+            let next = expected.checked_add(1).ok_or_else(|| {
+                CoordError::Refused("the map version cannot grow any further".into())
+            })?;
+            let map = map.with_version(next);
             self.save(&map)?;
             *current = map;
         }

@@ -27,6 +27,19 @@ use crate::frame::{Frame, FrameError, Limits, Protocol};
 /// member list within a fraction of a second of its lease's end.
 const REAP_EVERY: Duration = Duration::from_millis(250);
 
+/// Leases a node may ask for: long enough to outlast a scheduling hiccup, short enough that a
+/// dead node is noticed within minutes at worst.
+const TTL_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
+
+/// What one request may make this server allocate: the longest is an UPDATE with a slot map
+/// (tens of KiB for the fragmented maps of many nodes); no request has more than 5 arguments.
+const LIMITS: Limits = Limits {
+    max_bulk: 16 * 1024 * 1024,
+    max_elements: 8,
+    max_depth: 1,
+    max_inline: 4096,
+};
+
 /// Serves `coord` on `listener` until `stop` turns true.
 pub async fn serve(
     listener: TcpListener,
@@ -76,7 +89,7 @@ async fn connection(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let limits = Limits::default();
+    let limits = LIMITS;
     let mut buf = BytesMut::with_capacity(4096);
     let mut authenticated = password.is_none();
     loop {
@@ -176,9 +189,15 @@ fn run(coord: &Embedded, sub: &[u8], args: &[Bytes]) -> Frame {
             let (Some(id), Some(addr), Some(ttl)) = (
                 text(id),
                 text(addr).and_then(|a| a.parse().ok()),
-                text(ttl).and_then(|t| t.parse::<u64>().ok()),
+                text(ttl)
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .filter(|t| TTL_MS.contains(t)),
             ) else {
-                return Frame::error("ERR JOIN wants a node id, an ADDR:PORT and a ttl in ms");
+                return Frame::error(format!(
+                    "ERR JOIN wants a node id, an ADDR:PORT and a ttl of {}-{} ms",
+                    TTL_MS.start(),
+                    TTL_MS.end()
+                ));
             };
             let me = Member {
                 id: id.to_string(),
@@ -239,5 +258,74 @@ async fn watch(
             n = stream.read(&mut sink) => if n? == 0 { return Ok(()) },
             _ = stop.changed() => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::coord::Coord;
+    use crate::cluster::remote::Remote;
+
+    fn member(i: u8) -> Member {
+        Member {
+            id: format!("{i:040x}"),
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_served_store_checks_passwords_leases_and_versions() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let store = Arc::new(Embedded::new());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(listener, store.clone(), Some("pw".into()), stop_rx));
+
+        let wrong = Arc::new(Remote::new(addr, Some("nope".into())));
+        assert!(
+            matches!(wrong.state().await, Err(CoordError::Refused(e)) if e.starts_with("WRONGPASS"))
+        );
+        let none = Arc::new(Remote::new(addr, None));
+        assert!(
+            matches!(none.state().await, Err(CoordError::Refused(e)) if e.starts_with("NOAUTH"))
+        );
+
+        let c = Arc::new(Remote::new(addr, Some("pw".into())));
+        // A lease longer than ten minutes is refused (one that never ends would keep a dead
+        // node alive; one that overflows the clock would break the store).
+        assert!(matches!(
+            c.join(member(1), Duration::from_secs(u64::MAX / 2000)).await,
+            Err(CoordError::Refused(e)) if e.contains("ttl")
+        ));
+        c.join(member(1), Duration::from_secs(5))
+            .await
+            .expect("join");
+        let mut w = c.watch().await.expect("watch");
+        assert_eq!(w.borrow_and_update().members, vec![member(1)]);
+        assert!(
+            c.update(0, SlotMap::even(0, &[member(1)]))
+                .await
+                .expect("update")
+        );
+        // A writer that read version 0 too loses.
+        assert!(!c.update(0, SlotMap::even(0, &[])).await.expect("update"));
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while w.borrow_and_update().map.version() < 1 {
+                w.changed().await.expect("watch");
+            }
+        })
+        .await
+        .expect("the watch hears of the update");
+        assert_eq!(
+            w.borrow().map.assigned(),
+            usize::from(crate::cluster::SLOTS)
+        );
+        assert!(matches!(
+            c.keepalive(&member(2).id).await,
+            Err(CoordError::NoLease(id)) if id == member(2).id
+        ));
+        let _ = stop_tx.send(true);
+        server.await.expect("server");
     }
 }

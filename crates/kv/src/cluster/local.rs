@@ -6,6 +6,7 @@
 //! <dir>/cluster.json   the slot map, kept across restarts (the same nodes, with the same
 //!                      stores at the same addresses, find their slots again)
 //! <dir>/coord.addr     where the coordination store listens
+//! <dir>/node-<i>.id    node i's id, chosen at its first start and kept
 //! <dir>/node-<i>/      node i's store (unless the nodes run --no-store)
 //! <dir>/node-<i>.log   node i's log
 //! ```
@@ -149,6 +150,8 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
         spec.password.clone(),
         stop_rx,
     ));
+    // Stop on SIGINT/SIGTERM from now on, so a stop during the start leaves no node behind.
+    let stop = tokio::spawn(crate::stop_on_signal());
     let mut nodes = Vec::new();
     for i in 0..spec.nodes {
         match start_node(spec, i, coord_addr) {
@@ -159,7 +162,7 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
             }
         }
     }
-    let result = serve_cluster(spec, &coord, coord_addr, &mut nodes, ready).await;
+    let result = serve_cluster(spec, &coord, coord_addr, &mut nodes, ready, stop).await;
     stop_nodes(&mut nodes, spec).await;
     let _ = stop_tx.send(true);
     let _ = server.await;
@@ -172,8 +175,12 @@ async fn serve_cluster(
     coord_addr: SocketAddr,
     nodes: &mut [Child],
     ready: impl FnOnce(&Ready),
+    mut stop: tokio::task::JoinHandle<()>,
 ) -> Result<(), UpError> {
-    let state = wait_for_nodes(spec, coord, nodes).await?;
+    let state = tokio::select! {
+        s = wait_for_nodes(spec, coord, nodes) => s?,
+        _ = &mut stop => return Ok(()),
+    };
     let state = if state.map.assigned() == 0 {
         // A new cluster: every slot, evenly, in the order of the nodes' addresses.
         let mut members = state.members.clone();
@@ -186,26 +193,18 @@ async fn serve_cluster(
         }
         coord.current()
     } else {
-        for m in state.map.nodes() {
-            if !state.alive(&m.id) {
-                tracing::warn!(
-                    "node {} ({}) of the saved map has not joined: its slots are not served",
-                    m.id,
-                    m.addr
-                );
-            }
-        }
-        state
+        rejoin(spec, coord, state)?
     };
-    wait_for_map(spec, &state).await?;
+    tokio::select! {
+        w = wait_for_map(spec, &state) => w?,
+        _ = &mut stop => return Ok(()),
+    }
     ready(&Ready {
         coord: coord_addr,
         state,
         pids: nodes.iter().map(Child::id).collect(),
     });
     let mut exited = vec![false; nodes.len()];
-    let stop = crate::stop_on_signal();
-    tokio::pin!(stop);
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -223,6 +222,79 @@ async fn serve_cluster(
                 );
             }
         }
+    }
+}
+
+/// A saved map, with the addresses its nodes came back at; an error if one of them did not
+/// come back (its slots, and with a store its keys, would be unreachable).
+fn rejoin(
+    spec: &LocalSpec,
+    coord: &Embedded,
+    state: ClusterState,
+) -> Result<ClusterState, UpError> {
+    let missing: Vec<String> = state
+        .map
+        .nodes()
+        .iter()
+        .filter(|m| {
+            state
+                .map
+                .index_of(&m.id)
+                .is_some_and(|i| state.map.slots_of(i) > 0)
+        })
+        .filter(|m| !state.alive(&m.id))
+        .map(|m| format!("{} ({})", m.id, m.addr))
+        .collect();
+    if !missing.is_empty() {
+        return Err(UpError::Invalid(format!(
+            "{} holds a slot map whose nodes {} did not join: start it with as many nodes as before (its node-<i>.id files name them), or move the cluster elsewhere (--dir)",
+            spec.dir.join("cluster.json").display(),
+            missing.join(", ")
+        )));
+    }
+    let mut map = state.map.clone();
+    for m in &state.members {
+        if map.index_of(&m.id).is_some() {
+            map = map.with_node(m).0;
+        }
+    }
+    if map != state.map {
+        let v = state.map.version();
+        if !coord.update_now(v, map)? {
+            return Err(UpError::Invalid(
+                "the slot map changed while the nodes' addresses were updated".into(),
+            ));
+        }
+    }
+    Ok(coord.current())
+}
+
+/// Node `i`'s id: the one it was given at its first start, or a new one, kept.
+fn node_id(spec: &LocalSpec, i: usize) -> Result<String, UpError> {
+    let file = spec.dir.join(format!("node-{i}.id"));
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let id = text.trim().to_string();
+            if super::map::valid_id(&id) {
+                Ok(id)
+            } else {
+                Err(UpError::Invalid(format!(
+                    "{}: {id:?} is not a node id (40 lowercase hex digits)",
+                    file.display()
+                )))
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let salt = format!("{}|{i}|{nanos}|{}", spec.dir.display(), std::process::id());
+            let id = super::node_id(SocketAddr::from(([127, 0, 0, 1], 0)), &salt);
+            std::fs::write(&file, format!("{id}\n"))
+                .map_err(io(format!("writing {}", file.display())))?;
+            Ok(id)
+        }
+        Err(e) => Err(io(format!("reading {}", file.display()))(e)),
     }
 }
 
@@ -302,9 +374,10 @@ fn start_node(spec: &LocalSpec, i: usize, coord: SocketAddr) -> Result<Child, Up
         .append(true)
         .open(&log)
         .map_err(io(format!("opening {}", log.display())))?;
+    let id = node_id(spec, i)?;
     let mut cmd = Command::new(&spec.exe);
     cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .args(["--coord", &coord.to_string()]);
+        .args(["--coord", &coord.to_string(), "--node-id", &id]);
     if !spec
         .serve_args
         .iter()

@@ -48,11 +48,24 @@ pub enum MapError {
     #[error("slot map: {0}")]
     Json(#[from] serde_json::Error),
     /// A node id that is not 40 hex digits.
-    #[error("slot map: node id {0:?} is not 40 hex digits")]
+    #[error("slot map: node id {0:?} is not 40 lowercase hex digits")]
     BadId(String),
     /// Two nodes with one id.
     #[error("slot map: node {0} appears twice")]
     DuplicateId(String),
+    /// An address clients cannot be sent to, or one two nodes share.
+    #[error("slot map: node {id} has address {addr}: {why}")]
+    BadAddr {
+        /// The node.
+        id: String,
+        /// Its address.
+        addr: SocketAddr,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// More nodes than a map can index.
+    #[error("slot map: {0} nodes, more than 65,535")]
+    TooManyNodes(usize),
     /// A slot range outside 0..=16383 or reversed.
     #[error("slot map: node {node} has slot range {start}-{end}, outside 0-16383 or reversed")]
     BadRange {
@@ -112,7 +125,7 @@ struct MigrationJson {
 
 /// Whether `id` has the form of a Redis Cluster node id (clients parse it).
 pub fn valid_id(id: &str) -> bool {
-    id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit())
+    id.len() == 40 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 impl SlotMap {
@@ -245,7 +258,9 @@ impl SlotMap {
             slot: u32::from(slot),
             why: why.to_string(),
         };
-        let from = self.owner_index(slot).ok_or_else(|| bad("it has no owner"))?;
+        let from = self
+            .owner_index(slot)
+            .ok_or_else(|| bad("it has no owner"))?;
         if usize::from(to) >= self.nodes.len() {
             return Err(bad("unknown target"));
         }
@@ -300,6 +315,9 @@ impl SlotMap {
     /// and disjoint, migrations from a slot's owner to a known node.
     pub fn from_json(text: &str) -> Result<Self, MapError> {
         let json: MapJson = serde_json::from_str(text)?;
+        if json.nodes.len() >= usize::from(NONE) {
+            return Err(MapError::TooManyNodes(json.nodes.len()));
+        }
         let mut map = Self::empty();
         map.version = json.version;
         for (i, n) in json.nodes.iter().enumerate() {
@@ -308,6 +326,17 @@ impl SlotMap {
             }
             if map.index_of(&n.id).is_some() {
                 return Err(MapError::DuplicateId(n.id.clone()));
+            }
+            let bad_addr = |why| MapError::BadAddr {
+                id: n.id.clone(),
+                addr: n.addr,
+                why,
+            };
+            if n.addr.port() == 0 || n.addr.ip().is_unspecified() {
+                return Err(bad_addr("not an address clients can be sent to"));
+            }
+            if map.nodes.iter().any(|m| m.addr == n.addr) {
+                return Err(bad_addr("another node has it too"));
             }
             for &(start, end) in &n.slots {
                 if start > end || end >= u32::from(SLOTS) {

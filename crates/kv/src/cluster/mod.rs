@@ -43,6 +43,11 @@ pub struct Cluster {
     coord_addr: String,
     coord: Arc<dyn Coord>,
     state: watch::Receiver<Arc<ClusterState>>,
+    /// Keyed commands hold it shared from their routing decision to their end; a slot move's
+    /// deletions at the source hold it alone. Without it a command routed here because its key
+    /// was here could run after the key left: a read would miss a key that exists, a write
+    /// would land on a node that no longer owns the slot.
+    gate: std::sync::RwLock<()>,
 }
 
 impl Cluster {
@@ -95,7 +100,18 @@ impl Cluster {
             coord_addr,
             coord,
             state,
+            gate: std::sync::RwLock::new(()),
         })
+    }
+
+    /// Held by a keyed command from its routing to its end (see the field).
+    pub fn gate(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Held by a slot move's deletions at the source.
+    pub fn gate_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// This node.
@@ -120,8 +136,10 @@ impl Cluster {
 }
 
 /// A node id for `addr`: 40 hex digits from a hash of the address and `salt` (the store's path
-/// for a node with a store, so the same node restarted on the same store is the same node; the
-/// start time for one without, whose data does not survive it).
+/// for a node with a store, so the same node restarted at the same address on the same store is
+/// the same node; the start time for one without, whose data does not survive it). The hash is
+/// not promised stable across Pliant versions: a node that must keep its id whatever changes
+/// is given one (`--node-id`), as `pliant cluster up` gives its nodes the ids it keeps.
 pub fn node_id(addr: std::net::SocketAddr, salt: &str) -> String {
     use std::hash::BuildHasher;
     let text = format!("{addr}|{salt}");
@@ -173,6 +191,12 @@ pub fn route<'a>(
         };
     }
     if asking && map.migration(slot).is_some_and(|m| Some(m.to) == me) {
+        // Importing: keys of several, some not here yet, wait until all have come (Redis).
+        if keys.len() > 1 && !keys.iter().all(|k| has(k)) {
+            return Some(Frame::error(
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+            ));
+        }
         return None;
     }
     Some(Frame::error(format!("MOVED {slot} {}", addr(owner))))
@@ -208,3 +232,117 @@ pub(crate) async fn serves(addr: std::net::SocketAddr, password: Option<&str>) -
         .flatten()
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(i: u8) -> Member {
+        Member {
+            id: format!("{i:040x}"),
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
+        }
+    }
+
+    fn keys(ks: &[&'static str]) -> Vec<Bytes> {
+        ks.iter()
+            .map(|k| Bytes::from_static(k.as_bytes()))
+            .collect()
+    }
+
+    fn code(f: Option<Frame>) -> Option<String> {
+        match f {
+            None => None,
+            Some(Frame::Error(e)) => Some(e),
+            Some(other) => panic!("not an error: {other:?}"),
+        }
+    }
+
+    /// Node 1 as seen by itself and by node 2, over one embedded store whose map gives node 1
+    /// every slot, with `{a}`'s slot moving from node 1 to node 2.
+    async fn two_nodes() -> (Cluster, Cluster, u16) {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = Cluster::join(member(1), "embedded".into(), coord.clone(), stop.clone())
+            .await
+            .expect("join");
+        let two = Cluster::join(member(2), "embedded".into(), coord.clone(), stop)
+            .await
+            .expect("join");
+        let slot = key_slot(b"{a}");
+        let map = SlotMap::even(0, &[member(1)])
+            .with_node(&member(2))
+            .0
+            .with_migration(slot, 1)
+            .expect("a migration");
+        assert!(coord.update_now(0, map).expect("update"));
+        for c in [&one, &two] {
+            let mut rx = c.state.clone();
+            while rx.borrow_and_update().map.version() < 1 {
+                rx.changed().await.expect("watch");
+            }
+        }
+        (one, two, slot)
+    }
+
+    #[tokio::test]
+    async fn routing_answers_as_redis_cluster_does_during_a_slot_move() {
+        let (one, two, slot) = two_nodes().await;
+        let all = |_: &[u8]| true;
+        let none = |_: &[u8]| false;
+        let first_only = |k: &[u8]| k == b"{a}1";
+        // The source answers for what it still has, sends on for what it has not.
+        assert_eq!(code(route(&one, keys(&["{a}1"]).iter(), false, all)), None);
+        assert_eq!(
+            code(route(&one, keys(&["{a}1"]).iter(), false, none)),
+            Some(format!("ASK {slot} 127.0.0.1:7002"))
+        );
+        assert!(
+            code(route(
+                &one,
+                keys(&["{a}1", "{a}2"]).iter(),
+                false,
+                first_only
+            ))
+            .is_some_and(|e| e.starts_with("TRYAGAIN"))
+        );
+        // The target serves the slot only to a client that says ASKING, and a multi-key
+        // command only once all its keys have come.
+        assert_eq!(
+            code(route(&two, keys(&["{a}1"]).iter(), false, all)),
+            Some(format!("MOVED {slot} 127.0.0.1:7001"))
+        );
+        assert_eq!(code(route(&two, keys(&["{a}1"]).iter(), true, none)), None);
+        assert!(
+            code(route(
+                &two,
+                keys(&["{a}1", "{a}2"]).iter(),
+                true,
+                first_only
+            ))
+            .is_some_and(|e| e.starts_with("TRYAGAIN"))
+        );
+        // Slots that are not moving: owner runs them, the other node sends clients there.
+        assert_eq!(code(route(&one, keys(&["b"]).iter(), false, none)), None);
+        assert_eq!(
+            code(route(&two, keys(&["b"]).iter(), true, all)),
+            Some(format!("MOVED {} 127.0.0.1:7001", key_slot(b"b")))
+        );
+        assert!(
+            code(route(&one, keys(&["a", "b"]).iter(), false, all))
+                .is_some_and(|e| e.starts_with("CROSSSLOT"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slot_without_an_owner_is_clusterdown() {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = Cluster::join(member(1), "embedded".into(), coord, stop)
+            .await
+            .expect("join");
+        assert!(
+            code(route(&one, keys(&["k"]).iter(), false, |_| true))
+                .is_some_and(|e| e.starts_with("CLUSTERDOWN"))
+        );
+    }
+}

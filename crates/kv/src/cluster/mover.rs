@@ -61,7 +61,9 @@ pub enum MoveError {
     #[error(transparent)]
     Coord(#[from] CoordError),
     /// A node failed or refused.
-    #[error("{addr}: {why} (the slot stays migrating with every key at one node; run the move again to finish it)")]
+    #[error(
+        "{addr}: {why} (the slot stays migrating with every key at one node; run the move again to finish it)"
+    )]
     Node {
         /// The node.
         addr: SocketAddr,
@@ -209,7 +211,8 @@ pub async fn move_slot(
         let mut found_any = false;
         let mut after: Option<Bytes> = None;
         loop {
-            let mut args: Vec<&[u8]> = vec![b"PLIANT.SLOTKEYS", slot_arg.as_bytes(), batch.as_bytes()];
+            let mut args: Vec<&[u8]> =
+                vec![b"PLIANT.SLOTKEYS", slot_arg.as_bytes(), batch.as_bytes()];
             if let Some(a) = &after {
                 args.push(a);
             }
@@ -320,8 +323,8 @@ pub fn move_slot_via(
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<MoveReport, MoveError> {
-    let (_, coord, _) = super::status::view(node, password)
-        .map_err(|e| MoveError::Invalid(e.to_string()))?;
+    let (_, coord, _) =
+        super::status::view(node, password).map_err(|e| MoveError::Invalid(e.to_string()))?;
     let coord: SocketAddr = coord.parse().map_err(|_| {
         MoveError::Invalid(format!(
             "{node} names its coordination store {coord:?}, not an ADDR:PORT"

@@ -124,7 +124,12 @@ impl Remote {
                 match Frame::parse(&buf, &limits) {
                     Ok((frame, used)) => {
                         let _ = buf.split_to(used);
-                        tx.send_replace(Arc::new(self.pushed(frame)?));
+                        let state = self.pushed(frame)?;
+                        // A map older than one already seen (the store restarted from an older
+                        // file, or states crossed) never replaces it.
+                        if state.map.version() >= tx.borrow().map.version() {
+                            tx.send_replace(Arc::new(state));
+                        }
                     }
                     Err(FrameError::Incomplete) => break,
                     Err(FrameError::Protocol(e)) => return Err(self.unreachable(e)),

@@ -16,13 +16,8 @@ fn disabled() -> Frame {
 }
 
 /// Where the request may run (see [`crate::cluster::route`]): `None` here.
-pub(super) fn route(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Option<Frame> {
+pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) -> Option<Frame> {
     let cluster = ctx.node.cluster()?;
-    // ASKING lasts one command, whatever it is.
-    let asking = std::mem::take(&mut ctx.session.asking);
-    if spec.keys.0 == 0 {
-        return None;
-    }
     let (node, now) = (ctx.node, ctx.now);
     crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
         node.keyspace().exists(k, now).unwrap_or(false)
@@ -206,7 +201,7 @@ pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// the map says (the move's target receives them before it owns the slot). An expiry already
 /// past drops the key.
 pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() % 3 != 0 {
+    if !args.len().is_multiple_of(3) {
         return super::wrong_arity("pliant.restore");
     }
     let mut parsed = Vec::with_capacity(args.len() / 3);
@@ -237,10 +232,12 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// source: each key is deleted if it still has the value and expiry that were copied (one
 /// changed since stays, and is copied again). The number deleted.
 pub(super) fn delifeq(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() % 3 != 0 {
+    if !args.len().is_multiple_of(3) {
         return super::wrong_arity("pliant.delifeq");
     }
     let now = ctx.now;
+    // No keyed command is between its routing and its end while keys leave.
+    let _gate = ctx.node.cluster().map(|c| c.gate_exclusive());
     let mut ks = ctx.node.keyspace();
     let mut n = 0;
     for t in args.chunks(3) {
@@ -333,7 +330,11 @@ fn shards(state: &ClusterState) -> Frame {
                     .into_iter()
                     .flat_map(|(a, b)| [Frame::Integer(i64::from(a)), Frame::Integer(i64::from(b))])
                     .collect();
-                let health = if state.alive(&m.id) { "online" } else { "fail" };
+                let health = if state.alive(&m.id) {
+                    "online"
+                } else {
+                    "failed"
+                };
                 let node = Frame::Map(vec![
                     (text("id"), text(&m.id)),
                     (text("port"), Frame::Integer(i64::from(m.addr.port()))),

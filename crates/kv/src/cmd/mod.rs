@@ -251,14 +251,24 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
 
 /// Runs one request (`args[0]` is the command's name) and returns its reply.
 pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    // ASKING lasts one command, whatever becomes of it.
+    let asking = std::mem::take(&mut ctx.session.asking);
     let spec = match check(ctx.session, args) {
         Ok(spec) => spec,
         Err(reply) => return reply,
     };
-    if let Some(redirect) = cluster::route(ctx, spec, args) {
-        return redirect;
+    match ctx.node.cluster() {
+        Some(c) if spec.keys.0 != 0 => {
+            // Held from the routing decision to the end of the command, so a slot move cannot
+            // take a key away between the two (see `cluster::Cluster::gate`).
+            let _gate = c.gate();
+            if let Some(redirect) = cluster::route(ctx, spec, args, asking) {
+                return redirect;
+            }
+            run(ctx, spec, args)
+        }
+        _ => run(ctx, spec, args),
     }
-    run(ctx, spec, args)
 }
 
 /// What Redis checks before it runs a request: a known command, authentication, arity. The

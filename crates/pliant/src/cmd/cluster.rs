@@ -122,9 +122,12 @@ fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .or_else(|| std::env::var("PLIANT_PASSWORD").ok());
     let parse = |s: &str| {
-        s.trim()
-            .parse::<u16>()
-            .map_err(|_| anyhow::anyhow!("--slot {:?}: expected a slot (0-16383) or FIRST-LAST", a.slot))
+        s.trim().parse::<u16>().map_err(|_| {
+            anyhow::anyhow!(
+                "--slot {:?}: expected a slot (0-16383) or FIRST-LAST",
+                a.slot
+            )
+        })
     };
     let (first, last) = match a.slot.split_once('-') {
         Some((f, l)) => (parse(f)?, parse(l)?),

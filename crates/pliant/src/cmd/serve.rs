@@ -101,6 +101,10 @@ pub struct Args {
     /// the others (-MOVED), as a Redis Cluster node does.
     #[arg(long, value_name = "ADDR:PORT", conflicts_with = "parent")]
     coord: Option<SocketAddr>,
+    /// This node's id in the cluster, 40 lowercase hex digits (as CLUSTER NODES shows them)
+    /// [default: derived from --bind and --store; `pliant cluster up` gives its nodes theirs].
+    #[arg(long, value_name = "ID", requires = "coord")]
+    node_id: Option<String>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -129,6 +133,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         metrics: a.metrics,
         threads: a.threads,
         coord: a.coord,
+        node_id: a.node_id.clone(),
     };
     let settings = match &a.config {
         Some(file) => flags.or(Settings::from_file(file)?),
