@@ -10,6 +10,9 @@
 //! PLIANT.COORD GET                    the state as JSON
 //! PLIANT.COORD UPDATE VERSION MAP     replace the map if VERSION is current (:1), else :0
 //! PLIANT.COORD WATCH                  then a push [pliant.coord, JSON] at every change
+//! PLIANT.COORD SPAWN N                start N more nodes (a local cluster's supervisor only):
+//!                                     their ids once they have joined
+//! PLIANT.COORD RETIRE ID              stop node ID's process (supervisor only) and end its lease
 //! ```
 
 use std::sync::Arc;
@@ -40,11 +43,25 @@ const LIMITS: Limits = Limits {
     max_inline: 4096,
 };
 
-/// Serves `coord` on `listener` until `stop` turns true.
+/// What a supervisor (`pliant cluster up`) is asked to do with node processes.
+#[derive(Debug)]
+pub enum Supervise {
+    /// Start this many more nodes; reply with their ids once they hold leases.
+    Spawn(
+        usize,
+        tokio::sync::oneshot::Sender<Result<Vec<String>, String>>,
+    ),
+    /// Stop this node's process cleanly and end its lease.
+    Retire(String, tokio::sync::oneshot::Sender<Result<(), String>>),
+}
+
+/// Serves `coord` on `listener` until `stop` turns true; SPAWN and RETIRE go to `supervisor`,
+/// when there is one.
 pub async fn serve(
     listener: TcpListener,
     coord: Arc<Embedded>,
     password: Option<String>,
+    supervisor: Option<tokio::sync::mpsc::Sender<Supervise>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let reaper = {
@@ -63,8 +80,11 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let (coord, password, stop) = (coord.clone(), password.clone(), stop.clone());
+                    let supervisor = supervisor.clone();
                     conns.spawn(async move {
-                        if let Err(e) = connection(stream, &coord, password.as_deref(), stop).await {
+                        if let Err(e) =
+                            connection(stream, &coord, password.as_deref(), supervisor, stop).await
+                        {
                             tracing::debug!("coordination client: {e}");
                         }
                     });
@@ -86,6 +106,7 @@ async fn connection(
     mut stream: TcpStream,
     coord: &Embedded,
     password: Option<&str>,
+    supervisor: Option<tokio::sync::mpsc::Sender<Supervise>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
@@ -143,6 +164,9 @@ async fn connection(
             (b"PING", true) => Frame::Simple("PONG".into()),
             (b"PLIANT.COORD", true) if sub.as_slice() == b"WATCH" => {
                 return watch(stream, coord, stop).await;
+            }
+            (b"PLIANT.COORD", true) if matches!(sub.as_slice(), b"SPAWN" | b"RETIRE") => {
+                supervise(supervisor.as_ref(), &sub, &args[2.min(args.len())..]).await
             }
             (b"PLIANT.COORD", true) => run(coord, &sub, &args[2.min(args.len())..]),
             _ => Frame::error(format!(
@@ -237,6 +261,52 @@ fn run(coord: &Embedded, sub: &[u8], args: &[Bytes]) -> Frame {
     }
 }
 
+/// SPAWN and RETIRE, handed to the supervisor.
+async fn supervise(
+    supervisor: Option<&tokio::sync::mpsc::Sender<Supervise>>,
+    sub: &[u8],
+    args: &[Bytes],
+) -> Frame {
+    let Some(sv) = supervisor else {
+        return Frame::error(
+            "ERR no supervisor: this coordination store does not start or stop nodes (start them with pliant serve --coord)",
+        );
+    };
+    let gone = || Frame::error("ERR the supervisor is stopping");
+    match (sub, args) {
+        (b"SPAWN", [n]) => {
+            let Some(n) = text(n)
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| (1..=64).contains(n))
+            else {
+                return Frame::error("ERR SPAWN wants a node count of 1-64");
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if sv.send(Supervise::Spawn(n, tx)).await.is_err() {
+                return gone();
+            }
+            match rx.await {
+                Ok(Ok(ids)) => Frame::Array(ids.into_iter().map(Frame::bulk).collect()),
+                Ok(Err(e)) => Frame::error(format!("ERR {e}")),
+                Err(_) => gone(),
+            }
+        }
+        (b"RETIRE", [id]) => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let id = String::from_utf8_lossy(id).into_owned();
+            if sv.send(Supervise::Retire(id, tx)).await.is_err() {
+                return gone();
+            }
+            match rx.await {
+                Ok(Ok(())) => Frame::ok(),
+                Ok(Err(e)) => Frame::error(format!("ERR {e}")),
+                Err(_) => gone(),
+            }
+        }
+        _ => Frame::error("ERR SPAWN N or RETIRE ID"),
+    }
+}
+
 /// Pushes the state now and at every change, until the client goes or the server stops.
 async fn watch(
     mut stream: TcpStream,
@@ -280,7 +350,13 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let store = Arc::new(Embedded::new());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(serve(listener, store.clone(), Some("pw".into()), stop_rx));
+        let server = tokio::spawn(serve(
+            listener,
+            store.clone(),
+            Some("pw".into()),
+            None,
+            stop_rx,
+        ));
 
         let wrong = Arc::new(Remote::new(addr, Some("nope".into())));
         assert!(

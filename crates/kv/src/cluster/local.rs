@@ -144,25 +144,36 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
     std::fs::write(spec.dir.join("coord.addr"), format!("{coord_addr}\n"))
         .map_err(io("writing coord.addr"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (sv_tx, sv_rx) = tokio::sync::mpsc::channel(4);
     let server = tokio::spawn(super::coord_server::serve(
         listener,
         coord.clone(),
         spec.password.clone(),
+        Some(sv_tx),
         stop_rx,
     ));
     // Stop on SIGINT/SIGTERM from now on, so a stop during the start leaves no node behind.
     let stop = tokio::spawn(crate::stop_on_signal());
-    let mut nodes = Vec::new();
-    for i in 0..spec.nodes {
+    // Node i for every i this directory has known (retired ones stay stopped), and at least
+    // --nodes of them.
+    let known = (0..)
+        .take_while(|i| spec.dir.join(format!("node-{i}.id")).exists() || retired(spec, *i))
+        .count();
+    let mut nodes: Vec<Option<Child>> = Vec::new();
+    for i in 0..known.max(spec.nodes) {
+        if retired(spec, i) {
+            nodes.push(None);
+            continue;
+        }
         match start_node(spec, i, coord_addr) {
-            Ok(child) => nodes.push(child),
+            Ok(child) => nodes.push(Some(child)),
             Err(e) => {
                 stop_nodes(&mut nodes, spec).await;
                 return Err(e);
             }
         }
     }
-    let result = serve_cluster(spec, &coord, coord_addr, &mut nodes, ready, stop).await;
+    let result = serve_cluster(spec, &coord, coord_addr, &mut nodes, ready, stop, sv_rx).await;
     stop_nodes(&mut nodes, spec).await;
     let _ = stop_tx.send(true);
     let _ = server.await;
@@ -173,9 +184,10 @@ async fn serve_cluster(
     spec: &LocalSpec,
     coord: &Embedded,
     coord_addr: SocketAddr,
-    nodes: &mut [Child],
+    nodes: &mut Vec<Option<Child>>,
     ready: impl FnOnce(&Ready),
     mut stop: tokio::task::JoinHandle<()>,
+    mut supervise: tokio::sync::mpsc::Receiver<super::coord_server::Supervise>,
 ) -> Result<(), UpError> {
     let state = tokio::select! {
         s = wait_for_nodes(spec, coord, nodes) => s?,
@@ -202,7 +214,7 @@ async fn serve_cluster(
     ready(&Ready {
         coord: coord_addr,
         state,
-        pids: nodes.iter().map(Child::id).collect(),
+        pids: nodes.iter().flatten().map(Child::id).collect(),
     });
     let mut exited = vec![false; nodes.len()];
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -210,8 +222,23 @@ async fn serve_cluster(
         tokio::select! {
             _ = &mut stop => return Ok(()),
             _ = tick.tick() => {}
+            Some(req) = supervise.recv() => {
+                use super::coord_server::Supervise;
+                match req {
+                    Supervise::Spawn(n, reply) => {
+                        let r = spawn_more(spec, coord, coord_addr, nodes, n).await;
+                        exited.resize(nodes.len(), false);
+                        let _ = reply.send(r.map_err(|e| e.to_string()));
+                    }
+                    Supervise::Retire(id, reply) => {
+                        let r = retire(spec, coord, nodes, &id).await;
+                        let _ = reply.send(r.map(|_| ()));
+                    }
+                }
+            }
         }
         for (i, child) in nodes.iter_mut().enumerate() {
+            let Some(child) = child else { continue };
             if !exited[i]
                 && let Ok(Some(status)) = child.try_wait()
             {
@@ -223,6 +250,94 @@ async fn serve_cluster(
             }
         }
     }
+}
+
+/// Starts `n` more nodes (numbered after the others) and waits until they hold leases.
+async fn spawn_more(
+    spec: &LocalSpec,
+    coord: &Embedded,
+    coord_addr: SocketAddr,
+    nodes: &mut Vec<Option<Child>>,
+    n: usize,
+) -> Result<Vec<String>, UpError> {
+    let first = nodes.len();
+    let mut ids = Vec::new();
+    for i in first..first + n {
+        ids.push(node_id(spec, i)?);
+        nodes.push(Some(start_node(spec, i, coord_addr)?));
+    }
+    let deadline = tokio::time::Instant::now() + START;
+    let mut rx = coord.subscribe();
+    loop {
+        let state = coord.current();
+        if ids.iter().all(|id| state.alive(id)) {
+            return Ok(ids);
+        }
+        for (i, child) in nodes.iter_mut().enumerate().skip(first) {
+            if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
+                return Err(UpError::NodeExited {
+                    node: i,
+                    status: status.to_string(),
+                    log: log_path(spec, i).display().to_string(),
+                    tail: String::new(),
+                });
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(UpError::Timeout {
+                joined: ids.iter().filter(|id| state.alive(id)).count(),
+                wanted: n,
+                dir: spec.dir.display().to_string(),
+            });
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
+    }
+}
+
+/// Stops node `id`'s process cleanly (SIGTERM; killed after [`STOP`]) and ends its lease: its
+/// index.
+async fn retire(
+    spec: &LocalSpec,
+    coord: &Embedded,
+    nodes: &mut [Option<Child>],
+    id: &str,
+) -> Result<usize, String> {
+    let i = (0..nodes.len())
+        .find(|&i| nodes[i].is_some() && node_id(spec, i).is_ok_and(|n| n == id))
+        .ok_or_else(|| format!("node {id} is not one this supervisor runs"))?;
+    let Some(mut child) = nodes[i].take() else {
+        return Err(format!("node {id} is not one this supervisor runs"));
+    };
+    let child = &mut child;
+    if let Ok(None) = child.try_wait() {
+        signal_term(child);
+        let deadline = tokio::time::Instant::now() + STOP;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if tokio::time::Instant::now() >= deadline => {
+                    tracing::error!("node {i} did not stop within {STOP:?}; killing it");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    coord.leave_now(id);
+    // Not started again by a later `cluster up` on this directory.
+    std::fs::write(
+        spec.dir.join(format!("node-{i}.retired")),
+        format!("{id}\n"),
+    )
+    .map_err(|e| format!("marking node {i} retired: {e}"))?;
+    Ok(i)
+}
+
+/// Whether node `i` of this directory was retired by a decommission.
+fn retired(spec: &LocalSpec, i: usize) -> bool {
+    spec.dir.join(format!("node-{i}.retired")).exists()
 }
 
 /// A saved map, with the addresses its nodes came back at; an error if one of them did not
@@ -247,7 +362,7 @@ fn rejoin(
         .collect();
     if !missing.is_empty() {
         return Err(UpError::Invalid(format!(
-            "{} holds a slot map whose nodes {} did not join: start it with as many nodes as before (its node-<i>.id files name them), or move the cluster elsewhere (--dir)",
+            "{} holds a slot map whose nodes {} did not join (each node-<i>.id file in the directory names a node to start; one is missing or its node failed to start: see the node-<i>.log files), or start a new cluster elsewhere (--dir)",
             spec.dir.join("cluster.json").display(),
             missing.join(", ")
         )));
@@ -302,17 +417,18 @@ fn node_id(spec: &LocalSpec, i: usize) -> Result<String, UpError> {
 async fn wait_for_nodes(
     spec: &LocalSpec,
     coord: &Embedded,
-    nodes: &mut [Child],
+    nodes: &mut [Option<Child>],
 ) -> Result<ClusterState, UpError> {
     let deadline = tokio::time::Instant::now() + START;
     let mut rx = coord.subscribe();
     loop {
         let state = coord.current();
-        if state.members.len() >= nodes.len() {
+        let running = nodes.iter().flatten().count();
+        if state.members.len() >= running {
             return Ok(state);
         }
         for (i, child) in nodes.iter_mut().enumerate() {
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
                 let log = log_path(spec, i);
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
                 let lines: Vec<&str> = text.lines().collect();
@@ -327,7 +443,7 @@ async fn wait_for_nodes(
         if tokio::time::Instant::now() >= deadline {
             return Err(UpError::Timeout {
                 joined: state.members.len(),
-                wanted: nodes.len(),
+                wanted: running,
                 dir: spec.dir.display().to_string(),
             });
         }
@@ -398,8 +514,8 @@ fn start_node(spec: &LocalSpec, i: usize, coord: SocketAddr) -> Result<Child, Up
 }
 
 /// Stops every node still running: SHUTDOWN (it syncs its store), then, after [`STOP`], a kill.
-async fn stop_nodes(nodes: &mut [Child], spec: &LocalSpec) {
-    for child in nodes.iter_mut() {
+async fn stop_nodes(nodes: &mut [Option<Child>], spec: &LocalSpec) {
+    for child in nodes.iter_mut().flatten() {
         if let Ok(None) = child.try_wait() {
             // Ctrl-C in a terminal reached the nodes too; SIGTERM the rest.
             signal_term(child);
@@ -407,6 +523,7 @@ async fn stop_nodes(nodes: &mut [Child], spec: &LocalSpec) {
     }
     let deadline = tokio::time::Instant::now() + STOP;
     for (i, child) in nodes.iter_mut().enumerate() {
+        let Some(child) = child else { continue };
         loop {
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,

@@ -252,6 +252,33 @@ impl SlotMap {
         }
     }
 
+    /// This map without node `id`, which must own no slot and take part in no move.
+    pub fn without_node(mut self, id: &str) -> Result<Self, MapError> {
+        let Some(i) = self.index_of(id) else {
+            return Ok(self);
+        };
+        let busy =
+            self.slots_of(i) > 0 || self.migrations.values().any(|m| m.from == i || m.to == i);
+        if busy {
+            return Err(MapError::Migration {
+                slot: u32::from(SLOTS),
+                why: format!("node {id} still owns slots or takes part in a move"),
+            });
+        }
+        self.nodes.remove(usize::from(i));
+        let shift = |o: &mut u16| {
+            if *o != NONE && *o > i {
+                *o -= 1;
+            }
+        };
+        self.owner.iter_mut().for_each(shift);
+        for m in self.migrations.values_mut() {
+            shift(&mut m.from);
+            shift(&mut m.to);
+        }
+        Ok(self)
+    }
+
     /// This map with `slot` moving from its owner to node `to`.
     pub fn with_migration(mut self, slot: u16, to: u16) -> Result<Self, MapError> {
         let bad = |why: &str| MapError::Migration {
@@ -416,6 +443,23 @@ mod tests {
         assert_eq!(sizes, vec![5461, 5462, 5461]);
         assert_eq!(map.owner(16383), Some(&member(3)));
         assert_eq!(SlotMap::even(1, &[]).assigned(), 0);
+    }
+
+    #[test]
+    fn a_node_leaves_the_map_only_once_it_owns_nothing() {
+        let map = SlotMap::even(1, &[member(1), member(2), member(3)]);
+        assert!(map.clone().without_node(&member(2).id).is_err());
+        let mut emptied = map.clone();
+        for s in 5461..=10922 {
+            emptied = emptied.with_owner(s, 2);
+        }
+        let after = emptied.without_node(&member(2).id).expect("owns nothing");
+        assert_eq!(after.nodes(), &[member(1), member(3)]);
+        assert_eq!(after.ranges(), vec![(0, 5460, 0), (5461, 16383, 1)]);
+        assert_eq!(
+            SlotMap::from_json(&after.to_json()).expect("a valid map"),
+            after
+        );
     }
 
     #[test]

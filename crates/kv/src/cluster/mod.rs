@@ -18,6 +18,7 @@ pub mod local;
 pub mod map;
 pub mod mover;
 pub mod remote;
+pub mod rescale;
 pub mod slot;
 pub mod status;
 
@@ -48,6 +49,8 @@ pub struct Cluster {
     /// was here could run after the key left: a read would miss a key that exists, a write
     /// would land on a node that no longer owns the slot.
     gate: std::sync::RwLock<()>,
+    /// Keyed commands this node ran, by slot: the load a rescale balances.
+    slot_ops: Box<[std::sync::atomic::AtomicU64]>,
 }
 
 impl Cluster {
@@ -101,6 +104,9 @@ impl Cluster {
             coord,
             state,
             gate: std::sync::RwLock::new(()),
+            slot_ops: (0..SLOTS)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
         })
     }
 
@@ -112,6 +118,20 @@ impl Cluster {
     /// Held by a slot move's deletions at the source.
     pub fn gate_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
         self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a keyed command run here on `slot`.
+    pub fn count_op(&self, slot: u16) {
+        if let Some(c) = self.slot_ops.get(usize::from(slot)) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Keyed commands run here on `slot` since the start.
+    pub fn ops(&self, slot: u16) -> u64 {
+        self.slot_ops
+            .get(usize::from(slot))
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// This node.

@@ -1,6 +1,6 @@
 //! Moving one slot between live nodes, as Redis Cluster does it, with nothing lost:
 //!
-//! 1. the map marks the slot migrating (one compare-and-swap in the coordination store), and
+//! 1. the map marks the slots migrating (one compare-and-swap in the coordination store), and
 //!    both nodes are waited for until they serve that version: from then the source answers
 //!    `-ASK` for a key it no longer has (a new key included), and the target serves such a key
 //!    to a client that says `ASKING`;
@@ -24,6 +24,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::net::TcpStream;
 
 use super::coord::{Coord, CoordError};
+use super::map::SlotMap;
 use crate::frame::Frame;
 use crate::upstream::roundtrip;
 
@@ -37,17 +38,17 @@ const MAX_ROUNDS: u32 = 1_000;
 /// What a slot move did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MoveReport {
-    /// The slot.
-    pub slot: u16,
-    /// Its old owner's id.
+    /// The slots moved.
+    pub slots: Vec<u16>,
+    /// Their old owner's id.
     pub from: String,
-    /// Its new owner's id.
+    /// Their new owner's id.
     pub to: String,
     /// Keys moved.
     pub keys: u64,
-    /// Bytes of keys and values moved.
+    /// Bytes of keys and values copied.
     pub bytes: u64,
-    /// Rounds over the slot (more than one when keys changed while they were copied).
+    /// Rounds over the slots (more than one when keys changed while they were copied).
     pub rounds: u32,
     /// How long it took.
     pub seconds: f64,
@@ -122,19 +123,21 @@ fn node(addr: SocketAddr, why: impl std::fmt::Display) -> MoveError {
     }
 }
 
-/// Moves `slot` to node `to` (an id of a live member); `progress` hears of the keys and bytes
-/// moved so far after every batch.
-pub async fn move_slot(
+/// Moves `slots`, all owned by one node, to node `to` (an id of a live member), as one
+/// move: one map update marks them all migrating, one walk per round over the source's keys
+/// copies theirs, one update gives them all to the target. `progress` hears of the keys and
+/// bytes moved so far after every batch.
+pub async fn move_slots(
     coord: &dyn Coord,
     password: Option<&str>,
-    slot: u16,
+    slots: &[u16],
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
-    if slot >= super::SLOTS {
+    if let Some(s) = slots.iter().find(|&&s| s >= super::SLOTS) {
         return Err(MoveError::Invalid(format!(
-            "slot {slot} does not exist (slots are 0-16383)"
+            "slot {s} does not exist (slots are 0-16383)"
         )));
     }
     let state = coord.state().await?;
@@ -148,18 +151,28 @@ pub async fn move_slot(
                 "node {to} is not a live member of the cluster (see CLUSTER NODES)"
             ))
         })?;
-    let map = state.map.clone();
-    let Some(source) = map.owner(slot).cloned() else {
-        return Err(MoveError::Invalid(format!("slot {slot} has no owner")));
+    let Some(&first) = slots.first() else {
+        return Err(MoveError::Invalid("no slot to move".into()));
     };
+    let Some(source) = state.map.owner(first).cloned() else {
+        return Err(MoveError::Invalid(format!("slot {first} has no owner")));
+    };
+    if let Some(s) = slots
+        .iter()
+        .find(|&&s| state.map.owner(s).map(|o| &o.id) != Some(&source.id))
+    {
+        return Err(MoveError::Invalid(format!(
+            "slots {first} and {s} have different owners: move them separately"
+        )));
+    }
     if !state.alive(&source.id) {
         return Err(MoveError::Invalid(format!(
-            "slot {slot}'s owner {} ({}) is not alive: its keys are there, so the move waits for it",
+            "the owner {} ({}) is not alive: its keys are there, so the move waits for it",
             source.id, source.addr
         )));
     }
     let mut report = MoveReport {
-        slot,
+        slots: slots.to_vec(),
         from: source.id.clone(),
         to: to.to_string(),
         keys: 0,
@@ -171,51 +184,54 @@ pub async fn move_slot(
         return Ok(report);
     }
     // 1. Migrating (or already, from a move that stopped half way).
-    let (map, t) = map.with_node(&target);
-    let version = match map.migration(slot) {
-        Some(m) if m.to == t => map.version(),
-        Some(_) => {
-            return Err(MoveError::Invalid(format!(
-                "slot {slot} is already moving to another node"
-            )));
-        }
-        None => {
-            let v = map.version();
-            let marked = map
-                .with_migration(slot, t)
-                .map_err(|e| MoveError::Invalid(e.to_string()))?;
-            if !coord.update(v, marked).await? {
-                return Err(MoveError::Invalid(
-                    "the slot map changed meanwhile; run the move again".into(),
-                ));
+    let version = change_map(coord, |map| {
+        let (mut map, t) = map.with_node(&target);
+        let mut changed = false;
+        for &slot in slots {
+            match map.migration(slot) {
+                Some(m) if m.to == t => {}
+                Some(_) => {
+                    return Err(MoveError::Invalid(format!(
+                        "slot {slot} is already moving to another node"
+                    )));
+                }
+                None if map.owner(slot).map(|o| &o.id) != Some(&source.id) => {
+                    return Err(MoveError::Invalid(format!(
+                        "slot {slot} changed owner during the move"
+                    )));
+                }
+                None => {
+                    map = map
+                        .with_migration(slot, t)
+                        .map_err(|e| MoveError::Invalid(e.to_string()))?;
+                    changed = true;
+                }
             }
-            v + 1
         }
-    };
+        Ok(changed.then_some(map))
+    })
+    .await?;
     for addr in [source.addr, target.addr] {
         wait_for_version(addr, password, version).await?;
     }
     // 2. The keys, round after round until none is left at the source.
     let mut src = Conn::open(source.addr, password).await?;
     let mut dst = Conn::open(target.addr, password).await?;
-    let slot_arg = slot.to_string();
+    let slot_args: Vec<String> = slots.iter().map(u16::to_string).collect();
     let batch = BATCH.to_string();
     loop {
         report.rounds += 1;
         if report.rounds > MAX_ROUNDS {
             return Err(node(
                 source.addr,
-                format!("slot {slot}'s keys kept changing through {MAX_ROUNDS} rounds"),
+                format!("the slots' keys kept changing through {MAX_ROUNDS} rounds"),
             ));
         }
         let mut found_any = false;
-        let mut after: Option<Bytes> = None;
+        let mut after = Bytes::new();
         loop {
-            let mut args: Vec<&[u8]> =
-                vec![b"PLIANT.SLOTKEYS", slot_arg.as_bytes(), batch.as_bytes()];
-            if let Some(a) = &after {
-                args.push(a);
-            }
+            let mut args: Vec<&[u8]> = vec![b"PLIANT.SLOTKEYS", batch.as_bytes(), &after];
+            args.extend(slot_args.iter().map(|s| s.as_bytes()));
             let reply = src.call(&args).await?;
             let (next, entries) = slot_keys(reply).map_err(|e| node(source.addr, e))?;
             if !entries.is_empty() {
@@ -239,7 +255,7 @@ pub async fn move_slot(
                 progress(report.keys, report.bytes);
             }
             match next {
-                Some(n) => after = Some(n),
+                Some(n) => after = n,
                 None => break,
             }
         }
@@ -247,22 +263,42 @@ pub async fn move_slot(
             break;
         }
     }
-    // 3. The slot is the target's.
-    let state = coord.state().await?;
-    let v = state.map.version();
-    let Some(t) = state.map.index_of(to) else {
-        return Err(MoveError::Invalid(format!(
-            "node {to} left the map during the move"
-        )));
-    };
-    let done = state.map.clone().with_owner(slot, t);
-    if !coord.update(v, done).await? {
-        return Err(MoveError::Invalid(
-            "the slot map changed as the move finished; run the move again".into(),
-        ));
-    }
+    // 3. The slots are the target's.
+    change_map(coord, |map| {
+        let t = map
+            .index_of(to)
+            .ok_or_else(|| MoveError::Invalid(format!("node {to} left the map during the move")))?;
+        Ok(Some(
+            slots.iter().fold(map, |m, &slot| m.with_owner(slot, t)),
+        ))
+    })
+    .await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Applies `change` to the current map in one compare-and-swap, reading it again and retrying
+/// when another writer (a move running beside this one) changed it first. `change` returns
+/// `None` when the map needs nothing. The version the map has after.
+pub async fn change_map(
+    coord: &dyn Coord,
+    change: impl Fn(SlotMap) -> Result<Option<SlotMap>, MoveError>,
+) -> Result<u64, MoveError> {
+    for _ in 0..100 {
+        let map = coord.state().await?.map;
+        let v = map.version();
+        match change(map)? {
+            None => return Ok(v),
+            Some(next) => {
+                if coord.update(v, next).await? {
+                    return Ok(v + 1);
+                }
+            }
+        }
+    }
+    Err(MoveError::Invalid(
+        "the slot map kept changing under 100 attempts to update it".into(),
+    ))
 }
 
 /// Waits (at most 10 s) until node `addr` serves map `version` or a later one.
@@ -314,12 +350,12 @@ fn slot_keys(reply: Frame) -> Result<(Option<Bytes>, Vec<Entry>), String> {
     Ok((next, out))
 }
 
-/// [`move_slot`] for a caller without a runtime (`pliant cluster move`): the cluster is found
+/// [`move_slots`] for a caller without a runtime (`pliant cluster move`): the cluster is found
 /// through any of its nodes (`node`), which names the coordination store.
-pub fn move_slot_via(
+pub fn move_slots_via(
     node: &str,
     password: Option<&str>,
-    slot: u16,
+    slots: &[u16],
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<MoveReport, MoveError> {
@@ -339,6 +375,6 @@ pub fn move_slot_via(
             coord,
             password.map(str::to_string),
         ));
-        move_slot(&remote, password, slot, to, progress).await
+        move_slots(&remote, password, slots, to, progress).await
     })
 }

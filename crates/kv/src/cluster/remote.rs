@@ -66,12 +66,17 @@ impl Remote {
 
     /// One request; a failed connection is dropped so the next request opens another.
     async fn call(&self, args: &[&[u8]]) -> Result<Frame, CoordError> {
+        self.call_within(args, TIMEOUT).await
+    }
+
+    /// [`call`](Self::call), with a reply awaited for up to `timeout`.
+    async fn call_within(&self, args: &[&[u8]], timeout: Duration) -> Result<Frame, CoordError> {
         let mut conn = self.conn.lock().await;
         if conn.is_none() {
             *conn = Some(self.connect().await?);
         }
         let (s, buf) = conn.as_mut().expect("connected above");
-        match tokio::time::timeout(TIMEOUT, roundtrip(s, buf, args)).await {
+        match tokio::time::timeout(timeout, roundtrip(s, buf, args)).await {
             Ok(Ok(Frame::Error(e))) if e.starts_with("NOLEASE") => Err(CoordError::NoLease(
                 e.split(' ').nth(2).unwrap_or("").to_string(),
             )),
@@ -83,13 +88,39 @@ impl Remote {
             }
             Err(_) => {
                 *conn = None;
-                Err(self.unreachable("no reply within 5 s"))
+                Err(self.unreachable(format!("no reply within {timeout:?}")))
             }
         }
     }
 
     async fn ok(&self, args: &[&[u8]]) -> Result<(), CoordError> {
         self.call(args).await.map(|_| ())
+    }
+
+    /// Asks the supervisor of a local cluster to start `n` more nodes: their ids, once joined.
+    /// [`CoordError::Refused`] where no supervisor runs the store (nodes are started by hand).
+    pub async fn spawn(&self, n: usize) -> Result<Vec<String>, CoordError> {
+        let n = n.to_string();
+        // Starting nodes takes a while: the supervisor waits up to 30 s for them to join.
+        let spawn: [&[u8]; 3] = [b"PLIANT.COORD", b"SPAWN", n.as_bytes()];
+        match self.call_within(&spawn, Duration::from_secs(60)).await? {
+            Frame::Array(ids) => Ok(ids
+                .into_iter()
+                .filter_map(|f| match f {
+                    Frame::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                    _ => None,
+                })
+                .collect()),
+            other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Asks the supervisor of a local cluster to stop node `id` (cleanly) and end its lease.
+    pub async fn retire(&self, id: &str) -> Result<(), CoordError> {
+        let retire: [&[u8]; 3] = [b"PLIANT.COORD", b"RETIRE", id.as_bytes()];
+        self.call_within(&retire, Duration::from_secs(60))
+            .await
+            .map(|_| ())
     }
 
     /// Keeps `tx` current from a WATCH connection, connecting again whenever it is lost, until

@@ -132,17 +132,7 @@ fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
 /// Up to `count` keys of this node in `slot`. Walks every key (the store, or memory without
 /// one) in bounded steps, each under the keyspace lock only briefly.
 fn keys_in_slot(ctx: &mut Ctx<'_>, slot: u16, count: usize) -> Result<Vec<Bytes>, Frame> {
-    Ok(keys_in_slot_after(ctx, slot, count, None)?.0)
-}
-
-/// [`keys_in_slot`] from after the token `after`, and the token to go on from (`None`: the
-/// walk is over).
-fn keys_in_slot_after(
-    ctx: &mut Ctx<'_>,
-    slot: u16,
-    count: usize,
-    mut after: Option<Bytes>,
-) -> Result<(Vec<Bytes>, Option<Bytes>), Frame> {
+    let mut after: Option<Bytes> = None;
     let mut found = Vec::new();
     let in_slot = |k: &[u8]| key_slot(k) == slot;
     while found.len() < count {
@@ -158,27 +148,33 @@ fn keys_in_slot_after(
             break;
         }
     }
-    Ok((found, after))
+    found.truncate(count);
+    Ok(found)
 }
 
-/// `PLIANT.SLOTKEYS slot count [after]`: what a slot move copies: `[token, [key, value,
-/// expires_at_ms (0: none)]…]`, up to `count` keys of `slot` after the token of an earlier
-/// call (nil: the walk is over). Reads do not count as reads of the keys.
+/// `PLIANT.SLOTKEYS count after slot [slot…]`: what a slot move copies: `[token, [key, value,
+/// expires_at_ms (0: none)]…]`, up to `count` keys of the slots given, walking on from the
+/// token of an earlier call (`after`; empty to start; a nil token back: the walk is over). One
+/// walk serves every slot of a move. Reads do not count as reads of the keys.
 pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let slot = match slot_arg(&args[0]) {
-        Ok(s) => s,
-        Err(e) => return e,
-    };
-    let Some(count) = integer(&args[1]).and_then(|c| usize::try_from(c).ok()) else {
+    let Some(count) = integer(&args[0]).and_then(|c| usize::try_from(c).ok()) else {
         return Frame::error("ERR Invalid number of keys");
     };
-    let after = args.get(2).cloned();
-    let (keys, next) = match keys_in_slot_after(ctx, slot, count.min(10_000), after) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let after = (!args[1].is_empty()).then(|| args[1].clone());
+    let mut wanted = vec![false; usize::from(SLOTS)];
+    for a in &args[2..] {
+        match slot_arg(a) {
+            Ok(s) => wanted[usize::from(s)] = true,
+            Err(e) => return e,
+        }
+    }
+    let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
     let now = ctx.now;
     let mut ks = ctx.node.keyspace();
+    let (keys, next) = match ks.scan(after.as_deref(), count.clamp(1, 10_000), now, &in_slots) {
+        Ok(r) => r,
+        Err(e) => return store_error(&e),
+    };
     let mut out = vec![next.map_or(Frame::Null, Frame::Bulk)];
     for k in keys {
         match ks.peek(&k, now) {
@@ -195,6 +191,57 @@ pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         }
     }
     Frame::Array(out)
+}
+
+/// `PLIANT.SLOTSTATS`: what a rescale plans with, for every slot this node has keys in or has
+/// served: `[[slot, keys, bytes, ops]…]`, bytes of keys and values, ops the keyed commands run
+/// on it since the start. One walk over every key (the store's, or memory's without one).
+pub(super) fn slotstats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    let Some(cluster) = ctx.node.cluster() else {
+        return disabled();
+    };
+    let mut keys = vec![0u64; usize::from(SLOTS)];
+    let mut bytes = vec![0u64; usize::from(SLOTS)];
+    let mut after: Option<Bytes> = None;
+    let now = ctx.now;
+    loop {
+        let mut ks = ctx.node.keyspace();
+        let (found, next) = match ks.scan(after.as_deref(), 1000, now, &|_| true) {
+            Ok(r) => r,
+            Err(e) => return store_error(&e),
+        };
+        for k in found {
+            let size = match ks.peek(&k, now) {
+                Ok(Some(v)) => (k.len() + v.data.len()) as u64,
+                Ok(None) => continue,
+                Err(e) => return store_error(&e),
+            };
+            let s = usize::from(key_slot(&k));
+            keys[s] += 1;
+            bytes[s] += size;
+        }
+        drop(ks);
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    Frame::Array(
+        (0..SLOTS)
+            .filter_map(|s| {
+                let i = usize::from(s);
+                let ops = cluster.ops(s);
+                (keys[i] > 0 || ops > 0).then(|| {
+                    Frame::Array(vec![
+                        Frame::Integer(i64::from(s)),
+                        Frame::Integer(keys[i] as i64),
+                        Frame::Integer(bytes[i] as i64),
+                        Frame::Integer(ops as i64),
+                    ])
+                })
+            })
+            .collect(),
+    )
 }
 
 /// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here whatever

@@ -204,7 +204,8 @@ pub const COMMANDS: &[Spec] = &[
     cmd("readwrite", 1, false, NO_KEYS, cluster::readonly),
     cmd("pliant.cluster", 1, false, NO_KEYS, cluster::pliant_cluster),
     // A slot move's steps: keyless here, so the routing they exist to get around does not apply.
-    cmd("pliant.slotkeys", -3, false, NO_KEYS, cluster::slotkeys),
+    cmd("pliant.slotkeys", -4, false, NO_KEYS, cluster::slotkeys),
+    cmd("pliant.slotstats", 1, false, NO_KEYS, cluster::slotstats),
     cmd("pliant.restore", -4, true, NO_KEYS, cluster::restore),
     cmd("pliant.delifeq", -4, true, NO_KEYS, cluster::delifeq),
     cmd("pliant.policy", -2, false, NO_KEYS, pliant::policy),
@@ -264,6 +265,9 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             let _gate = c.gate();
             if let Some(redirect) = cluster::route(ctx, spec, args, asking) {
                 return redirect;
+            }
+            if let Some(key) = spec.keys_of(args).next() {
+                c.count_op(crate::cluster::key_slot(key));
             }
             run(ctx, spec, args)
         }

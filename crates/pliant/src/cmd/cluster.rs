@@ -134,35 +134,19 @@ fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
         None => (parse(&a.slot)?, parse(&a.slot)?),
     };
     anyhow::ensure!(first <= last, "--slot {}: the range is reversed", a.slot);
-    let bar = indicatif::ProgressBar::new(u64::from(last - first) + 1);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} slots, {msg} ({eta} left)")
-            .expect("template"),
+    let slots: Vec<u16> = (first..=last).collect();
+    let bar = indicatif::ProgressBar::new_spinner();
+    let r = pliant_kv::cluster::mover::move_slots_via(
+        &a.addr,
+        password.as_deref(),
+        &slots,
+        &a.to,
+        &mut |k, b| bar.set_message(format!("{k} keys, {b} bytes moved")),
     );
-    let mut reports = Vec::new();
-    let (mut keys, mut bytes) = (0u64, 0u64);
-    for slot in first..=last {
-        let (k0, b0) = (keys, bytes);
-        let r = pliant_kv::cluster::mover::move_slot_via(
-            &a.addr,
-            password.as_deref(),
-            slot,
-            &a.to,
-            &mut |k, b| bar.set_message(format!("{} keys, {} bytes", k0 + k, b0 + b)),
-        );
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                bar.abandon();
-                anyhow::bail!("slot {slot}: {e}");
-            }
-        };
-        keys += r.keys;
-        bytes += r.bytes;
-        bar.inc(1);
-        reports.push(r);
-    }
     bar.finish_and_clear();
+    let r = r?;
+    let (keys, bytes) = (r.keys, r.bytes);
+    let reports = vec![r];
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {

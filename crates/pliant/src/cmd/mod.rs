@@ -11,6 +11,7 @@ pub mod policy;
 pub mod policy_demo;
 pub mod regimes;
 pub mod replay;
+pub mod rescale;
 pub mod scale;
 pub mod serve;
 pub mod sim;

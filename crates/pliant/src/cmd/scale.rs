@@ -31,6 +31,8 @@ pub enum Command {
     ///
     /// Needs a pliant built with `--features exact` (HiGHS; building it needs libclang and cmake).
     Optimal(OptimalArgs),
+    Commission(super::rescale::CommissionArgs),
+    Decommission(super::rescale::DecommissionArgs),
 }
 
 /// Arguments of `scale plan`.
@@ -42,8 +44,8 @@ pub struct PlanArgs {
     /// Commission this many new servers (ids after the largest existing one).
     #[arg(long, conflicts_with = "remove")]
     add: Option<u32>,
-    /// Decommission these servers.
-    #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+    /// Decommission these servers (comma- or space-separated).
+    #[arg(long, num_args = 1.., value_delimiter = ',', value_name = "ID,...")]
     remove: Vec<u32>,
     /// Strategy: l, lt, dt, ldt.
     #[arg(long, default_value = "ldt")]
@@ -98,10 +100,12 @@ pub fn run(c: Command) -> Result<ExitCode> {
         Command::Plan(a) => plan_cmd(&a),
         Command::Emulate(a) => emulate_cmd(&a),
         Command::Optimal(a) => optimal_cmd(&a),
+        Command::Commission(a) => super::rescale::commission(&a),
+        Command::Decommission(a) => super::rescale::decommission(&a),
     }
 }
 
-fn weights(strategy: &str, free: &Option<Vec<f64>>) -> Result<Weights> {
+pub(super) fn weights(strategy: &str, free: &Option<Vec<f64>>) -> Result<Weights> {
     Ok(match free {
         Some(w) => Weights::from_list(w).context("--weights")?,
         None => strategy

@@ -1,0 +1,529 @@
+//! Live rescaling (Pufferscale on the cluster): measure every slot's size and load on the live
+//! nodes, plan with `pliant-scale`'s heuristic, start (or wait for) new nodes, run the planned
+//! slot moves several at a time ([`super::mover`]), retire the nodes that leave.
+//!
+//! - A slot is a bucket: its size is the bytes of its keys and values, its load the keyed
+//!   commands per second its owner ran on it over the sampling window.
+//! - The transfer model is the network one with `s_net` measured here and now: the bytes per
+//!   second of ECHO round trips of 4 MiB to a node, which move each byte out and back as a slot
+//!   move's copy does (source → this process → target).
+//! - Moves run as the planner hands them over, at most `parallel` at once and at most one out
+//!   of and one into any node at a time (the model's full-duplex node).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use super::coord::{ClusterState, Coord};
+use super::mover::{MoveError, MoveReport, change_map, move_slots};
+use super::remote::Remote;
+use crate::frame::Frame;
+use crate::upstream::roundtrip;
+
+/// Slots moved together, at most: enough that a map update and a walk over the source's keys
+/// serve many slots, few enough that progress shows and a failure leaves little half done.
+const GROUP: usize = 512;
+
+/// What to change.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Add this many nodes.
+    Commission(usize),
+    /// Remove these nodes (ids as CLUSTER NODES shows them).
+    Decommission(Vec<String>),
+}
+
+/// How to rescale.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The planner's weights (a strategy's, or given).
+    pub weights: pliant_scale::Weights,
+    /// How long load is sampled over.
+    pub window: Duration,
+    /// Moves at once, at most.
+    pub parallel: usize,
+    /// Plan only.
+    pub dry_run: bool,
+    /// The cluster's password.
+    pub password: Option<String>,
+}
+
+/// What a rescale did (or, dry, would do).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Nodes before.
+    pub nodes_before: usize,
+    /// Nodes after.
+    pub nodes_after: usize,
+    /// Nodes started (their ids).
+    pub added: Vec<String>,
+    /// Nodes retired.
+    pub removed: Vec<String>,
+    /// Measured `s_net`, bytes per second.
+    pub bandwidth_bytes_per_s: f64,
+    /// The planner's targets and the planned placement's objectives.
+    pub planned: pliant_scale::Outcome,
+    /// How long planning took, ms.
+    pub plan_ms: f64,
+    /// Slot moves planned.
+    pub moves: usize,
+    /// Bytes the plan moves.
+    pub planned_bytes: f64,
+    /// Whether anything was moved (false for a dry run).
+    pub executed: bool,
+    /// Keys moved.
+    pub keys_moved: u64,
+    /// Bytes copied (a key copied twice, because it changed during its move, counts twice).
+    pub bytes_moved: u64,
+    /// Wall time of the moves, s.
+    pub seconds: f64,
+}
+
+/// Why a rescale stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RescaleError {
+    /// The cluster could not be read.
+    #[error(transparent)]
+    Status(#[from] super::status::StatusError),
+    /// A move (or the map) failed; what was moved stays moved, the rest stays where it was.
+    #[error(transparent)]
+    Move(#[from] MoveError),
+    /// The planner refused.
+    #[error("planning: {0}")]
+    Plan(#[from] pliant_scale::PlanError),
+    /// The request makes no sense for this cluster; nothing was changed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What a progress bar needs: slots moved of planned, bytes copied.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Moves done.
+    pub done: usize,
+    /// Moves planned.
+    pub planned: usize,
+    /// Bytes copied so far.
+    pub bytes: u64,
+}
+
+/// Rescales the cluster node `node` belongs to.
+pub fn rescale(
+    node: &str,
+    change: &Change,
+    opts: &Options,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Report, RescaleError> {
+    let password = opts.password.as_deref();
+    let (_, coord_addr, _) = super::status::view(node, password)?;
+    let coord_addr: SocketAddr = coord_addr.parse().map_err(|_| {
+        RescaleError::Invalid(format!(
+            "{node} names its coordination store {coord_addr:?}"
+        ))
+    })?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RescaleError::Invalid(format!("starting the runtime: {e}")))?;
+    rt.block_on(async {
+        let remote = Arc::new(Remote::new(coord_addr, opts.password.clone()));
+        run(&remote, change, opts, progress).await
+    })
+}
+
+async fn run(
+    remote: &Arc<Remote>,
+    change: &Change,
+    opts: &Options,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Report, RescaleError> {
+    let password = opts.password.as_deref();
+    let state = remote.state().await.map_err(MoveError::from)?;
+    let map = &state.map;
+    if let Some((slot, _)) = map.migrations().next() {
+        return Err(RescaleError::Invalid(format!(
+            "slot {slot} is still moving from an earlier rescale or move: finish it first (pliant cluster move … --slot {slot})"
+        )));
+    }
+    // Servers: the map's nodes that own slots (all must be alive: their keys are there).
+    let owners: Vec<usize> = (0..map.nodes().len())
+        .filter(|&i| map.slots_of(i as u16) > 0)
+        .collect();
+    for &i in &owners {
+        let m = &map.nodes()[i];
+        if !state.alive(&m.id) {
+            return Err(RescaleError::Invalid(format!(
+                "node {} ({}) owns slots but is not alive: its keys are there, so a rescale waits for it",
+                m.id, m.addr
+            )));
+        }
+    }
+    let remove: Vec<String> = match change {
+        Change::Commission(0) => {
+            return Err(RescaleError::Invalid("--add must be at least 1".into()));
+        }
+        Change::Commission(_) => Vec::new(),
+        Change::Decommission(ids) => {
+            for id in ids {
+                if !owners.iter().any(|&i| map.nodes()[i].id == *id)
+                    && !state.members.iter().any(|m| m.id == *id)
+                {
+                    return Err(RescaleError::Invalid(format!(
+                        "node {id} is not in the cluster (see CLUSTER NODES)"
+                    )));
+                }
+            }
+            let staying = owners
+                .iter()
+                .filter(|&&i| !ids.contains(&map.nodes()[i].id))
+                .count();
+            if staying == 0 {
+                return Err(RescaleError::Invalid(
+                    "removing every node that holds slots would leave nowhere for the keys".into(),
+                ));
+            }
+            ids.clone()
+        }
+    };
+
+    // Sizes and loads of every slot, from its owner.
+    let (sizes, loads) = slot_stats(&state, &owners, password, opts.window).await?;
+    let bandwidth = measure_bandwidth(map.nodes()[owners[0]].addr, password).await?;
+    let servers: Vec<pliant_scale::ServerId> = (0..owners.len() as u32).collect();
+    let server_of: HashMap<u16, u32> = owners
+        .iter()
+        .enumerate()
+        .map(|(s, &i)| (i as u16, s as u32))
+        .collect();
+    let buckets: Vec<pliant_scale::Bucket> = (0..super::SLOTS)
+        .filter_map(|slot| {
+            let owner = map.owner_index(slot)?;
+            Some(pliant_scale::Bucket {
+                id: u32::from(slot),
+                size: sizes[usize::from(slot)],
+                load: loads[usize::from(slot)],
+                server: server_of[&owner],
+            })
+        })
+        .collect();
+    let cluster = pliant_scale::Cluster {
+        servers,
+        buckets,
+        capacity: f64::INFINITY,
+        transfer: pliant_scale::TransferModel::Network { s_net: bandwidth },
+    };
+    let rescale = match change {
+        Change::Commission(n) => pliant_scale::Rescale::commission(&cluster, *n as u32),
+        Change::Decommission(_) => pliant_scale::Rescale::decommission(
+            owners
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| remove.contains(&map.nodes()[**i].id))
+                .map(|(s, _)| s as u32)
+                .collect(),
+        ),
+    };
+    let planning = Instant::now();
+    let mut moves = Vec::new();
+    let placement = pliant_scale::plan(
+        &cluster,
+        &rescale,
+        opts.weights,
+        pliant_scale::PlanOptions::default(),
+        |m| moves.push(m),
+    )?;
+    let plan_ms = planning.elapsed().as_secs_f64() * 1e3;
+    let planned = cluster.evaluate(&rescale, &placement)?;
+    let mut report = Report {
+        nodes_before: owners.len(),
+        nodes_after: owners.len() + rescale.add.len() - rescale.remove.len(),
+        added: Vec::new(),
+        removed: Vec::new(),
+        bandwidth_bytes_per_s: bandwidth,
+        planned,
+        plan_ms,
+        moves: moves.len(),
+        planned_bytes: moves.iter().map(|m| m.bytes).sum(),
+        executed: false,
+        keys_moved: 0,
+        bytes_moved: 0,
+        seconds: 0.0,
+    };
+    if opts.dry_run {
+        return Ok(report);
+    }
+
+    // New nodes: started by a local cluster's supervisor, or awaited.
+    let mut id_of: HashMap<u32, String> = owners
+        .iter()
+        .enumerate()
+        .map(|(s, &i)| (s as u32, map.nodes()[i].id.clone()))
+        .collect();
+    if let Change::Commission(n) = change {
+        let ids = new_nodes(remote, &state, *n).await?;
+        for (s, id) in rescale.add.iter().zip(&ids) {
+            id_of.insert(*s, id.clone());
+        }
+        report.added = ids;
+    }
+
+    // The moves, several at once.
+    let started = Instant::now();
+    let coord: Arc<dyn Coord> = Arc::new(remote.clone());
+    // Moves between one pair of nodes go together, a group at a time: one map update marks
+    // a group migrating and one walk over the source's keys per round copies all of it.
+    let mut groups: Vec<(String, String, Vec<u16>)> = Vec::new();
+    for m in &moves {
+        let (from, to) = (&id_of[&m.from], &id_of[&m.to]);
+        match groups
+            .iter_mut()
+            .find(|(f, t, g)| f == from && t == to && g.len() < GROUP)
+        {
+            Some((_, _, g)) => g.push(m.bucket as u16),
+            None => groups.push((from.clone(), to.clone(), vec![m.bucket as u16])),
+        }
+    }
+    let mut queue: VecDeque<(Vec<u16>, String, String)> =
+        groups.into_iter().map(|(f, t, g)| (g, f, t)).collect();
+    let mut busy_out: HashSet<String> = HashSet::new();
+    let mut busy_in: HashSet<String> = HashSet::new();
+    let mut running = tokio::task::JoinSet::new();
+    let mut done = 0;
+    let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut failed = None;
+    loop {
+        while failed.is_none() && running.len() < opts.parallel.max(1) {
+            let Some(pos) = queue
+                .iter()
+                .position(|(_, from, to)| !busy_out.contains(from) && !busy_in.contains(to))
+            else {
+                break;
+            };
+            let (slots, from, to) = queue.remove(pos).expect("a position in the queue");
+            busy_out.insert(from.clone());
+            busy_in.insert(to.clone());
+            let (coord, password, bytes) = (coord.clone(), opts.password.clone(), bytes.clone());
+            running.spawn(async move {
+                let mut last = 0;
+                let r = move_slots(
+                    coord.as_ref(),
+                    password.as_deref(),
+                    &slots,
+                    &to,
+                    &mut |_, b| {
+                        bytes.fetch_add(b - last, std::sync::atomic::Ordering::Relaxed);
+                        last = b;
+                    },
+                )
+                .await;
+                (from, to, r)
+            });
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
+        let (from, to, r) =
+            joined.map_err(|e| RescaleError::Invalid(format!("a move task: {e}")))?;
+        busy_out.remove(&from);
+        busy_in.remove(&to);
+        match r {
+            Ok(MoveReport { keys, slots, .. }) => {
+                report.keys_moved += keys;
+                done += slots.len();
+                progress(Progress {
+                    done,
+                    planned: report.moves,
+                    bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
+                });
+            }
+            Err(e) => {
+                // Let the moves under way finish; start no more.
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    report.bytes_moved = bytes.load(std::sync::atomic::Ordering::Relaxed);
+    report.seconds = started.elapsed().as_secs_f64();
+    report.executed = true;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+
+    // Nodes that leave: out of the map, and stopped if a supervisor runs them.
+    for id in &remove {
+        change_map(coord.as_ref(), |m| {
+            m.without_node(id)
+                .map(Some)
+                .map_err(|e| MoveError::Invalid(e.to_string()))
+        })
+        .await?;
+        match remote.retire(id).await {
+            Ok(()) => {}
+            Err(super::coord::CoordError::Refused(e)) if e.contains("no supervisor") => {
+                tracing::warn!("node {id} holds no slot now: stop its process");
+            }
+            Err(e) => return Err(MoveError::from(e).into()),
+        }
+        report.removed.push(id.clone());
+    }
+    Ok(report)
+}
+
+/// `n` new members: started by the supervisor of a local cluster, or (where none runs the
+/// coordination store) awaited for up to a minute as an operator starts them.
+async fn new_nodes(
+    remote: &Arc<Remote>,
+    state: &ClusterState,
+    n: usize,
+) -> Result<Vec<String>, RescaleError> {
+    match remote.spawn(n).await {
+        Ok(ids) => return Ok(ids),
+        Err(super::coord::CoordError::Refused(e)) if e.contains("no supervisor") => {}
+        Err(e) => return Err(MoveError::from(e).into()),
+    }
+    tracing::warn!("start {n} node(s) with `pliant serve --coord …`; waiting up to 60 s for them");
+    let known: HashSet<&str> = state
+        .map
+        .nodes()
+        .iter()
+        .map(|m| m.id.as_str())
+        .chain(state.members.iter().map(|m| m.id.as_str()))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = remote.state().await.map_err(MoveError::from)?;
+        let fresh: Vec<String> = now
+            .members
+            .iter()
+            .filter(|m| !known.contains(m.id.as_str()))
+            .map(|m| m.id.clone())
+            .take(n)
+            .collect();
+        if fresh.len() == n {
+            return Ok(fresh);
+        }
+        if Instant::now() >= deadline {
+            return Err(RescaleError::Invalid(format!(
+                "only {} of {n} new nodes joined within 60 s; nothing was moved",
+                fresh.len()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+type Conn = (tokio::net::TcpStream, bytes::BytesMut);
+
+async fn connect(addr: SocketAddr, password: Option<&str>) -> Result<Conn, RescaleError> {
+    let fail = |why: String| RescaleError::Move(MoveError::Node { addr, why });
+    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| fail("connect timed out".into()))?
+        .map_err(|e| fail(e.to_string()))?;
+    let mut buf = bytes::BytesMut::new();
+    if let Some(p) = password {
+        match roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()]).await {
+            Ok(Frame::Error(e)) | Err(e) => return Err(fail(e)),
+            Ok(_) => {}
+        }
+    }
+    Ok((s, buf))
+}
+
+/// Every slot's bytes and ops/s: two PLIANT.SLOTSTATS of each owner, `window` apart.
+async fn slot_stats(
+    state: &ClusterState,
+    owners: &[usize],
+    password: Option<&str>,
+    window: Duration,
+) -> Result<(Vec<f64>, Vec<f64>), RescaleError> {
+    let n = usize::from(super::SLOTS);
+    let (mut sizes, mut loads) = (vec![0.0; n], vec![0.0; n]);
+    let mut conns = Vec::new();
+    for &i in owners {
+        let addr = state.map.nodes()[i].addr;
+        conns.push((addr, connect(addr, password).await?));
+    }
+    let mut first = Vec::new();
+    for (addr, (s, buf)) in &mut conns {
+        first.push((Instant::now(), read_stats(*addr, s, buf).await?));
+    }
+    tokio::time::sleep(window).await;
+    for ((addr, (s, buf)), (t0, before)) in conns.iter_mut().zip(first) {
+        let after = read_stats(*addr, s, buf).await?;
+        let secs = t0.elapsed().as_secs_f64().max(1e-3);
+        for (slot, (_, bytes, ops)) in &after {
+            let i = usize::from(*slot);
+            sizes[i] += *bytes as f64;
+            let was = before.get(slot).map_or(0, |b| b.2);
+            loads[i] += ops.saturating_sub(was) as f64 / secs;
+        }
+    }
+    Ok((sizes, loads))
+}
+
+/// PLIANT.SLOTSTATS: slot → (keys, bytes, ops).
+async fn read_stats(
+    addr: SocketAddr,
+    s: &mut tokio::net::TcpStream,
+    buf: &mut bytes::BytesMut,
+) -> Result<HashMap<u16, (u64, u64, u64)>, RescaleError> {
+    let fail = |why: String| RescaleError::Move(MoveError::Node { addr, why });
+    let reply = tokio::time::timeout(
+        Duration::from_secs(120),
+        roundtrip(s, buf, &[b"PLIANT.SLOTSTATS"]),
+    )
+    .await
+    .map_err(|_| fail("PLIANT.SLOTSTATS took over 120 s".into()))?
+    .map_err(fail)?;
+    let Frame::Array(rows) = reply else {
+        return Err(fail(format!("PLIANT.SLOTSTATS: {reply:?}")));
+    };
+    let mut out = HashMap::new();
+    for row in rows {
+        match row {
+            Frame::Array(v) => match v.as_slice() {
+                [
+                    Frame::Integer(s),
+                    Frame::Integer(k),
+                    Frame::Integer(b),
+                    Frame::Integer(o),
+                ] => {
+                    out.insert(*s as u16, (*k as u64, *b as u64, *o as u64));
+                }
+                _ => return Err(fail(format!("PLIANT.SLOTSTATS row {v:?}"))),
+            },
+            other => return Err(fail(format!("PLIANT.SLOTSTATS row {other:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// `s_net`: bytes per second of ECHO round trips of a 4 MiB payload to `addr` (the median of
+/// five), each moving the payload out and back as a slot move's copy moves a key.
+async fn measure_bandwidth(addr: SocketAddr, password: Option<&str>) -> Result<f64, RescaleError> {
+    const PAYLOAD: usize = 4 * 1024 * 1024;
+    let (mut s, mut buf) = connect(addr, password).await?;
+    let payload = Bytes::from(vec![b'x'; PAYLOAD]);
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        match roundtrip(&mut s, &mut buf, &[b"ECHO", &payload]).await {
+            Ok(Frame::Bulk(b)) if b.len() == PAYLOAD => {}
+            other => {
+                return Err(RescaleError::Move(MoveError::Node {
+                    addr,
+                    why: format!("measuring bandwidth: {other:?}"),
+                }));
+            }
+        }
+        rates.push(PAYLOAD as f64 / t.elapsed().as_secs_f64().max(1e-6));
+    }
+    rates.sort_by(f64::total_cmp);
+    Ok(rates[rates.len() / 2])
+}

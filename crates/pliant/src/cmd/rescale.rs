@@ -1,0 +1,168 @@
+//! `pliant scale commission` / `decommission`: rescaling a live cluster.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use pliant_kv::cluster::rescale::{Change, Options, Progress, Report};
+
+use super::args::Json;
+
+/// Add nodes to a live cluster and move slots to them, as Pufferscale plans it: every slot's
+/// size (bytes) and load (ops/s over --window) are read from the nodes, the heuristic decides
+/// which slots move where, and the moves run while clients keep reading and writing (several at
+/// once, each node sending one slot and receiving one at a time). A local cluster (`pliant
+/// cluster up`) starts the new nodes itself; otherwise start them with `pliant serve --coord`
+/// and this waits for them.
+///
+/// Examples:
+///   pliant scale commission --cluster 127.0.0.1:7000 --add 2
+///   pliant scale commission --cluster 127.0.0.1:7000 --add 1 --strategy lt --dry-run
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct CommissionArgs {
+    /// Any node of the cluster.
+    #[arg(long, value_name = "ADDR:PORT")]
+    cluster: String,
+    /// How many nodes to add.
+    #[arg(long, value_name = "N")]
+    add: usize,
+    #[command(flatten)]
+    how: How,
+}
+
+/// Empty nodes of a live cluster into the others and stop them: their slots move as
+/// Pufferscale plans it while clients keep reading and writing; then the nodes leave the map
+/// and, in a local cluster, their processes stop.
+///
+/// Examples:
+///   pliant scale decommission --cluster 127.0.0.1:7000 --remove 346a25aa149d1c335df754b0b1db04355879ed4b
+///   pliant scale decommission --cluster 127.0.0.1:7000 --remove ID1,ID2 --strategy ldt
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct DecommissionArgs {
+    /// Any node of the cluster.
+    #[arg(long, value_name = "ADDR:PORT")]
+    cluster: String,
+    /// The nodes to remove, as CLUSTER NODES shows their ids (comma- or space-separated).
+    #[arg(long, required = true, num_args = 1.., value_delimiter = ',', value_name = "NODE_ID,...")]
+    remove: Vec<String>,
+    #[command(flatten)]
+    how: How,
+}
+
+#[derive(clap::Args)]
+struct How {
+    /// Strategy: l, lt, dt, ldt.
+    #[arg(long, default_value = "ldt")]
+    strategy: String,
+    /// Free weights W_L,W_D,W_T instead of a strategy (max(W_L, W_D) = 1, all > 0).
+    #[arg(long, value_delimiter = ',', value_name = "WL,WD,WT")]
+    weights: Option<Vec<f64>>,
+    /// How long each slot's load is measured over: 2s, 500ms.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    window: String,
+    /// Slot moves at once, at most.
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Print the plan; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The password (as redis-cli's -a); also read from PLIANT_PASSWORD.
+    #[arg(short = 'a', long = "pass", value_name = "PASSWORD")]
+    password: Option<String>,
+    #[command(flatten)]
+    json: Json,
+}
+
+pub fn commission(a: &CommissionArgs) -> Result<ExitCode> {
+    run(&a.cluster, &Change::Commission(a.add), &a.how)
+}
+
+pub fn decommission(a: &DecommissionArgs) -> Result<ExitCode> {
+    let ids: Vec<String> = a
+        .remove
+        .iter()
+        .flat_map(|s| s.split_whitespace())
+        .map(str::to_string)
+        .collect();
+    run(&a.cluster, &Change::Decommission(ids), &a.how)
+}
+
+fn run(cluster: &str, change: &Change, how: &How) -> Result<ExitCode> {
+    let window: Duration =
+        pliant_policy::parse_interval(&how.window).map_err(|e| anyhow::anyhow!("--window: {e}"))?;
+    let opts = Options {
+        weights: super::scale::weights(&how.strategy, &how.weights)?,
+        window,
+        parallel: how.parallel,
+        dry_run: how.dry_run,
+        password: how
+            .password
+            .clone()
+            .or_else(|| std::env::var("PLIANT_PASSWORD").ok()),
+    };
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} slots moved, {msg} ({eta} left)",
+        )
+        .expect("template"),
+    );
+    let report =
+        pliant_kv::cluster::rescale::rescale(cluster, change, &opts, &mut |p: Progress| {
+            bar.set_length(p.planned as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(format!("{} MB", p.bytes / 1_000_000));
+        });
+    bar.finish_and_clear();
+    let report = report?;
+    if how.json.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print(r: &Report) {
+    let o = &r.planned;
+    println!(
+        "{} → {} nodes: {} slot moves, {:.1} MB planned in {:.1} ms (network measured at {:.0} MB/s)",
+        r.nodes_before,
+        r.nodes_after,
+        r.moves,
+        r.planned_bytes / 1e6,
+        r.plan_ms,
+        r.bandwidth_bytes_per_s / 1e6
+    );
+    // No command ran in the window: there is no load to balance, and no ratio to show.
+    let load = if o.l_t > 0.0 {
+        format!("{:.2}", o.load_ratio())
+    } else {
+        "n/a (no load in the window)".to_string()
+    };
+    println!(
+        "planned: T_t {:.3} s, T_max/T_t {:.2}, L_max/L_t {load}, D_max/D_t {:.2}",
+        o.t_t,
+        o.transfer_ratio(),
+        o.data_ratio()
+    );
+    if r.executed {
+        println!(
+            "moved: {} keys, {:.1} MB in {:.2} s ({:.2}× T_t)",
+            r.keys_moved,
+            r.bytes_moved as f64 / 1e6,
+            r.seconds,
+            if o.t_t > 0.0 { r.seconds / o.t_t } else { 0.0 }
+        );
+        for id in &r.added {
+            println!("added   {id}");
+        }
+        for id in &r.removed {
+            println!("removed {id}");
+        }
+    } else {
+        println!("dry run: nothing moved");
+    }
+}
