@@ -45,6 +45,9 @@ if $all_features; then
   # libclang itself (libclang.so*, libclang-14.so*), not libclang-cpp, which bindgen cannot use:
   # matching that one left HiGHS's build to fail later with "Unable to find libclang".
   need libclang-dev bash -c "compgen -G '/usr/lib/llvm-*/lib/libclang.so*' || compgen -G '/usr/lib/*/libclang-[0-9]*.so*'"
+  # `etcd`: the etcd client's gRPC code is generated with protoc; its tests start etcd.
+  need protobuf-compiler command -v protoc
+  need etcd-server command -v etcd
 fi
 
 # PKG_CONFIG=false makes every pkg-config probe fail, so a build script that quietly links a

@@ -96,6 +96,8 @@ pub struct Config {
     /// This node's id in the cluster (`--node-id`): 40 lowercase hex digits. Without one, it is
     /// derived from the address and the store's path.
     pub node_id: Option<String>,
+    /// The etcd cluster holding this node's cluster state (`--etcd http://HOST:2379`).
+    pub etcd: Option<String>,
 }
 
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
@@ -126,6 +128,7 @@ impl Default for Config {
             threads: DEFAULT_THREADS,
             coord: None,
             node_id: None,
+            etcd: None,
         }
     }
 }
@@ -187,6 +190,8 @@ pub struct Settings {
     pub coord: Option<SocketAddr>,
     /// `--node-id`.
     pub node_id: Option<String>,
+    /// `--etcd`.
+    pub etcd: Option<String>,
 }
 
 /// A policy named by one path or several.
@@ -287,6 +292,7 @@ impl Settings {
             threads: self.threads.or(fallback.threads),
             coord: self.coord.or(fallback.coord),
             node_id: self.node_id.or(fallback.node_id),
+            etcd: self.etcd.or(fallback.etcd),
         }
     }
 
@@ -348,13 +354,27 @@ impl Settings {
                 "given together with parent: a tier keeps no store of its own (its parent holds every key); give one or the other".into(),
             ));
         }
+        if self.coord.is_some() && self.etcd.is_some() {
+            return Err(bad(
+                "etcd",
+                "given together with coord: a cluster's state is in one coordination store".into(),
+            ));
+        }
+        if self.etcd.is_some() && self.parent.is_some() {
+            return Err(bad(
+                "etcd",
+                "given together with parent: a cluster node owns its slots' keys, a tier caches another node's".into(),
+            ));
+        }
         if self.coord.is_some() && self.parent.is_some() {
             return Err(bad(
                 "coord",
                 "given together with parent: a cluster node owns its slots' keys, a tier caches another node's; give one or the other".into(),
             ));
         }
-        if self.coord.is_some() && self.bind.is_some_and(|b| b.ip().is_unspecified()) {
+        if (self.coord.is_some() || self.etcd.is_some())
+            && self.bind.is_some_and(|b| b.ip().is_unspecified())
+        {
             return Err(bad(
                 "bind",
                 "a cluster node sends clients to its own address: bind a specific one, not 0.0.0.0 or ::".into(),
@@ -398,6 +418,7 @@ impl Settings {
             threads: self.threads.unwrap_or(d.threads),
             coord: self.coord,
             node_id: self.node_id,
+            etcd: self.etcd,
         })
     }
 }

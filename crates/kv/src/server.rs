@@ -115,7 +115,12 @@ impl Server {
             }
             node.set_parent(up);
         }
-        if let Some(coord) = config.coord {
+        let coord_desc = match (&config.coord, &config.etcd) {
+            (Some(addr), _) => Some(addr.to_string()),
+            (None, Some(url)) => Some(format!("etcd:{url}")),
+            (None, None) => None,
+        };
+        if let Some(desc) = coord_desc {
             let addr = listener.local_addr().map_err(|source| ServeError::Bind {
                 addr: config.bind,
                 source,
@@ -134,13 +139,12 @@ impl Server {
                     .unwrap_or_else(|| crate::cluster::node_id(addr, &salt)),
                 addr,
             };
-            let remote: Arc<dyn crate::cluster::Coord> = Arc::new(Arc::new(
-                crate::cluster::remote::Remote::new(coord, config.requirepass.clone()),
-            ));
-            let cluster =
-                crate::cluster::Cluster::join(me, coord.to_string(), remote, node.stop_signal())
-                    .await
-                    .map_err(|e| ServeError::Cluster(e.to_string()))?;
+            let join = async {
+                let coord =
+                    crate::cluster::open_coord(&desc, config.requirepass.as_deref()).await?;
+                crate::cluster::Cluster::join(me, desc.clone(), coord, node.stop_signal()).await
+            };
+            let cluster = join.await.map_err(|e| ServeError::Cluster(e.to_string()))?;
             node.set_cluster(cluster);
         }
         let policy = crate::policy::Policy::start(node.clone(), config.policy.clone())

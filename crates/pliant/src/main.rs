@@ -46,7 +46,7 @@ enum Command {
     #[command(subcommand)]
     Bench(cmd::bench::Command),
     /// Run a cache node that speaks the Redis protocol, over a persistent store.
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
     /// A cluster of nodes speaking Redis Cluster's protocol: start one here, show one.
     #[command(subcommand)]
     Cluster(cmd::cluster::Command),

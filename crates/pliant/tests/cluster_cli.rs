@@ -563,7 +563,7 @@ fn nodes_keep_their_ids_and_keys_when_the_cluster_comes_back_on_other_ports() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("cluster.json") && err.contains(&before[1]),
+        err.contains("cluster.json") && err.contains(lost.trim()),
         "{err}"
     );
 }
@@ -693,6 +693,151 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(why), "{err}");
+    }
+    cluster.stop();
+}
+
+/// A throwaway etcd on free loopback ports, stopped (SIGKILL: its data is a temp dir) by its pid.
+#[cfg(feature = "etcd")]
+struct Etcd {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "etcd")]
+impl Etcd {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = |l: TcpListener| l.local_addr().expect("addr").port();
+        let (client, peer) = (
+            port(TcpListener::bind("127.0.0.1:0").expect("bind")),
+            port(TcpListener::bind("127.0.0.1:0").expect("bind")),
+        );
+        let url = format!("http://127.0.0.1:{client}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd (Debian package etcd-server; tools/test.sh --all-features installs it)");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "etcd did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &["--nodes", "2", "--base-port", "0", "--etcd", &etcd.url],
+    );
+    assert_eq!(cluster.up["coord"], format!("etcd:{}", etcd.url).as_str());
+    let addrs = cluster.addrs();
+    for i in 0..200 {
+        let _: String = routed(&addrs[0], &["SET", &format!("k{i}"), &format!("v{i}")]);
+    }
+    // A third node joins by hand; a commission finds it and gives it slots.
+    let mut extra = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args([
+            "serve",
+            "--no-store",
+            "--bind",
+            "127.0.0.1:0",
+            "--etcd",
+            &etcd.url,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("a node by hand");
+    let out = pliant(&[
+        "scale",
+        "commission",
+        "--cluster",
+        &addrs[0],
+        "--add",
+        "1",
+        "--window",
+        "200ms",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(report["keys_moved"].as_u64() > Some(0), "{report}");
+    let new_id = report["added"][0]
+        .as_str()
+        .expect("the new node")
+        .to_string();
+    // It leaves again (its process is ours to stop: no supervisor runs it).
+    let out = pliant(&[
+        "scale",
+        "decommission",
+        "--cluster",
+        &addrs[0],
+        "--remove",
+        &new_id,
+        "--window",
+        "200ms",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 0..200 {
+        let v: Option<String> = routed(&addrs[1], &["GET", &format!("k{i}")]);
+        assert_eq!(v, Some(format!("v{i}")));
+    }
+    // Killed, its lease lapses and every node sees it gone (within the 6 s lease).
+    extra.kill().expect("kill");
+    extra.wait().expect("reap");
+    let start = Instant::now();
+    loop {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut client(&addrs[0]))
+            .expect("nodes");
+        if !nodes.contains(&new_id) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "{nodes}");
+        std::thread::sleep(Duration::from_millis(200));
     }
     cluster.stop();
 }

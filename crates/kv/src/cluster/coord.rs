@@ -105,7 +105,22 @@ pub trait Coord: Send + Sync {
     fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>>;
     /// The state, kept current as it changes.
     fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>>;
+    /// Asks whoever runs the nodes to start `n` more: their ids once they hold leases.
+    /// [`CoordError::Refused`] (saying "no supervisor") where nobody does: an operator starts
+    /// them (`pliant serve --coord` or `--etcd`).
+    fn spawn(&self, n: usize) -> BoxFuture<'_, Result<Vec<String>, CoordError>> {
+        let _ = n;
+        Box::pin(async { Err(CoordError::Refused(NO_SUPERVISOR.into())) })
+    }
+    /// Asks whoever runs the nodes to stop node `id` and end its lease.
+    fn retire<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        let _ = id;
+        Box::pin(async { Err(CoordError::Refused(NO_SUPERVISOR.into())) })
+    }
 }
+
+/// Why [`Coord::spawn`] and [`Coord::retire`] are refused where no supervisor runs the nodes.
+pub const NO_SUPERVISOR: &str = "no supervisor: nodes are started and stopped by hand here";
 
 /// A node's lease: renewed for `ttl` at each keepalive.
 struct Lease {

@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::coord::{ClusterState, CoordError, Embedded};
+use super::coord::{ClusterState, Coord, CoordError, Embedded};
 use super::map::SlotMap;
 
 /// How long the nodes get to start and join.
@@ -42,13 +42,16 @@ pub struct LocalSpec {
     pub serve_args: Vec<String>,
     /// The cluster's password: clients' and the coordination store's.
     pub password: Option<String>,
+    /// Keep the cluster's state in etcd at this URL instead of holding it here (no supervisor
+    /// requests then: new nodes of a commission are started by hand).
+    pub etcd: Option<String>,
 }
 
 /// The cluster once every node has joined and every slot is assigned.
 #[derive(Debug, Clone)]
 pub struct Ready {
-    /// Where the coordination store listens.
-    pub coord: SocketAddr,
+    /// Where the coordination store is: this process's ADDR:PORT, or `etcd:URL`.
+    pub coord: String,
     /// The nodes and the map.
     pub state: ClusterState,
     /// The process id of each node, in start order.
@@ -129,29 +132,39 @@ pub fn up(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
 }
 
 async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
-    let coord = Arc::new(Embedded::open(&spec.dir.join("cluster.json"))?);
-    let coord_port = if spec.base_port == 0 {
-        0
-    } else {
-        spec.base_port - 1
-    };
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", coord_port))
-        .await
-        .map_err(io(format!(
-            "binding the coordination store to 127.0.0.1:{coord_port}"
-        )))?;
-    let coord_addr = listener.local_addr().map_err(io("coordination address"))?;
-    std::fs::write(spec.dir.join("coord.addr"), format!("{coord_addr}\n"))
-        .map_err(io("writing coord.addr"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (sv_tx, sv_rx) = tokio::sync::mpsc::channel(4);
-    let server = tokio::spawn(super::coord_server::serve(
-        listener,
-        coord.clone(),
-        spec.password.clone(),
-        Some(sv_tx),
-        stop_rx,
-    ));
+    let (coord, node_coord, server): (Arc<dyn Coord>, NodeCoord, _) = match &spec.etcd {
+        Some(url) => {
+            drop(sv_tx);
+            (open_etcd(url).await?, NodeCoord::Etcd(url.clone()), None)
+        }
+        None => {
+            let embedded = Arc::new(Embedded::open(&spec.dir.join("cluster.json"))?);
+            let coord_port = if spec.base_port == 0 {
+                0
+            } else {
+                spec.base_port - 1
+            };
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", coord_port))
+                .await
+                .map_err(io(format!(
+                    "binding the coordination store to 127.0.0.1:{coord_port}"
+                )))?;
+            let addr = listener.local_addr().map_err(io("coordination address"))?;
+            let server = tokio::spawn(super::coord_server::serve(
+                listener,
+                embedded.clone(),
+                spec.password.clone(),
+                Some(sv_tx),
+                stop_rx,
+            ));
+            (embedded, NodeCoord::Addr(addr), Some(server))
+        }
+    };
+    let coord_desc = node_coord.describe();
+    std::fs::write(spec.dir.join("coord.addr"), format!("{coord_desc}\n"))
+        .map_err(io("writing coord.addr"))?;
     // Stop on SIGINT/SIGTERM from now on, so a stop during the start leaves no node behind.
     let stop = tokio::spawn(crate::stop_on_signal());
     // Node i for every i this directory has known (retired ones stay stopped), and at least
@@ -165,7 +178,7 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
             nodes.push(None);
             continue;
         }
-        match start_node(spec, i, coord_addr) {
+        match start_node(spec, i, &node_coord) {
             Ok(child) => nodes.push(Some(child)),
             Err(e) => {
                 stop_nodes(&mut nodes, spec).await;
@@ -173,17 +186,28 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
             }
         }
     }
-    let result = serve_cluster(spec, &coord, coord_addr, &mut nodes, ready, stop, sv_rx).await;
+    let result = serve_cluster(
+        spec,
+        coord.as_ref(),
+        &node_coord,
+        &mut nodes,
+        ready,
+        stop,
+        sv_rx,
+    )
+    .await;
     stop_nodes(&mut nodes, spec).await;
     let _ = stop_tx.send(true);
-    let _ = server.await;
+    if let Some(server) = server {
+        let _ = server.await;
+    }
     result
 }
 
 async fn serve_cluster(
     spec: &LocalSpec,
-    coord: &Embedded,
-    coord_addr: SocketAddr,
+    coord: &dyn Coord,
+    node_coord: &NodeCoord,
     nodes: &mut Vec<Option<Child>>,
     ready: impl FnOnce(&Ready),
     mut stop: tokio::task::JoinHandle<()>,
@@ -198,21 +222,24 @@ async fn serve_cluster(
         let mut members = state.members.clone();
         members.sort_by_key(|m| m.addr);
         let version = state.map.version();
-        if !coord.update_now(version, SlotMap::even(version, &members))? {
+        if !coord
+            .update(version, SlotMap::even(version, &members))
+            .await?
+        {
             return Err(UpError::Invalid(
                 "the slot map changed while it was being assigned".into(),
             ));
         }
-        coord.current()
+        coord.state().await?
     } else {
-        rejoin(spec, coord, state)?
+        rejoin(spec, coord, state).await?
     };
     tokio::select! {
         w = wait_for_map(spec, &state) => w?,
         _ = &mut stop => return Ok(()),
     }
     ready(&Ready {
-        coord: coord_addr,
+        coord: node_coord.describe(),
         state,
         pids: nodes.iter().flatten().map(Child::id).collect(),
     });
@@ -226,7 +253,7 @@ async fn serve_cluster(
                 use super::coord_server::Supervise;
                 match req {
                     Supervise::Spawn(n, reply) => {
-                        let r = spawn_more(spec, coord, coord_addr, nodes, n).await;
+                        let r = spawn_more(spec, coord, node_coord, nodes, n).await;
                         exited.resize(nodes.len(), false);
                         let _ = reply.send(r.map_err(|e| e.to_string()));
                     }
@@ -255,8 +282,8 @@ async fn serve_cluster(
 /// Starts `n` more nodes (numbered after the others) and waits until they hold leases.
 async fn spawn_more(
     spec: &LocalSpec,
-    coord: &Embedded,
-    coord_addr: SocketAddr,
+    coord: &dyn Coord,
+    node_coord: &NodeCoord,
     nodes: &mut Vec<Option<Child>>,
     n: usize,
 ) -> Result<Vec<String>, UpError> {
@@ -264,12 +291,12 @@ async fn spawn_more(
     let mut ids = Vec::new();
     for i in first..first + n {
         ids.push(node_id(spec, i)?);
-        nodes.push(Some(start_node(spec, i, coord_addr)?));
+        nodes.push(Some(start_node(spec, i, node_coord)?));
     }
     let deadline = tokio::time::Instant::now() + START;
-    let mut rx = coord.subscribe();
+    let mut rx = coord.watch().await?;
     loop {
-        let state = coord.current();
+        let state = coord.state().await?;
         if ids.iter().all(|id| state.alive(id)) {
             return Ok(ids);
         }
@@ -298,7 +325,7 @@ async fn spawn_more(
 /// index.
 async fn retire(
     spec: &LocalSpec,
-    coord: &Embedded,
+    coord: &dyn Coord,
     nodes: &mut [Option<Child>],
     id: &str,
 ) -> Result<usize, String> {
@@ -325,7 +352,9 @@ async fn retire(
             }
         }
     }
-    coord.leave_now(id);
+    if let Err(e) = coord.leave(id).await {
+        tracing::warn!("ending node {id}'s lease: {e}");
+    }
     // Not started again by a later `cluster up` on this directory.
     std::fs::write(
         spec.dir.join(format!("node-{i}.retired")),
@@ -342,9 +371,9 @@ fn retired(spec: &LocalSpec, i: usize) -> bool {
 
 /// A saved map, with the addresses its nodes came back at; an error if one of them did not
 /// come back (its slots, and with a store its keys, would be unreachable).
-fn rejoin(
+async fn rejoin(
     spec: &LocalSpec,
-    coord: &Embedded,
+    coord: &dyn Coord,
     state: ClusterState,
 ) -> Result<ClusterState, UpError> {
     let missing: Vec<String> = state
@@ -375,13 +404,13 @@ fn rejoin(
     }
     if map != state.map {
         let v = state.map.version();
-        if !coord.update_now(v, map)? {
+        if !coord.update(v, map).await? {
             return Err(UpError::Invalid(
                 "the slot map changed while the nodes' addresses were updated".into(),
             ));
         }
     }
-    Ok(coord.current())
+    Ok(coord.state().await?)
 }
 
 /// Node `i`'s id: the one it was given at its first start, or a new one, kept.
@@ -416,13 +445,13 @@ fn node_id(spec: &LocalSpec, i: usize) -> Result<String, UpError> {
 /// Waits until every node holds a lease, failing early if one exits.
 async fn wait_for_nodes(
     spec: &LocalSpec,
-    coord: &Embedded,
+    coord: &dyn Coord,
     nodes: &mut [Option<Child>],
 ) -> Result<ClusterState, UpError> {
     let deadline = tokio::time::Instant::now() + START;
-    let mut rx = coord.subscribe();
+    let mut rx = coord.watch().await?;
     loop {
-        let state = coord.current();
+        let state = coord.state().await?;
         let running = nodes.iter().flatten().count();
         if state.members.len() >= running {
             return Ok(state);
@@ -478,7 +507,35 @@ fn log_path(spec: &LocalSpec, i: usize) -> PathBuf {
     spec.dir.join(format!("node-{i}.log"))
 }
 
-fn start_node(spec: &LocalSpec, i: usize, coord: SocketAddr) -> Result<Child, UpError> {
+/// How a node reaches the coordination store.
+#[derive(Debug, Clone)]
+enum NodeCoord {
+    /// The one this process serves.
+    Addr(SocketAddr),
+    /// etcd.
+    Etcd(String),
+}
+
+impl NodeCoord {
+    fn describe(&self) -> String {
+        match self {
+            Self::Addr(a) => a.to_string(),
+            Self::Etcd(url) => format!("etcd:{url}"),
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(url: &str) -> Result<Arc<dyn Coord>, UpError> {
+    Ok(Arc::new(Arc::new(super::etcd::Etcd::connect(url).await?)))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(_: &str) -> Result<Arc<dyn Coord>, UpError> {
+    Err(UpError::Invalid(super::NO_ETCD.into()))
+}
+
+fn start_node(spec: &LocalSpec, i: usize, coord: &NodeCoord) -> Result<Child, UpError> {
     let port = if spec.base_port == 0 {
         0
     } else {
@@ -493,7 +550,11 @@ fn start_node(spec: &LocalSpec, i: usize, coord: SocketAddr) -> Result<Child, Up
     let id = node_id(spec, i)?;
     let mut cmd = Command::new(&spec.exe);
     cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .args(["--coord", &coord.to_string(), "--node-id", &id]);
+        .args(["--node-id", &id]);
+    match coord {
+        NodeCoord::Addr(a) => cmd.args(["--coord", &a.to_string()]),
+        NodeCoord::Etcd(url) => cmd.args(["--etcd", url]),
+    };
     if !spec
         .serve_args
         .iter()

@@ -14,6 +14,8 @@
 
 pub mod coord;
 pub mod coord_server;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod local;
 pub mod map;
 pub mod mover;
@@ -32,6 +34,30 @@ use crate::frame::Frame;
 pub use coord::{ClusterState, Coord, CoordError, Embedded};
 pub use map::{Member, SlotMap};
 pub use slot::{SLOTS, key_slot};
+
+/// What `--etcd` says in a build without the `etcd` feature.
+pub const NO_ETCD: &str =
+    "this pliant was built without etcd support: build it with `--features etcd` (needs protoc)";
+
+/// The coordination store `desc` names (`ADDR:PORT` of an embedded one, or `etcd:URL`).
+pub async fn open_coord(desc: &str, password: Option<&str>) -> Result<Arc<dyn Coord>, CoordError> {
+    if let Some(url) = desc.strip_prefix("etcd:") {
+        #[cfg(feature = "etcd")]
+        return Ok(Arc::new(Arc::new(etcd::Etcd::connect(url).await?)));
+        #[cfg(not(feature = "etcd"))]
+        {
+            let _ = url;
+            return Err(CoordError::Refused(NO_ETCD.into()));
+        }
+    }
+    let addr: std::net::SocketAddr = desc
+        .parse()
+        .map_err(|_| CoordError::Refused(format!("{desc:?} is neither ADDR:PORT nor etcd:URL")))?;
+    Ok(Arc::new(Arc::new(remote::Remote::new(
+        addr,
+        password.map(str::to_string),
+    ))))
+}
 
 /// A node's lease in the coordination store lasts this long without renewal; it is renewed
 /// three times per lease, so a node that stops (or hangs) leaves the member list within this.

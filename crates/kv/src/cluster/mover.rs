@@ -361,20 +361,12 @@ pub fn move_slots_via(
 ) -> Result<MoveReport, MoveError> {
     let (_, coord, _) =
         super::status::view(node, password).map_err(|e| MoveError::Invalid(e.to_string()))?;
-    let coord: SocketAddr = coord.parse().map_err(|_| {
-        MoveError::Invalid(format!(
-            "{node} names its coordination store {coord:?}, not an ADDR:PORT"
-        ))
-    })?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| MoveError::Invalid(format!("starting the runtime: {e}")))?;
     rt.block_on(async {
-        let remote = std::sync::Arc::new(super::remote::Remote::new(
-            coord,
-            password.map(str::to_string),
-        ));
-        move_slots(&remote, password, slots, to, progress).await
+        let remote = super::open_coord(&coord, password).await?;
+        move_slots(remote.as_ref(), password, slots, to, progress).await
     })
 }

@@ -99,7 +99,7 @@ impl Remote {
 
     /// Asks the supervisor of a local cluster to start `n` more nodes: their ids, once joined.
     /// [`CoordError::Refused`] where no supervisor runs the store (nodes are started by hand).
-    pub async fn spawn(&self, n: usize) -> Result<Vec<String>, CoordError> {
+    pub async fn spawn_nodes(&self, n: usize) -> Result<Vec<String>, CoordError> {
         let n = n.to_string();
         // Starting nodes takes a while: the supervisor waits up to 30 s for them to join.
         let spawn: [&[u8]; 3] = [b"PLIANT.COORD", b"SPAWN", n.as_bytes()];
@@ -116,7 +116,7 @@ impl Remote {
     }
 
     /// Asks the supervisor of a local cluster to stop node `id` (cleanly) and end its lease.
-    pub async fn retire(&self, id: &str) -> Result<(), CoordError> {
+    pub async fn retire_node(&self, id: &str) -> Result<(), CoordError> {
         let retire: [&[u8]; 3] = [b"PLIANT.COORD", b"RETIRE", id.as_bytes()];
         self.call_within(&retire, Duration::from_secs(60))
             .await
@@ -239,6 +239,14 @@ impl Coord for Arc<Remote> {
                 other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
             }
         })
+    }
+
+    fn spawn(&self, n: usize) -> BoxFuture<'_, Result<Vec<String>, CoordError>> {
+        Box::pin(async move { self.spawn_nodes(n).await })
+    }
+
+    fn retire<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move { self.retire_node(id).await })
     }
 
     fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>> {

@@ -20,7 +20,6 @@ use serde::Serialize;
 
 use super::coord::{ClusterState, Coord};
 use super::mover::{MoveError, MoveReport, change_map, move_slots};
-use super::remote::Remote;
 use crate::frame::Frame;
 use crate::upstream::roundtrip;
 
@@ -120,24 +119,21 @@ pub fn rescale(
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, RescaleError> {
     let password = opts.password.as_deref();
-    let (_, coord_addr, _) = super::status::view(node, password)?;
-    let coord_addr: SocketAddr = coord_addr.parse().map_err(|_| {
-        RescaleError::Invalid(format!(
-            "{node} names its coordination store {coord_addr:?}"
-        ))
-    })?;
+    let (_, coord_desc, _) = super::status::view(node, password)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| RescaleError::Invalid(format!("starting the runtime: {e}")))?;
     rt.block_on(async {
-        let remote = Arc::new(Remote::new(coord_addr, opts.password.clone()));
-        run(&remote, change, opts, progress).await
+        let coord = super::open_coord(&coord_desc, password)
+            .await
+            .map_err(MoveError::from)?;
+        run(&coord, change, opts, progress).await
     })
 }
 
 async fn run(
-    remote: &Arc<Remote>,
+    remote: &Arc<dyn Coord>,
     change: &Change,
     opts: &Options,
     progress: &mut (dyn FnMut(Progress) + Send),
@@ -274,7 +270,7 @@ async fn run(
 
     // The moves, several at once.
     let started = Instant::now();
-    let coord: Arc<dyn Coord> = Arc::new(remote.clone());
+    let coord: Arc<dyn Coord> = remote.clone();
     // Moves between one pair of nodes go together, a group at a time: one map update marks
     // a group migrating and one walk over the source's keys per round copies all of it.
     let mut groups: Vec<(String, String, Vec<u16>)> = Vec::new();
@@ -377,7 +373,7 @@ async fn run(
 /// `n` new members: started by the supervisor of a local cluster, or (where none runs the
 /// coordination store) awaited for up to a minute as an operator starts them.
 async fn new_nodes(
-    remote: &Arc<Remote>,
+    remote: &Arc<dyn Coord>,
     state: &ClusterState,
     n: usize,
 ) -> Result<Vec<String>, RescaleError> {

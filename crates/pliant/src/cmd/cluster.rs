@@ -78,6 +78,10 @@ pub struct UpArgs {
     /// PLIANT_PASSWORD.
     #[arg(long, value_name = "PASSWORD")]
     requirepass: Option<String>,
+    /// Keep the cluster's state in etcd at URL instead of in this process (the nodes watch it
+    /// there; a commission then waits for nodes started by hand). Needs `--features etcd`.
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
     /// Print the cluster's nodes as JSON once it is up.
     #[arg(long)]
     json: bool,
@@ -172,6 +176,7 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
             .filter(|p| !p.is_empty()),
+        etcd: a.etcd.clone(),
     };
     let json = a.json;
     pliant_kv::cluster::local::up(&spec, |r: &Ready| {
@@ -191,7 +196,7 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
                 .collect();
             println!(
                 "{}",
-                serde_json::json!({"coord": r.coord.to_string(), "pids": r.pids, "nodes": nodes})
+                serde_json::json!({"coord": r.coord, "pids": r.pids, "nodes": nodes})
             );
         } else {
             println!("pliant cluster: {} nodes up", r.state.map.nodes().len());

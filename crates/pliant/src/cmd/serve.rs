@@ -103,8 +103,13 @@ pub struct Args {
     coord: Option<SocketAddr>,
     /// This node's id in the cluster, 40 lowercase hex digits (as CLUSTER NODES shows them)
     /// [default: derived from --bind and --store; `pliant cluster up` gives its nodes theirs].
-    #[arg(long, value_name = "ID", requires = "coord")]
+    #[arg(long, value_name = "ID")]
     node_id: Option<String>,
+    /// Join the cluster whose state is in etcd at URL (http://HOST:2379; several
+    /// comma-separated), for clusters across machines. Needs a pliant built with
+    /// `--features etcd`.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["parent", "coord"])]
+    etcd: Option<String>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -134,15 +139,17 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         threads: a.threads,
         coord: a.coord,
         node_id: a.node_id.clone(),
+        etcd: a.etcd.clone(),
     };
     let settings = match &a.config {
         Some(file) => flags.or(Settings::from_file(file)?),
         None => flags,
     };
     let config = settings.resolve()?;
-    let cluster = match config.coord {
-        Some(c) => format!(", cluster of {c}"),
-        None => String::new(),
+    let cluster = match (&config.coord, &config.etcd) {
+        (Some(c), _) => format!(", cluster of {c}"),
+        (None, Some(url)) => format!(", cluster in etcd {url}"),
+        (None, None) => String::new(),
     };
     let store = match (&config.store, config.parent) {
         (Some(p), _) => format!("store {}", p.display()),

@@ -1,0 +1,234 @@
+//! The coordination store on etcd (cargo feature `etcd`), for clusters across machines. Keys,
+//! under the prefix `/pliant/`:
+//!
+//! ```text
+//! /pliant/map             the slot map's JSON (SlotMap::to_json)
+//! /pliant/version         its version, a decimal: a map update is one transaction that puts
+//!                         both if `version` still holds what the writer read
+//! /pliant/members/<id>    a node's Member JSON, put under a lease of the node's ttl, renewed
+//!                         by keepalives: when the lease ends, etcd deletes the key
+//! ```
+//!
+//! Nodes follow the state by one watch of the prefix; each event makes them read the state
+//! again (a few KiB), so a watcher never has to apply deltas in order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use tokio::sync::watch;
+
+use super::coord::{BoxFuture, ClusterState, Coord, CoordError};
+use super::map::{Member, SlotMap};
+
+const PREFIX: &str = "/pliant/";
+const MAP: &str = "/pliant/map";
+const VERSION: &str = "/pliant/version";
+const MEMBERS: &str = "/pliant/members/";
+
+/// How long the watch waits before watching again after it lost etcd.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The coordination store on the etcd cluster at `endpoints`.
+pub struct Etcd {
+    endpoints: String,
+    client: Client,
+    /// The lease of each node joined through this client.
+    leases: Mutex<HashMap<String, i64>>,
+}
+
+impl Etcd {
+    /// Connects to etcd at `url` (`http://HOST:2379`, several comma-separated).
+    pub async fn connect(url: &str) -> Result<Self, CoordError> {
+        let endpoints: Vec<&str> = url.split(',').map(str::trim).collect();
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(5));
+        let client = Client::connect(&endpoints, Some(options))
+            .await
+            .map_err(|e| unreachable(url, e))?;
+        Ok(Self {
+            endpoints: url.to_string(),
+            client,
+            leases: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn fail(&self, e: etcd_client::Error) -> CoordError {
+        unreachable(&self.endpoints, e)
+    }
+
+    async fn read(&self) -> Result<ClusterState, CoordError> {
+        let mut c = self.client.clone();
+        let got = c
+            .get(PREFIX, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| self.fail(e))?;
+        let mut map = SlotMap::empty();
+        let mut members = Vec::new();
+        for kv in got.kvs() {
+            let key = String::from_utf8_lossy(kv.key());
+            let text = std::str::from_utf8(kv.value())
+                .map_err(|_| CoordError::Refused(format!("etcd key {key}: not UTF-8")))?;
+            if key == MAP {
+                map = SlotMap::from_json(text)?;
+            } else if key.starts_with(MEMBERS) {
+                let m: Member = serde_json::from_str(text)
+                    .map_err(|e| CoordError::Refused(format!("etcd key {key}: {e}")))?;
+                members.push(m);
+            }
+        }
+        // etcd lists keys in key order; members in id order is as good as join order here.
+        Ok(ClusterState { map, members })
+    }
+
+    /// Keeps `tx` current from a watch of the prefix, watching again whenever it is lost, until
+    /// every receiver is gone.
+    async fn follow(client: Client, me: Arc<Etcd>, tx: watch::Sender<Arc<ClusterState>>) {
+        let mut warned = false;
+        while !tx.is_closed() {
+            let mut c = client.clone();
+            match c
+                .watch(PREFIX, Some(WatchOptions::new().with_prefix()))
+                .await
+            {
+                Ok(mut stream) => {
+                    // Changes between the last read and the watch's start are read here.
+                    if let Ok(s) = me.read().await {
+                        tx.send_replace(Arc::new(s));
+                    }
+                    loop {
+                        tokio::select! {
+                            msg = stream.message() => match msg {
+                                Ok(Some(_)) => match me.read().await {
+                                    Ok(s) if s.map.version() >= tx.borrow().map.version() => {
+                                        tx.send_replace(Arc::new(s));
+                                    }
+                                    Ok(_) => {}
+                                    Err(e) => {
+                                        tracing::warn!("{e}");
+                                        break;
+                                    }
+                                },
+                                Ok(None) | Err(_) => break,
+                            },
+                            _ = tx.closed() => return,
+                        }
+                    }
+                }
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!(
+                            "{}; keeping the last slot map and trying again",
+                            me.fail(e)
+                        );
+                        warned = true;
+                    }
+                }
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+}
+
+fn unreachable(url: &str, e: impl std::fmt::Display) -> CoordError {
+    CoordError::Unreachable {
+        addr: url.to_string(),
+        why: e.to_string(),
+    }
+}
+
+impl Coord for Arc<Etcd> {
+    fn join(&self, me: Member, ttl: Duration) -> BoxFuture<'_, Result<(), CoordError>> {
+        Box::pin(async move {
+            let secs = i64::try_from(ttl.as_secs().clamp(1, 600)).unwrap_or(600);
+            let mut c = self.client.clone();
+            let lease = c
+                .lease_grant(secs, None)
+                .await
+                .map_err(|e| self.fail(e))?
+                .id();
+            let json = serde_json::to_string(&me).expect("a member serialises");
+            c.put(
+                format!("{MEMBERS}{}", me.id),
+                json,
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(|e| self.fail(e))?;
+            let old = self
+                .leases
+                .lock()
+                .expect("leases lock")
+                .insert(me.id.clone(), lease);
+            if let Some(old) = old {
+                let _ = c.lease_revoke(old).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn keepalive<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move {
+            let lease = self.leases.lock().expect("leases lock").get(id).copied();
+            let Some(lease) = lease else {
+                return Err(CoordError::NoLease(id.to_string()));
+            };
+            let mut c = self.client.clone();
+            let (mut keeper, mut stream) =
+                c.lease_keep_alive(lease).await.map_err(|e| self.fail(e))?;
+            keeper.keep_alive().await.map_err(|e| self.fail(e))?;
+            match stream.message().await.map_err(|e| self.fail(e))? {
+                Some(r) if r.ttl() > 0 => Ok(()),
+                _ => Err(CoordError::NoLease(id.to_string())),
+            }
+        })
+    }
+
+    fn leave<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move {
+            let lease = self.leases.lock().expect("leases lock").remove(id);
+            let mut c = self.client.clone();
+            if let Some(lease) = lease {
+                c.lease_revoke(lease).await.map_err(|e| self.fail(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn state(&self) -> BoxFuture<'_, Result<ClusterState, CoordError>> {
+        Box::pin(async move { self.read().await })
+    }
+
+    fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>> {
+        Box::pin(async move {
+            let next = expected.checked_add(1).ok_or_else(|| {
+                CoordError::Refused("the map version cannot grow any further".into())
+            })?;
+            let map = map.with_version(next);
+            // Version 0 is no map at all: the key must not exist yet.
+            let guard = if expected == 0 {
+                Compare::create_revision(VERSION, CompareOp::Equal, 0)
+            } else {
+                Compare::value(VERSION, CompareOp::Equal, expected.to_string())
+            };
+            let txn = Txn::new().when([guard]).and_then([
+                TxnOp::put(MAP, map.to_json(), None),
+                TxnOp::put(VERSION, next.to_string(), None),
+            ]);
+            let mut c = self.client.clone();
+            let r = c.txn(txn).await.map_err(|e| self.fail(e))?;
+            Ok(r.succeeded())
+        })
+    }
+
+    fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>> {
+        Box::pin(async move {
+            let first = self.read().await?;
+            let (tx, rx) = watch::channel(Arc::new(first));
+            tokio::spawn(Etcd::follow(self.client.clone(), self.clone(), tx));
+            Ok(rx)
+        })
+    }
+}
