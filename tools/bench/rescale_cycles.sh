@@ -110,24 +110,11 @@ done
 cd "$(dirname "$0")/../.."
 fail() { echo "rescale_cycles.sh: $*" >&2; exit 1; }
 
-apt_install() { # apt_install PACKAGE WHAT: as root with apt-get, or names it and stops
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
-  else
-    fail "needs $2 (Debian package $1)"
-  fi
-}
-command -v python3 >/dev/null || apt_install python3 python3
-command -v timeout >/dev/null || apt_install coreutils timeout
+source tools/lib/clients.sh
+need_apt python3 python3
+need_apt coreutils timeout
+need_redis_py
 venv=target/compat-venv
-if [ ! -x "$venv/bin/python" ]; then
-  if ! python3 -m venv "$venv" 2>/dev/null; then
-    rm -rf "$venv"
-    apt_install python3-venv "python3 -m venv"
-    python3 -m venv "$venv"
-  fi
-fi
-"$venv/bin/python" -c 'import redis' 2>/dev/null || "$venv/bin/pip" install -q 'redis>=5,<7'
 py=$venv/bin/python
 
 if [[ -n ${PLIANT_BIN:-} ]]; then

@@ -11,20 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-need_apt() { # need_apt PACKAGE COMMAND
-  command -v "$2" >/dev/null && return
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
-  else
-    echo "clients.sh: needs $2 (Debian package $1)" >&2; exit 1
-  fi
-}
-need_apt redis-tools redis-cli
+source tools/lib/clients.sh
+need_redis_py
 venv=target/compat-venv
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv" 2>/dev/null || { need_apt python3-venv true; python3 -m venv "$venv"; }
-fi
-"$venv/bin/python" -c 'import redis' 2>/dev/null || "$venv/bin/pip" install -q 'redis>=5,<7'
 
 cargo build --release --locked -q
 tmp=$(mktemp -d)

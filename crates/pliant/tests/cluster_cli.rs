@@ -382,6 +382,53 @@ fn routed<T: redis::FromRedisValue>(start: &str, args: &[&str]) -> T {
     panic!("{}: more than 10 redirections", args.join(" "));
 }
 
+/// A client thread overwriting every `every`-th key each round (and, with `fresh`, adding a new
+/// key named `fresh` + round), following redirections, until stopped (after at least 10
+/// rounds) or 90 s: what it last wrote to each key, every write acknowledged.
+struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::collections::HashMap<String, String>>,
+}
+
+impl Writer {
+    fn start(at: &str, keys: Vec<String>, every: usize, fresh: Option<&'static str>) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (halt, start) = (stop.clone(), at.to_string());
+        let thread = std::thread::spawn(move || {
+            let mut last = std::collections::HashMap::new();
+            let began = Instant::now();
+            for round in 1..=500usize {
+                if (halt.load(std::sync::atomic::Ordering::Relaxed) && round > 10)
+                    || began.elapsed() > Duration::from_secs(90)
+                {
+                    break;
+                }
+                for (i, k) in keys
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % every == round % every)
+                {
+                    let v = format!("{round}.{i}");
+                    let _: String = routed(&start, &["SET", k, &v]);
+                    last.insert(k.clone(), v);
+                }
+                if let Some(prefix) = fresh {
+                    let k = format!("{prefix}{round}");
+                    let _: String = routed(&start, &["SET", &k, "n"]);
+                    last.insert(k, "n".to_string());
+                }
+            }
+            last
+        });
+        Self { stop, thread }
+    }
+
+    fn stop(self) -> std::collections::HashMap<String, String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("writer")
+    }
+}
+
 fn pliant(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_pliant"))
         .args(args)
@@ -419,34 +466,7 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
     }
 
     // A writer keeps overwriting the slot's keys (and adding new ones) while the slot moves.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (stop, keys, start) = (stop.clone(), keys.clone(), addrs[1].clone());
-        std::thread::spawn(move || {
-            let mut last = std::collections::HashMap::new();
-            let began = Instant::now();
-            for round in 1..=200u32 {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) && round > 10
-                    || began.elapsed() > Duration::from_secs(60)
-                {
-                    break;
-                }
-                for (i, k) in keys
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % 7 == round as usize % 7)
-                {
-                    let v = format!("{round}.{i}");
-                    let _: String = routed(&start, &["SET", k, &v]);
-                    last.insert(k.clone(), v);
-                }
-                let fresh = format!("{{m}}:new{round}");
-                let _: String = routed(&start, &["SET", &fresh, "n"]);
-                last.insert(fresh, "n".to_string());
-            }
-            last
-        })
-    };
+    let writer = Writer::start(&addrs[1], keys.clone(), 7, Some("{m}:new"));
     std::thread::sleep(Duration::from_millis(200));
     let out = pliant(&[
         "cluster",
@@ -465,8 +485,7 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert!(report[0]["keys"].as_u64() >= Some(300), "{report}");
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let last = writer.join().expect("writer");
+    let last = writer.stop();
     assert!(last.len() > 300, "the writer wrote during the move");
 
     // Every key has its last acknowledged value, and all of them live at the target now.
@@ -577,32 +596,8 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
     for k in &keys {
         let _: String = routed(&addrs[0], &["SET", k, "0"]);
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        // Started at the node that stays: the first one leaves.
-        let (stop, keys, start) = (stop.clone(), keys.clone(), addrs[1].clone());
-        std::thread::spawn(move || {
-            let mut last = std::collections::HashMap::new();
-            let began = Instant::now();
-            for round in 1..=500u32 {
-                if (stop.load(std::sync::atomic::Ordering::Relaxed) && round > 3)
-                    || began.elapsed() > Duration::from_secs(90)
-                {
-                    break;
-                }
-                for (i, k) in keys
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % 11 == round as usize % 11)
-                {
-                    let v = format!("{round}.{i}");
-                    let _: String = routed(&start, &["SET", k, &v]);
-                    last.insert(k.clone(), v);
-                }
-            }
-            last
-        })
-    };
+    // Started at the node that stays: the first one leaves.
+    let writer = Writer::start(&addrs[1], keys.clone(), 11, None);
     let c = &addrs[0];
     let out = pliant(&[
         "scale",
@@ -648,8 +643,7 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let last = writer.join().expect("writer");
+    let last = writer.stop();
 
     // Every key has its last acknowledged value, read through the nodes that stay.
     let status = pliant(&[
