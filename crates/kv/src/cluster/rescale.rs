@@ -383,13 +383,9 @@ async fn new_nodes(
         Err(e) => return Err(MoveError::from(e).into()),
     }
     tracing::warn!("start {n} node(s) with `pliant serve --coord …`; waiting up to 60 s for them");
-    let known: HashSet<&str> = state
-        .map
-        .nodes()
-        .iter()
-        .map(|m| m.id.as_str())
-        .chain(state.members.iter().map(|m| m.id.as_str()))
-        .collect();
+    // Any live node the map does not name is free to take slots, whether it joined before this
+    // command started or while it waits (a node started by hand a moment earlier counts).
+    let known: HashSet<&str> = state.map.nodes().iter().map(|m| m.id.as_str()).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let now = remote.state().await.map_err(MoveError::from)?;
