@@ -352,11 +352,12 @@ fn a_corrupted_map_stops_cluster_up_with_the_file_named_and_a_node_needs_its_sto
 }
 
 /// Runs `args` against the cluster the way a Redis Cluster client does: at `start`, following
-/// -MOVED (to the owner) and -ASK (ASKING, then once at the target), at most 10 redirections.
+/// -MOVED (to the owner) and -ASK (ASKING, then once at the target), and retrying -TRYAGAIN
+/// (a key being moved) after 10 ms; at most 500 tries.
 fn routed<T: redis::FromRedisValue>(start: &str, args: &[&str]) -> T {
     let mut at = start.to_string();
     let mut asking = false;
-    for _ in 0..10 {
+    for _ in 0..500 {
         let mut c = client(&at);
         if asking {
             let _: String = redis::cmd("ASKING").query(&mut c).expect("ASKING");
@@ -376,10 +377,13 @@ fn routed<T: redis::FromRedisValue>(start: &str, args: &[&str]) -> T {
                     .1
                     .to_string();
             }
+            Err(e) if e.code() == Some("TRYAGAIN") => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             Err(e) => panic!("{}: {e}", args.join(" ")),
         }
     }
-    panic!("{}: more than 10 redirections", args.join(" "));
+    panic!("{}: still redirected after 500 tries", args.join(" "));
 }
 
 /// A client thread overwriting every `every`-th key each round (and, with `fresh`, adding a new
@@ -833,5 +837,74 @@ fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one
         assert!(start.elapsed() < Duration::from_secs(15), "{nodes}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    cluster.stop();
+}
+
+/// Regression: a DEL at the source between a move's copy of the key and its deletion there was
+/// run, and the target's copy came back once the slot was the target's. A key copied out now
+/// refuses writes (-TRYAGAIN, which Redis Cluster clients retry) until the move deletes it.
+#[test]
+fn a_write_to_a_key_copied_out_waits_until_the_source_deletes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let _: String = routed(&addrs[0], &["SET", "{c}k", "v1"]);
+    let _: String = routed(&addrs[0], &["SET", "{c}other", "x"]);
+    let owner = addrs
+        .iter()
+        .find(|a| {
+            redis::cmd("GET")
+                .arg("{c}k")
+                .query::<Option<String>>(&mut client(a))
+                .is_ok()
+        })
+        .expect("an owner")
+        .clone();
+    let mut c = client(&owner);
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{c}k")
+        .query(&mut c)
+        .expect("slot");
+    let copied: redis::Value = redis::cmd("PLIANT.SLOTKEYS")
+        .arg(10)
+        .arg("")
+        .arg(slot)
+        .query(&mut c)
+        .expect("copy out");
+    assert!(format!("{copied:?}").contains("v1"), "{copied:?}");
+    for write in [
+        &["DEL", "{c}k"][..],
+        &["SET", "{c}k", "v2"],
+        &["SET", "{c}other", "y"],
+    ] {
+        let mut k = redis::cmd(write[0]);
+        for a in &write[1..] {
+            k.arg(*a);
+        }
+        let e = k
+            .query::<redis::Value>(&mut c)
+            .expect_err("refused while copied out");
+        assert_eq!(e.code(), Some("TRYAGAIN"), "{e}");
+    }
+    // Reads still answer from the source.
+    let v: Option<String> = redis::cmd("GET").arg("{c}k").query(&mut c).expect("read");
+    assert_eq!(v.as_deref(), Some("v1"));
+    // The move's deletion step ends the refusal (here the value changed in no way: deleted).
+    let n: i64 = redis::cmd("PLIANT.DELIFEQ")
+        .arg("{c}k")
+        .arg("v1")
+        .arg(0)
+        .arg("{c}other")
+        .arg("not-its-value")
+        .arg(0)
+        .query(&mut c)
+        .expect("delete if unchanged");
+    assert_eq!(n, 1);
+    let _: String = redis::cmd("SET")
+        .arg("{c}other")
+        .arg("y")
+        .query(&mut c)
+        .expect("writable again");
     cluster.stop();
 }

@@ -77,7 +77,16 @@ pub struct Cluster {
     gate: std::sync::RwLock<()>,
     /// Keyed commands this node ran, by slot: the load a rescale balances.
     slot_ops: Box<[std::sync::atomic::AtomicU64]>,
+    /// Keys a slot move has copied out and not yet deleted here, with until when: a write to
+    /// one would be lost (the target already has the copy, and a deletion here would leave the
+    /// copy behind), so writes to them answer `-TRYAGAIN` until the move's deletion step
+    /// (Redis Cluster clients retry it), for at most [`INFLIGHT`].
+    inflight: std::sync::Mutex<std::collections::HashMap<Bytes, std::time::Instant>>,
 }
+
+/// How long a copied key refuses writes at most, if the move that copied it never comes back to
+/// delete it (it failed): a run again of the move copies it again.
+pub const INFLIGHT: Duration = Duration::from_secs(30);
 
 impl Cluster {
     /// Joins the cluster of `coord` as `me` and follows its map; renews the lease in a task
@@ -133,6 +142,7 @@ impl Cluster {
             slot_ops: (0..SLOTS)
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
+            inflight: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -144,6 +154,29 @@ impl Cluster {
     /// Held by a slot move's deletions at the source.
     pub fn gate_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
         self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks `keys` as copied out by a slot move (see the field); called under
+    /// [`gate_exclusive`](Self::gate_exclusive), so no write is between its routing and its end.
+    pub fn copying(&self, keys: impl IntoIterator<Item = Bytes>) {
+        let until = std::time::Instant::now() + INFLIGHT;
+        let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, t| *t > std::time::Instant::now());
+        m.extend(keys.into_iter().map(|k| (k, until)));
+    }
+
+    /// Ends the marks of `keys` (the move deleted them here, or kept them because they changed).
+    pub fn copied<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) {
+        let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            m.remove(k);
+        }
+    }
+
+    /// Whether a write to `key` must wait: a move has copied it and not yet deleted it here.
+    pub fn is_copying(&self, key: &[u8]) -> bool {
+        let m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        !m.is_empty() && m.get(key).is_some_and(|t| *t > std::time::Instant::now())
     }
 
     /// Counts a keyed command run here on `slot`.

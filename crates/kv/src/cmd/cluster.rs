@@ -19,9 +19,15 @@ fn disabled() -> Frame {
 pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) -> Option<Frame> {
     let cluster = ctx.node.cluster()?;
     let (node, now) = (ctx.node, ctx.now);
-    crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
+    let redirect = crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
         node.keyspace().exists(k, now).unwrap_or(false)
-    })
+    });
+    if redirect.is_none() && spec.writes && spec.keys_of(args).any(|k| cluster.is_copying(k)) {
+        return Some(Frame::error(
+            "TRYAGAIN the key is being moved to another node; try again",
+        ));
+    }
+    redirect
 }
 
 /// `ASKING`.
@@ -170,11 +176,17 @@ pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
     let now = ctx.now;
+    // No keyed command is between its routing and its end while the copies are marked.
+    let cluster = ctx.node.cluster();
+    let _gate = cluster.map(|c| c.gate_exclusive());
     let mut ks = ctx.node.keyspace();
     let (keys, next) = match ks.scan(after.as_deref(), count.clamp(1, 10_000), now, &in_slots) {
         Ok(r) => r,
         Err(e) => return store_error(&e),
     };
+    if let Some(c) = cluster {
+        c.copying(keys.iter().cloned());
+    }
     let mut out = vec![next.map_or(Frame::Null, Frame::Bulk)];
     for k in keys {
         match ks.peek(&k, now) {
@@ -301,6 +313,9 @@ pub(super) fn delifeq(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 Err(e) => return store_error(&e),
             }
         }
+    }
+    if let Some(c) = ctx.node.cluster() {
+        c.copied(args.chunks(3).map(|t| t[0].as_ref()));
     }
     Frame::Integer(n)
 }
