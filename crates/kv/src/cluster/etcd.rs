@@ -94,8 +94,11 @@ impl Etcd {
                 .await
             {
                 Ok(mut stream) => {
-                    // Changes between the last read and the watch's start are read here.
-                    if let Ok(s) = me.read().await {
+                    // Changes between the last read and the watch's start are read here; an
+                    // older map (etcd restored from an older snapshot) never replaces a newer.
+                    if let Ok(s) = me.read().await
+                        && s.map.version() >= tx.borrow().map.version()
+                    {
                         tx.send_replace(Arc::new(s));
                     }
                     loop {

@@ -452,8 +452,14 @@ async fn wait_for_nodes(
     let mut rx = coord.watch().await?;
     loop {
         let state = coord.state().await?;
-        let running = nodes.iter().flatten().count();
-        if state.members.len() >= running {
+        // This supervisor's own nodes, by id: a node started by hand, or a lease left by a
+        // killed earlier run, does not stand in for one of them.
+        let ids: Vec<String> = (0..nodes.len())
+            .filter(|&i| nodes[i].is_some())
+            .filter_map(|i| node_id(spec, i).ok())
+            .collect();
+        let running = ids.len();
+        if ids.iter().all(|id| state.alive(id)) {
             return Ok(state);
         }
         for (i, child) in nodes.iter_mut().enumerate() {
@@ -471,7 +477,7 @@ async fn wait_for_nodes(
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(UpError::Timeout {
-                joined: state.members.len(),
+                joined: ids.iter().filter(|id| state.alive(id)).count(),
                 wanted: running,
                 dir: spec.dir.display().to_string(),
             });

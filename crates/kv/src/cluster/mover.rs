@@ -260,7 +260,15 @@ pub async fn move_slots(
             }
         }
         if !found_any {
-            break;
+            // A walk can miss a key that a rewrite moved behind it (memory without a store);
+            // one count under one lock says whether the slots are really empty here.
+            let mut count: Vec<&[u8]> = vec![b"PLIANT.SLOTCOUNT"];
+            count.extend(slot_args.iter().map(|s| s.as_bytes()));
+            match src.call(&count).await? {
+                Frame::Integer(0) => break,
+                Frame::Integer(_) => continue,
+                other => return Err(node(source.addr, format!("SLOTCOUNT: {other:?}"))),
+            }
         }
     }
     // 3. The slots are the target's.

@@ -189,7 +189,12 @@ async fn run(
 
     // Sizes and loads of every slot, from its owner.
     let (sizes, loads) = slot_stats(&state, &owners, password, opts.window).await?;
-    let bandwidth = measure_bandwidth(map.nodes()[owners[0]].addr, password).await?;
+    let Some(&first) = owners.first() else {
+        return Err(RescaleError::Invalid(
+            "no node owns any slot: nothing to rescale (is the cluster up?)".into(),
+        ));
+    };
+    let bandwidth = measure_bandwidth(map.nodes()[first].addr, password).await?;
     let servers: Vec<pliant_scale::ServerId> = (0..owners.len() as u32).collect();
     let server_of: HashMap<u16, u32> = owners
         .iter()
@@ -419,7 +424,12 @@ async fn connect(addr: SocketAddr, password: Option<&str>) -> Result<Conn, Resca
         .map_err(|e| fail(e.to_string()))?;
     let mut buf = bytes::BytesMut::new();
     if let Some(p) = password {
-        match roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()]).await {
+        let args: [&[u8]; 2] = [b"AUTH", p.as_bytes()];
+        let auth = roundtrip(&mut s, &mut buf, &args);
+        match tokio::time::timeout(Duration::from_secs(10), auth)
+            .await
+            .map_err(|_| fail("no reply to AUTH within 10 s".into()))?
+        {
             Ok(Frame::Error(e)) | Err(e) => return Err(fail(e)),
             Ok(_) => {}
         }
@@ -505,7 +515,13 @@ async fn measure_bandwidth(addr: SocketAddr, password: Option<&str>) -> Result<f
     let mut rates = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        match roundtrip(&mut s, &mut buf, &[b"ECHO", &payload]).await {
+        let echo = tokio::time::timeout(
+            Duration::from_secs(30),
+            roundtrip(&mut s, &mut buf, &[b"ECHO", &payload]),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no reply to ECHO within 30 s".into()));
+        match echo {
             Ok(Frame::Bulk(b)) if b.len() == PAYLOAD => {}
             other => {
                 return Err(RescaleError::Move(MoveError::Node {

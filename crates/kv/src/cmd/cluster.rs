@@ -18,16 +18,17 @@ fn disabled() -> Frame {
 /// Where the request may run (see [`crate::cluster::route`]): `None` here.
 pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) -> Option<Frame> {
     let cluster = ctx.node.cluster()?;
-    let (node, now) = (ctx.node, ctx.now);
-    let redirect = crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
-        node.keyspace().exists(k, now).unwrap_or(false)
-    });
-    if redirect.is_none() && spec.writes && spec.keys_of(args).any(|k| cluster.is_copying(k)) {
+    // Before the routing: a copied key that expired here since would otherwise be sent to the
+    // target with -ASK, where the copy's arrival could overwrite the write.
+    if spec.writes && spec.keys_of(args).any(|k| cluster.is_copying(k)) {
         return Some(Frame::error(
             "TRYAGAIN the key is being moved to another node; try again",
         ));
     }
-    redirect
+    let (node, now) = (ctx.node, ctx.now);
+    crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
+        node.keyspace().exists(k, now).unwrap_or(false)
+    })
 }
 
 /// `ASKING`.
@@ -256,6 +257,35 @@ pub(super) fn slotstats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     )
 }
 
+/// `PLIANT.SLOTCOUNT slot [slot…]`: keys of these slots here, counted in one walk under one
+/// hold of the keyspace, so a key a rewrite moves within memory is not missed: what a move
+/// checks before it gives the slots away.
+pub(super) fn slotcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut wanted = vec![false; usize::from(SLOTS)];
+    for a in args {
+        match slot_arg(a) {
+            Ok(s) => wanted[usize::from(s)] = true,
+            Err(e) => return e,
+        }
+    }
+    let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
+    let now = ctx.now;
+    let mut ks = ctx.node.keyspace();
+    let (mut n, mut after) = (0i64, None::<Bytes>);
+    loop {
+        match ks.scan(after.as_deref(), 10_000, now, &in_slots) {
+            Ok((keys, next)) => {
+                n += keys.len() as i64;
+                match next {
+                    Some(t) => after = Some(t),
+                    None => return Frame::Integer(n),
+                }
+            }
+            Err(e) => return store_error(&e),
+        }
+    }
+}
+
 /// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here whatever
 /// the map says (the move's target receives them before it owns the slot). An expiry already
 /// past drops the key.
@@ -299,6 +329,7 @@ pub(super) fn delifeq(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let _gate = ctx.node.cluster().map(|c| c.gate_exclusive());
     let mut ks = ctx.node.keyspace();
     let mut n = 0;
+    let mut deleted: Vec<Bytes> = Vec::new();
     for t in args.chunks(3) {
         let Some(at) = integer(&t[2]).and_then(|a| u64::try_from(a).ok()) else {
             return super::not_an_integer();
@@ -312,7 +343,16 @@ pub(super) fn delifeq(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 Ok(existed) => n += i64::from(existed),
                 Err(e) => return store_error(&e),
             }
+            deleted.push(t[0].clone());
         }
+    }
+    drop(ks);
+    // Clients tracking a key that left are told, as for any deletion (the command is keyless,
+    // so the generic tracking after it does not see these keys).
+    let tracking = ctx.node.tracking();
+    if tracking.active() {
+        let waits = tracking.wrote(ctx.session.id, deleted.iter());
+        ctx.session.awaiting.extend(waits);
     }
     if let Some(c) = ctx.node.cluster() {
         c.copied(args.chunks(3).map(|t| t[0].as_ref()));
