@@ -88,6 +88,15 @@ impl LocalCluster {
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            // A failed test: SIGTERM first, so the supervisor stops every node it runs (those a
+            // commission started too, which `pids` does not list), then SIGKILL what is left.
+            term(self.child.id() as i32);
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(20)
+                && matches!(self.child.try_wait(), Ok(None))
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             for pid in self.pids() {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
@@ -695,6 +704,18 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
     cluster.stop();
 }
 
+/// A process killed (SIGKILL, by its pid) when the test ends, failed or not.
+#[cfg(feature = "etcd")]
+struct Killed(Child);
+
+#[cfg(feature = "etcd")]
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A throwaway etcd on free loopback ports, stopped (SIGKILL: its data is a temp dir) by its pid.
 #[cfg(feature = "etcd")]
 struct Etcd {
@@ -766,20 +787,22 @@ fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one
         let _: String = routed(&addrs[0], &["SET", &format!("k{i}"), &format!("v{i}")]);
     }
     // A third node joins by hand; a commission finds it and gives it slots.
-    let mut extra = Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args([
-            "serve",
-            "--no-store",
-            "--bind",
-            "127.0.0.1:0",
-            "--etcd",
-            &etcd.url,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("a node by hand");
+    let mut extra = Killed(
+        Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args([
+                "serve",
+                "--no-store",
+                "--bind",
+                "127.0.0.1:0",
+                "--etcd",
+                &etcd.url,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a node by hand"),
+    );
     let out = pliant(&[
         "scale",
         "commission",
@@ -823,8 +846,8 @@ fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one
         assert_eq!(v, Some(format!("v{i}")));
     }
     // Killed, its lease lapses and every node sees it gone (within the 6 s lease).
-    extra.kill().expect("kill");
-    extra.wait().expect("reap");
+    extra.0.kill().expect("kill");
+    extra.0.wait().expect("reap");
     let start = Instant::now();
     loop {
         let nodes: String = redis::cmd("CLUSTER")
