@@ -442,6 +442,17 @@ impl Writer {
     }
 }
 
+/// `pliant args…`, which must succeed: its JSON output.
+fn pliant_json(args: &[&str]) -> serde_json::Value {
+    let out = pliant(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
 fn pliant(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_pliant"))
         .args(args)
@@ -481,7 +492,7 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
     // A writer keeps overwriting the slot's keys (and adding new ones) while the slot moves.
     let writer = Writer::start(&addrs[1], keys.clone(), 7, Some("{m}:new"));
     std::thread::sleep(Duration::from_millis(200));
-    let out = pliant(&[
+    let report = pliant_json(&[
         "cluster",
         "move",
         &addrs[0],
@@ -491,12 +502,6 @@ fn a_slot_moves_while_a_client_writes_it_and_no_acknowledged_write_is_lost() {
         &target_id,
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert!(report[0]["keys"].as_u64() >= Some(300), "{report}");
     let last = writer.stop();
     assert!(last.len() > 300, "the writer wrote during the move");
@@ -612,7 +617,7 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
     // Started at the node that stays: the first one leaves.
     let writer = Writer::start(&addrs[1], keys.clone(), 11, None);
     let c = &addrs[0];
-    let out = pliant(&[
+    let added = pliant_json(&[
         "scale",
         "commission",
         "--cluster",
@@ -623,12 +628,6 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
         "300ms",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let added: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(added["nodes_after"], 3);
     assert!(added["keys_moved"].as_u64() > Some(0), "{added}");
     let new_id = added["added"][0]
@@ -803,7 +802,7 @@ fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one
             .spawn()
             .expect("a node by hand"),
     );
-    let out = pliant(&[
+    let report = pliant_json(&[
         "scale",
         "commission",
         "--cluster",
@@ -814,12 +813,6 @@ fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one
         "200ms",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(report["keys_moved"].as_u64() > Some(0), "{report}");
     let new_id = report["added"][0]
         .as_str()
