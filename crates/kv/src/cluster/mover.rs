@@ -77,14 +77,16 @@ pub enum MoveError {
 }
 
 /// A connection to a node for the move's requests.
-struct Conn {
+/// A connection to a node for a move's (or a rescale's) requests: connected within 5 s,
+/// authenticated, each reply awaited for [`Conn::call`]'s 30 s or a given time.
+pub(crate) struct Conn {
     addr: SocketAddr,
     s: TcpStream,
     buf: BytesMut,
 }
 
 impl Conn {
-    async fn open(addr: SocketAddr, password: Option<&str>) -> Result<Self, MoveError> {
+    pub(crate) async fn open(addr: SocketAddr, password: Option<&str>) -> Result<Self, MoveError> {
         let s = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
             .await
             .map_err(|_| node(addr, "connect timed out"))?
@@ -101,18 +103,27 @@ impl Conn {
         Ok(c)
     }
 
-    async fn call(&mut self, args: &[&[u8]]) -> Result<Frame, MoveError> {
-        match tokio::time::timeout(
-            Duration::from_secs(30),
-            roundtrip(&mut self.s, &mut self.buf, args),
-        )
-        .await
-        {
+    pub(crate) async fn call(&mut self, args: &[&[u8]]) -> Result<Frame, MoveError> {
+        self.call_within(args, Duration::from_secs(30)).await
+    }
+
+    /// [`call`](Self::call), with the reply awaited for up to `timeout`.
+    pub(crate) async fn call_within(
+        &mut self,
+        args: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Frame, MoveError> {
+        match tokio::time::timeout(timeout, roundtrip(&mut self.s, &mut self.buf, args)).await {
             Ok(Ok(Frame::Error(e))) => Err(node(self.addr, e)),
             Ok(Ok(f)) => Ok(f),
             Ok(Err(e)) => Err(node(self.addr, e)),
-            Err(_) => Err(node(self.addr, "no reply within 30 s")),
+            Err(_) => Err(node(self.addr, format!("no reply within {timeout:?}"))),
         }
+    }
+
+    /// The node's address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
     }
 }
 

@@ -19,9 +19,9 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::coord::{ClusterState, Coord};
+use super::mover::Conn;
 use super::mover::{MoveError, MoveReport, change_map, move_slots};
 use crate::frame::Frame;
-use crate::upstream::roundtrip;
 
 /// Slots moved together, at most: enough that a map update and a walk over the source's keys
 /// serve many slots, few enough that progress shows and a failure leaves little half done.
@@ -414,29 +414,6 @@ async fn new_nodes(
     }
 }
 
-type Conn = (tokio::net::TcpStream, bytes::BytesMut);
-
-async fn connect(addr: SocketAddr, password: Option<&str>) -> Result<Conn, RescaleError> {
-    let fail = |why: String| RescaleError::Move(MoveError::Node { addr, why });
-    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| fail("connect timed out".into()))?
-        .map_err(|e| fail(e.to_string()))?;
-    let mut buf = bytes::BytesMut::new();
-    if let Some(p) = password {
-        let args: [&[u8]; 2] = [b"AUTH", p.as_bytes()];
-        let auth = roundtrip(&mut s, &mut buf, &args);
-        match tokio::time::timeout(Duration::from_secs(10), auth)
-            .await
-            .map_err(|_| fail("no reply to AUTH within 10 s".into()))?
-        {
-            Ok(Frame::Error(e)) | Err(e) => return Err(fail(e)),
-            Ok(_) => {}
-        }
-    }
-    Ok((s, buf))
-}
-
 /// Every slot's bytes and ops/s: two PLIANT.SLOTSTATS of each owner, `window` apart.
 async fn slot_stats(
     state: &ClusterState,
@@ -449,15 +426,15 @@ async fn slot_stats(
     let mut conns = Vec::new();
     for &i in owners {
         let addr = state.map.nodes()[i].addr;
-        conns.push((addr, connect(addr, password).await?));
+        conns.push(Conn::open(addr, password).await?);
     }
     let mut first = Vec::new();
-    for (addr, (s, buf)) in &mut conns {
-        first.push((Instant::now(), read_stats(*addr, s, buf).await?));
+    for c in &mut conns {
+        first.push((Instant::now(), read_stats(c).await?));
     }
     tokio::time::sleep(window).await;
-    for ((addr, (s, buf)), (t0, before)) in conns.iter_mut().zip(first) {
-        let after = read_stats(*addr, s, buf).await?;
+    for (c, (t0, before)) in conns.iter_mut().zip(first) {
+        let after = read_stats(c).await?;
         let secs = t0.elapsed().as_secs_f64().max(1e-3);
         for (slot, (_, bytes, ops)) in &after {
             let i = usize::from(*slot);
@@ -470,19 +447,13 @@ async fn slot_stats(
 }
 
 /// PLIANT.SLOTSTATS: slot → (keys, bytes, ops).
-async fn read_stats(
-    addr: SocketAddr,
-    s: &mut tokio::net::TcpStream,
-    buf: &mut bytes::BytesMut,
-) -> Result<HashMap<u16, (u64, u64, u64)>, RescaleError> {
+async fn read_stats(c: &mut Conn) -> Result<HashMap<u16, (u64, u64, u64)>, RescaleError> {
+    let addr = c.addr();
     let fail = |why: String| RescaleError::Move(MoveError::Node { addr, why });
-    let reply = tokio::time::timeout(
-        Duration::from_secs(120),
-        roundtrip(s, buf, &[b"PLIANT.SLOTSTATS"]),
-    )
-    .await
-    .map_err(|_| fail("PLIANT.SLOTSTATS took over 120 s".into()))?
-    .map_err(fail)?;
+    // One walk over every key of the node: longer than a move's batch.
+    let reply = c
+        .call_within(&[b"PLIANT.SLOTSTATS"], Duration::from_secs(120))
+        .await?;
     let Frame::Array(rows) = reply else {
         return Err(fail(format!("PLIANT.SLOTSTATS: {reply:?}")));
     };
@@ -510,18 +481,12 @@ async fn read_stats(
 /// five), each moving the payload out and back as a slot move's copy moves a key.
 async fn measure_bandwidth(addr: SocketAddr, password: Option<&str>) -> Result<f64, RescaleError> {
     const PAYLOAD: usize = 4 * 1024 * 1024;
-    let (mut s, mut buf) = connect(addr, password).await?;
+    let mut c = Conn::open(addr, password).await?;
     let payload = Bytes::from(vec![b'x'; PAYLOAD]);
     let mut rates = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let echo = tokio::time::timeout(
-            Duration::from_secs(30),
-            roundtrip(&mut s, &mut buf, &[b"ECHO", &payload]),
-        )
-        .await
-        .unwrap_or_else(|_| Err("no reply to ECHO within 30 s".into()));
-        match echo {
+        match c.call(&[b"ECHO", &payload]).await {
             Ok(Frame::Bulk(b)) if b.len() == PAYLOAD => {}
             other => {
                 return Err(RescaleError::Move(MoveError::Node {
