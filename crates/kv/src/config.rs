@@ -98,6 +98,8 @@ pub struct Config {
     pub node_id: Option<String>,
     /// The etcd cluster holding this node's cluster state (`--etcd http://HOST:2379`).
     pub etcd: Option<String>,
+    /// The policy that moves this node's slots to balance the cluster's load (`--balancer`).
+    pub balancer: Option<crate::cluster::balancer::BalancerConfig>,
 }
 
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
@@ -129,6 +131,7 @@ impl Default for Config {
             coord: None,
             node_id: None,
             etcd: None,
+            balancer: None,
         }
     }
 }
@@ -192,6 +195,28 @@ pub struct Settings {
     pub node_id: Option<String>,
     /// `--etcd`.
     pub etcd: Option<String>,
+    /// `--balancer`: a shipped name or files.
+    pub balancer: Option<OneOrMany>,
+    /// `--balancer-param`: the balancer's parameters.
+    pub balancer_param: Option<pliant_policy::Params>,
+    /// `--balancer-interval`.
+    pub balancer_interval: Option<String>,
+}
+
+/// Parameters from the flags, completed by the file's.
+fn merge_params(
+    mine: Option<pliant_policy::Params>,
+    theirs: Option<pliant_policy::Params>,
+) -> Option<pliant_policy::Params> {
+    match (mine, theirs) {
+        (Some(mut mine), Some(theirs)) => {
+            for (k, v) in theirs {
+                mine.entry(k).or_insert(v);
+            }
+            Some(mine)
+        }
+        (mine, theirs) => mine.or(theirs),
+    }
 }
 
 /// A policy named by one path or several.
@@ -276,15 +301,7 @@ impl Settings {
             max_clients: self.max_clients.or(fallback.max_clients),
             max_value_size: self.max_value_size.or(fallback.max_value_size),
             policy: self.policy.or(fallback.policy),
-            param: match (self.param, fallback.param) {
-                (Some(mut mine), Some(theirs)) => {
-                    for (k, v) in theirs {
-                        mine.entry(k).or_insert(v);
-                    }
-                    Some(mine)
-                }
-                (mine, theirs) => mine.or(theirs),
-            },
+            param: merge_params(self.param, fallback.param),
             interval: self.interval.or(fallback.interval),
             requirepass: self.requirepass.or(fallback.requirepass),
             unsafe_no_auth: self.unsafe_no_auth.or(fallback.unsafe_no_auth),
@@ -293,7 +310,53 @@ impl Settings {
             coord: self.coord.or(fallback.coord),
             node_id: self.node_id.or(fallback.node_id),
             etcd: self.etcd.or(fallback.etcd),
+            balancer: self.balancer.or(fallback.balancer),
+            balancer_param: merge_params(self.balancer_param, fallback.balancer_param),
+            balancer_interval: self.balancer_interval.or(fallback.balancer_interval),
         }
+    }
+
+    /// The balancer these settings name, checked.
+    fn balancer(
+        paths: Option<OneOrMany>,
+        params: Option<pliant_policy::Params>,
+        interval: Option<&str>,
+        in_cluster: bool,
+    ) -> Result<Option<crate::cluster::balancer::BalancerConfig>, ConfigError> {
+        let bad = |field: &'static str, message: String| ConfigError::Value { field, message };
+        let paths = match paths {
+            None => {
+                if params.is_some() || interval.is_some() {
+                    return Err(bad(
+                        "balancer",
+                        "balancer-param or balancer-interval given without a balancer".into(),
+                    ));
+                }
+                return Ok(None);
+            }
+            Some(OneOrMany::One(p)) => vec![p],
+            Some(OneOrMany::Many(v)) => v,
+        };
+        if !in_cluster {
+            return Err(bad(
+                "balancer",
+                "a balancer moves slots between a cluster's nodes: give coord or etcd too".into(),
+            ));
+        }
+        let source = pliant_policy::PolicySource::resolve(&paths)
+            .map_err(|e| bad("balancer", e.to_string()))?;
+        let interval = match interval {
+            None => crate::cluster::balancer::DEFAULT_INTERVAL,
+            Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("balancer-interval", e))?,
+        };
+        if interval.is_zero() {
+            return Err(bad("balancer-interval", "must be more than 0".into()));
+        }
+        Ok(Some(crate::cluster::balancer::BalancerConfig {
+            source,
+            params: params.unwrap_or_default(),
+            interval,
+        }))
     }
 
     /// The node's configuration: these settings checked, defaults where none was given.
@@ -388,6 +451,12 @@ impl Settings {
                 format!("{id:?} is not 40 lowercase hex digits"),
             ));
         }
+        let balancer = Self::balancer(
+            self.balancer,
+            self.balancer_param,
+            self.balancer_interval.as_deref(),
+            self.coord.is_some() || self.etcd.is_some(),
+        )?;
         let requirepass = self.requirepass.filter(|p| !p.is_empty());
         Ok(Config {
             bind: self.bind.unwrap_or(d.bind),
@@ -419,6 +488,7 @@ impl Settings {
             coord: self.coord,
             node_id: self.node_id,
             etcd: self.etcd,
+            balancer,
         })
     }
 }

@@ -146,6 +146,17 @@ impl Server {
             };
             let cluster = join.await.map_err(|e| ServeError::Cluster(e.to_string()))?;
             node.set_cluster(cluster);
+            if let Some(b) = &config.balancer {
+                let started = crate::cluster::balancer::Balancer::start(
+                    node.clone(),
+                    b.clone(),
+                    config.requirepass.clone(),
+                )
+                .map_err(|e| ServeError::Policy(format!("balancer: {e}")))?;
+                if let Some(c) = node.cluster() {
+                    c.set_balancer(started);
+                }
+            }
         }
         let policy = crate::policy::Policy::start(node.clone(), config.policy.clone())
             .map_err(ServeError::Policy)?;

@@ -924,3 +924,202 @@ fn a_write_to_a_key_copied_out_waits_until_the_source_deletes_it() {
         .expect("writable again");
     cluster.stop();
 }
+
+/// A client thread writing, as fast as it is answered, nine times in ten one of `hot` and
+/// otherwise one of `cold`, over one connection per node, following -MOVED/-ASK and retrying
+/// -TRYAGAIN, until stopped or 120 s: what it last wrote to each key.
+struct Skewed {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::collections::HashMap<String, u64>>,
+}
+
+impl Skewed {
+    fn start(at: &str, hot: Vec<String>, cold: Vec<String>) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (halt, start) = (stop.clone(), at.to_string());
+        let thread = std::thread::spawn(move || {
+            let mut conns: std::collections::HashMap<String, redis::Connection> =
+                Default::default();
+            let mut last = std::collections::HashMap::new();
+            let began = Instant::now();
+            for n in 0u64.. {
+                if halt.load(std::sync::atomic::Ordering::Relaxed)
+                    || began.elapsed() > Duration::from_secs(120)
+                {
+                    break;
+                }
+                let i = n as usize;
+                let key = if n % 10 == 9 {
+                    &cold[i % cold.len()]
+                } else {
+                    &hot[i % hot.len()]
+                };
+                let (mut at, mut asking) = (start.clone(), false);
+                for attempt in 0.. {
+                    assert!(attempt < 500, "{key}: still redirected after 500 tries");
+                    let c = conns.entry(at.clone()).or_insert_with(|| client(&at));
+                    if asking {
+                        let _: String = redis::cmd("ASKING").query(c).expect("ASKING");
+                    }
+                    match redis::cmd("SET").arg(key).arg(n).query::<String>(c) {
+                        Ok(_) => break,
+                        Err(e) if matches!(e.code(), Some("MOVED") | Some("ASK")) => {
+                            asking = e.code() == Some("ASK");
+                            at = e
+                                .detail()
+                                .and_then(|d| d.split_once(' '))
+                                .expect("slot and address")
+                                .1
+                                .to_string();
+                        }
+                        Err(e) if e.code() == Some("TRYAGAIN") => {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        Err(e) => panic!("SET {key}: {e}"),
+                    }
+                }
+                last.insert(key.clone(), n);
+            }
+            last
+        });
+        Self { stop, thread }
+    }
+
+    fn stop(self) -> std::collections::HashMap<String, u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("skewed writer")
+    }
+}
+
+/// A node's balancer decisions (`PLIANT.BALANCER LOG`), oldest first.
+fn balancer_log(addr: &str, n: usize) -> Vec<serde_json::Value> {
+    let text: String = redis::cmd("PLIANT.BALANCER")
+        .arg("LOG")
+        .arg(n)
+        .query(&mut client(addr))
+        .expect("balancer log");
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a decision as JSON"))
+        .collect()
+}
+
+/// The loads (ops/s by node id) of a node's latest decision that was not skipped.
+fn latest_loads(addr: &str) -> Option<std::collections::BTreeMap<String, f64>> {
+    balancer_log(addr, 5)
+        .iter()
+        .rev()
+        .find(|e| e["skipped"].is_null())
+        .map(|e| serde_json::from_value(e["loads"].clone()).expect("loads"))
+}
+
+#[test]
+fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &[
+            "--nodes",
+            "3",
+            "--base-port",
+            "0",
+            "--balancer",
+            "cephfs-greedy-spill",
+            "--balancer-interval",
+            "1s",
+        ],
+    );
+    let addrs = cluster.addrs();
+    let hot_id = cluster.up["nodes"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let ranges: Vec<(u16, u16)> =
+        serde_json::from_value(cluster.up["nodes"][0]["slots"].clone()).expect("ranges");
+    let owned_by_first = |k: &String| {
+        let s = pliant_kv::cluster::key_slot(k.as_bytes());
+        ranges.iter().any(|&(a, b)| (a..=b).contains(&s))
+    };
+    let (hot, cold): (Vec<String>, Vec<String>) =
+        (0..1500).map(|i| format!("k{i}")).partition(owned_by_first);
+    let writer = Skewed::start(&addrs[0], hot, cold);
+
+    // Bounded wait: until some slots moved, then every node's last 4 decisions moved nothing.
+    let began = Instant::now();
+    let mut first_loads = None;
+    let quiet = loop {
+        assert!(
+            began.elapsed() < Duration::from_secs(90),
+            "the balancers did not settle within 90 s: {:?}",
+            addrs.iter().map(|a| balancer_log(a, 6)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        if first_loads.is_none() {
+            first_loads = latest_loads(&addrs[0]);
+        }
+        let logs: Vec<Vec<serde_json::Value>> =
+            addrs.iter().map(|a| balancer_log(a, 1000)).collect();
+        let moved_any = logs
+            .iter()
+            .flatten()
+            .any(|e| !e["moved"].as_array().expect("moved").is_empty());
+        let settled = logs.iter().all(|l| {
+            l.len() >= 4
+                && l[l.len() - 4..]
+                    .iter()
+                    .all(|e| e["moved"].as_array().is_some_and(Vec::is_empty))
+        });
+        if moved_any && settled {
+            break logs;
+        }
+    };
+    let first = first_loads.expect("a decision of the hot node before any move");
+    let total: f64 = first.values().sum();
+    assert!(
+        first[&hot_id] > 0.8 * total,
+        "the first node took most writes at first: {first:?}"
+    );
+    let version = |a: &str| -> u64 {
+        let text: String = redis::cmd("PLIANT.CLUSTER")
+            .query(&mut client(a))
+            .expect("view");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        v["state"]["map"]["version"].as_u64().expect("version")
+    };
+    let settled_at = version(&addrs[0]);
+    let moves_then: usize = quiet
+        .iter()
+        .flatten()
+        .map(|e| e["moved"].as_array().map_or(0, Vec::len))
+        .sum();
+
+    // Stops: six more decisions on every node (twice the three overloaded ones a spill needs)
+    // and the map does not change.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        version(&addrs[0]),
+        settled_at,
+        "the map changed after it settled"
+    );
+    let after: Vec<Vec<serde_json::Value>> = addrs.iter().map(|a| balancer_log(a, 1000)).collect();
+    let moves_after: usize = after
+        .iter()
+        .flatten()
+        .map(|e| e["moved"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(moves_after, moves_then, "{after:?}");
+    let loads = latest_loads(&addrs[0]).expect("a decision");
+    let total: f64 = loads.values().sum();
+    let mean = total / loads.len() as f64;
+    assert!(
+        loads.values().all(|&l| l < 1.25 * mean) && loads[&hot_id] < 0.5 * total,
+        "even within 25% of the mean: {loads:?}"
+    );
+
+    // Nothing lost: every key has the last value written.
+    let last = writer.stop();
+    for (k, n) in &last {
+        let got: Option<String> = routed(&addrs[1], &["GET", k]);
+        assert_eq!(got, Some(n.to_string()), "{k}");
+    }
+    cluster.stop();
+}

@@ -216,7 +216,7 @@ mod tests {
         let s = spill(6).expect("spill runs");
         assert_eq!(
             s.iter().map(|t| t.when).collect::<Vec<_>>(),
-            [false, false, true, true, false, false]
+            [false, false, true, false, false, false]
         );
         for t in &s {
             assert_eq!(t.loads.iter().sum::<f64>(), 140.0, "tick {}", t.tick);

@@ -124,12 +124,12 @@ fn cephfs_greedy_spill_waits_for_three_overloaded_decisions() {
     assert_eq!(w.len(), 1);
     assert_eq!(
         w.get(&ServerId::Num(2)),
-        Some(&15.0),
-        "half of 30 to the next server"
+        Some(&10.0),
+        "half of 30 would leave server 1 under the average 20: its excess, 10, to the next server"
     );
     assert_eq!(
         serde_json::to_value(d.howmuch.expect("howmuch")).expect("json"),
-        serde_json::json!(["half"])
+        serde_json::json!(["big", "small", "big_small"])
     );
     // Not overloaded once: the count resets, so three more are needed.
     e.metrics_mut().set(1, "req_rate", 5.0);
@@ -163,6 +163,105 @@ fn cephfs_greedy_spill_wraps_to_first_server_and_ignores_underloaded() {
         &store,
     );
     assert!((0..5).all(|_| !e.decide().expect("decide").when));
+}
+
+#[test]
+fn cephfs_greedy_spill_sends_half_when_that_is_less_than_the_excess() {
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(1, [90.0, 5.0, 5.0]),
+        &[],
+        &store,
+    );
+    let d = (0..3)
+        .map(|_| e.decide().expect("decide"))
+        .last()
+        .expect("three");
+    assert!(d.when);
+    assert_eq!(d.where_.expect("where").get(&ServerId::Num(2)), Some(&45.0));
+}
+
+#[test]
+fn cephfs_greedy_spill_leaves_an_overloaded_neighbour_and_a_barely_overloaded_self_alone() {
+    // Server 1 well over the average (30), but its neighbour is over too: nowhere to spill.
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(1, [45.0, 40.0, 5.0]),
+        &[],
+        &store,
+    );
+    assert!((0..5).all(|_| !e.decide().expect("decide").when));
+    // 9% over the average: within Ceph's mds_bal_min_rebalance (10%), not overloaded...
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(1, [109.0, 91.0, 100.0]),
+        &[],
+        &store,
+    );
+    assert!((0..5).all(|_| !e.decide().expect("decide").when));
+    // ...unless the policy is given a smaller margin.
+    let store = MemoryStore::new();
+    let mut e = engine_with(
+        "cephfs-greedy-spill",
+        rates(1, [109.0, 91.0, 100.0]),
+        &[("min_rebalance", 0.05)],
+        &store,
+    );
+    assert!(e.decide().is_ok() && e.decide().is_ok() && e.decide().expect("decide").when);
+}
+
+/// Every server runs the policy on the same loads and acts on its own decision, one decision
+/// round after another, as the cluster's balancer does: the spill must even the loads out and
+/// then stop.
+#[test]
+fn cephfs_greedy_spill_evens_a_skewed_cluster_out_and_stops() {
+    let mut loads = [90.0, 5.0, 5.0];
+    let stores: Vec<MemoryStore> = (0..3).map(|_| MemoryStore::new()).collect();
+    let mut engines: Vec<Engine> = (0..3)
+        .map(|i| {
+            engine_with(
+                "cephfs-greedy-spill",
+                rates(i as i64 + 1, loads),
+                &[],
+                &stores[i],
+            )
+        })
+        .collect();
+    let mut last_move = None;
+    for round in 0..40 {
+        let mut moves = Vec::new();
+        for (i, e) in engines.iter_mut().enumerate() {
+            for (id, l) in (1..).zip(loads) {
+                e.metrics_mut().set(id, "req_rate", l);
+            }
+            let d = e.decide().expect("decide");
+            for (to, x) in d.where_.iter().flatten() {
+                let ServerId::Num(to) = to else {
+                    panic!("numeric ids")
+                };
+                moves.push((i, *to as usize - 1, *x));
+            }
+        }
+        for &(from, to, x) in &moves {
+            loads[from] -= x;
+            loads[to] += x;
+        }
+        if !moves.is_empty() {
+            last_move = Some(round);
+        }
+    }
+    let avg = 100.0 / 3.0;
+    assert!(
+        loads.iter().all(|l| (l - avg).abs() < 0.1 * avg),
+        "even within 10%: {loads:?}"
+    );
+    assert!(
+        last_move.is_some_and(|r| r < 30),
+        "stopped moving: last move in round {last_move:?}"
+    );
 }
 
 /// Runs regime-fan over a series of key ids in time order; returns `(when, howmuch)` from a

@@ -6,12 +6,15 @@
 //! - [`map`]: the slot map, its JSON form and its checks.
 //! - [`coord`]: the coordination store's trait and its embedded backend; [`coord_server`]
 //!   serves the embedded one over the Redis protocol and [`remote`] is a node's client of it.
+//! - [`balancer`]: Mantle's `where` acting on the cluster: a policy over every node's load
+//!   moves this node's slots.
 //! - [`Cluster`]: a node's membership (its id, its lease, the map it follows) and [`route`],
 //!   the check every keyed command passes before it runs.
 //!
 //! Dependencies: `crc` (Redis Cluster's CRC16/XMODEM, rather than a table of our own); `nix`
 //! (a safe `kill(2)`, to stop a local cluster's nodes with SIGTERM, which lets them sync their stores).
 
+pub mod balancer;
 pub mod coord;
 pub mod coord_server;
 #[cfg(feature = "etcd")]
@@ -82,6 +85,8 @@ pub struct Cluster {
     /// copy behind), so writes to them answer `-TRYAGAIN` until the move's deletion step
     /// (Redis Cluster clients retry it), for at most [`INFLIGHT`].
     inflight: std::sync::Mutex<std::collections::HashMap<Bytes, std::time::Instant>>,
+    /// The balancer, if the node runs one (`--balancer`).
+    balancer: std::sync::OnceLock<balancer::Balancer>,
 }
 
 /// How long a copied key refuses writes at most, if the move that copied it never comes back to
@@ -143,6 +148,7 @@ impl Cluster {
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
             inflight: std::sync::Mutex::new(std::collections::HashMap::new()),
+            balancer: std::sync::OnceLock::new(),
         })
     }
 
@@ -191,6 +197,24 @@ impl Cluster {
         self.slot_ops
             .get(usize::from(slot))
             .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Keyed commands run here since the start, on every slot: the load `PLIANT.LOAD` reports.
+    pub fn total_ops(&self) -> u64 {
+        self.slot_ops
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The balancer, if the node runs one.
+    pub fn balancer(&self) -> Option<&balancer::Balancer> {
+        self.balancer.get()
+    }
+
+    /// Gives the node its balancer (once, at start).
+    pub fn set_balancer(&self, b: balancer::Balancer) {
+        let _ = self.balancer.set(b);
     }
 
     /// This node.

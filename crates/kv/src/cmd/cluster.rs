@@ -206,6 +206,52 @@ pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::Array(out)
 }
 
+/// `PLIANT.LOAD`: the keyed commands this node has run since it started, on every slot (the
+/// count other nodes' balancers read twice to get its load).
+pub(super) fn load(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    match ctx.node.cluster() {
+        Some(c) => Frame::Integer(i64::try_from(c.total_ops()).unwrap_or(i64::MAX)),
+        None => disabled(),
+    }
+}
+
+/// `PLIANT.BALANCER STATUS | LOG [n]`: what the node's balancer has decided (JSON; the log one
+/// decision a line, oldest first).
+pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let Some(cluster) = ctx.node.cluster() else {
+        return disabled();
+    };
+    let Some(b) = cluster.balancer() else {
+        return Frame::error("ERR this node runs no balancer (start it with --balancer POLICY)");
+    };
+    let sub = args[0].to_ascii_uppercase();
+    match (sub.as_slice(), &args[1..]) {
+        (b"STATUS", []) => {
+            Frame::bulk(serde_json::to_string_pretty(&b.status()).unwrap_or_default())
+        }
+        (b"LOG", rest) if rest.len() <= 1 => {
+            let n = match rest.first() {
+                None => 10,
+                Some(n) => match super::integer(n) {
+                    Some(n) if n >= 0 => n as usize,
+                    _ => return super::not_an_integer(),
+                },
+            };
+            Frame::bulk(
+                b.log(n)
+                    .iter()
+                    .filter_map(|e| serde_json::to_string(e).ok())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            )
+        }
+        _ => Frame::error(format!(
+            "ERR unknown subcommand '{}' for 'pliant.balancer': STATUS or LOG [n]",
+            String::from_utf8_lossy(&args[0])
+        )),
+    }
+}
+
 /// `PLIANT.SLOTSTATS`: what a rescale plans with, for every slot this node has keys in or has
 /// served: `[[slot, keys, bytes, ops]…]`, bytes of keys and values, ops the keyed commands run
 /// on it since the start. One walk over every key (the store's, or memory's without one).

@@ -206,6 +206,8 @@ pub const COMMANDS: &[Spec] = &[
     // A slot move's steps: keyless here, so the routing they exist to get around does not apply.
     cmd("pliant.slotkeys", -4, false, NO_KEYS, cluster::slotkeys),
     cmd("pliant.slotstats", 1, false, NO_KEYS, cluster::slotstats),
+    cmd("pliant.load", 1, false, NO_KEYS, cluster::load),
+    cmd("pliant.balancer", -2, false, NO_KEYS, cluster::balancer),
     cmd("pliant.slotcount", -2, false, NO_KEYS, cluster::slotcount),
     cmd("pliant.restore", -4, true, NO_KEYS, cluster::restore),
     cmd("pliant.delifeq", -4, true, NO_KEYS, cluster::delifeq),

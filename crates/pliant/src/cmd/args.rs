@@ -39,7 +39,7 @@ pub struct PolicyParams {
     pub params: Vec<(String, ParamValue)>,
 }
 
-fn parse_param(s: &str) -> Result<(String, ParamValue), String> {
+pub(crate) fn parse_param(s: &str) -> Result<(String, ParamValue), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;

@@ -62,6 +62,7 @@ pub struct MoveArgs {
 ///   redis-cli -c -p 7000 set greeting hello
 ///   pliant cluster status 127.0.0.1:7000
 ///   pliant cluster up --nodes 6 --dir /scratch/pc --base-port 7100 -- --no-store --capacity 1GiB
+///   pliant cluster up --nodes 3 --balancer cephfs-greedy-spill --balancer-interval 5s
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct UpArgs {
@@ -82,6 +83,16 @@ pub struct UpArgs {
     /// there; a commission then waits for nodes started by hand). Needs `--features etcd`.
     #[arg(long, value_name = "URL")]
     etcd: Option<String>,
+    /// Run this Mantle balancer on every node (as `pliant serve --balancer`): nodes move their
+    /// slots to even the load out, e.g. cephfs-greedy-spill.
+    #[arg(long, value_name = "FILE|NAME")]
+    balancer: Option<String>,
+    /// Balancer parameter KEY=VALUE (repeatable).
+    #[arg(long = "balancer-param", value_name = "KEY=VALUE")]
+    balancer_params: Vec<String>,
+    /// Time between balancer decisions [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    balancer_interval: Option<String>,
     /// Print the cluster's nodes as JSON once it is up.
     #[arg(long)]
     json: bool,
@@ -170,7 +181,21 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
         nodes: a.nodes,
         dir: a.dir.clone(),
         base_port: a.base_port,
-        serve_args: a.serve.clone(),
+        serve_args: {
+            // The balancer's flags are serve flags; given here, every node gets them.
+            let mut args = Vec::new();
+            if let Some(b) = &a.balancer {
+                args.extend(["--balancer".to_string(), b.clone()]);
+            }
+            for p in &a.balancer_params {
+                args.extend(["--balancer-param".to_string(), p.clone()]);
+            }
+            if let Some(i) = &a.balancer_interval {
+                args.extend(["--balancer-interval".to_string(), i.clone()]);
+            }
+            args.extend(a.serve.iter().cloned());
+            args
+        },
         password: a
             .requirepass
             .clone()

@@ -26,6 +26,7 @@ use super::args::PolicyParams;
 ///   pliant serve --bind 127.0.0.1:7001 --parent 127.0.0.1:7000 --capacity 10000keys
 ///   pliant serve --policy static-limit --param limit=100000 --interval 10s
 ///   pliant serve --config pliant.toml --metrics 127.0.0.1:9479
+///   pliant serve --bind 127.0.0.1:7003 --coord 127.0.0.1:6999 --balancer cephfs-greedy-spill
 ///   redis-cli -p 6479 set greeting hello
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -110,6 +111,20 @@ pub struct Args {
     /// `--features etcd`.
     #[arg(long, value_name = "URL", conflicts_with_all = ["parent", "coord"])]
     etcd: Option<String>,
+    /// A Mantle balancer for a cluster node (with --coord or --etcd): every interval the policy
+    /// sees every node's load (keyed commands per second: `load`, `req_rate`) and `slots`;
+    /// when `when` holds, `where`'s targets become moves of this node's slots, picked by their
+    /// load with `howmuch`'s strategies (big, small, big_small, half). A Lua file, chunk files
+    /// or a shipped name (cephfs-greedy-spill).
+    #[arg(long, num_args = 1.., value_name = "FILE|NAME")]
+    balancer: Vec<PathBuf>,
+    /// Balancer parameter KEY=VALUE (repeatable), e.g. min_rebalance=0.2.
+    #[arg(long = "balancer-param", value_name = "KEY=VALUE", value_parser = super::args::parse_param)]
+    balancer_params: Vec<(String, pliant_policy::ParamValue)>,
+    /// Time between balancer decisions: 10s, 500ms, or plain seconds [default: 10s, Ceph's
+    /// mds_bal_interval].
+    #[arg(long, value_name = "DURATION")]
+    balancer_interval: Option<String>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -140,6 +155,10 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         coord: a.coord,
         node_id: a.node_id.clone(),
         etcd: a.etcd.clone(),
+        balancer: (!a.balancer.is_empty()).then(|| OneOrMany::Many(a.balancer.clone())),
+        balancer_param: (!a.balancer_params.is_empty())
+            .then(|| a.balancer_params.iter().cloned().collect()),
+        balancer_interval: a.balancer_interval.clone(),
     };
     let settings = match &a.config {
         Some(file) => flags.or(Settings::from_file(file)?),

@@ -1,0 +1,736 @@
+//! Mantle on the cluster: every node runs a balancing policy (`pliant serve --balancer POLICY`)
+//! over every node's load, and moves its own hash slots where the policy says.
+//!
+//! As in CephFS with Mantle, each node decides for itself, every interval (10 s by default,
+//! Ceph's `mds_bal_interval`):
+//!
+//! 1. it measures every node's load: the keyed commands each ran per second since the last
+//!    decision (its own from its per-slot counters, the others' by `PLIANT.LOAD`, the count a
+//!    node keeps, asked with a timeout of half the interval, as Mantle bounds its reads);
+//! 2. the policy's `servers[id]` holds `load` and `req_rate` (both that rate, Mantle's names)
+//!    and `slots` (how many the node owns) for every node of the map and every live member,
+//!    under the node ids `CLUSTER NODES` shows; `whoami` is this node's id;
+//! 3. when `when` holds, `where`'s targets (an amount of load per node) become slot moves:
+//!    for each target, this node's slots are picked by their own load over the last interval
+//!    with each of `howmuch`'s strategies (Mantle's fragment selectors: `big` hottest first,
+//!    `small` coolest first, `big_small` alternating, `half` half of the loaded slots in slot
+//!    order), and the selection whose load is closest to the amount is moved by the slot mover
+//!    ([`super::mover`]), the one `pliant cluster move` and rescaling use.
+//!
+//! A decision is skipped (and logged as such) while any slot is moving (this node's or
+//! another's, so two balancers or a rescale never pull one slot two ways), while a node of the
+//! map cannot be measured, and on the first interval (there is no rate yet). After moving, the
+//! counts are read again, so that the next decision sees the load as it is after the move, not a
+//! blend. `PLIANT.BALANCER STATUS` and `PLIANT.BALANCER LOG [n]` show what it decided.
+//!
+//! The engine keeps its state in `Rc`s (a Lua VM is single-threaded), so the balancer is a
+//! thread of its own, with a small runtime of its own for its connections.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pliant_policy::{Engine, HowMuch, Metrics, Params, PolicySource, ServerId};
+use serde::Serialize;
+
+use super::coord::Coord;
+use super::map::Member;
+use super::mover::{Conn, move_slots};
+use crate::frame::Frame;
+use crate::node::Node;
+
+/// Time between decisions by default: Ceph's `mds_bal_interval`, the interval Mantle's
+/// balancers decide at.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Decisions kept for `PLIANT.BALANCER LOG` (the newest).
+const LOG: usize = 1_000;
+
+/// Slots moved per map update at most (as a rescale groups them).
+const GROUP: usize = 512;
+
+/// The strategies `howmuch` may name, and the ones tried when it names none.
+pub const STRATEGIES: &[&str] = &["big", "small", "big_small", "half"];
+const DEFAULT_STRATEGIES: &[&str] = &["big", "small", "big_small"];
+
+/// A balancer to run.
+#[derive(Debug, Clone)]
+pub struct BalancerConfig {
+    /// The policy.
+    pub source: PolicySource,
+    /// Its parameters (`params.*`).
+    pub params: Params,
+    /// Time between decisions.
+    pub interval: Duration,
+}
+
+/// Slots sent to one node by one decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct Moved {
+    /// The node they went to.
+    pub to: String,
+    /// The load `where` asked to send it, ops/s.
+    pub asked: f64,
+    /// The strategy whose selection was closest.
+    pub strategy: String,
+    /// Slots moved.
+    pub slots: usize,
+    /// Their load over the last interval, ops/s.
+    pub load: f64,
+    /// Keys moved.
+    pub keys: u64,
+    /// Bytes of keys and values moved.
+    pub bytes: u64,
+    /// How long the move took.
+    pub seconds: f64,
+}
+
+/// One decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// When, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// The map version it decided on.
+    pub version: u64,
+    /// Every node's load, ops/s.
+    pub loads: BTreeMap<String, f64>,
+    /// The policy's `when`.
+    pub when: bool,
+    /// `where`'s targets: load to send to each node.
+    pub targets: BTreeMap<String, f64>,
+    /// What was moved.
+    pub moved: Vec<Moved>,
+    /// Why the decision was skipped, if it was.
+    pub skipped: Option<String>,
+    /// What failed, if anything (the policy, a selection, a move).
+    pub error: Option<String>,
+}
+
+/// What `PLIANT.BALANCER STATUS` reports.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Status {
+    /// The policy's name.
+    pub policy: String,
+    /// Seconds between decisions.
+    pub interval_s: f64,
+    /// Decisions the policy made.
+    pub decisions: u64,
+    /// Intervals with no decision (see [`Entry::skipped`]).
+    pub skipped: u64,
+    /// Decisions that failed.
+    pub errors: u64,
+    /// Decisions whose `when` held.
+    pub whens: u64,
+    /// Moves made (one per target of a decision).
+    pub moves: u64,
+    /// Slots moved away from this node.
+    pub slots_moved: u64,
+    /// Keys moved away from this node.
+    pub keys_moved: u64,
+    /// The latest decision.
+    pub last: Option<Entry>,
+}
+
+#[derive(Default)]
+struct Shared {
+    status: Status,
+    log: VecDeque<Entry>,
+}
+
+/// The handle `PLIANT.BALANCER` reads.
+#[derive(Clone)]
+pub struct Balancer {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl std::fmt::Debug for Balancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Balancer").finish_non_exhaustive()
+    }
+}
+
+impl Balancer {
+    /// Starts the balancer of `node` (a cluster node), installing the policy first; fails with
+    /// the policy's error if it does not install (it does not compile, or its dry run fails).
+    pub fn start(
+        node: Arc<Node>,
+        config: BalancerConfig,
+        password: Option<String>,
+    ) -> Result<Self, String> {
+        let Some(cluster) = node.cluster() else {
+            return Err(
+                "a balancer moves slots between a cluster's nodes: give --coord or --etcd".into(),
+            );
+        };
+        let (me, state) = (cluster.me().id.clone(), cluster.state());
+        let shared = Arc::new(Mutex::new(Shared {
+            status: Status {
+                policy: config.source.name.clone(),
+                interval_s: config.interval.as_secs_f64(),
+                ..Status::default()
+            },
+            log: VecDeque::new(),
+        }));
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let out = shared.clone();
+        std::thread::Builder::new()
+            .name("pliant-balancer".into())
+            .spawn(move || {
+                // The install's dry run sees the cluster as it is, every load 0 (none is
+                // measured yet).
+                let mut metrics = Metrics::new(ServerId::Name(me));
+                fill(&mut metrics, &state, &BTreeMap::new());
+                let mut engine = Engine::in_memory(metrics);
+                engine.set_params(config.params.clone());
+                let installed = engine
+                    .install(config.source.clone())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                let ok = installed.is_ok();
+                let _ = ready_tx.send(installed);
+                if ok {
+                    Thread {
+                        node,
+                        engine,
+                        interval: config.interval,
+                        password,
+                        shared: out,
+                        conns: HashMap::new(),
+                        seen: HashMap::new(),
+                        mine: None,
+                    }
+                    .run();
+                }
+            })
+            .map_err(|e| format!("cannot start the balancer thread: {e}"))?;
+        ready_rx
+            .recv()
+            .map_err(|_| "the balancer thread stopped".to_string())??;
+        Ok(Self { shared })
+    }
+
+    /// What it has done.
+    pub fn status(&self) -> Status {
+        self.lock().status.clone()
+    }
+
+    /// Its latest `n` decisions, oldest first.
+    pub fn log(&self, n: usize) -> Vec<Entry> {
+        let s = self.lock();
+        s.log
+            .iter()
+            .skip(s.log.len().saturating_sub(n))
+            .cloned()
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Thread {
+    node: Arc<Node>,
+    engine: Engine,
+    interval: Duration,
+    password: Option<String>,
+    shared: Arc<Mutex<Shared>>,
+    /// Connections to the other nodes, by address (dropped on an error, opened again).
+    conns: HashMap<SocketAddr, Conn>,
+    /// Every other node's count when last read: id → (when, keyed commands so far).
+    seen: HashMap<String, (Instant, u64)>,
+    /// This node's per-slot counts when last read.
+    mine: Option<(Instant, Vec<u64>)>,
+}
+
+/// A node's load, and this node's per slot, over the interval just ended.
+struct Loads {
+    nodes: BTreeMap<String, f64>,
+    slots: Vec<f64>,
+}
+
+impl Thread {
+    fn run(mut self) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!("balancer: cannot start its runtime: {e}");
+                return;
+            }
+        };
+        let mut coord: Option<Arc<dyn Coord>> = None;
+        let mut stop = self.node.stop_signal();
+        loop {
+            let stopped = self.node.stopping()
+                || rt.block_on(async {
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.interval) => false,
+                        _ = stop.changed() => true,
+                    }
+                });
+            if stopped || self.node.stopping() {
+                return;
+            }
+            if coord.is_none() {
+                let Some(desc) = self.node.cluster().map(|c| c.coord_addr().to_string()) else {
+                    return;
+                };
+                match rt.block_on(super::open_coord(&desc, self.password.as_deref())) {
+                    Ok(c) => coord = Some(c),
+                    Err(e) => {
+                        self.record(Entry::skipped(0, format!("coordination store: {e}")));
+                        continue;
+                    }
+                }
+            }
+            let Some(c) = coord.as_ref() else { continue };
+            let entry = rt.block_on(self.decide(c.as_ref()));
+            self.record(entry);
+        }
+    }
+
+    fn record(&self, e: Entry) {
+        let mut s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut s.status;
+        if e.skipped.is_some() {
+            st.skipped += 1;
+        } else {
+            st.decisions += 1;
+        }
+        st.errors += u64::from(e.error.is_some());
+        st.whens += u64::from(e.when);
+        st.moves += e.moved.len() as u64;
+        st.slots_moved += e.moved.iter().map(|m| m.slots as u64).sum::<u64>();
+        st.keys_moved += e.moved.iter().map(|m| m.keys).sum::<u64>();
+        if let Some(err) = &e.error {
+            tracing::warn!("balancer: {err}");
+        }
+        for m in &e.moved {
+            tracing::info!(
+                "balancer: moved {} slot(s) ({:.1} ops/s of {:.1} asked, {}) to {}",
+                m.slots,
+                m.load,
+                m.asked,
+                m.strategy,
+                m.to
+            );
+        }
+        st.last = Some(e.clone());
+        if s.log.len() == LOG {
+            s.log.pop_front();
+        }
+        s.log.push_back(e);
+    }
+
+    /// The nodes the policy sees: the map's, then live members that own nothing.
+    fn nodes(state: &super::ClusterState) -> Vec<Member> {
+        let mut nodes: Vec<Member> = state.map.nodes().to_vec();
+        for m in &state.members {
+            if state.map.index_of(&m.id).is_none() {
+                nodes.push(m.clone());
+            }
+        }
+        nodes
+    }
+
+    /// Reads every node's count; their rates since the last read, if every node answered
+    /// now and then.
+    async fn measure(&mut self, nodes: &[Member], me: &str) -> Result<Option<Loads>, String> {
+        let node = self.node.clone();
+        let Some(cluster) = node.cluster() else {
+            return Err("not a cluster node".into());
+        };
+        let timeout = (self.interval / 2).max(Duration::from_millis(200));
+        let mut counts = Vec::with_capacity(nodes.len());
+        let mut failed = None;
+        for m in nodes.iter().filter(|m| m.id != me) {
+            match self.remote_count(m.addr, timeout).await {
+                Ok(c) => counts.push((m.id.clone(), Instant::now(), c)),
+                Err(e) => failed = Some(format!("node {} ({}) not measured: {e}", m.id, m.addr)),
+            }
+        }
+        let now = Instant::now();
+        let slots: Vec<u64> = (0..super::SLOTS).map(|s| cluster.ops(s)).collect();
+        let mut loads = Loads {
+            nodes: BTreeMap::new(),
+            slots: vec![0.0; slots.len()],
+        };
+        let mut complete = failed.is_none();
+        match &self.mine {
+            Some((t0, before)) => {
+                let secs = now.duration_since(*t0).as_secs_f64().max(1e-3);
+                for (i, (b, a)) in before.iter().zip(&slots).enumerate() {
+                    loads.slots[i] = a.saturating_sub(*b) as f64 / secs;
+                }
+                loads.nodes.insert(me.to_string(), loads.slots.iter().sum());
+            }
+            None => complete = false,
+        }
+        self.mine = Some((now, slots));
+        for (id, t1, c1) in counts {
+            match self.seen.insert(id.clone(), (t1, c1)) {
+                // A count that went down is a node that restarted: no rate this time.
+                Some((t0, c0)) if c1 >= c0 => {
+                    let secs = t1.duration_since(t0).as_secs_f64().max(1e-3);
+                    loads.nodes.insert(id, (c1 - c0) as f64 / secs);
+                }
+                _ => complete = false,
+            }
+        }
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        Ok(complete.then_some(loads))
+    }
+
+    async fn remote_count(&mut self, addr: SocketAddr, timeout: Duration) -> Result<u64, String> {
+        if !self.conns.contains_key(&addr) {
+            let c = tokio::time::timeout(timeout, Conn::open(addr, self.password.as_deref()))
+                .await
+                .map_err(|_| format!("no connection within {timeout:?}"))?
+                .map_err(|e| e.to_string())?;
+            self.conns.insert(addr, c);
+        }
+        let Some(c) = self.conns.get_mut(&addr) else {
+            return Err("no connection".into());
+        };
+        let r = c.call_within(&[b"PLIANT.LOAD"], timeout).await;
+        match r {
+            Ok(Frame::Integer(n)) if n >= 0 => Ok(n as u64),
+            Ok(other) => {
+                self.conns.remove(&addr);
+                Err(format!("PLIANT.LOAD answered {other:?}"))
+            }
+            Err(e) => {
+                self.conns.remove(&addr);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    async fn decide(&mut self, coord: &dyn Coord) -> Entry {
+        let node = self.node.clone();
+        let Some(cluster) = node.cluster() else {
+            return Entry::skipped(0, "not a cluster node".into());
+        };
+        let state = cluster.state();
+        let me = cluster.me().id.clone();
+        let version = state.map.version();
+        let nodes = Self::nodes(&state);
+        let loads = match self.measure(&nodes, &me).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return Entry::skipped(version, "no rate yet for every node".into()),
+            Err(e) => return Entry::skipped(version, e),
+        };
+        if let Some((slot, _)) = state.map.migrations().next() {
+            let mut e = Entry::skipped(version, format!("slot {slot} is moving"));
+            e.loads = loads.nodes;
+            return e;
+        }
+        let mut metrics = Metrics::new(ServerId::Name(me.clone()));
+        fill(&mut metrics, &state, &loads.nodes);
+        *self.engine.metrics_mut() = metrics;
+        let mut entry = Entry {
+            unix_ms: crate::node::now_ms(),
+            version,
+            loads: loads.nodes.clone(),
+            when: false,
+            targets: BTreeMap::new(),
+            moved: Vec::new(),
+            skipped: None,
+            error: None,
+        };
+        let d = match self.engine.decide() {
+            Ok(d) => d,
+            Err(e) => {
+                entry.error = Some(format!("policy: {e}"));
+                return entry;
+            }
+        };
+        entry.when = d.when;
+        if !d.when {
+            return entry;
+        }
+        let targets: Vec<(String, f64)> = d
+            .where_
+            .iter()
+            .flatten()
+            .map(|(id, x)| (id.to_string(), *x))
+            .filter(|(id, x)| *x > 0.0 && *id != me)
+            .collect();
+        entry.targets = targets.iter().cloned().collect();
+        let strategies = match strategies(d.howmuch.as_ref()) {
+            Ok(s) => s,
+            Err(e) => {
+                entry.error = Some(e);
+                return entry;
+            }
+        };
+        let Some(mine) = state.map.index_of(&me) else {
+            return entry;
+        };
+        let mut candidates: Vec<(u16, f64)> = (0..super::SLOTS)
+            .filter(|&s| state.map.owner_index(s) == Some(mine))
+            .map(|s| (s, loads.slots[usize::from(s)]))
+            .filter(|&(_, l)| l > 0.0)
+            .collect();
+        for (to, asked) in targets {
+            if !state.alive(&to) {
+                entry.error = Some(format!("target {to} is not a live member of the cluster"));
+                break;
+            }
+            let Some(pick) = select(&candidates, asked, &strategies) else {
+                continue;
+            };
+            candidates.retain(|(s, _)| !pick.slots.contains(s));
+            let started = Instant::now();
+            let mut moved = Moved {
+                to: to.clone(),
+                asked,
+                strategy: pick.strategy.to_string(),
+                slots: 0,
+                load: pick.load,
+                keys: 0,
+                bytes: 0,
+                seconds: 0.0,
+            };
+            let mut failed = None;
+            for group in pick.slots.chunks(GROUP) {
+                match move_slots(coord, self.password.as_deref(), group, &to, &mut |_, _| {}).await
+                {
+                    Ok(r) => {
+                        moved.slots += group.len();
+                        moved.keys += r.keys;
+                        moved.bytes += r.bytes;
+                    }
+                    Err(e) => {
+                        failed = Some(format!("moving slots to {to}: {e}"));
+                        break;
+                    }
+                }
+            }
+            moved.seconds = started.elapsed().as_secs_f64();
+            if moved.slots > 0 {
+                entry.moved.push(moved);
+            }
+            if let Some(f) = failed {
+                entry.error = Some(f);
+                break;
+            }
+        }
+        if !entry.moved.is_empty() {
+            // The next decision should see the load after the moves, not a blend: read again.
+            self.seen.clear();
+            self.mine = None;
+            let _ = self.measure(&Self::nodes(&cluster.state()), &me).await;
+        }
+        entry
+    }
+}
+
+/// `servers[id]` for every node the policy sees ([`Thread::nodes`], this one included even
+/// before its membership shows): `load` and `req_rate` (ops/s, 0 where not measured) and
+/// `slots`.
+fn fill(metrics: &mut Metrics, state: &super::ClusterState, loads: &BTreeMap<String, f64>) {
+    let mut nodes = Thread::nodes(state);
+    let me = metrics.whoami().to_string();
+    if !nodes.iter().any(|m| m.id == me) {
+        nodes.push(Member {
+            id: me,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        });
+    }
+    for m in &nodes {
+        let id = ServerId::Name(m.id.clone());
+        let rate = loads.get(&m.id).copied().unwrap_or(0.0);
+        metrics.set(id.clone(), "load", rate);
+        metrics.set(id.clone(), "req_rate", rate);
+        let owned = state
+            .map
+            .index_of(&m.id)
+            .map_or(0, |i| state.map.slots_of(i));
+        metrics.set(id, "slots", owned as f64);
+    }
+}
+
+impl Entry {
+    fn skipped(version: u64, why: String) -> Self {
+        Self {
+            unix_ms: crate::node::now_ms(),
+            version,
+            loads: BTreeMap::new(),
+            when: false,
+            targets: BTreeMap::new(),
+            moved: Vec::new(),
+            skipped: Some(why),
+            error: None,
+        }
+    }
+}
+
+/// `howmuch`'s strategies: a list of names from [`STRATEGIES`], or nothing (the default ones).
+fn strategies(h: Option<&HowMuch>) -> Result<Vec<&'static str>, String> {
+    let unknown = |what: String| {
+        format!(
+            "howmuch: {what}; the balancer takes a list of strategies among {}",
+            STRATEGIES.join(", ")
+        )
+    };
+    match h {
+        None => Ok(DEFAULT_STRATEGIES.to_vec()),
+        Some(HowMuch::Amount(x)) => Err(unknown(format!("returned the number {x}"))),
+        Some(HowMuch::Table(v)) => {
+            let items: Vec<serde_json::Value> = match v {
+                serde_json::Value::Array(a) => a.clone(),
+                serde_json::Value::Object(o) => o.values().cloned().collect(),
+                other => vec![other.clone()],
+            };
+            items
+                .iter()
+                .map(|i| {
+                    let name = i.as_str().unwrap_or_default();
+                    STRATEGIES
+                        .iter()
+                        .find(|s| **s == name)
+                        .copied()
+                        .ok_or_else(|| unknown(format!("{i} is not one")))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| {
+                    if v.is_empty() {
+                        DEFAULT_STRATEGIES.to_vec()
+                    } else {
+                        v
+                    }
+                })
+        }
+    }
+}
+
+/// Slots picked by one strategy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    /// The strategy.
+    pub strategy: &'static str,
+    /// The slots.
+    pub slots: Vec<u16>,
+    /// Their load.
+    pub load: f64,
+}
+
+/// The selection of `slots` (slot, load) closest to `amount` among `strategies`' (ties: the
+/// first strategy listed); `None` if no strategy picks anything.
+///
+/// `big`, `small` and `big_small` take slots hottest first, coolest first, or alternately
+/// from either end, each only if it keeps the total within `amount`; `half` takes the first
+/// half of the slots in slot order, whatever their load (Mantle's fragment-count selector).
+pub fn select(slots: &[(u16, f64)], amount: f64, strategies: &[&'static str]) -> Option<Selection> {
+    let mut by_load: Vec<(u16, f64)> = slots.to_vec();
+    by_load.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let fill = |order: &mut dyn Iterator<Item = (u16, f64)>| {
+        let mut picked = Vec::new();
+        let mut sum = 0.0;
+        for (s, l) in order {
+            if sum + l <= amount {
+                sum += l;
+                picked.push(s);
+            }
+        }
+        (picked, sum)
+    };
+    strategies
+        .iter()
+        .map(|&strategy| {
+            let (slots, load) = match strategy {
+                "big" => fill(&mut by_load.iter().copied()),
+                "small" => fill(&mut by_load.iter().rev().copied()),
+                "big_small" => {
+                    let n = by_load.len();
+                    fill(&mut (0..n).map(|i| {
+                        let j = if i % 2 == 0 { i / 2 } else { n - 1 - i / 2 };
+                        by_load[j]
+                    }))
+                }
+                _ => {
+                    let mut in_order = slots.to_vec();
+                    in_order.sort_by_key(|&(s, _)| s);
+                    in_order.truncate(in_order.len() / 2);
+                    let load = in_order.iter().map(|&(_, l)| l).sum();
+                    (in_order.into_iter().map(|(s, _)| s).collect(), load)
+                }
+            };
+            Selection {
+                strategy,
+                slots,
+                load,
+            }
+        })
+        .filter(|s| !s.slots.is_empty())
+        .fold(None, |best: Option<Selection>, s| match best {
+            Some(b) if (b.load - amount).abs() <= (s.load - amount).abs() => Some(b),
+            _ => Some(s),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loads(l: &[f64]) -> Vec<(u16, f64)> {
+        (0..).zip(l.iter().copied()).collect()
+    }
+
+    #[test]
+    fn big_takes_the_hottest_slots_that_fit() {
+        let s = select(&loads(&[1.0, 8.0, 3.0, 5.0]), 10.0, &["big"]).expect("a selection");
+        assert_eq!((s.slots, s.load), (vec![1, 0], 9.0));
+    }
+
+    #[test]
+    fn the_strategy_closest_to_the_amount_wins() {
+        // big: 8 then 1 = 9; small: 1 + 3 + 5 = 9 (tie, big listed first); big_small: 8, 1 = 9.
+        let all = ["big", "small", "big_small"];
+        let s = select(&loads(&[1.0, 8.0, 3.0, 5.0]), 9.5, &all).expect("a selection");
+        assert_eq!(s.strategy, "big");
+        // 12: big takes 8 + 3 + 1 = 12 exactly; small 1 + 3 + 5 = 9.
+        let s = select(&loads(&[1.0, 8.0, 3.0, 5.0]), 12.0, &["small", "big"]).expect("some");
+        assert_eq!((s.strategy, s.load), ("big", 12.0));
+        let mut slots = s.slots;
+        slots.sort_unstable();
+        assert_eq!(slots, [0, 1, 2]);
+    }
+
+    #[test]
+    fn big_small_alternates_from_both_ends() {
+        let s = select(&loads(&[4.0, 3.0, 2.0, 1.0]), 5.0, &["big_small"]).expect("some");
+        assert_eq!((s.slots, s.load), (vec![0, 3], 5.0));
+    }
+
+    #[test]
+    fn half_takes_the_first_half_in_slot_order_whatever_the_amount() {
+        let s = select(&loads(&[4.0, 3.0, 2.0, 1.0]), 0.5, &["half"]).expect("some");
+        assert_eq!((s.slots, s.load), (vec![0, 1], 7.0));
+    }
+
+    #[test]
+    fn nothing_fits_nothing_moves() {
+        assert_eq!(select(&loads(&[4.0, 3.0]), 1.0, &["big", "small"]), None);
+        assert_eq!(select(&[], 10.0, &["big", "half"]), None);
+    }
+
+    #[test]
+    fn howmuch_names_strategies_or_gets_an_error_naming_them() {
+        assert_eq!(strategies(None).expect("default"), DEFAULT_STRATEGIES);
+        let named = HowMuch::Table(serde_json::json!(["small", "half"]));
+        assert_eq!(strategies(Some(&named)).expect("named"), ["small", "half"]);
+        let bad = HowMuch::Table(serde_json::json!(["biggest"]));
+        let e = strategies(Some(&bad)).expect_err("unknown");
+        assert!(e.contains("\"biggest\"") && e.contains("big_small"), "{e}");
+        let e = strategies(Some(&HowMuch::Amount(3.0))).expect_err("a number");
+        assert!(e.contains("number 3"), "{e}");
+    }
+}
