@@ -201,6 +201,8 @@ pub struct Settings {
     pub balancer_param: Option<pliant_policy::Params>,
     /// `--balancer-interval`.
     pub balancer_interval: Option<String>,
+    /// `--balancer-slot-window`.
+    pub balancer_slot_window: Option<usize>,
 }
 
 /// Parameters from the flags, completed by the file's.
@@ -313,6 +315,7 @@ impl Settings {
             balancer: self.balancer.or(fallback.balancer),
             balancer_param: merge_params(self.balancer_param, fallback.balancer_param),
             balancer_interval: self.balancer_interval.or(fallback.balancer_interval),
+            balancer_slot_window: self.balancer_slot_window.or(fallback.balancer_slot_window),
         }
     }
 
@@ -321,15 +324,16 @@ impl Settings {
         paths: Option<OneOrMany>,
         params: Option<pliant_policy::Params>,
         interval: Option<&str>,
+        slot_window: Option<usize>,
         in_cluster: bool,
     ) -> Result<Option<crate::cluster::balancer::BalancerConfig>, ConfigError> {
         let bad = |field: &'static str, message: String| ConfigError::Value { field, message };
         let paths = match paths {
             None => {
-                if params.is_some() || interval.is_some() {
+                if params.is_some() || interval.is_some() || slot_window.is_some() {
                     return Err(bad(
                         "balancer",
-                        "balancer-param or balancer-interval given without a balancer".into(),
+                        "balancer-param, balancer-interval or balancer-slot-window given without a balancer".into(),
                     ));
                 }
                 return Ok(None);
@@ -352,10 +356,17 @@ impl Settings {
         if interval.is_zero() {
             return Err(bad("balancer-interval", "must be more than 0".into()));
         }
+        if slot_window == Some(0) {
+            return Err(bad(
+                "balancer-slot-window",
+                "must be at least 1 interval".into(),
+            ));
+        }
         Ok(Some(crate::cluster::balancer::BalancerConfig {
             source,
             params: params.unwrap_or_default(),
             interval,
+            slot_window: slot_window.unwrap_or(crate::cluster::balancer::DEFAULT_SLOT_WINDOW),
         }))
     }
 
@@ -455,6 +466,7 @@ impl Settings {
             self.balancer,
             self.balancer_param,
             self.balancer_interval.as_deref(),
+            self.balancer_slot_window,
             self.coord.is_some() || self.etcd.is_some(),
         )?;
         let requirepass = self.requirepass.filter(|p| !p.is_empty());
@@ -594,5 +606,42 @@ mod tests {
         .expect("resolves");
         assert_eq!(c.store, None);
         assert_eq!(c.parent_password.as_deref(), Some("secret"));
+    }
+
+    #[test]
+    fn a_balancer_needs_a_cluster_and_its_flags_need_a_balancer() {
+        let field = |s: Settings| match s.resolve() {
+            Err(ConfigError::Value { field, message }) => (field, message),
+            other => panic!("refused, got {other:?}"),
+        };
+        let (f, m) = field(Settings {
+            balancer: Some(OneOrMany::One("cephfs-greedy-spill".into())),
+            ..Settings::default()
+        });
+        assert_eq!(f, "balancer");
+        assert!(m.contains("coord or etcd"), "{m}");
+        let (f, m) = field(Settings {
+            balancer_interval: Some("5s".into()),
+            ..Settings::default()
+        });
+        assert_eq!(f, "balancer");
+        assert!(m.contains("without a balancer"), "{m}");
+        let in_cluster = || Settings {
+            coord: Some("127.0.0.1:7000".parse().expect("addr")),
+            balancer: Some(OneOrMany::One("cephfs-greedy-spill".into())),
+            ..Settings::default()
+        };
+        let (f, _) = field(Settings {
+            balancer_interval: Some("0s".into()),
+            ..in_cluster()
+        });
+        assert_eq!(f, "balancer-interval");
+        let b = in_cluster()
+            .resolve()
+            .expect("resolves")
+            .balancer
+            .expect("a balancer");
+        assert_eq!(b.interval, crate::cluster::balancer::DEFAULT_INTERVAL);
+        assert_eq!(b.source.name, "cephfs-greedy-spill");
     }
 }

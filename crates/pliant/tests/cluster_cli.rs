@@ -1107,6 +1107,20 @@ fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops(
         .map(|e| e["moved"].as_array().map_or(0, Vec::len))
         .sum();
     assert_eq!(moves_after, moves_then, "{after:?}");
+    let status = pliant_json(&[
+        "cluster", "status", &addrs[0], "--json", "--window", "100ms",
+    ]);
+    let reported: u64 = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            n["balancer"]["moves"]
+                .as_u64()
+                .expect("every node runs the balancer")
+        })
+        .sum();
+    assert_eq!(reported, moves_then as u64, "{status}");
     let loads = latest_loads(&addrs[0]).expect("a decision");
     let total: f64 = loads.values().sum();
     let mean = total / loads.len() as f64;
@@ -1120,6 +1134,179 @@ fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops(
     for (k, n) in &last {
         let got: Option<String> = routed(&addrs[1], &["GET", k]);
         assert_eq!(got, Some(n.to_string()), "{k}");
+    }
+    cluster.stop();
+}
+
+/// The cluster's state as a node sees it (`PLIANT.CLUSTER`): `{"me", "coord", "state"}`.
+fn view(addr: &str) -> serde_json::Value {
+    let text: String = redis::cmd("PLIANT.CLUSTER")
+        .query(&mut client(addr))
+        .expect("PLIANT.CLUSTER");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+#[test]
+fn a_rescale_run_again_finishes_the_moves_an_earlier_one_left_half_done() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "3", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let keys: Vec<String> = (0..300).map(|i| format!("r{i}")).collect();
+    for k in &keys {
+        let _: String = routed(&addrs[0], &["SET", k, k]);
+    }
+    // What a move that died after marking its slots leaves: ten slots of the first node
+    // migrating to the second, every key still at the first.
+    let v = view(&addrs[0]);
+    let mut map = v["state"]["map"].clone();
+    let (first, second) = (
+        map["nodes"][0]["id"].as_str().expect("id").to_string(),
+        map["nodes"][1]["id"].as_str().expect("id").to_string(),
+    );
+    let start = map["nodes"][0]["slots"][0][0].as_u64().expect("a slot");
+    map["migrations"] = (start..start + 10)
+        .map(|s| serde_json::json!({"slot": s, "from": first, "to": second}))
+        .collect();
+    let version = map["version"].as_u64().expect("version");
+    let coord = v["coord"].as_str().expect("coord").to_string();
+    let ok: i64 = redis::cmd("PLIANT.COORD")
+        .arg("UPDATE")
+        .arg(version)
+        .arg(map.to_string())
+        .query(&mut client(&coord))
+        .expect("update");
+    assert_eq!(ok, 1);
+    // A dry run says so; the real one finishes them first, then does what it was asked.
+    let out = pliant(&[
+        "scale",
+        "commission",
+        "--cluster",
+        &addrs[0],
+        "--add",
+        "1",
+        "--dry-run",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("still moving"));
+    let r = pliant_json(&[
+        "scale",
+        "commission",
+        "--cluster",
+        &addrs[0],
+        "--add",
+        "1",
+        "--window",
+        "200ms",
+        "--json",
+    ]);
+    assert_eq!(r["resumed_slots"], 10, "{r}");
+    assert_eq!(r["nodes_after"], 4, "{r}");
+    // The node asked learns the final map by watch: a bounded wait for it.
+    let began = Instant::now();
+    while view(&addrs[0])["state"]["map"]["migrations"]
+        .as_array()
+        .is_some_and(|m| !m.is_empty())
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "slots still migrating after the rescale"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for k in &keys {
+        let got: Option<String> = routed(&addrs[1], &["GET", k]);
+        assert_eq!(got.as_deref(), Some(k.as_str()));
+    }
+    cluster.stop();
+}
+
+#[test]
+fn a_dead_node_is_decommissioned_only_with_force_which_names_its_lost_slots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "3", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let keys: Vec<String> = (0..300).map(|i| format!("f{i}")).collect();
+    for k in &keys {
+        let _: String = routed(&addrs[0], &["SET", k, k]);
+    }
+    // pids are in the supervisor's order (node-<i>.id), nodes in the map's.
+    let dead_id = std::fs::read_to_string(dir.path().join("node-2.id"))
+        .expect("node-2.id")
+        .trim()
+        .to_string();
+    let dead_slots = cluster.up["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["id"] == dead_id.as_str())
+        .expect("the node in the map")["slots"]
+        .clone();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(cluster.pids()[2]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    // Its lease (6 s) lapses: bounded wait for the member list to drop it.
+    let began = Instant::now();
+    while view(&addrs[0])["state"]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .any(|m| m["id"] == dead_id.as_str())
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the lease did not lapse"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = pliant(&[
+        "scale",
+        "decommission",
+        "--cluster",
+        &addrs[0],
+        "--remove",
+        &dead_id,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not alive") && err.contains("--force"),
+        "{err}"
+    );
+    let r = pliant_json(&[
+        "scale",
+        "decommission",
+        "--cluster",
+        &addrs[0],
+        "--remove",
+        &dead_id,
+        "--force",
+        "--window",
+        "200ms",
+        "--json",
+    ]);
+    assert_eq!(r["lost"][0]["node"], dead_id.as_str(), "{r}");
+    assert_eq!(r["lost"][0]["slots"], dead_slots, "{r}");
+    assert_eq!(r["removed"][0], dead_id.as_str(), "{r}");
+    // Every slot has a live owner again; the keys the live nodes held are all there, the dead
+    // node's are gone, and its slots take writes at their new owners.
+    let map = &view(&addrs[0])["state"]["map"];
+    let nodes = map["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 2, "{map}");
+    let slots: u64 = nodes
+        .iter()
+        .flat_map(|n| n["slots"].as_array().expect("slots").clone())
+        .map(|r| r[1].as_u64().expect("last") - r[0].as_u64().expect("first") + 1)
+        .sum();
+    assert_eq!(slots, 16384);
+    let ranges: Vec<(u16, u16)> = serde_json::from_value(dead_slots).expect("ranges");
+    for k in &keys {
+        let s = pliant_kv::cluster::key_slot(k.as_bytes());
+        let was_dead = ranges.iter().any(|&(a, b)| (a..=b).contains(&s));
+        let got: Option<String> = routed(&addrs[0], &["GET", k]);
+        assert_eq!(got.is_none(), was_dead, "{k}");
+        let _: String = routed(&addrs[1], &["SET", k, "again"]);
     }
     cluster.stop();
 }

@@ -63,7 +63,18 @@ pub struct BalancerConfig {
     pub params: Params,
     /// Time between decisions.
     pub interval: Duration,
+    /// Intervals over which a slot's load is measured to pick the slots to move (since this
+    /// node's slots last changed, at most this many): see [`DEFAULT_SLOT_WINDOW`].
+    pub slot_window: usize,
 }
+
+/// Intervals a slot's load is measured over by default. A node's load is a sum over thousands
+/// of slots and one interval measures it well; a slot sees few commands per interval, and
+/// picking the hottest by one interval's counts picks those that were busy by chance (in
+/// `tools/bench/balancer.sh`, moves of one interval's hottest slots carried 70-80% of the load
+/// they were picked for). A longer window lowers that noise; a shorter one follows a workload
+/// that shifts between slots sooner. A choice, not a derivation: the README shows both ends.
+pub const DEFAULT_SLOT_WINDOW: usize = 10;
 
 /// Slots sent to one node by one decision.
 #[derive(Debug, Clone, Serialize)]
@@ -198,7 +209,9 @@ impl Balancer {
                         shared: out,
                         conns: HashMap::new(),
                         seen: HashMap::new(),
-                        mine: None,
+                        history: VecDeque::new(),
+                        owned: Vec::new(),
+                        slot_window: config.slot_window.max(1),
                     }
                     .run();
                 }
@@ -240,11 +253,16 @@ struct Thread {
     conns: HashMap<SocketAddr, Conn>,
     /// Every other node's count when last read: id → (when, keyed commands so far).
     seen: HashMap<String, (Instant, u64)>,
-    /// This node's per-slot counts when last read.
-    mine: Option<(Instant, Vec<u64>)>,
+    /// This node's per-slot counts at each of the last `slot_window` + 1 reads since its slots
+    /// last changed, oldest first.
+    history: VecDeque<(Instant, Vec<u64>)>,
+    /// The slots this node owned at the last read.
+    owned: Vec<u16>,
+    /// Intervals of history a slot's load is measured over.
+    slot_window: usize,
 }
 
-/// A node's load, and this node's per slot, over the interval just ended.
+/// Every node's load over the interval just ended, and this node's per slot over its window.
 struct Loads {
     nodes: BTreeMap<String, f64>,
     slots: Vec<f64>,
@@ -360,17 +378,42 @@ impl Thread {
             slots: vec![0.0; slots.len()],
         };
         let mut complete = failed.is_none();
-        match &self.mine {
+        // This node's load: over the last interval, like the others'.
+        match self.history.back() {
             Some((t0, before)) => {
                 let secs = now.duration_since(*t0).as_secs_f64().max(1e-3);
-                for (i, (b, a)) in before.iter().zip(&slots).enumerate() {
-                    loads.slots[i] = a.saturating_sub(*b) as f64 / secs;
-                }
-                loads.nodes.insert(me.to_string(), loads.slots.iter().sum());
+                let ops: u64 = before
+                    .iter()
+                    .zip(&slots)
+                    .map(|(b, a)| a.saturating_sub(*b))
+                    .sum();
+                loads.nodes.insert(me.to_string(), ops as f64 / secs);
             }
             None => complete = false,
         }
-        self.mine = Some((now, slots));
+        // Each slot's: over the window (see `slot_window`), restarted when this node's slots
+        // change, so that a slot that just arrived is not judged by another node's history.
+        let owned: Vec<u16> = {
+            let state = cluster.state();
+            let i = state.map.index_of(me);
+            (0..super::SLOTS)
+                .filter(|&s| i.is_some() && state.map.owner_index(s) == i)
+                .collect()
+        };
+        if owned != self.owned {
+            self.history.clear();
+            self.owned = owned;
+        }
+        if let Some((t0, before)) = self.history.front() {
+            let secs = now.duration_since(*t0).as_secs_f64().max(1e-3);
+            for (i, (b, a)) in before.iter().zip(&slots).enumerate() {
+                loads.slots[i] = a.saturating_sub(*b) as f64 / secs;
+            }
+        }
+        self.history.push_back((now, slots));
+        while self.history.len() > self.slot_window + 1 {
+            self.history.pop_front();
+        }
         for (id, t1, c1) in counts {
             match self.seen.insert(id.clone(), (t1, c1)) {
                 // A count that went down is a node that restarted: no rate this time.
@@ -525,7 +568,7 @@ impl Thread {
         if !entry.moved.is_empty() {
             // The next decision should see the load after the moves, not a blend: read again.
             self.seen.clear();
-            self.mine = None;
+            self.history.clear();
             let _ = self.measure(&Self::nodes(&cluster.state()), &me).await;
         }
         entry

@@ -49,6 +49,9 @@ pub struct Options {
     pub dry_run: bool,
     /// The cluster's password.
     pub password: Option<String>,
+    /// Decommission nodes that are down even though they own slots: their slots go to the
+    /// staying nodes empty (their keys are lost, and the report names the slots).
+    pub force: bool,
 }
 
 /// What a rescale did (or, dry, would do).
@@ -80,6 +83,24 @@ pub struct Report {
     pub bytes_moved: u64,
     /// Wall time of the moves, s.
     pub seconds: f64,
+    /// Slots whose move an earlier rescale or move left unfinished, finished first.
+    pub resumed_slots: usize,
+    /// What `--force` gave up: the slots of nodes that were down.
+    pub lost: Vec<Lost>,
+}
+
+/// Slots a forced decommission gave to other nodes without their keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lost {
+    /// The node that was down.
+    pub node: String,
+    /// Its address.
+    pub addr: String,
+    /// The slots it owned, as ranges: they now belong to the staying nodes, empty.
+    pub slots: Vec<(u16, u16)>,
+    /// Slots that were moving to it: they stay with their owner, but the keys already moved
+    /// to it are gone.
+    pub moving_in: Vec<u16>,
 }
 
 /// Why a rescale stopped.
@@ -139,13 +160,26 @@ async fn run(
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, RescaleError> {
     let password = opts.password.as_deref();
-    let state = remote.state().await.map_err(MoveError::from)?;
-    let map = &state.map;
-    if let Some((slot, _)) = map.migrations().next() {
-        return Err(RescaleError::Invalid(format!(
-            "slot {slot} is still moving from an earlier rescale or move: finish it first (pliant cluster move … --slot {slot})"
-        )));
+    let mut state = remote.state().await.map_err(MoveError::from)?;
+    let mut lost = Vec::new();
+    if let (Change::Decommission(ids), true, false) = (change, opts.force, opts.dry_run) {
+        lost = force_out(remote.as_ref(), &state, ids).await?;
+        state = remote.state().await.map_err(MoveError::from)?;
     }
+    // A rescale or move that stopped half way left slots migrating: finish those first, so that
+    // running the command again resumes it.
+    let mut resumed_slots = 0;
+    let moving = state.map.migrations().next().map(|(slot, _)| slot);
+    if let Some(slot) = moving {
+        if opts.dry_run {
+            return Err(RescaleError::Invalid(format!(
+                "slot {slot} is still moving from an earlier rescale or move: run without --dry-run to finish it first"
+            )));
+        }
+        resumed_slots = finish_moves(remote.as_ref(), &state, password).await?;
+        state = remote.state().await.map_err(MoveError::from)?;
+    }
+    let map = &state.map;
     // Servers: the map's nodes that own slots (all must be alive: their keys are there).
     let owners: Vec<usize> = (0..map.nodes().len())
         .filter(|&i| map.slots_of(i as u16) > 0)
@@ -154,8 +188,8 @@ async fn run(
         let m = &map.nodes()[i];
         if !state.alive(&m.id) {
             return Err(RescaleError::Invalid(format!(
-                "node {} ({}) owns slots but is not alive: its keys are there, so a rescale waits for it",
-                m.id, m.addr
+                "node {} ({}) owns slots but is not alive: its keys are there, so a rescale waits for it (or `pliant scale decommission --remove {} --force` gives its slots to the other nodes, without its keys)",
+                m.id, m.addr, m.id
             )));
         }
     }
@@ -166,9 +200,7 @@ async fn run(
         Change::Commission(_) => Vec::new(),
         Change::Decommission(ids) => {
             for id in ids {
-                if !owners.iter().any(|&i| map.nodes()[i].id == *id)
-                    && !state.members.iter().any(|m| m.id == *id)
-                {
+                if map.index_of(id).is_none() && !state.members.iter().any(|m| m.id == *id) {
                     return Err(RescaleError::Invalid(format!(
                         "node {id} is not in the cluster (see CLUSTER NODES)"
                     )));
@@ -254,6 +286,8 @@ async fn run(
         keys_moved: 0,
         bytes_moved: 0,
         seconds: 0.0,
+        resumed_slots,
+        lost,
     };
     if opts.dry_run {
         return Ok(report);
@@ -375,15 +409,30 @@ async fn run(
     Ok(report)
 }
 
-/// `n` new members: started by the supervisor of a local cluster, or (where none runs the
-/// coordination store) awaited for up to a minute as an operator starts them.
+/// `n` new members: live nodes the map does not name yet (started by hand, or by an earlier
+/// commission that stopped before moving anything to them: running it again resumes), then
+/// nodes started by the supervisor of a local cluster, or (where none runs the coordination
+/// store) awaited for up to a minute as an operator starts them.
 async fn new_nodes(
     remote: &Arc<dyn Coord>,
     state: &ClusterState,
     n: usize,
 ) -> Result<Vec<String>, RescaleError> {
-    match remote.spawn(n).await {
-        Ok(ids) => return Ok(ids),
+    let mut idle: Vec<String> = state
+        .members
+        .iter()
+        .filter(|m| state.map.index_of(&m.id).is_none())
+        .map(|m| m.id.clone())
+        .take(n)
+        .collect();
+    if idle.len() == n {
+        return Ok(idle);
+    }
+    match remote.spawn(n - idle.len()).await {
+        Ok(ids) => {
+            idle.extend(ids);
+            return Ok(idle);
+        }
         Err(super::coord::CoordError::Refused(e)) if e.contains("no supervisor") => {}
         Err(e) => return Err(MoveError::from(e).into()),
     }
@@ -412,6 +461,118 @@ async fn new_nodes(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Finishes every move the map shows under way (grouped by source and target, as a rescale
+/// makes them); how many slots.
+async fn finish_moves(
+    coord: &dyn Coord,
+    state: &ClusterState,
+    password: Option<&str>,
+) -> Result<usize, RescaleError> {
+    let map = &state.map;
+    let mut groups: std::collections::BTreeMap<String, Vec<u16>> = Default::default();
+    for (slot, m) in map.migrations() {
+        let to = map.nodes()[usize::from(m.to)].id.clone();
+        // One group per source and target: `move_slots` wants one owner.
+        let from = map.nodes()[usize::from(m.from)].id.clone();
+        groups.entry(format!("{from} {to}")).or_default().push(slot);
+    }
+    let mut done = 0;
+    for (pair, slots) in groups {
+        let to = pair.split_once(' ').map_or("", |(_, t)| t).to_string();
+        for chunk in slots.chunks(GROUP) {
+            tracing::info!("finishing the move of {} slot(s) to {to}", chunk.len());
+            move_slots(coord, password, chunk, &to, &mut |_, _| {}).await?;
+            done += chunk.len();
+        }
+    }
+    Ok(done)
+}
+
+/// Takes the slots of the nodes of `ids` that are down away from them (`--force`): a slot one
+/// of them was moving out goes to its target (which has part of its keys), the others to the
+/// staying live nodes in contiguous runs; a slot moving in to one of them stays with its owner.
+/// What each lost.
+async fn force_out(
+    coord: &dyn Coord,
+    state: &ClusterState,
+    ids: &[String],
+) -> Result<Vec<Lost>, RescaleError> {
+    let map = &state.map;
+    let dead: Vec<String> = ids
+        .iter()
+        .filter(|id| map.index_of(id).is_some() && !state.alive(id))
+        .cloned()
+        .collect();
+    if dead.is_empty() {
+        return Ok(Vec::new());
+    }
+    let staying: Vec<String> = map
+        .nodes()
+        .iter()
+        .filter(|m| !ids.contains(&m.id) && state.alive(&m.id))
+        .map(|m| m.id.clone())
+        .collect();
+    if staying.is_empty() {
+        return Err(RescaleError::Invalid(format!(
+            "no live node stays to take the slots of {}",
+            dead.join(", ")
+        )));
+    }
+    let lost: Vec<Lost> = dead
+        .iter()
+        .filter_map(|id| {
+            let i = map.index_of(id)?;
+            let m = &map.nodes()[usize::from(i)];
+            Some(Lost {
+                node: id.clone(),
+                addr: m.addr.to_string(),
+                slots: map.ranges_of(i),
+                moving_in: map
+                    .migrations()
+                    .filter(|(_, g)| g.to == i)
+                    .map(|(s, _)| s)
+                    .collect(),
+            })
+        })
+        .collect();
+    change_map(coord, |map| {
+        let is_dead = |i: u16| dead.contains(&map.nodes()[usize::from(i)].id);
+        let mut orphans = Vec::new();
+        let mut next = map.clone();
+        for slot in 0..super::SLOTS {
+            let Some(owner) = map.owner_index(slot) else {
+                continue;
+            };
+            match map.migration(slot) {
+                Some(g) if is_dead(g.to) => next = next.with_owner(slot, owner),
+                Some(g) if is_dead(owner) => next = next.with_owner(slot, g.to),
+                _ if is_dead(owner) => orphans.push(slot),
+                _ => {}
+            }
+        }
+        if orphans.is_empty() && next == map {
+            return Ok(None);
+        }
+        for (j, &slot) in orphans.iter().enumerate() {
+            let to = map
+                .index_of(&staying[j * staying.len() / orphans.len()])
+                .ok_or_else(|| MoveError::Invalid("a staying node left the map".into()))?;
+            next = next.with_owner(slot, to);
+        }
+        Ok(Some(next))
+    })
+    .await?;
+    for l in &lost {
+        tracing::warn!(
+            "forced: node {} ({}) was down; its slots {:?} now belong to the other nodes without its keys",
+            l.node,
+            l.addr,
+            l.slots
+        );
+    }
+    Ok(lost)
 }
 
 /// Every slot's bytes and ops/s: two PLIANT.SLOTSTATS of each owner, `window` apart.

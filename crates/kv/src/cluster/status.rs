@@ -28,6 +28,25 @@ pub struct NodeStatus {
     pub memory_bytes: Option<u64>,
     /// Commands per second over the sampling window: its load.
     pub ops_per_s: Option<f64>,
+    /// What its balancer has done, if it runs one (`--balancer`).
+    pub balancer: Option<BalancerSummary>,
+}
+
+/// A node's balancer, as `PLIANT.BALANCER STATUS` reports it (the part the status shows).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct BalancerSummary {
+    /// The policy.
+    pub policy: String,
+    /// Decisions it made.
+    pub decisions: u64,
+    /// Moves it made (one per target of a decision).
+    pub moves: u64,
+    /// Slots it moved away.
+    pub slots_moved: u64,
+    /// Keys it moved away.
+    pub keys_moved: u64,
+    /// Decisions that failed.
+    pub errors: u64,
 }
 
 /// A cluster.
@@ -134,7 +153,12 @@ pub fn status(
                 }
                 _ => None,
             };
+            let balancer = after
+                .is_some()
+                .then(|| balancer_of(&addr, password))
+                .flatten();
             NodeStatus {
+                balancer,
                 alive: state.alive(&id),
                 reachable: after.is_some(),
                 keys: after.map(|a| a.2),
@@ -154,4 +178,13 @@ pub fn status(
         slots_migrating: map.migrations().count(),
         nodes,
     })
+}
+
+/// `PLIANT.BALANCER STATUS` of the node at `addr`, if it runs a balancer.
+fn balancer_of(addr: &str, password: Option<&str>) -> Option<BalancerSummary> {
+    let mut c = Client::connect(addr, password).ok()?;
+    match c.call(&[b"PLIANT.BALANCER", b"STATUS"]).ok()? {
+        Frame::Bulk(b) => serde_json::from_slice(&b).ok(),
+        _ => None,
+    }
 }

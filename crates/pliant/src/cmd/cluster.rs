@@ -284,6 +284,14 @@ fn status(a: &StatusArgs) -> anyhow::Result<ExitCode> {
             n.ops_per_s.map_or("-".to_string(), |v| format!("{v:.0}")),
         );
     }
+    for n in &s.nodes {
+        if let Some(b) = &n.balancer {
+            println!(
+                "balancer {} on {}: {} decisions, {} moves out ({} slots, {} keys), {} errors",
+                b.policy, n.addr, b.decisions, b.moves, b.slots_moved, b.keys_moved, b.errors
+            );
+        }
+    }
     let down = s.nodes.iter().any(|n| !n.reachable);
     Ok(if down {
         ExitCode::from(1)

@@ -38,6 +38,10 @@ pub struct CommissionArgs {
 /// Examples:
 ///   pliant scale decommission --cluster 127.0.0.1:7000 --remove 346a25aa149d1c335df754b0b1db04355879ed4b
 ///   pliant scale decommission --cluster 127.0.0.1:7000 --remove ID1,ID2 --strategy ldt
+///   pliant scale decommission --cluster 127.0.0.1:7000 --remove DEAD_ID --force
+///
+/// Running a command again after it failed half way finishes the slot moves it left, then
+/// plans what is left to do (a commission first takes the live nodes the map does not name yet).
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct DecommissionArgs {
@@ -47,6 +51,11 @@ pub struct DecommissionArgs {
     /// The nodes to remove, as CLUSTER NODES shows their ids (comma- or space-separated).
     #[arg(long, required = true, num_args = 1.., value_delimiter = ',', value_name = "NODE_ID,...")]
     remove: Vec<String>,
+    /// Remove nodes that are down even though they own slots: their slots go to the staying
+    /// nodes without their keys, which are lost (the report names the slots). Without it, a
+    /// rescale waits for a dead owner to come back.
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     how: How,
 }
@@ -76,7 +85,7 @@ struct How {
 }
 
 pub fn commission(a: &CommissionArgs) -> Result<ExitCode> {
-    run(&a.cluster, &Change::Commission(a.add), &a.how)
+    run(&a.cluster, &Change::Commission(a.add), &a.how, false)
 }
 
 pub fn decommission(a: &DecommissionArgs) -> Result<ExitCode> {
@@ -86,10 +95,10 @@ pub fn decommission(a: &DecommissionArgs) -> Result<ExitCode> {
         .flat_map(|s| s.split_whitespace())
         .map(str::to_string)
         .collect();
-    run(&a.cluster, &Change::Decommission(ids), &a.how)
+    run(&a.cluster, &Change::Decommission(ids), &a.how, a.force)
 }
 
-fn run(cluster: &str, change: &Change, how: &How) -> Result<ExitCode> {
+fn run(cluster: &str, change: &Change, how: &How, force: bool) -> Result<ExitCode> {
     let window: Duration =
         pliant_policy::parse_interval(&how.window).map_err(|e| anyhow::anyhow!("--window: {e}"))?;
     let opts = Options {
@@ -101,6 +110,7 @@ fn run(cluster: &str, change: &Change, how: &How) -> Result<ExitCode> {
             .password
             .clone()
             .or_else(|| std::env::var("PLIANT_PASSWORD").ok()),
+        force,
     };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -126,6 +136,39 @@ fn run(cluster: &str, change: &Change, how: &How) -> Result<ExitCode> {
 }
 
 fn print(r: &Report) {
+    if r.resumed_slots > 0 {
+        println!(
+            "finished first: {} slot move(s) an earlier run left",
+            r.resumed_slots
+        );
+    }
+    for l in &r.lost {
+        let ranges: Vec<String> = l
+            .slots
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        println!(
+            "LOST (--force): node {} ({}) was down; its slots {} now belong to the other nodes without its keys{}",
+            l.node,
+            l.addr,
+            ranges.join(","),
+            if l.moving_in.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; keys already moved to it of slots {:?} are gone too",
+                    l.moving_in
+                )
+            }
+        );
+    }
     let o = &r.planned;
     println!(
         "{} → {} nodes: {} slot moves, {:.1} MB planned in {:.1} ms (network measured at {:.0} MB/s)",

@@ -125,6 +125,11 @@ pub struct Args {
     /// mds_bal_interval].
     #[arg(long, value_name = "DURATION")]
     balancer_interval: Option<String>,
+    /// Intervals over which each slot's load is measured to pick the slots to move (since this
+    /// node's slots last changed): longer picks by less noisy loads, shorter follows a shifting
+    /// workload sooner [default: 10].
+    #[arg(long, value_name = "N")]
+    balancer_slot_window: Option<usize>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -159,6 +164,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         balancer_param: (!a.balancer_params.is_empty())
             .then(|| a.balancer_params.iter().cloned().collect()),
         balancer_interval: a.balancer_interval.clone(),
+        balancer_slot_window: a.balancer_slot_window,
     };
     let settings = match &a.config {
         Some(file) => flags.or(Settings::from_file(file)?),
