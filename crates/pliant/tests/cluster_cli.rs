@@ -360,6 +360,29 @@ fn a_corrupted_map_stops_cluster_up_with_the_file_named_and_a_node_needs_its_sto
     );
 }
 
+/// What a Redis Cluster client does with an error: go to the address (`true`: with ASKING),
+/// or try again (-TRYAGAIN, a key being moved).
+enum Redirect {
+    To(String, bool),
+    Again,
+}
+
+/// The redirection `e` asks for, if it is one.
+fn redirect(e: &redis::RedisError) -> Option<Redirect> {
+    match e.code() {
+        Some("MOVED") | Some("ASK") => Some(Redirect::To(
+            e.detail()
+                .and_then(|d| d.split_once(' '))
+                .expect("slot and address")
+                .1
+                .to_string(),
+            e.code() == Some("ASK"),
+        )),
+        Some("TRYAGAIN") => Some(Redirect::Again),
+        _ => None,
+    }
+}
+
 /// Runs `args` against the cluster the way a Redis Cluster client does: at `start`, following
 /// -MOVED (to the owner) and -ASK (ASKING, then once at the target), and retrying -TRYAGAIN
 /// (a key being moved) after 10 ms; at most 500 tries.
@@ -377,19 +400,11 @@ fn routed<T: redis::FromRedisValue>(start: &str, args: &[&str]) -> T {
         }
         match k.query::<T>(&mut c) {
             Ok(v) => return v,
-            Err(e) if matches!(e.code(), Some("MOVED") | Some("ASK")) => {
-                asking = e.code() == Some("ASK");
-                at = e
-                    .detail()
-                    .and_then(|d| d.split_once(' '))
-                    .expect("slot and address")
-                    .1
-                    .to_string();
-            }
-            Err(e) if e.code() == Some("TRYAGAIN") => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("{}: {e}", args.join(" ")),
+            Err(e) => match redirect(&e) {
+                Some(Redirect::To(addr, ask)) => (at, asking) = (addr, ask),
+                Some(Redirect::Again) => std::thread::sleep(Duration::from_millis(10)),
+                None => panic!("{}: {e}", args.join(" ")),
+            },
         }
     }
     panic!("{}: still redirected after 500 tries", args.join(" "));
@@ -963,19 +978,11 @@ impl Skewed {
                     }
                     match redis::cmd("SET").arg(key).arg(n).query::<String>(c) {
                         Ok(_) => break,
-                        Err(e) if matches!(e.code(), Some("MOVED") | Some("ASK")) => {
-                            asking = e.code() == Some("ASK");
-                            at = e
-                                .detail()
-                                .and_then(|d| d.split_once(' '))
-                                .expect("slot and address")
-                                .1
-                                .to_string();
-                        }
-                        Err(e) if e.code() == Some("TRYAGAIN") => {
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
-                        Err(e) => panic!("SET {key}: {e}"),
+                        Err(e) => match redirect(&e) {
+                            Some(Redirect::To(addr, ask)) => (at, asking) = (addr, ask),
+                            Some(Redirect::Again) => std::thread::sleep(Duration::from_millis(5)),
+                            None => panic!("SET {key}: {e}"),
+                        },
                     }
                 }
                 last.insert(key.clone(), n);

@@ -182,35 +182,24 @@ fn cephfs_greedy_spill_sends_half_when_that_is_less_than_the_excess() {
     assert_eq!(d.where_.expect("where").get(&ServerId::Num(2)), Some(&45.0));
 }
 
+/// The greedy spill's `when` on server 1 of three with these loads, for `n` decisions.
+fn spill_whens(loads: [f64; 3], params: &[(&str, f64)], n: usize) -> Vec<bool> {
+    let store = MemoryStore::new();
+    let mut e = engine_with("cephfs-greedy-spill", rates(1, loads), params, &store);
+    (0..n).map(|_| e.decide().expect("decide").when).collect()
+}
+
 #[test]
 fn cephfs_greedy_spill_leaves_an_overloaded_neighbour_and_a_barely_overloaded_self_alone() {
     // Server 1 well over the average (30), but its neighbour is over too: nowhere to spill.
-    let store = MemoryStore::new();
-    let mut e = engine_with(
-        "cephfs-greedy-spill",
-        rates(1, [45.0, 40.0, 5.0]),
-        &[],
-        &store,
-    );
-    assert!((0..5).all(|_| !e.decide().expect("decide").when));
+    assert_eq!(spill_whens([45.0, 40.0, 5.0], &[], 5), [false; 5]);
     // 9% over the average: within Ceph's mds_bal_min_rebalance (10%), not overloaded...
-    let store = MemoryStore::new();
-    let mut e = engine_with(
-        "cephfs-greedy-spill",
-        rates(1, [109.0, 91.0, 100.0]),
-        &[],
-        &store,
-    );
-    assert!((0..5).all(|_| !e.decide().expect("decide").when));
+    assert_eq!(spill_whens([109.0, 91.0, 100.0], &[], 5), [false; 5]);
     // ...unless the policy is given a smaller margin.
-    let store = MemoryStore::new();
-    let mut e = engine_with(
-        "cephfs-greedy-spill",
-        rates(1, [109.0, 91.0, 100.0]),
-        &[("min_rebalance", 0.05)],
-        &store,
+    assert_eq!(
+        spill_whens([109.0, 91.0, 100.0], &[("min_rebalance", 0.05)], 3),
+        [false, false, true]
     );
-    assert!(e.decide().is_ok() && e.decide().is_ok() && e.decide().expect("decide").when);
 }
 
 /// Every server runs the policy on the same loads and acts on its own decision, one decision
