@@ -328,27 +328,31 @@ impl Settings {
         in_cluster: bool,
     ) -> Result<Option<crate::cluster::balancer::BalancerConfig>, ConfigError> {
         let bad = |field: &'static str, message: String| ConfigError::Value { field, message };
-        let paths = match paths {
-            None => {
-                if params.is_some() || interval.is_some() || slot_window.is_some() {
-                    return Err(bad(
-                        "balancer",
-                        "balancer-param, balancer-interval or balancer-slot-window given without a balancer".into(),
-                    ));
-                }
-                return Ok(None);
-            }
-            Some(OneOrMany::One(p)) => vec![p],
-            Some(OneOrMany::Many(v)) => v,
-        };
         if !in_cluster {
-            return Err(bad(
-                "balancer",
-                "a balancer moves slots between a cluster's nodes: give coord or etcd too".into(),
-            ));
+            if paths.is_some() || params.is_some() || interval.is_some() || slot_window.is_some() {
+                return Err(bad(
+                    "balancer",
+                    "a balancer moves slots between a cluster's nodes: give coord or etcd too"
+                        .into(),
+                ));
+            }
+            return Ok(None);
         }
-        let source = pliant_policy::PolicySource::resolve(&paths)
-            .map_err(|e| bad("balancer", e.to_string()))?;
+        let source = match paths {
+            None if params.is_some() => {
+                return Err(bad(
+                    "balancer-param",
+                    "given without a balancer (parameters go with the policy they are for)".into(),
+                ));
+            }
+            None => None,
+            Some(OneOrMany::One(p)) => Some(vec![p]),
+            Some(OneOrMany::Many(v)) => Some(v),
+        }
+        .map(|paths| {
+            pliant_policy::PolicySource::resolve(&paths).map_err(|e| bad("balancer", e.to_string()))
+        })
+        .transpose()?;
         let interval = match interval {
             None => crate::cluster::balancer::DEFAULT_INTERVAL,
             Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("balancer-interval", e))?,
@@ -609,7 +613,7 @@ mod tests {
     }
 
     #[test]
-    fn a_balancer_needs_a_cluster_and_its_flags_need_a_balancer() {
+    fn a_balancer_needs_a_cluster_and_its_parameters_a_policy() {
         let field = |s: Settings| match s.resolve() {
             Err(ConfigError::Value { field, message }) => (field, message),
             other => panic!("refused, got {other:?}"),
@@ -620,28 +624,41 @@ mod tests {
         });
         assert_eq!(f, "balancer");
         assert!(m.contains("coord or etcd"), "{m}");
-        let (f, m) = field(Settings {
+        let (f, _) = field(Settings {
             balancer_interval: Some("5s".into()),
             ..Settings::default()
         });
         assert_eq!(f, "balancer");
-        assert!(m.contains("without a balancer"), "{m}");
         let in_cluster = || Settings {
             coord: Some("127.0.0.1:7000".parse().expect("addr")),
-            balancer: Some(OneOrMany::One("cephfs-greedy-spill".into())),
             ..Settings::default()
         };
+        let (f, _) = field(Settings {
+            balancer_param: Some([("k".to_string(), pliant_policy::ParamValue::Num(1.0))].into()),
+            ..in_cluster()
+        });
+        assert_eq!(f, "balancer-param");
         let (f, _) = field(Settings {
             balancer_interval: Some("0s".into()),
             ..in_cluster()
         });
         assert_eq!(f, "balancer-interval");
+        // Every cluster node runs a balancer: the store's policy, or none until one is loaded.
         let b = in_cluster()
             .resolve()
             .expect("resolves")
             .balancer
             .expect("a balancer");
         assert_eq!(b.interval, crate::cluster::balancer::DEFAULT_INTERVAL);
-        assert_eq!(b.source.name, "cephfs-greedy-spill");
+        assert!(b.source.is_none());
+        let b = Settings {
+            balancer: Some(OneOrMany::One("cephfs-greedy-spill".into())),
+            ..in_cluster()
+        }
+        .resolve()
+        .expect("resolves")
+        .balancer
+        .expect("a balancer");
+        assert_eq!(b.source.expect("a policy").name, "cephfs-greedy-spill");
     }
 }

@@ -1317,3 +1317,105 @@ fn a_dead_node_is_decommissioned_only_with_force_which_names_its_lost_slots() {
     }
     cluster.stop();
 }
+
+/// `PLIANT.BALANCER STATUS` of the node at `addr`.
+fn balancer_status(addr: &str) -> serde_json::Value {
+    let text: String = redis::cmd("PLIANT.BALANCER")
+        .arg("STATUS")
+        .query(&mut client(addr))
+        .expect("balancer status");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// Waits (at most 10 s) until every node of `addrs` runs balancer `name` at `version`.
+fn every_node_runs(addrs: &[String], name: &str, version: u64) {
+    let began = Instant::now();
+    while !addrs.iter().all(|a| {
+        let s = balancer_status(a);
+        s["policy"] == name && s["version"] == version
+    }) {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "not every node runs {name} version {version}: {:?}",
+            addrs.iter().map(|a| balancer_status(a)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_balancer_loaded_through_one_node_runs_on_every_node_and_rolls_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &[
+            "--nodes",
+            "2",
+            "--base-port",
+            "0",
+            "--balancer-interval",
+            "200ms",
+        ],
+    );
+    let addrs = cluster.addrs();
+    // No balancer yet: the nodes wait for one, deciding nothing.
+    assert_eq!(
+        balancer_status(&addrs[1])["version"],
+        serde_json::Value::Null
+    );
+    let admin = |args: &[&str]| {
+        let mut all = vec!["admin", addrs[0].as_str(), "balancer"];
+        all.extend_from_slice(args);
+        pliant(&all)
+    };
+    let out = admin(&[
+        "load",
+        "cephfs-greedy-spill",
+        "--param",
+        "min_rebalance=0.5",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "OK loaded version 1"
+    );
+    every_node_runs(&addrs, "cephfs-greedy-spill", 1);
+    // A policy that does not compile is refused where it is loaded; the cluster's stays.
+    let bad = dir.path().join("broken.lua");
+    std::fs::write(&bad, "function when( return true end").expect("write");
+    let out = admin(&["load", bad.to_str().expect("path")]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("broken"),
+        "{out:?}"
+    );
+    let never = dir.path().join("never.lua");
+    std::fs::write(&never, "function when() return false end").expect("write");
+    let out = admin(&["load", never.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    every_node_runs(&addrs, "never", 2);
+    // Decisions go on under the new policy: `when` never holds.
+    std::thread::sleep(Duration::from_millis(600));
+    let log = balancer_log(&addrs[1], 3);
+    assert!(
+        !log.is_empty() && log.iter().all(|e| e["when"] == false),
+        "{log:?}"
+    );
+    let out = admin(&["rollback"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "OK rolled back to version 3"
+    );
+    every_node_runs(&addrs, "cephfs-greedy-spill", 3);
+    let status = balancer_status(&addrs[1]);
+    assert_eq!(status["install_error"], serde_json::Value::Null, "{status}");
+    cluster.stop();
+}

@@ -31,10 +31,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pliant_policy::{Engine, HowMuch, Metrics, Params, PolicySource, ServerId};
+use pliant_policy::{
+    Callback, Engine, HowMuch, Metrics, ParamValue, Params, PolicySource, ServerId, Style,
+};
 use serde::Serialize;
 
-use super::coord::Coord;
+use super::coord::{BalancerRecord, Coord};
 use super::map::Member;
 use super::mover::{Conn, move_slots};
 use crate::frame::Frame;
@@ -57,8 +59,9 @@ const DEFAULT_STRATEGIES: &[&str] = &["big", "small", "big_small"];
 /// A balancer to run.
 #[derive(Debug, Clone)]
 pub struct BalancerConfig {
-    /// The policy.
-    pub source: PolicySource,
+    /// The policy `--balancer` names, set in the coordination store if it holds none (every
+    /// node runs the store's policy; without one, a node waits for `PLIANT.BALANCER LOAD`).
+    pub source: Option<PolicySource>,
     /// Its parameters (`params.*`).
     pub params: Params,
     /// Time between decisions.
@@ -121,8 +124,13 @@ pub struct Entry {
 /// What `PLIANT.BALANCER STATUS` reports.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Status {
-    /// The policy's name.
+    /// The running policy's name (empty while the cluster has none).
     pub policy: String,
+    /// The version of the cluster's balancer policy this node runs.
+    pub version: Option<u64>,
+    /// Why the cluster's latest policy did not install here, if it did not (the one before
+    /// runs on).
+    pub install_error: Option<String>,
     /// Seconds between decisions.
     pub interval_s: f64,
     /// Decisions the policy made.
@@ -149,10 +157,26 @@ struct Shared {
     log: VecDeque<Entry>,
 }
 
-/// The handle `PLIANT.BALANCER` reads.
+/// What `PLIANT.BALANCER LOAD` and `ROLLBACK` ask of the balancer thread.
+enum Msg {
+    Load {
+        record: BalancerRecord,
+        reply: std::sync::mpsc::SyncSender<Result<u64, String>>,
+    },
+    Rollback {
+        reply: std::sync::mpsc::SyncSender<Result<u64, String>>,
+    },
+}
+
+/// How long `PLIANT.BALANCER LOAD`/`ROLLBACK` wait for the balancer thread (a load dry-runs the
+/// policy, bounded by its instruction budget, and writes the coordination store).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The handle `PLIANT.BALANCER` uses.
 #[derive(Clone)]
 pub struct Balancer {
     shared: Arc<Mutex<Shared>>,
+    tx: tokio::sync::mpsc::UnboundedSender<Msg>,
 }
 
 impl std::fmt::Debug for Balancer {
@@ -162,8 +186,9 @@ impl std::fmt::Debug for Balancer {
 }
 
 impl Balancer {
-    /// Starts the balancer of `node` (a cluster node), installing the policy first; fails with
-    /// the policy's error if it does not install (it does not compile, or its dry run fails).
+    /// Starts the balancer of `node` (a cluster node). It runs the policy the coordination
+    /// store holds; `config.source`, if given, is checked now (a policy that does not compile
+    /// or whose dry run fails stops the start) and set in the store if the store has none.
     pub fn start(
         node: Arc<Node>,
         config: BalancerConfig,
@@ -177,33 +202,35 @@ impl Balancer {
         let (me, state) = (cluster.me().id.clone(), cluster.state());
         let shared = Arc::new(Mutex::new(Shared {
             status: Status {
-                policy: config.source.name.clone(),
                 interval_s: config.interval.as_secs_f64(),
                 ..Status::default()
             },
             log: VecDeque::new(),
         }));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let out = shared.clone();
         std::thread::Builder::new()
             .name("pliant-balancer".into())
             .spawn(move || {
-                // The install's dry run sees the cluster as it is, every load 0 (none is
+                // An install's dry run sees the cluster as it is, every load 0 (none is
                 // measured yet).
                 let mut metrics = Metrics::new(ServerId::Name(me));
                 fill(&mut metrics, &state, &BTreeMap::new());
-                let mut engine = Engine::in_memory(metrics);
-                engine.set_params(config.params.clone());
-                let installed = engine
-                    .install(config.source.clone())
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
-                let ok = installed.is_ok();
-                let _ = ready_tx.send(installed);
+                let flag = match &config.source {
+                    None => Ok(None),
+                    Some(source) => check(&metrics, source, &config.params)
+                        .map(|()| Some(record_of(source, &config.params))),
+                };
+                let ok = flag.is_ok();
+                let _ = ready_tx.send(flag.as_ref().map(|_| ()).map_err(Clone::clone));
                 if ok {
                     Thread {
                         node,
-                        engine,
+                        engine: Engine::in_memory(metrics),
+                        installed: None,
+                        flag: flag.ok().flatten(),
+                        rx,
                         interval: config.interval,
                         password,
                         shared: out,
@@ -220,7 +247,31 @@ impl Balancer {
         ready_rx
             .recv()
             .map_err(|_| "the balancer thread stopped".to_string())??;
-        Ok(Self { shared })
+        Ok(Self { shared, tx })
+    }
+
+    /// Checks `record`'s policy here and makes it the cluster's (every node installs it at its
+    /// next decision); its version. The running policy stays if the check fails.
+    pub fn load(&self, record: BalancerRecord) -> Result<u64, String> {
+        self.ask(|reply| Msg::Load { record, reply })
+    }
+
+    /// Makes the policy before the cluster's current one current again; its (new) version.
+    pub fn rollback(&self) -> Result<u64, String> {
+        self.ask(|reply| Msg::Rollback { reply })
+    }
+
+    fn ask(
+        &self,
+        msg: impl FnOnce(std::sync::mpsc::SyncSender<Result<u64, String>>) -> Msg,
+    ) -> Result<u64, String> {
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        self.tx
+            .send(msg(reply))
+            .map_err(|_| "the balancer thread stopped".to_string())?;
+        answer
+            .recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| format!("the balancer thread did not answer within {REPLY_TIMEOUT:?}"))?
     }
 
     /// What it has done.
@@ -243,9 +294,89 @@ impl Balancer {
     }
 }
 
+/// The coordination store's form of `source` with `params`.
+pub fn record_of(source: &PolicySource, params: &Params) -> BalancerRecord {
+    let chunks = match &source.style {
+        Style::Functions(c) => [("main".to_string(), c.code.clone())].into(),
+        Style::Chunks(cs) => cs
+            .iter()
+            .map(|(cb, c)| (cb.name().to_string(), c.code.clone()))
+            .collect(),
+    };
+    BalancerRecord {
+        version: 0,
+        name: source.name.clone(),
+        chunks,
+        params: params
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    ParamValue::Num(x) => x.to_string(),
+                    ParamValue::Str(s) => s.clone(),
+                };
+                (k.clone(), text)
+            })
+            .collect(),
+        previous: None,
+    }
+}
+
+/// The policy and parameters a record holds.
+pub fn source_of(r: &BalancerRecord) -> Result<(PolicySource, Params), String> {
+    let params = r
+        .params
+        .iter()
+        .map(|(k, v)| (k.clone(), ParamValue::parse(v)))
+        .collect();
+    if let Some(code) = r.chunks.get("main") {
+        if r.chunks.len() > 1 {
+            return Err(format!(
+                "balancer {}: a policy of functions (\"main\") has no other chunks",
+                r.name
+            ));
+        }
+        return Ok((
+            PolicySource::functions(r.name.clone(), code.clone()),
+            params,
+        ));
+    }
+    let mut parts = Vec::new();
+    for (name, code) in &r.chunks {
+        let cb = Callback::ALL
+            .into_iter()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| {
+                format!(
+                    "balancer {}: chunk {name:?} is none of main, load, when, where, howmuch",
+                    r.name
+                )
+            })?;
+        parts.push((cb, code.as_str()));
+    }
+    if parts.is_empty() {
+        return Err(format!("balancer {}: no source", r.name));
+    }
+    Ok((PolicySource::chunks(r.name.clone(), parts), params))
+}
+
+/// Installs `source` in a throwaway engine over `metrics` (which runs its dry run).
+fn check(metrics: &Metrics, source: &PolicySource, params: &Params) -> Result<(), String> {
+    let mut e = Engine::in_memory(metrics.clone());
+    e.set_params(params.clone());
+    e.install(source.clone())
+        .map(|_| ())
+        .map_err(|e| format!("balancer {}: {e}", source.name))
+}
+
 struct Thread {
     node: Arc<Node>,
     engine: Engine,
+    /// The version of the store's record the engine runs (or failed to install: it is not
+    /// tried again until the store's version changes).
+    installed: Option<u64>,
+    /// The policy `--balancer` named, to set in the store if it has none.
+    flag: Option<BalancerRecord>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Msg>,
     interval: Duration,
     password: Option<String>,
     shared: Arc<Mutex<Shared>>,
@@ -260,6 +391,13 @@ struct Thread {
     owned: Vec<u16>,
     /// Intervals of history a slot's load is measured over.
     slot_window: usize,
+}
+
+/// What woke the balancer thread.
+enum Wake {
+    Tick,
+    Stop,
+    Msg(Msg),
 }
 
 /// Every node's load over the interval just ended, and this node's per slot over its window.
@@ -282,17 +420,18 @@ impl Thread {
         };
         let mut coord: Option<Arc<dyn Coord>> = None;
         let mut stop = self.node.stop_signal();
+        let mut next = tokio::time::Instant::now() + self.interval;
         loop {
-            let stopped = self.node.stopping()
-                || rt.block_on(async {
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.interval) => false,
-                        _ = stop.changed() => true,
-                    }
-                });
-            if stopped || self.node.stopping() {
+            if self.node.stopping() {
                 return;
             }
+            let wake = rt.block_on(async {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next) => Wake::Tick,
+                    _ = stop.changed() => Wake::Stop,
+                    Some(m) = self.rx.recv() => Wake::Msg(m),
+                }
+            });
             if coord.is_none() {
                 let Some(desc) = self.node.cluster().map(|c| c.coord_addr().to_string()) else {
                     return;
@@ -300,15 +439,120 @@ impl Thread {
                 match rt.block_on(super::open_coord(&desc, self.password.as_deref())) {
                     Ok(c) => coord = Some(c),
                     Err(e) => {
-                        self.record(Entry::skipped(0, format!("coordination store: {e}")));
+                        let why = format!("coordination store: {e}");
+                        match wake {
+                            Wake::Msg(Msg::Load { reply, .. } | Msg::Rollback { reply }) => {
+                                let _ = reply.send(Err(why));
+                            }
+                            _ => self.record(Entry::skipped(0, why)),
+                        }
+                        next = tokio::time::Instant::now() + self.interval;
                         continue;
                     }
                 }
             }
-            let Some(c) = coord.as_ref() else { continue };
+            let Some(c) = coord.clone() else { continue };
+            match wake {
+                Wake::Stop => return,
+                Wake::Msg(m) => {
+                    rt.block_on(self.handle(m, c.as_ref()));
+                    continue;
+                }
+                Wake::Tick => next += self.interval,
+            }
+            rt.block_on(self.sync_policy(c.as_ref()));
+            if self.installed.is_none() {
+                continue;
+            }
             let entry = rt.block_on(self.decide(c.as_ref()));
             self.record(entry);
         }
+    }
+
+    /// Follows the store: sets `--balancer`'s policy there if it has none, installs the
+    /// store's policy when its version is not the one running.
+    async fn sync_policy(&mut self, coord: &dyn Coord) {
+        let Some(state) = self.node.cluster().map(|c| c.state()) else {
+            return;
+        };
+        let record = match (&state.balancer, self.flag.take()) {
+            (Some(r), flag) => {
+                if let Some(f) = flag.filter(|f| f.name != r.name) {
+                    tracing::warn!(
+                        "the cluster runs balancer {} (version {}); --balancer {} was not set",
+                        r.name,
+                        r.version,
+                        f.name
+                    );
+                }
+                r.clone()
+            }
+            (None, None) => return,
+            (None, Some(f)) => match coord.set_balancer(f.clone()).await {
+                Ok(v) => BalancerRecord { version: v, ..f },
+                Err(e) => {
+                    tracing::warn!(
+                        "balancer: setting {} in the coordination store: {e}",
+                        f.name
+                    );
+                    self.flag = Some(f);
+                    return;
+                }
+            },
+        };
+        if self.installed == Some(record.version) {
+            return;
+        }
+        self.installed = Some(record.version);
+        let installed = source_of(&record).and_then(|(source, params)| {
+            self.engine.set_params(params);
+            self.engine
+                .install(source)
+                .map(|_| ())
+                .map_err(|e| format!("balancer {}: {e}", record.name))
+        });
+        let mut s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        match installed {
+            Ok(()) => {
+                tracing::info!(
+                    "balancer {} version {} installed",
+                    record.name,
+                    record.version
+                );
+                s.status.policy = record.name.clone();
+                s.status.version = Some(record.version);
+                s.status.install_error = None;
+            }
+            Err(e) => {
+                tracing::warn!("{e}; the policy that ran before runs on");
+                s.status.install_error = Some(e);
+            }
+        }
+    }
+
+    async fn handle(&mut self, m: Msg, coord: &dyn Coord) {
+        let (result, reply) = match m {
+            Msg::Load { record, reply } => {
+                let checked = source_of(&record)
+                    .and_then(|(source, params)| check(self.engine.metrics(), &source, &params));
+                let result = match checked {
+                    Ok(()) => coord.set_balancer(record).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                (result, reply)
+            }
+            Msg::Rollback { reply } => {
+                let result = match coord.state().await {
+                    Err(e) => Err(e.to_string()),
+                    Ok(s) => match s.balancer.and_then(|b| b.previous) {
+                        None => Err("no earlier balancer policy to roll back to".to_string()),
+                        Some(prev) => coord.set_balancer(*prev).await.map_err(|e| e.to_string()),
+                    },
+                };
+                (result, reply)
+            }
+        };
+        let _ = reply.send(result);
     }
 
     fn record(&self, e: Entry) {

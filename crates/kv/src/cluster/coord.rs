@@ -1,5 +1,6 @@
 //! The coordination store: what every node of a cluster agrees on (the slot map with its
-//! version, and which nodes are alive), behind one trait with two backends.
+//! version, which nodes are alive, and the balancer policy every node runs, with its version),
+//! behind one trait with two backends.
 //!
 //! - [`Embedded`]: the state in this process, for a cluster on one machine. `pliant cluster up`
 //!   holds it and serves it to its nodes over the Redis protocol ([`super::coord_server`]);
@@ -32,6 +33,43 @@ pub struct ClusterState {
     pub map: SlotMap,
     /// Nodes whose lease is current, in the order they joined.
     pub members: Vec<Member>,
+    /// The balancer policy every node runs, if one was set.
+    pub balancer: Option<BalancerRecord>,
+}
+
+/// The cluster's balancer policy as the coordination store keeps it (Mantle keeps its balancer
+/// in RADOS and its version in the MDS map): the source, the parameters, a version every node
+/// compares with the one it runs, and the one before it, for a rollback.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BalancerRecord {
+    /// Set by the store: 1, 2, … in the order policies were set.
+    #[serde(default)]
+    pub version: u64,
+    /// The policy's name.
+    pub name: String,
+    /// The Lua source: `{"main": …}` for a policy of functions, or one chunk per callback
+    /// (`load`, `when`, `where`, `howmuch`) for Mantle-library chunks.
+    pub chunks: std::collections::BTreeMap<String, String>,
+    /// Its parameters (`params.*`), as `name=value` text gives them.
+    #[serde(default)]
+    pub params: std::collections::BTreeMap<String, String>,
+    /// The record it replaced (without its own predecessor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<BalancerRecord>>,
+}
+
+impl BalancerRecord {
+    /// This record as the successor of `current` (its version next, `current` its previous).
+    pub fn after(mut self, current: Option<&BalancerRecord>) -> Self {
+        self.version = current.map_or(1, |c| c.version + 1);
+        self.previous = current.map(|c| {
+            Box::new(BalancerRecord {
+                previous: None,
+                ..c.clone()
+            })
+        });
+        self
+    }
 }
 
 impl ClusterState {
@@ -40,6 +78,7 @@ impl ClusterState {
         Self {
             map: SlotMap::empty(),
             members: Vec::new(),
+            balancer: None,
         }
     }
 
@@ -48,12 +87,13 @@ impl ClusterState {
         self.members.iter().any(|m| m.id == id)
     }
 
-    /// As JSON: `{"map": …, "members": […]}`.
+    /// As JSON: `{"map": …, "members": […], "balancer": {…} or null}`.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"map\":{},\"members\":{}}}",
+            "{{\"map\":{},\"members\":{},\"balancer\":{}}}",
             self.map.to_json(),
-            serde_json::to_string(&self.members).expect("members serialise")
+            serde_json::to_string(&self.members).expect("members serialise"),
+            serde_json::to_string(&self.balancer).expect("a balancer record serialises")
         )
     }
 
@@ -62,7 +102,12 @@ impl ClusterState {
         let v: serde_json::Value = serde_json::from_str(text)?;
         let map = SlotMap::from_json(&v["map"].to_string())?;
         let members: Vec<Member> = serde_json::from_value(v["members"].clone())?;
-        Ok(Self { map, members })
+        let balancer = serde_json::from_value(v["balancer"].clone())?;
+        Ok(Self {
+            map,
+            members,
+            balancer,
+        })
     }
 }
 
@@ -105,6 +150,9 @@ pub trait Coord: Send + Sync {
     fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>>;
     /// The state, kept current as it changes.
     fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>>;
+    /// Makes `record` the cluster's balancer policy ([`BalancerRecord::after`] the current
+    /// one, in one transaction); its version.
+    fn set_balancer(&self, record: BalancerRecord) -> BoxFuture<'_, Result<u64, CoordError>>;
     /// Asks whoever runs the nodes to start `n` more: their ids once they hold leases.
     /// [`CoordError::Refused`] (saying "no supervisor") where nobody does: an operator starts
     /// them (`pliant serve --coord` or `--etcd`).
@@ -133,6 +181,7 @@ struct Lease {
 pub struct Embedded {
     leases: Mutex<Vec<Lease>>,
     map: Mutex<SlotMap>,
+    balancer: Mutex<Option<BalancerRecord>>,
     tx: watch::Sender<Arc<ClusterState>>,
     /// Where the map is kept across restarts, if anywhere.
     file: Option<std::path::PathBuf>,
@@ -150,6 +199,7 @@ impl Embedded {
         Self {
             leases: Mutex::new(Vec::new()),
             map: Mutex::new(SlotMap::empty()),
+            balancer: Mutex::new(None),
             tx: watch::channel(Arc::new(ClusterState::empty())).0,
             file: None,
         }
@@ -165,29 +215,47 @@ impl Embedded {
                 let map = SlotMap::from_json(&text)
                     .map_err(|err| CoordError::Refused(format!("{}: {err}", file.display())))?;
                 *e.map.get_mut().expect("map lock") = map;
-                e.publish();
             }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(err) => return Err(CoordError::Refused(format!("{}: {err}", file.display()))),
         }
+        let bfile = balancer_file(file);
+        match std::fs::read_to_string(&bfile) {
+            Ok(text) => {
+                let record: BalancerRecord = serde_json::from_str(&text)
+                    .map_err(|err| CoordError::Refused(format!("{}: {err}", bfile.display())))?;
+                *e.balancer.get_mut().expect("balancer lock") = Some(record);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(CoordError::Refused(format!("{}: {err}", bfile.display()))),
+        }
+        e.publish();
         Ok(e)
     }
 
-    /// Writes `map` to the file, if there is one: a temporary file synced, then renamed over
-    /// the old one, so a crash leaves one map or the other, never half of one.
+    /// Writes `map` to the file, if there is one.
     fn save(&self, map: &SlotMap) -> Result<(), CoordError> {
-        let Some(file) = &self.file else {
-            return Ok(());
+        match &self.file {
+            Some(file) => write_atomically(file, &map.to_json()),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Coord::set_balancer`], here and now (saved beside the map before it is applied).
+    pub fn set_balancer_now(&self, record: BalancerRecord) -> Result<u64, CoordError> {
+        let version = {
+            let mut current = self.balancer.lock().expect("balancer lock");
+            let record = record.after(current.as_ref());
+            if let Some(file) = &self.file {
+                let json = serde_json::to_string(&record).expect("a balancer record serialises");
+                write_atomically(&balancer_file(file), &json)?;
+            }
+            let v = record.version;
+            *current = Some(record);
+            v
         };
-        let tmp = file.with_extension("json.tmp");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(map.to_json().as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, file)
-        };
-        write().map_err(|e| CoordError::Refused(format!("saving {}: {e}", file.display())))
+        self.publish();
+        Ok(version)
     }
 
     /// The state now (leases that lapsed by now dropped).
@@ -222,11 +290,13 @@ impl Embedded {
     /// is sent, so two publishers cannot send an older state last.
     fn publish(&self) {
         let map = self.map.lock().expect("map lock");
+        let balancer = self.balancer.lock().expect("balancer lock");
         let leases = self.leases.lock().expect("leases lock");
         let members = leases.iter().map(|l| l.member.clone()).collect();
         self.tx.send_replace(Arc::new(ClusterState {
             map: map.clone(),
             members,
+            balancer: balancer.clone(),
         }));
     }
 
@@ -327,6 +397,28 @@ impl Coord for Embedded {
     fn watch(&self) -> BoxFuture<'_, Result<watch::Receiver<Arc<ClusterState>>, CoordError>> {
         Box::pin(async move { Ok(self.subscribe()) })
     }
+    fn set_balancer(&self, record: BalancerRecord) -> BoxFuture<'_, Result<u64, CoordError>> {
+        Box::pin(async move { self.set_balancer_now(record) })
+    }
+}
+
+/// Where an embedded store whose map is in `file` keeps the balancer policy.
+fn balancer_file(file: &std::path::Path) -> std::path::PathBuf {
+    file.with_file_name("balancer.json")
+}
+
+/// Writes `text` to `file`: a temporary file synced, then renamed over the old one, so a crash
+/// leaves one version or the other, never half of one.
+fn write_atomically(file: &std::path::Path, text: &str) -> Result<(), CoordError> {
+    let tmp = file.with_extension("json.tmp");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, file)
+    };
+    write().map_err(|e| CoordError::Refused(format!("saving {}: {e}", file.display())))
 }
 
 #[cfg(test)]
@@ -404,5 +496,33 @@ mod tests {
             err.contains("cluster.json") && err.contains("slot map"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_balancer_policy_gets_versions_keeps_the_one_before_and_survives_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cluster.json");
+        let record = |name: &str| BalancerRecord {
+            version: 0,
+            name: name.into(),
+            chunks: [("main".to_string(), "function when() return false end".to_string())].into(),
+            params: [("k".to_string(), "1".to_string())].into(),
+            previous: None,
+        };
+        let c = Embedded::open(&file).expect("a new store");
+        let w = c.subscribe();
+        assert_eq!(c.set_balancer_now(record("a")).expect("set"), 1);
+        assert_eq!(c.set_balancer_now(record("b")).expect("set"), 2);
+        let b = w.borrow().balancer.clone().expect("watchers see it");
+        assert_eq!((b.name.as_str(), b.version), ("b", 2));
+        let prev = b.previous.as_deref().expect("the one before");
+        assert_eq!((prev.name.as_str(), prev.version), ("a", 1));
+        assert!(prev.previous.is_none(), "one step of history, not a chain");
+        // The state's JSON carries it, and a store opened again on the file has it.
+        let state = c.current();
+        assert_eq!(ClusterState::from_json(&state.to_json()).expect("JSON"), state);
+        drop(c);
+        let again = Embedded::open(&file).expect("reopened");
+        assert_eq!(again.current().balancer, Some(b));
     }
 }

@@ -254,8 +254,18 @@ fn run(coord: &Embedded, sub: &[u8], args: &[Bytes]) -> Frame {
                 },
             }
         }
+        (b"BALANCER", [record]) => {
+            match text(record).map(serde_json::from_str::<super::coord::BalancerRecord>) {
+                None => Frame::error("ERR the balancer record is not UTF-8"),
+                Some(Err(e)) => Frame::error(format!("ERR balancer record: {e}")),
+                Some(Ok(r)) => match coord.set_balancer_now(r) {
+                    Ok(v) => Frame::Integer(i64::try_from(v).unwrap_or(i64::MAX)),
+                    Err(e) => error(e),
+                },
+            }
+        }
         _ => Frame::error(format!(
-            "ERR unknown or malformed PLIANT.COORD {} (JOIN, KEEPALIVE, LEAVE, GET, UPDATE, WATCH)",
+            "ERR unknown or malformed PLIANT.COORD {} (JOIN, KEEPALIVE, LEAVE, GET, UPDATE, BALANCER, WATCH)",
             String::from_utf8_lossy(sub)
         )),
     }

@@ -7,6 +7,8 @@
 //!                         both if `version` still holds what the writer read
 //! /pliant/members/<id>    a node's Member JSON, put under a lease of the node's ttl, renewed
 //!                         by keepalives: when the lease ends, etcd deletes the key
+//! /pliant/balancer        the balancer policy's record (BalancerRecord JSON), replaced in a
+//!                         transaction that checks it is still the one read
 //! ```
 //!
 //! Nodes follow the state by one watch of the prefix; each event makes them read the state
@@ -26,6 +28,7 @@ const PREFIX: &str = "/pliant/";
 const MAP: &str = "/pliant/map";
 const VERSION: &str = "/pliant/version";
 const MEMBERS: &str = "/pliant/members/";
+const BALANCER: &str = "/pliant/balancer";
 
 /// How long the watch waits before watching again after it lost etcd.
 const RETRY: Duration = Duration::from_millis(500);
@@ -67,12 +70,18 @@ impl Etcd {
             .map_err(|e| self.fail(e))?;
         let mut map = SlotMap::empty();
         let mut members = Vec::new();
+        let mut balancer = None;
         for kv in got.kvs() {
             let key = String::from_utf8_lossy(kv.key());
             let text = std::str::from_utf8(kv.value())
                 .map_err(|_| CoordError::Refused(format!("etcd key {key}: not UTF-8")))?;
             if key == MAP {
                 map = SlotMap::from_json(text)?;
+            } else if key == BALANCER {
+                balancer = Some(
+                    serde_json::from_str(text)
+                        .map_err(|e| CoordError::Refused(format!("etcd key {key}: {e}")))?,
+                );
             } else if key.starts_with(MEMBERS) {
                 let m: Member = serde_json::from_str(text)
                     .map_err(|e| CoordError::Refused(format!("etcd key {key}: {e}")))?;
@@ -80,7 +89,11 @@ impl Etcd {
             }
         }
         // etcd lists keys in key order; members in id order is as good as join order here.
-        Ok(ClusterState { map, members })
+        Ok(ClusterState {
+            map,
+            members,
+            balancer,
+        })
     }
 
     /// Keeps `tx` current from a watch of the prefix, watching again whenever it is lost, until
@@ -223,6 +236,44 @@ impl Coord for Arc<Etcd> {
             let mut c = self.client.clone();
             let r = c.txn(txn).await.map_err(|e| self.fail(e))?;
             Ok(r.succeeded())
+        })
+    }
+
+    fn set_balancer(
+        &self,
+        record: super::coord::BalancerRecord,
+    ) -> BoxFuture<'_, Result<u64, CoordError>> {
+        Box::pin(async move {
+            let mut c = self.client.clone();
+            for _ in 0..100 {
+                let got = c.get(BALANCER, None).await.map_err(|e| self.fail(e))?;
+                let (current, guard) = match got.kvs().first() {
+                    None => (
+                        None,
+                        Compare::create_revision(BALANCER, CompareOp::Equal, 0),
+                    ),
+                    Some(kv) => (
+                        Some(
+                            serde_json::from_slice::<super::coord::BalancerRecord>(kv.value())
+                                .map_err(|e| {
+                                    CoordError::Refused(format!("etcd key {BALANCER}: {e}"))
+                                })?,
+                        ),
+                        Compare::mod_revision(BALANCER, CompareOp::Equal, kv.mod_revision()),
+                    ),
+                };
+                let next = record.clone().after(current.as_ref());
+                let json = serde_json::to_string(&next).expect("a balancer record serialises");
+                let txn = Txn::new()
+                    .when([guard])
+                    .and_then([TxnOp::put(BALANCER, json, None)]);
+                if c.txn(txn).await.map_err(|e| self.fail(e))?.succeeded() {
+                    return Ok(next.version);
+                }
+            }
+            Err(CoordError::Refused(
+                "the balancer record kept changing under 100 attempts".into(),
+            ))
         })
     }
 

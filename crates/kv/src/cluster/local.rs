@@ -45,6 +45,9 @@ pub struct LocalSpec {
     /// Keep the cluster's state in etcd at this URL instead of holding it here (no supervisor
     /// requests then: new nodes of a commission are started by hand).
     pub etcd: Option<String>,
+    /// The balancer policy to set in the coordination store before the nodes start (every node
+    /// runs the store's policy).
+    pub balancer: Option<super::coord::BalancerRecord>,
 }
 
 /// The cluster once every node has joined and every slot is assigned.
@@ -162,6 +165,13 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
             (embedded, NodeCoord::Addr(addr), Some(server))
         }
     };
+    if let Some(b) = &spec.balancer {
+        let v = coord
+            .set_balancer(b.clone())
+            .await
+            .map_err(UpError::Coord)?;
+        tracing::info!("balancer {} is version {v} of the cluster's", b.name);
+    }
     let coord_desc = node_coord.describe();
     std::fs::write(spec.dir.join("coord.addr"), format!("{coord_desc}\n"))
         .map_err(io("writing coord.addr"))?;

@@ -241,6 +241,22 @@ impl Coord for Arc<Remote> {
         })
     }
 
+    fn set_balancer(
+        &self,
+        record: super::coord::BalancerRecord,
+    ) -> BoxFuture<'_, Result<u64, CoordError>> {
+        Box::pin(async move {
+            let json = serde_json::to_string(&record).expect("a balancer record serialises");
+            match self
+                .call(&[b"PLIANT.COORD", b"BALANCER", json.as_bytes()])
+                .await?
+            {
+                Frame::Integer(n) if n > 0 => Ok(n as u64),
+                other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
+            }
+        })
+    }
+
     fn spawn(&self, n: usize) -> BoxFuture<'_, Result<Vec<String>, CoordError>> {
         Box::pin(async move { self.spawn_nodes(n).await })
     }

@@ -215,17 +215,31 @@ pub(super) fn load(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     }
 }
 
-/// `PLIANT.BALANCER STATUS | LOG [n]`: what the node's balancer has decided (JSON; the log one
-/// decision a line, oldest first).
+/// `PLIANT.BALANCER LOAD record | ROLLBACK | STATUS | LOG [n]`: set the cluster's balancer policy
+/// (`record`: JSON `{"name", "chunks": {"main"|"load"|"when"|"where"|"howmuch": source},
+/// "params": {name: value}}`, checked here first; the node never opens a path a client names),
+/// make the one before it current again, or what this node's balancer has decided (JSON; the
+/// log one decision a line, oldest first).
 pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(cluster) = ctx.node.cluster() else {
         return disabled();
     };
     let Some(b) = cluster.balancer() else {
-        return Frame::error("ERR this node runs no balancer (start it with --balancer POLICY)");
+        return Frame::error("ERR this node runs no balancer");
     };
     let sub = args[0].to_ascii_uppercase();
+    let version = |r: Result<u64, String>, what: &str| match r {
+        Ok(v) => Frame::Simple(format!("OK {what} version {v}")),
+        Err(e) => Frame::error(format!("ERR balancer: {}", e.replace(['\r', '\n'], " "))),
+    };
     match (sub.as_slice(), &args[1..]) {
+        (b"LOAD", [record]) => {
+            match serde_json::from_slice::<crate::cluster::coord::BalancerRecord>(record) {
+                Ok(r) => version(b.load(r), "loaded"),
+                Err(e) => Frame::error(format!("ERR balancer record: {e}")),
+            }
+        }
+        (b"ROLLBACK", []) => version(b.rollback(), "rolled back to"),
         (b"STATUS", []) => {
             Frame::bulk(serde_json::to_string_pretty(&b.status()).unwrap_or_default())
         }
@@ -246,7 +260,7 @@ pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             )
         }
         _ => Frame::error(format!(
-            "ERR unknown subcommand '{}' for 'pliant.balancer': STATUS or LOG [n]",
+            "ERR unknown subcommand '{}' for 'pliant.balancer': LOAD record, ROLLBACK, STATUS or LOG [n]",
             String::from_utf8_lossy(&args[0])
         )),
     }

@@ -21,6 +21,8 @@ use super::args::{Json, PolicyParams};
 ///   pliant admin 127.0.0.1:6479 policy status
 ///   pliant admin 127.0.0.1:6479 policy log 20
 ///   pliant admin 127.0.0.1:6479 policy rollback
+///   pliant admin 127.0.0.1:7000 balancer load cephfs-greedy-spill --param min_rebalance=0.2
+///   pliant admin 127.0.0.1:7000 balancer status
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -41,6 +43,34 @@ enum What {
     /// The node's live policy.
     #[command(subcommand)]
     Policy(PolicyCmd),
+    /// The cluster's balancer (Mantle): loading one through any node swaps it on every node.
+    #[command(subcommand)]
+    Balancer(BalancerCmd),
+}
+
+#[derive(clap::Subcommand)]
+enum BalancerCmd {
+    /// Set the cluster's balancer policy (a file, chunk files or a directory of them, or a
+    /// shipped name): checked on the node asked, then kept in the coordination store, and every
+    /// node installs it at its next decision (one that fails to install there keeps the one
+    /// before, and says so in its status).
+    Load {
+        /// The policy.
+        #[arg(required = true, num_args = 1.., value_name = "FILE|NAME")]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        params: PolicyParams,
+    },
+    /// Make the policy before the current one the cluster's again.
+    Rollback,
+    /// This node's balancer: the policy and version it runs, its decisions and moves (JSON).
+    Status,
+    /// This node's newest balancer decisions, one JSON object a line.
+    Log {
+        /// How many.
+        #[arg(default_value_t = 10)]
+        n: u64,
+    },
 }
 
 #[derive(clap::Subcommand)]
@@ -107,6 +137,18 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             }
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
             c.call(&refs)?
+        }
+        What::Balancer(BalancerCmd::Load { files, params }) => {
+            let source = PolicySource::resolve(files)?;
+            let params: pliant_policy::Params = params.params.iter().cloned().collect();
+            let record = pliant_kv::cluster::balancer::record_of(&source, &params);
+            let json = serde_json::to_string(&record)?;
+            c.call(&[b"PLIANT.BALANCER", b"LOAD", json.as_bytes()])?
+        }
+        What::Balancer(BalancerCmd::Rollback) => c.call(&[b"PLIANT.BALANCER", b"ROLLBACK"])?,
+        What::Balancer(BalancerCmd::Status) => c.call(&[b"PLIANT.BALANCER", b"STATUS"])?,
+        What::Balancer(BalancerCmd::Log { n }) => {
+            c.call(&[b"PLIANT.BALANCER", b"LOG", n.to_string().as_bytes()])?
         }
         What::Policy(PolicyCmd::Rollback) => c.call(&[b"PLIANT.POLICY", b"ROLLBACK"])?,
         What::Policy(PolicyCmd::Status) => c.call(&[b"PLIANT.POLICY", b"STATUS"])?,

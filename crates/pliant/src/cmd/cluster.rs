@@ -83,13 +83,14 @@ pub struct UpArgs {
     /// there; a commission then waits for nodes started by hand). Needs `--features etcd`.
     #[arg(long, value_name = "URL")]
     etcd: Option<String>,
-    /// Run this Mantle balancer on every node (as `pliant serve --balancer`): nodes move their
-    /// slots to even the load out, e.g. cephfs-greedy-spill.
+    /// Set this Mantle balancer in the coordination store, which every node runs: nodes move
+    /// their slots to even the load out, e.g. cephfs-greedy-spill (a shipped name, a Lua file
+    /// or a directory of chunks). `pliant admin ADDR balancer load` swaps it later.
     #[arg(long, value_name = "FILE|NAME")]
     balancer: Option<String>,
     /// Balancer parameter KEY=VALUE (repeatable).
-    #[arg(long = "balancer-param", value_name = "KEY=VALUE")]
-    balancer_params: Vec<String>,
+    #[arg(long = "balancer-param", value_name = "KEY=VALUE", value_parser = super::args::parse_param)]
+    balancer_params: Vec<(String, pliant_policy::ParamValue)>,
     /// Time between balancer decisions [default: 10s].
     #[arg(long, value_name = "DURATION")]
     balancer_interval: Option<String>,
@@ -182,14 +183,9 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
         dir: a.dir.clone(),
         base_port: a.base_port,
         serve_args: {
-            // The balancer's flags are serve flags; given here, every node gets them.
+            // The policy goes to the coordination store (every node runs the store's); its
+            // interval is each node's own.
             let mut args = Vec::new();
-            if let Some(b) = &a.balancer {
-                args.extend(["--balancer".to_string(), b.clone()]);
-            }
-            for p in &a.balancer_params {
-                args.extend(["--balancer-param".to_string(), p.clone()]);
-            }
             if let Some(i) = &a.balancer_interval {
                 args.extend(["--balancer-interval".to_string(), i.clone()]);
             }
@@ -202,6 +198,14 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
             .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
             .filter(|p| !p.is_empty()),
         etcd: a.etcd.clone(),
+        balancer: match &a.balancer {
+            None => None,
+            Some(b) => {
+                let source = pliant_policy::PolicySource::resolve(&[std::path::PathBuf::from(b)])?;
+                let params: pliant_policy::Params = a.balancer_params.iter().cloned().collect();
+                Some(pliant_kv::cluster::balancer::record_of(&source, &params))
+            }
+        },
     };
     let json = a.json;
     pliant_kv::cluster::local::up(&spec, |r: &Ready| {

@@ -169,6 +169,9 @@ fn print(r: &Report) {
             }
         );
     }
+    for id in &r.not_stopped {
+        println!("node {id} left the map and holds nothing, but its process still runs: stop it");
+    }
     let o = &r.planned;
     println!(
         "{} → {} nodes: {} slot moves, {:.1} MB planned in {:.1} ms (network measured at {:.0} MB/s)",
