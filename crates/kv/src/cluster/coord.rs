@@ -505,7 +505,11 @@ mod tests {
         let record = |name: &str| BalancerRecord {
             version: 0,
             name: name.into(),
-            chunks: [("main".to_string(), "function when() return false end".to_string())].into(),
+            chunks: [(
+                "main".to_string(),
+                "function when() return false end".to_string(),
+            )]
+            .into(),
             params: [("k".to_string(), "1".to_string())].into(),
             previous: None,
         };
@@ -520,7 +524,10 @@ mod tests {
         assert!(prev.previous.is_none(), "one step of history, not a chain");
         // The state's JSON carries it, and a store opened again on the file has it.
         let state = c.current();
-        assert_eq!(ClusterState::from_json(&state.to_json()).expect("JSON"), state);
+        assert_eq!(
+            ClusterState::from_json(&state.to_json()).expect("JSON"),
+            state
+        );
         drop(c);
         let again = Embedded::open(&file).expect("reopened");
         assert_eq!(again.current().balancer, Some(b));

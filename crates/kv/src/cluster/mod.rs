@@ -80,18 +80,15 @@ pub struct Cluster {
     gate: std::sync::RwLock<()>,
     /// Keyed commands this node ran, by slot: the load a rescale balances.
     slot_ops: Box<[std::sync::atomic::AtomicU64]>,
-    /// Keys a slot move has copied out and not yet deleted here, with until when: a write to
-    /// one would be lost (the target already has the copy, and a deletion here would leave the
-    /// copy behind), so writes to them answer `-TRYAGAIN` until the move's deletion step
-    /// (Redis Cluster clients retry it), for at most [`INFLIGHT`].
-    inflight: std::sync::Mutex<std::collections::HashMap<Bytes, std::time::Instant>>,
+    /// Keys a slot move has copied out and not yet deleted here: a write to one would be lost
+    /// (the target already has the copy, and a deletion here would leave the copy behind to
+    /// come back when the slot switches), so writes to them answer `-TRYAGAIN` (Redis Cluster
+    /// clients retry it) until the move's deletion step, or, if the move stopped half way,
+    /// until it is run again or its slot stops moving away from here (a forced decommission).
+    inflight: std::sync::Mutex<std::collections::HashSet<Bytes>>,
     /// The balancer, if the node runs one (`--balancer`).
     balancer: std::sync::OnceLock<balancer::Balancer>,
 }
-
-/// How long a copied key refuses writes at most, if the move that copied it never comes back to
-/// delete it (it failed): a run again of the move copies it again.
-pub const INFLIGHT: Duration = Duration::from_secs(30);
 
 impl Cluster {
     /// Joins the cluster of `coord` as `me` and follows its map; renews the lease in a task
@@ -147,7 +144,7 @@ impl Cluster {
             slot_ops: (0..SLOTS)
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
-            inflight: std::sync::Mutex::new(std::collections::HashMap::new()),
+            inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
         })
     }
@@ -165,10 +162,8 @@ impl Cluster {
     /// Marks `keys` as copied out by a slot move (see the field); called under
     /// [`gate_exclusive`](Self::gate_exclusive), so no write is between its routing and its end.
     pub fn copying(&self, keys: impl IntoIterator<Item = Bytes>) {
-        let until = std::time::Instant::now() + INFLIGHT;
         let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, t| *t > std::time::Instant::now());
-        m.extend(keys.into_iter().map(|k| (k, until)));
+        m.extend(keys);
     }
 
     /// Ends the marks of `keys` (the move deleted them here, or kept them because they changed).
@@ -179,10 +174,26 @@ impl Cluster {
         }
     }
 
-    /// Whether a write to `key` must wait: a move has copied it and not yet deleted it here.
+    /// Whether a write to `key` must wait: a move has copied it and not yet deleted it here,
+    /// and its slot is still moving away from here (a mark whose slot is not is dropped).
     pub fn is_copying(&self, key: &[u8]) -> bool {
-        let m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        !m.is_empty() && m.get(key).is_some_and(|t| *t > std::time::Instant::now())
+        let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if m.is_empty() || !m.contains(key) {
+            return false;
+        }
+        let state = self.state();
+        let me = state.map.index_of(&self.me.id);
+        let moving_out = |k: &[u8]| {
+            state
+                .map
+                .migration(key_slot(k))
+                .is_some_and(|g| Some(g.from) == me)
+        };
+        if moving_out(key) {
+            return true;
+        }
+        m.retain(|k| moving_out(k));
+        false
     }
 
     /// Counts a keyed command run here on `slot`.
