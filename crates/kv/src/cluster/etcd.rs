@@ -45,9 +45,14 @@ impl Etcd {
     /// Connects to etcd at `url` (`http://HOST:2379`, several comma-separated).
     pub async fn connect(url: &str) -> Result<Self, CoordError> {
         let endpoints: Vec<&str> = url.split(',').map(str::trim).collect();
+        // The timeout bounds each request; HTTP/2 keep-alive pings bound the streams (a
+        // lease's keepalive, the watch), which have no reply to wait for otherwise: a dead
+        // connection ends them within the ping timeout instead of hanging.
         let options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(5));
+            .with_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
         let client = Client::connect(&endpoints, Some(options))
             .await
             .map_err(|e| unreachable(url, e))?;
@@ -195,7 +200,10 @@ impl Coord for Arc<Etcd> {
             let (mut keeper, mut stream) =
                 c.lease_keep_alive(lease).await.map_err(|e| self.fail(e))?;
             keeper.keep_alive().await.map_err(|e| self.fail(e))?;
-            match stream.message().await.map_err(|e| self.fail(e))? {
+            let answer = tokio::time::timeout(Duration::from_secs(5), stream.message())
+                .await
+                .map_err(|_| unreachable(&self.endpoints, "no keepalive answer within 5 s"))?;
+            match answer.map_err(|e| self.fail(e))? {
                 Some(r) if r.ttl() > 0 => Ok(()),
                 _ => Err(CoordError::NoLease(id.to_string())),
             }

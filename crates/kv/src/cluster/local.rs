@@ -262,13 +262,27 @@ async fn serve_cluster(
             Some(req) = supervise.recv() => {
                 use super::coord_server::Supervise;
                 match req {
+                    // A stop while nodes start or stop (up to half a minute) is not left
+                    // waiting: the nodes started so far are in `nodes` and stop with the rest.
                     Supervise::Spawn(n, reply) => {
-                        let r = spawn_more(spec, coord, node_coord, nodes, n).await;
+                        let r = tokio::select! {
+                            r = spawn_more(spec, coord, node_coord, nodes, n) => r,
+                            _ = &mut stop => {
+                                let _ = reply.send(Err("the cluster is stopping".into()));
+                                return Ok(());
+                            }
+                        };
                         exited.resize(nodes.len(), false);
                         let _ = reply.send(r.map_err(|e| e.to_string()));
                     }
                     Supervise::Retire(id, reply) => {
-                        let r = retire(spec, coord, nodes, &id).await;
+                        let r = tokio::select! {
+                            r = retire(spec, coord, nodes, &id) => r,
+                            _ = &mut stop => {
+                                let _ = reply.send(Err("the cluster is stopping".into()));
+                                return Ok(());
+                            }
+                        };
                         let _ = reply.send(r.map(|_| ()));
                     }
                 }
