@@ -432,6 +432,21 @@ impl Thread {
                     Some(m) = self.rx.recv() => Wake::Msg(m),
                 }
             });
+            if matches!(wake, Wake::Stop) {
+                return;
+            }
+            // A cluster without a balancer policy costs its nodes nothing but this check.
+            let idle = self.flag.is_none()
+                && self.installed.is_none()
+                && matches!(wake, Wake::Tick)
+                && self
+                    .node
+                    .cluster()
+                    .is_some_and(|c| c.state().balancer.is_none());
+            if idle {
+                next += self.interval;
+                continue;
+            }
             if coord.is_none() {
                 let Some(desc) = self.node.cluster().map(|c| c.coord_addr().to_string()) else {
                     return;
