@@ -279,6 +279,7 @@ def run(a):
                       "interval_s": parse_interval(a.interval), "writers": a.writers,
                       "rate": a.rate, "hot_keys": a.hot_keys, "other_keys": a.other_keys,
                       "seed": a.seed, "policy": a.policy, "balancer_params": a.param,
+                      "slot_window": a.slot_window,  # None: not given, the server's default
                       "hot_share_of_sets": HOT_SHARE},
            "up": {"coord": up.get("coord"), "pids": up.get("pids"), "nodes": nodes},
            "failures": failures}
@@ -554,10 +555,51 @@ def analyse(r, stop_problems):
                           "slots": m["slots"], "asked": m["asked"], "load": m["load"],
                           "keys": m["keys"], "bytes": m["bytes"], "seconds": m["seconds"],
                           "strategy": m["strategy"], "version": e["version"],
-                          "loads": loads_by_index(e),
+                          "loads": loads_by_index(e), "decision_unix_ms": e["unix_ms"],
                           "after_load": d["t"] > dur})
             off += m["seconds"]
     a["moves"] = moves
+    # How well each move hit its target, by the mover's own log: its load at the deciding
+    # decision, minus its load at its first later decision that was not skipped (that load is
+    # measured from the move's end: the balancer reads every count again after a move), over
+    # the load of the slots moved (every move of that decision: they share the value).
+    by_node = {}
+    for d in dec:
+        by_node.setdefault(d["node"], []).append(d)
+    for i, ds in by_node.items():
+        me = nodes[i]["id"] if i < n_nodes else None
+        for j, d in enumerate(ds):
+            e = d["e"]
+            if not e["moved"]:
+                continue
+            mine = [m for m in moves if m["from"] == i and m["decision_unix_ms"] == e["unix_ms"]]
+            moved_load = sum(m["load"] for m in e["moved"])
+            before = e["loads"].get(me)
+            nxt = next((x for x in ds[j + 1:] if x["e"]["skipped"] is None
+                        and me in x["e"]["loads"]), None)
+            after = None if nxt is None else nxt["e"]["loads"][me]
+            why = None
+            if before is None:
+                why = "no load of its own at the decision"
+            elif nxt is None:
+                why = "no later decision"
+            elif nxt["t"] > dur:
+                why = "next decision after the load ended"
+            elif moved_load <= 0:
+                why = "no load moved"
+            ratio = None if why else (before - after) / moved_load
+            for m in mine:
+                m["mover_before"] = before
+                m["mover_after"] = after
+                m["after_t"] = None if nxt is None else round(nxt["t"], 2)
+                m["realized_ratio"] = ratio
+                m["realized_why"] = why
+    ratios = sorted(m["realized_ratio"] for m in moves if m.get("realized_ratio") is not None)
+    a["realized"] = {
+        "moves": len(ratios),
+        "median": (None if not ratios else ratios[len(ratios) // 2] if len(ratios) % 2
+                   else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2),
+        "min": ratios[0] if ratios else None, "max": ratios[-1] if ratios else None}
     last_end = max((m["t_end"] for m in moves), default=None)
     a["last_move_end"] = last_end
     a["quiet_s"] = None if last_end is None else max(0.0, dur - last_end)
@@ -623,9 +665,12 @@ def summary_md(r, a):
     params = (" ".join(f"--balancer-param {x}" for x in p["balancer_params"])
               if p["balancer_params"] else "default parameters")
     pace = "as fast as they go" if not p["rate"] else f"{p['rate']} ops/s each"
+    sw = p.get("slot_window")
     lines.append(
         f"`pliant cluster up --nodes {n} --balancer {p['policy']} --balancer-interval "
-        f"{p['interval']}` ({params}); {p['duration']} s of load from {p['writers']} redis-py "
+        f"{p['interval']}" + (f" -- --balancer-slot-window {sw}`" if sw else "`")
+        + f" ({params}; slot window "
+        + (f"{sw} interval{'s' if sw != 1 else ''}" if sw else "not given: the server's default") + f"); {p['duration']} s of load from {p['writers']} redis-py "
         f"RedisCluster writers ({pace}), "
         f"{int(p['hot_share_of_sets'] * 100)}% of SETs to {r['keys']['hot']} keys of node 0, "
         f"the rest to {r['keys']['other']} keys of the other nodes; {cl.get('writes', 0):,} "
@@ -674,6 +719,16 @@ def summary_md(r, a):
                f"moved nothing)" if a["whens_after_last_move"] else "") + ".")
     else:
         lines.append("No move.")
+    rz = a.get("realized") or {}
+    if moves:
+        lines.append(
+            "How well the moves hit their target, realized / moved (the mover's load at the "
+            "deciding decision minus its load at its next decision, over the load of the slots "
+            "moved; the mover's own log; 1 = its load fell by what was picked): "
+            + (f"median **{rz['median']:.2f}** over {rz['moves']} moves (min {rz['min']:.2f}, "
+               f"max {rz['max']:.2f})" if rz.get("moves") else "no move measured")
+            + (f"; {len(moves) - rz.get('moves', 0)} not measured" if len(moves) > rz.get("moves", 0)
+               else "") + ".")
     if en and en.get("slots"):
         lines.append("Slots at the end: " + ", ".join(
             f"node {i} {en['slots'].get(i, en['slots'].get(str(i)))}" for i in range(n)) + ".")
@@ -714,14 +769,20 @@ def summary_md(r, a):
     lines.append("")
     if moves:
         lines += ["| t (s) | from | to | slots | asked ops/s | moved ops/s | keys | seconds | "
-                  "strategy | loads when decided (node 0/1/…) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "strategy | loads when decided (node 0/1/…) | mover's load: decided → next "
+                  "(t) | realized / moved |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m in moves:
+            nxt = (f"{fmt(m.get('mover_before'), '.0f')} → {fmt(m.get('mover_after'), '.0f')}"
+                   + (f" ({m['after_t']:.1f})" if m.get("after_t") is not None else ""))
+            rr = (fmt(m.get("realized_ratio"), ".2f") if m.get("realized_ratio") is not None
+                  else f"– ({m.get('realized_why') or 'not measured'})")
             lines.append(
                 f"| {m['t']:.1f}{' (after the load)' if m['after_load'] else ''} | {m['from']} | "
                 f"{m['to']} | {m['slots']} | {m['asked']:.0f} | {m['load']:.0f} | {m['keys']} | "
                 f"{m['seconds']:.2f} | {m['strategy']} | "
-                + "/".join(fmt(m["loads"].get(i), ".0f") for i in range(n)) + " |")
+                + "/".join(fmt(m["loads"].get(i), ".0f") for i in range(n))
+                + f" | {nxt} | {rr} |")
     else:
         lines.append("(none)")
     lines.append("")
@@ -794,6 +855,8 @@ def main():
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--policy", default="cephfs-greedy-spill")
     r.add_argument("--param", action="append", default=[], help="a --balancer-param given")
+    r.add_argument("--slot-window", type=int, default=None,
+                   help="the --balancer-slot-window the nodes run with (none: their default)")
     rep = sub.add_parser("report", help="the summary and the checks")
     rep.add_argument("--run", required=True, help="what `run` wrote")
     rep.add_argument("--stop", default="", help="what did not stop cleanly, a line each")

@@ -37,11 +37,17 @@
 #   any node, whose interval was all under load: the balancer's own loads, keyed commands/s; and
 #   the first `cluster status` sample) and at the end (the mean of the timeline's last 10 s:
 #   `cluster status` ops/s, every command; and the last decision's loads); the moves (count, time
-#   of the last one, seconds without a move until the end of the load); the decisions per node
+#   of the last one, seconds without a move until the end of the load); how well the moves hit
+#   their target: per move, realized / moved = (the mover's load at the deciding decision - its
+#   load at its first decision, not skipped, after the move) / the load of the slots moved, every
+#   load from the mover's own log (1: the load fell by what was picked; below: the slots carried
+#   less than their measured load; moves of one decision share the value; a decision after the
+#   load ended counts not), and its median over the moves; the decisions per node
 #   (made, skipped and why, `when` true, moves, errors); a timeline table every ~5 s (per node
 #   ops/s and slots, max/mean, node 0's share); the moves table (time since the load started,
 #   from and to node index, slots, the load asked and the load of the slots moved, keys,
-#   seconds, the strategy picked, the loads the decision saw). Node i is the i-th node of
+#   seconds, the strategy picked, the loads the decision saw, the mover's own load at that
+#   decision and at its next one, and realized / moved). Node i is the i-th node of
 #   `cluster up --json`. ops/s over 1 s windows from Python clients on a shared 2-core machine
 #   are noisy (10-20% between samples): read max/mean over the 10 s means, not single rows.
 #   Progress (one line about every 5 s, each move as the logs show it) goes to stderr.
@@ -52,12 +58,15 @@
 # Usage
 #   tools/bench/balancer.sh [--nodes N] [--duration S] [--interval DUR] [--writers N]
 #                           [--rate OPS] [--hot-keys N] [--other-keys N] [--seed N]
-#                           [--policy NAME|FILE] [--min-rebalance X]
+#                           [--policy NAME|FILE] [--min-rebalance X] [--slot-window N]
 #                           [--balancer-param KEY=VALUE]... [--json FILE] [--quick]
 #   defaults: --nodes 3, --duration 90 (seconds of load), --interval 2s (--balancer-interval),
 #   --writers 2, --rate 0 (ops/s per thread; 0: as fast as they go), --hot-keys 2000,
 #   --other-keys 1000, --seed 1, --policy cephfs-greedy-spill. --min-rebalance X is
 #   --balancer-param min_rebalance=X; --balancer-param goes to every node as it is.
+#   --slot-window N: `cluster up ... -- --balancer-slot-window N` (the intervals over which a
+#   node measures each slot's load to pick the slots it moves); not given: no such flag, the
+#   server's default.
 #   --quick: --duration 30 --interval 1s (a smoke test, about a minute); flags given explicitly
 #   win.
 #   env: PLIANT_BIN (the pliant binary; default target/release/pliant, which this script does not
@@ -73,6 +82,7 @@ set -euo pipefail
 
 PARAMS=()
 NODES="" DURATION="" INTERVAL="" WRITERS="" RATE="" HOT="" OTHER="" SEED="" POLICY=""
+SLOT_WINDOW=""
 JSON_OUT="" QUICK=0
 need() { [[ $# -ge 2 ]] || { echo "balancer.sh: $1 needs a value" >&2; exit 2; }; }
 while (($#)); do
@@ -88,6 +98,7 @@ while (($#)); do
     --policy) need "$@"; POLICY=$2; shift ;;
     --min-rebalance) need "$@"; PARAMS+=("min_rebalance=$2"); shift ;;
     --balancer-param) need "$@"; PARAMS+=("$2"); shift ;;
+    --slot-window) need "$@"; SLOT_WINDOW=$2; shift ;;
     --json) need "$@"; JSON_OUT=$(realpath -m -- "$2"); shift ;;
     --quick) QUICK=1 ;;
     -h | --help)
@@ -109,6 +120,8 @@ for v in NODES DURATION WRITERS HOT OTHER; do
 done
 ((NODES >= 2 && NODES <= 16)) || { echo "balancer.sh: --nodes between 2 and 16" >&2; exit 2; }
 ((DURATION >= 15 && DURATION <= 3600)) || { echo "balancer.sh: --duration between 15 and 3600 s" >&2; exit 2; }
+[[ -z $SLOT_WINDOW || $SLOT_WINDOW =~ ^[1-9][0-9]*$ ]] \
+  || { echo "balancer.sh: --slot-window must be a positive integer (got '$SLOT_WINDOW')" >&2; exit 2; }
 [[ $SEED =~ ^[0-9]+$ ]] || { echo "balancer.sh: --seed must be a non-negative integer" >&2; exit 2; }
 [[ $RATE =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "balancer.sh: --rate must be a number" >&2; exit 2; }
 [[ $INTERVAL =~ ^[0-9]+(\.[0-9]+)?(ms|s)?$ ]] || { echo "balancer.sh: --interval like 2s or 500ms" >&2; exit 2; }
@@ -239,6 +252,13 @@ up_args=(cluster up --nodes "$NODES" --base-port 0 --json --dir "$cdir" --balanc
   --balancer-interval "$INTERVAL")
 drv_params=()
 for p in ${PARAMS[@]+"${PARAMS[@]}"}; do up_args+=(--balancer-param "$p"); drv_params+=(--param "$p"); done
+# Flags after `--` go to every `pliant serve`: last.
+if [ -n "$SLOT_WINDOW" ]; then
+  "$bin" serve --help 2>/dev/null | grep -q -- '--balancer-slot-window' \
+    || fail "$src_bin has no --balancer-slot-window (an older build? cargo build --release)"
+  up_args+=(-- --balancer-slot-window "$SLOT_WINDOW")
+  drv_params+=(--slot-window "$SLOT_WINDOW")
+fi
 echo "balancer.sh: pliant ${up_args[*]}" >&2
 : >"$tmp/up.json" # there before the loop below reads it
 "$bin" "${up_args[@]}" >"$tmp/up.json" 2>"$tmp/up.log" </dev/null &

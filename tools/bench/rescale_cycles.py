@@ -21,6 +21,10 @@ Given a running `pliant cluster up --json` (its first stdout line in --up, its d
      processes gone);
   4. stops the load, checks the cluster against the write log again, prints the markdown summary,
      writes the JSON (--json), exits 1 on any failure (each named on stderr and in the summary).
+
+With --etcd URL (the cluster's state in etcd: no supervisor starts or stops nodes for `pliant
+scale`) it also starts the nodes each commission takes and stops, by pid, the nodes each
+decommission removes (see EtcdNodes), and at the end the nodes it started that still run.
 """
 
 import argparse
@@ -37,6 +41,7 @@ import threading
 import time
 import traceback
 
+from redis import Redis
 from redis.cluster import PRIMARY, ClusterNode, RedisCluster
 
 MIN_NODES, MAX_NODES = 2, 8
@@ -375,6 +380,200 @@ def processes_with(arg):
     return found
 
 
+def pid_runs(pid, arg):
+    """Whether process `pid` runs (not a zombie) with `arg` on its command line (so a reused pid
+    is not taken for the node)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return arg in cmdline and state != "Z"
+
+
+def live_members(addr, timeout):
+    """{id: addr} of the live members (lease current) in the view of node `addr`, or None if it
+    could not be asked."""
+    h, _, p = addr.rpartition(":")
+    try:
+        r = Redis(host=h, port=int(p), socket_timeout=timeout, socket_connect_timeout=timeout,
+                  decode_responses=True)
+        try:
+            v = json.loads(r.execute_command("PLIANT.CLUSTER"))
+        finally:
+            r.close()
+        return {m["id"]: m["addr"] for m in v["state"]["members"]}
+    except Exception:
+        return None
+
+
+class EtcdNodes:
+    """With --etcd no supervisor starts or stops nodes for `pliant scale`: a commission waits for
+    live nodes the map does not name, a decommission only takes the nodes out of the map. This
+    starts the new nodes (`pliant serve --etcd URL --bind 127.0.0.1:0 --store DIR/extra-<n>
+    --node-id ID`, each its own store and log) before a commission, and stops (SIGTERM by pid,
+    waited for) every node a decommission removed: the extra ones and those of `pliant cluster
+    up` (its supervisor then reports them exited)."""
+
+    JOIN = 30.0  # a started node joins (is a live member) within this
+    STOP = 30.0  # a SIGTERMed node exits within this, else SIGKILL (and a failure)
+
+    def __init__(self, binary, url, cdir, up, failures):
+        self.bin, self.url, self.dir, self.failures = binary, url, cdir, failures
+        self.pid_of = {}  # node id -> pid, every node process this run knows of
+        self.extra = {}  # node id -> Popen, the nodes started here
+        self.logs = {}  # node id -> log file
+        self.n = 0
+        self.started = self.stopped = 0
+        for i, pid in enumerate(up.get("pids", [])):
+            with open(os.path.join(cdir, f"node-{i}.id")) as f:
+                nid = f.read().strip()
+            if not pid_runs(pid, f"--node-id {nid}"):
+                raise RuntimeError(f"pid {pid} of `pliant cluster up` is not node {i} ({nid})")
+            self.pid_of[nid] = pid
+            self.logs[nid] = os.path.join(cdir, f"node-{i}.log")
+
+    def _log_tail(self, nid, lines=15):
+        try:
+            with open(self.logs[nid], errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def start(self, count, ask, cycle):
+        """Starts `count` nodes and waits until node `ask` sees each one as a live member; their
+        ids, or None after recording a failure."""
+        ids, t = [], time.monotonic()
+        for _ in range(count):
+            self.n += 1
+            nid = hashlib.sha1(f"{self.dir}|extra-{self.n}|{time.time_ns()}".encode()).hexdigest()
+            store = os.path.join(self.dir, f"extra-{self.n}")
+            logf = os.path.join(self.dir, f"extra-{self.n}.log")
+            cmd = [self.bin, "serve", "--etcd", self.url, "--bind", "127.0.0.1:0", "--store",
+                   store, "--node-id", nid]
+            with open(logf, "ab") as lf:
+                p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=lf, start_new_session=False)
+            self.extra[nid], self.pid_of[nid], self.logs[nid] = p, p.pid, logf
+            self.started += 1
+            ids.append(nid)
+        deadline = t + self.JOIN
+        while True:
+            for nid in ids:
+                rc = self.extra[nid].poll()
+                if rc is not None:
+                    self._fail(cycle, f"new node {nid} (`{shlex.join(self.extra[nid].args)}`) "
+                               f"exited with {rc} before joining", self._log_tail(nid))
+                    return None
+            members = live_members(ask, 5.0) or {}
+            if all(nid in members for nid in ids):
+                return ids
+            if time.monotonic() > deadline:
+                self._fail(cycle, f"new nodes {[n for n in ids if n not in members]} were no "
+                           f"live members at {ask} {self.JOIN:.0f} s after they started",
+                           "\n".join(self._log_tail(n) for n in ids))
+                return None
+            time.sleep(0.1)
+
+    def stop(self, ids, ask, cycle):
+        """SIGTERM to each node's process, by its pid; waits for each to exit (SIGKILL after
+        STOP s, a failure), then until node `ask` no longer sees them as live members. Returns
+        when each exited and when its lease was gone (seconds after the SIGTERMs)."""
+        t0 = time.monotonic()
+        detail = {nid: {} for nid in ids}
+        for nid in ids:
+            pid = self.pid_of.get(nid)
+            if pid is None:
+                self._fail(cycle, f"node {nid} was removed, but this run knows no process of it")
+                continue
+            p = self.extra.get(nid)
+            if p is not None:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            elif pid_runs(pid, f"--node-id {nid}"):
+                os.kill(pid, signal.SIGTERM)
+        for nid in ids:
+            pid = self.pid_of.pop(nid, None)
+            if pid is None:
+                continue
+            p = self.extra.pop(nid, None)
+            t_end = time.monotonic() + self.STOP
+            if p is not None:
+                try:
+                    rc = p.wait(timeout=self.STOP)
+                    if rc != 0:
+                        self._fail(cycle, f"node {nid} (pid {pid}) exited with {rc} after "
+                                   "SIGTERM", self._log_tail(nid))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                    self._fail(cycle, f"node {nid} (pid {pid}) did not stop within "
+                               f"{self.STOP:.0f} s of SIGTERM (killed)", self._log_tail(nid))
+            else:  # a child of the supervisor, which reaps it
+                while pid_runs(pid, f"--node-id {nid}") and time.monotonic() < t_end:
+                    time.sleep(0.05)
+                if pid_runs(pid, f"--node-id {nid}"):
+                    os.kill(pid, signal.SIGKILL)
+                    self._fail(cycle, f"node {nid} (pid {pid}) did not stop within "
+                               f"{self.STOP:.0f} s of SIGTERM (killed)", self._log_tail(nid))
+            detail[nid]["exit_s"] = round(time.monotonic() - t0, 3)
+            self.stopped += 1
+        # A clean exit should end the node's lease; a lease left behind (until it lapses) would
+        # make the node look idle and free to take slots to the next commission.
+        t_end = time.monotonic() + 15
+        while True:
+            members = live_members(ask, 5.0)
+            if members is not None:
+                for nid in ids:
+                    if nid not in members and "lease_gone_s" not in detail[nid]:
+                        detail[nid]["lease_gone_s"] = round(time.monotonic() - t0, 3)
+            left = [n for n in ids if "lease_gone_s" not in detail[n]]
+            if not left:
+                break
+            if time.monotonic() > t_end:
+                self._fail(cycle, f"stopped nodes {left} still live members at {ask} 15 s "
+                           "after they exited", "\n".join(self._log_tail(n) for n in left))
+                break
+            time.sleep(0.1)
+        late = {n: d for n, d in detail.items()
+                if d.get("lease_gone_s", 99) - d.get("exit_s", 0) > 1.0}
+        if late:
+            log(f"cycle {cycle}: a stopped node's lease outlived its process by over 1 s "
+                f"(ended when it lapsed, not at the exit?): {late}")
+        return detail
+
+    def stop_all(self, cycle):
+        """SIGTERM to the nodes started here that still run (the end of the run, or an
+        interrupt), by their pids; each waited for (SIGKILL after STOP s: a failure). The nodes
+        of `pliant cluster up` are its supervisor's to stop."""
+        for nid, p in list(self.extra.items()):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for nid, p in list(self.extra.items()):
+            try:
+                rc = p.wait(timeout=self.STOP)
+                if rc != 0:
+                    self._fail(cycle, f"node {nid} (pid {p.pid}) exited with {rc} after "
+                               "SIGTERM at the end", self._log_tail(nid))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                self._fail(cycle, f"node {nid} (pid {p.pid}) did not stop within "
+                           f"{self.STOP:.0f} s of SIGTERM at the end (killed)", self._log_tail(nid))
+            del self.extra[nid]
+            self.pid_of.pop(nid, None)
+            self.stopped += 1
+
+    def _fail(self, cycle, what, log_tail=""):
+        self.failures.append({"what": f"etcd node processes: {what}", "cycle": cycle,
+                              "stderr": log_tail[-4000:]})
+        log(f"FAIL (cycle {cycle}): {what}"
+            + (("\n  log: " + log_tail.strip()[-2000:].replace("\n", "\n  log: "))
+               if log_tail.strip() else ""))
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks against the write log
 
@@ -498,7 +697,10 @@ def summary_md(out):
     lines.append("")
     lines.append(
         f"Seed {p['seed']}; {p['cycles']} cycles between {MIN_NODES} and {MAX_NODES} nodes, "
-        f"starting from {p['start_nodes']}; embedded coordination store; {p['keys']} keys; "
+        f"starting from {p['start_nodes']}; "
+        + ("embedded coordination store" if p["coordination"] == "embedded" else
+           f"cluster state in etcd {p.get('etcd_version') or ''} (node processes started and "
+           "stopped by the driver)") + f"; {p['keys']} keys; "
         f"load: {p['writers']} writer + {p['readers']} reader threads (redis-py RedisCluster), "
         f"{p['rate'] or 'unlimited'} ops/s each; --window {p['window']}, --parallel "
         f"{p['parallel']}.")
@@ -538,6 +740,22 @@ def summary_md(out):
         f"({fmt(quantile(walls, .9), '.1f')} s) |",
         f"| total run time | {out['total_seconds']:.0f} s |",
     ]
+    if p["coordination"] == "etcd":
+        en = out.get("etcd_nodes", {})
+        starts = [c["etcd"]["start_s"] for c in cycles if "start_s" in c.get("etcd", {})]
+        stops = [c["etcd"]["stop_s"] for c in cycles if "stop_s" in c.get("etcd", {})]
+        late = [d for c in cycles for d in c.get("etcd", {}).get("stop_detail", {}).values()
+                if d.get("lease_gone_s", 99) - d.get("exit_s", 0) > 1.0]
+        lines.append(f"| node processes the driver started / stopped (etcd: no supervisor) | "
+                     f"{en.get('started', '–')} / {en.get('stopped', '–')} |")
+        lines.append(f"| removed nodes whose lease outlived their process by over 1 s "
+                     f"(the driver waits it out before the next cycle) | {len(late)} |")
+        lines.append(f"| starting new nodes until they are live members, median (max) / "
+                     f"stopping removed ones until their leases are gone, median (max) | "
+                     f"{fmt(quantile(starts, .5), '.1f')} s "
+                     f"({fmt(max(starts) if starts else None, '.1f')} s) / "
+                     f"{fmt(quantile(stops, .5), '.1f')} s "
+                     f"({fmt(max(stops) if stops else None, '.1f')} s) |")
     bws = [c["bandwidth_bytes_per_s"] for c in cycles if c.get("bandwidth_bytes_per_s")]
     if bws:
         lines.append(f"| loopback bandwidth the planner measured, median | "
@@ -600,6 +818,9 @@ def main():
     ap.add_argument("--scale-timeout", type=float, default=600)
     ap.add_argument("--strict-client", action="store_true",
                     help="redis-py as it is: an ASK to a node it does not know fails")
+    ap.add_argument("--etcd", default="", metavar="URL",
+                    help="the cluster's state is in etcd at URL: start the nodes a commission "
+                    "takes, stop those a decommission removes")
     a = ap.parse_args()
     # Stopped by the wrapper: SystemExit unwinds, and subprocess.run kills the pliant command
     # it waits for (by its pid) on the way out.
@@ -608,10 +829,14 @@ def main():
         if getattr(a, name) < (0 if name == "cycles" else 1):
             ap.error(f"--{name} must be positive")
 
+    global ETCD_NODES
     failures = []
     pliant = Pliant(a.bin, failures)
     with open(a.up) as f:
         up = json.loads(f.readline())
+    if a.etcd:
+        ETCD_NODES = EtcdNodes(a.bin, a.etcd, a.dir, up, failures)
+    etcd_nodes = ETCD_NODES
     nodes = [(n["id"], n["addr"]) for n in up["nodes"]]
     startup = [tuple(addr.rsplit(":", 1)) for _, addr in nodes]
     addrs = [addr for _, addr in nodes]
@@ -624,8 +849,17 @@ def main():
     out = {"params": {"seed": a.seed, "cycles": a.cycles, "start_nodes": len(nodes),
                       "keys": a.keys, "writers": a.writers, "readers": a.readers,
                       "rate": a.rate, "window": a.window, "parallel": a.parallel,
-                      "coordination": "embedded", "strict_client": a.strict_client},
+                      "coordination": "etcd" if a.etcd else "embedded",
+                      "strict_client": a.strict_client},
            "checks": {}, "cycles": [], "failures": failures}
+    if a.etcd:
+        out["params"]["etcd_url"] = a.etcd
+        try:
+            out["params"]["etcd_version"] = subprocess.run(
+                ["etcd", "--version"], capture_output=True, text=True, timeout=10
+            ).stdout.splitlines()[0].split(":", 1)[1].strip()
+        except Exception:
+            out["params"]["etcd_version"] = None
 
     # 1. Every key written once (the write log's first entries), then checked.
     log(f"{len(nodes)} nodes up; writing {a.keys} keys")
@@ -695,6 +929,14 @@ def main():
         errors_before = shared.error_count + sum(shared.bad_read_count.values())
         t_cycle = time.monotonic()
         what = f"{kind} of {count} node(s)"
+        started_ids, start_s = None, None
+        if etcd_nodes and kind == "commission":
+            # No supervisor: the new nodes are started here, and joined before the command.
+            t = time.monotonic()
+            started_ids = etcd_nodes.start(count, via, cyc)
+            start_s = round(time.monotonic() - t, 3)
+            if started_ids is None:
+                break
         report, wall = pliant.run(args, a.scale_timeout, what, cyc)
         if report is None:
             break
@@ -722,6 +964,20 @@ def main():
         if kind == "decommission" and sorted(report["removed"]) != sorted(remove):
             failures.append({"what": f"{what}: the report removes {report['removed']}, asked "
                              f"for {remove}", "cycle": cyc})
+        if etcd_nodes:
+            rec["etcd"] = {"not_stopped_by_pliant": report.get("not_stopped")}
+            if started_ids is not None:
+                rec["etcd"]["started"], rec["etcd"]["start_s"] = started_ids, start_s
+                if sorted(report["added"]) != sorted(started_ids):
+                    failures.append({"what": f"{what}: the report adds {report['added']}, the "
+                                     f"nodes started for it are {started_ids}", "cycle": cyc})
+            if kind == "decommission":
+                # No supervisor: `pliant scale` took them out of the map; their processes are
+                # stopped here (by pid), as a supervisor's retire would.
+                t = time.monotonic()
+                rec["etcd"]["stop_detail"] = etcd_nodes.stop(report["removed"], via, cyc)
+                rec["etcd"]["stopped"] = report["removed"]
+                rec["etcd"]["stop_s"] = round(time.monotonic() - t, 3)
 
         # The map as the report says, as the node asked sees it. It learns the map by watch, a
         # moment after the rescale wrote it: polled (at most 15 s) until it shows the expected
@@ -775,7 +1031,7 @@ def main():
             failures.append({"what": f"{what}: decommissioned nodes still run (pids {stay})",
                              "cycle": cyc})
         # Every node process of the cluster is a slot owner: none left over, none missing.
-        procs = processes_with(f" --store {a.dir}/node-")
+        procs = processes_with(f" --store {a.dir}/")  # node-<i> (and extra-<n>: --etcd)
         rec["node_processes"] = len(procs)
         if len(procs) != len(own):
             failures.append({"what": f"{what}: {len(procs)} node processes run (pids {procs}), "
@@ -793,6 +1049,10 @@ def main():
             f"{fmt(m['d_ratio_bytes'], '.3f')} L {fmt(m['l_ratio'], '.3f')}; "
             + (f"map seen late at {via} ({rec['view']['settle_s']:.1f} s); "
                if rec["view"]["polls"] > 1 else "")
+            + (f"nodes started in {rec['etcd']['start_s']:.1f} s; " if "start_s" in
+               rec.get("etcd", {}) else "")
+            + (f"removed nodes stopped in {rec['etcd']['stop_s']:.1f} s; " if "stop_s" in
+               rec.get("etcd", {}) else "")
             + f"cycle "
             f"{rec['cycle_wall_s']:.1f} s; writes {shared.writes}, reads {shared.reads}, "
             f"errors {shared.error_count}, bad reads {sum(shared.bad_read_count.values())}")
@@ -820,6 +1080,9 @@ def main():
                                                    failures, op_timeout)
         log(f"after: checksum equal {out['checks']['after'].get('checksum_equal')}, keys "
             f"{out['checks']['after'].get('status_keys_total')} of {a.keys}")
+    if etcd_nodes:
+        etcd_nodes.stop_all(shared.cycle)
+        out["etcd_nodes"] = {"started": etcd_nodes.started, "stopped": etcd_nodes.stopped}
     if len(out["cycles"]) != a.cycles and not failures:
         failures.append({"what": f"{len(out['cycles'])} of {a.cycles} cycles ran",
                          "cycle": shared.cycle})
@@ -843,5 +1106,11 @@ def main():
     return 1 if failures else 0
 
 
+ETCD_NODES = None  # with --etcd: the node processes this driver starts and stops
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        if ETCD_NODES is not None:  # an interrupt: no node started here is left running
+            ETCD_NODES.stop_all(None)

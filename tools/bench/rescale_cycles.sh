@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Live rescaling under load (issue 12, "Must show", first two bullets): random commission and
-# decommission cycles of a local `pliant cluster up` (embedded coordination store) between 2 and
-# 8 nodes while redis-py's RedisCluster writes and reads, then: is every acknowledged write
-# there, did any client operation fail, how long did each rescale take against the planner's T_t,
-# and how balanced are data and load afterwards.
+# decommission cycles of a local `pliant cluster up` (embedded coordination store, or with
+# --etcd the cluster's state in an etcd this script starts) between 2 and 8 nodes while
+# redis-py's RedisCluster writes and reads, then: is every acknowledged write there, did any
+# client operation fail, how long did each rescale take against the planner's T_t, and how
+# balanced are data and load afterwards.
 #
 # What it measures
 #   A 3-node cluster on loopback; KEYS keys (values of 16-240 bytes carrying a per-key counter)
@@ -25,6 +26,20 @@
 #   Before the first cycle and after the last (load stopped): the sha256 of all sorted key/value
 #   pairs read through the cluster equals that of the write log's last value per key, and the
 #   keys `cluster status` counts over the nodes equal the distinct keys written.
+#   --etcd: the same cycles and checks with the cluster's state (map, leases) in etcd: Debian's
+#   etcd-server, one member on free loopback ports with its data in the temp dir, started
+#   before `pliant cluster up --etcd URL` and stopped (by its pid) after it. No supervisor then
+#   starts or stops nodes for `pliant scale`, so the driver does, as an operator would: before a
+#   commission of K it starts K `pliant serve --etcd URL --bind 127.0.0.1:0 --store
+#   DIR/extra-<n> --node-id ID` (each its own store and log) and waits until they are live
+#   members (the commission takes any live node the map does not name; the report's added
+#   nodes must be exactly these); after a decommission (which only takes the nodes out of the
+#   map and names them in `not_stopped`) it SIGTERMs each removed node's process by its pid (an
+#   extra one, or one of `pliant cluster up`: ids from DIR/node-<i>.id, pids from its --json;
+#   its supervisor then logs that node as exited), waits for it to exit (30 s, then SIGKILL:
+#   a failure) and for its lease to be gone (a lease left behind would look like an idle node
+#   to the next commission). The summary adds the node processes started and stopped and how
+#   long starting (until joined) and stopping (until the lease is gone) took.
 #
 # How to read it
 #   stdout: a markdown summary: PASS/FAIL, the checks (cycles run, failures, checksums equal,
@@ -47,7 +62,7 @@
 # Usage
 #   tools/bench/rescale_cycles.sh [--cycles N] [--seed N] [--json FILE] [--quick]
 #                                 [--keys N] [--writers N] [--readers N] [--rate OPS]
-#                                 [--window DUR] [--parallel N] [--strict-client]
+#                                 [--window DUR] [--parallel N] [--strict-client] [--etcd]
 #   defaults: --cycles 100, --seed 1, --keys 4000, --writers 3, --readers 3, --rate 150 (ops/s
 #   per thread; 0: as fast as they go), --window 2s and --parallel 4 (of pliant scale).
 #   --quick: 5 cycles, 1,000 keys, 2 writers and 2 readers at 100 ops/s, --window 1s (a smoke
@@ -58,18 +73,22 @@
 #   AttributeError instead of being followed; the patch adds the node to the cache as redis-py
 #   does for a MOVED to an unknown node, and the summary counts how often it was needed. With
 #   --strict-client each such ASK is a client error, and the run fails.
+#   --etcd: the cluster's state in etcd (see above; needs a pliant built with `--features etcd`,
+#   as `cargo build --release --all-features` makes it). Without it: the embedded store.
 #   env: PLIANT_BIN (a pliant binary to test instead of building target/release/pliant).
 #
-# Installs what is missing (as root: python3-venv with apt-get; redis-py into the virtual
-# environment target/compat-venv, as tools/compat/*.sh do), or names it and stops. Loopback
-# only, ports picked at run time; the cluster is stopped by the pid of `pliant cluster up`
-# (which stops its nodes), and no node of it may be left running; every wait is bounded; the
-# temp dir (cluster, stores, logs) is removed at exit.
+# Installs what is missing (as root: python3-venv, and with --etcd etcd-server and curl, with
+# apt-get; redis-py into the virtual environment target/compat-venv, as tools/compat/*.sh do),
+# or names it and stops. Loopback only, ports picked at run time; the cluster is stopped by the
+# pid of `pliant cluster up` (which stops its nodes; with --etcd the driver first stops the
+# nodes it started), and no node of it may be left running; etcd is stopped by its pid after
+# the cluster; every wait is bounded; the temp dir (cluster, stores, logs, etcd's data) is
+# removed at exit.
 
 set -euo pipefail
 
 EXTRA=()
-CYCLES="" SEED="" JSON_OUT="" QUICK=0 KEYS="" WRITERS="" READERS="" RATE="" WINDOW="" PARALLEL=""
+CYCLES="" SEED="" JSON_OUT="" QUICK=0 ETCD=0 KEYS="" WRITERS="" READERS="" RATE="" WINDOW="" PARALLEL=""
 need() { [[ $# -ge 2 ]] || { echo "rescale_cycles.sh: $1 needs a value" >&2; exit 2; }; }
 while (($#)); do
   case "$1" in
@@ -84,6 +103,7 @@ while (($#)); do
     --window) need "$@"; WINDOW=$2; shift ;;
     --parallel) need "$@"; PARALLEL=$2; shift ;;
     --strict-client) EXTRA+=(--strict-client) ;;
+    --etcd) ETCD=1 ;;
     -h | --help)
       sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
@@ -114,6 +134,10 @@ source tools/lib/clients.sh
 need_apt python3 python3
 need_apt coreutils timeout
 need_redis_py
+if ((ETCD)); then
+  need_apt etcd-server etcd
+  need_apt curl curl
+fi
 venv=target/compat-venv
 py=$venv/bin/python
 
@@ -127,7 +151,7 @@ else
 fi
 
 tmp=$(mktemp -d -t pliant-rescale.XXXXXX)
-up_pid='' drv_pid=''
+up_pid='' drv_pid='' etcd_pid='' etcd_url=''
 # A private copy: a concurrent `cargo build` must not swap the binary the supervisor starts
 # new nodes from in the middle of the run.
 bin=$tmp/pliant
@@ -176,6 +200,18 @@ stop_cluster() {
   fi
   left=$(cluster_procs)
   for n in $left; do
+    if ((ETCD)); then
+      # A node the driver started and did not stop (it was killed): SIGTERM first, so that it
+      # leaves etcd cleanly, then as below.
+      echo "rescale_cycles.sh: node $n ($(tr '\0' ' ' 2>/dev/null <"/proc/$n/cmdline")) still runs after pliant cluster up stopped; stopping it" >&2
+      kill -TERM "$n" 2>/dev/null || true
+      for _ in $(seq 1 150); do
+        alive "$n" || break
+        sleep 0.1
+      done
+      ok=1
+      alive "$n" || continue
+    fi
     echo "rescale_cycles.sh: node $n ($(tr '\0' ' ' 2>/dev/null <"/proc/$n/cmdline")) still runs after pliant cluster up stopped; killing it" >&2
     kill -KILL "$n" 2>/dev/null || true
     ok=1
@@ -183,13 +219,67 @@ stop_cluster() {
   return "$ok"
 }
 
+# etcd (--etcd): one member on two free loopback ports (picked by binding port 0; another
+# program may take one in between: then it starts again on others, at most 3 times), its data
+# in the temp dir; healthy within 30 s.
+start_etcd() {
+  local p1 p2 try
+  for try in 1 2 3; do
+    read -r p1 p2 < <(python3 -c 'import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+    rm -rf "$tmp/etcd"
+    etcd --name default --data-dir "$tmp/etcd" \
+      --listen-client-urls "http://127.0.0.1:$p1" --advertise-client-urls "http://127.0.0.1:$p1" \
+      --listen-peer-urls "http://127.0.0.1:$p2" --initial-advertise-peer-urls "http://127.0.0.1:$p2" \
+      --initial-cluster "default=http://127.0.0.1:$p2" --initial-cluster-state new \
+      >>"$tmp/etcd.log" 2>&1 </dev/null &
+    etcd_pid=$!
+    for _ in $(seq 1 300); do
+      if curl -fsS --noproxy '*' --max-time 2 "http://127.0.0.1:$p1/health" 2>/dev/null \
+        | grep -q '"health": *"true"'; then
+        etcd_url=http://127.0.0.1:$p1
+        return 0
+      fi
+      alive "$etcd_pid" || break
+      sleep 0.1
+    done
+    echo "rescale_cycles.sh: etcd (try $try, ports $p1 $p2) did not become healthy: $(tail -n 3 "$tmp/etcd.log")" >&2
+    stop_etcd || true
+  done
+  fail "etcd did not start (see above)"
+}
+
+# SIGTERM to etcd by its pid; at most 10 s, then SIGKILL (a failure).
+stop_etcd() {
+  [ -n "$etcd_pid" ] || return 0
+  local pid=$etcd_pid ok=0
+  etcd_pid=
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  if alive "$pid"; then
+    echo "rescale_cycles.sh: etcd ($pid) did not stop within 10 s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    ok=1
+  fi
+  wait "$pid" 2>/dev/null || true
+  return "$ok"
+}
+
 # The nodes' and the supervisor's warnings and errors (the last 40), for a failed run.
 show_logs() {
   local f lines
   shopt -s nullglob
-  lines=$(for f in "$tmp/up.log" "$cdir"/node-*.log; do
+  lines=$(for f in "$tmp/up.log" "$cdir"/node-*.log "$cdir"/extra-*.log; do
     grep -HiE 'warn|error|panic' "$f" 2>/dev/null | sed "s|^$tmp/||" || true
   done | tail -n 40)
+  if ((ETCD)); then # etcd's own errors (capnslog: "E |", "C |"), not its warnings
+    lines+=$'\n'$(grep -HE ' [EC] \| |panic' "$tmp/etcd.log" 2>/dev/null | sed "s|^$tmp/||" | tail -n 10)
+  fi
   shopt -u nullglob
   echo "${lines:-(none)}" >&2
 }
@@ -214,6 +304,7 @@ cleanup() {
   trap - EXIT
   stop_driver
   stop_cluster || ok=1
+  stop_etcd || ok=1
   rm -rf "$tmp"
   if [ "$ok" != 0 ]; then
     echo "rescale_cycles.sh: FAIL: the cluster did not stop cleanly" >&2
@@ -225,8 +316,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$bin" cluster up --nodes 3 --base-port 0 --json --dir "$cdir" >"$tmp/up.json" 2>"$tmp/up.log" \
-  </dev/null &
+COORD=()
+if ((ETCD)); then
+  start_etcd
+  COORD=(--etcd "$etcd_url")
+fi
+"$bin" cluster up --nodes 3 --base-port 0 --json --dir "$cdir" ${COORD[@]+"${COORD[@]}"} \
+  >"$tmp/up.json" 2>"$tmp/up.log" </dev/null &
 up_pid=$!
 # Its first line, once every node serves the map (at most 60 s).
 for _ in $(seq 1 600); do
@@ -244,7 +340,7 @@ limit=$((CYCLES * 900 + 1200))
 timeout "$limit" "$py" tools/bench/rescale_cycles.py --bin "$bin" --up "$tmp/up.json" \
   --dir "$cdir" --cycles "$CYCLES" --seed "$SEED" ${JSON_OUT:+--json "$JSON_OUT"} \
   --keys "$KEYS" --writers "$WRITERS" --readers "$READERS" --rate "$RATE" --window "$WINDOW" \
-  --parallel "$PARALLEL" ${EXTRA[@]+"${EXTRA[@]}"} &
+  --parallel "$PARALLEL" ${EXTRA[@]+"${EXTRA[@]}"} ${COORD[@]+"${COORD[@]}"} &
 drv_pid=$!
 rc=0
 wait "$drv_pid" || rc=$?
@@ -255,5 +351,6 @@ if [ "$rc" != 0 ]; then
   show_logs
 fi
 stop_cluster || fail "the cluster did not stop cleanly"
+stop_etcd || fail "etcd did not stop cleanly"
 [ "$rc" = 0 ] || fail "FAIL (see above)"
 echo "rescale_cycles.sh: PASS" >&2

@@ -235,6 +235,17 @@ impl Server {
         }
         syncer.abort();
         node.keyspace().sync()?;
+        // The lease ends now rather than when it lapses: the renewing task leaves too, but the
+        // process could exit before its request went out, and a node that looks alive for
+        // seconds after it stopped can be taken for a new one by a commission.
+        if let Some(c) = node.cluster() {
+            let id = c.me().id.clone();
+            match tokio::time::timeout(Duration::from_secs(2), c.coord().leave(&id)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("leaving the cluster: {e}"),
+                Err(_) => tracing::warn!("leaving the cluster: no answer within 2 s"),
+            }
+        }
         Ok(())
     }
 }

@@ -1445,3 +1445,40 @@ fn a_balancer_loaded_through_one_node_runs_on_every_node_and_rolls_back() {
     assert_eq!(status["install_error"], serde_json::Value::Null, "{status}");
     cluster.stop();
 }
+
+/// Regression: a node stopped with SIGTERM kept its lease until it lapsed (6 s), the leave
+/// request still in flight when the process exited, and a commission in that window took the
+/// stopped node for a new one. It leaves before it exits now.
+#[test]
+fn a_node_stopped_with_sigterm_leaves_the_member_list_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let id = std::fs::read_to_string(dir.path().join("node-1.id"))
+        .expect("node-1.id")
+        .trim()
+        .to_string();
+    term(cluster.pids()[1]);
+    let began = Instant::now();
+    let listed = |a: &str| {
+        view(a)["state"]["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .any(|m| m["id"] == id.as_str())
+    };
+    let survivor = addrs
+        .iter()
+        .find(|a| view(a)["me"] != id.as_str())
+        .expect("the other node")
+        .clone();
+    while listed(&survivor) {
+        // Well inside the 6-s lease: only leaving explains it.
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "node {id} still a member 3 s after it stopped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.stop();
+}

@@ -294,10 +294,18 @@ async fn serve_cluster(
                 && let Ok(Some(status)) = child.try_wait()
             {
                 exited[i] = true;
-                tracing::error!(
-                    "node {i} exited ({status}); its slots are not served until it returns (see {})",
-                    log_path(spec, i).display()
-                );
+                let id = node_id(spec, i).unwrap_or_default();
+                let owns = coord.state().await.map_or(true, |s| {
+                    s.map.index_of(&id).is_some_and(|x| s.map.slots_of(x) > 0)
+                });
+                if owns {
+                    tracing::error!(
+                        "node {i} exited ({status}); its slots are not served until it returns (see {})",
+                        log_path(spec, i).display()
+                    );
+                } else {
+                    tracing::info!("node {i} exited ({status}); it owned no slot");
+                }
             }
         }
     }
