@@ -1267,13 +1267,20 @@ fn a_dead_node_is_decommissioned_only_with_force_which_names_its_lost_slots() {
         .expect("node-2.id")
         .trim()
         .to_string();
-    let dead_slots = cluster.up["nodes"]
+    let dead = cluster.up["nodes"]
         .as_array()
         .expect("nodes")
         .iter()
         .find(|n| n["id"] == dead_id.as_str())
-        .expect("the node in the map")["slots"]
+        .expect("the node in the map")
         .clone();
+    let dead_slots = dead["slots"].clone();
+    // Every request below goes to the nodes that stay (the map lists nodes in its own order).
+    let addrs: Vec<String> = addrs
+        .into_iter()
+        .filter(|a| dead["addr"] != a.as_str())
+        .collect();
+    assert_eq!(addrs.len(), 2);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(cluster.pids()[2]),
         nix::sys::signal::Signal::SIGKILL,
