@@ -1,5 +1,7 @@
-//! Mantle on the cluster: every node runs a balancing policy (`pliant serve --balancer POLICY`)
-//! over every node's load, and moves its own hash slots where the policy says.
+//! Mantle on the cluster: every node runs the cluster's balancing policy (kept in the
+//! coordination store with a version: set by `cluster up --balancer`, `serve --balancer` or
+//! `PLIANT.BALANCER LOAD`, installed by every node at its next decision) over every node's load,
+//! and moves its own hash slots where the policy says.
 //!
 //! As in CephFS with Mantle, each node decides for itself, every interval (10 s by default,
 //! Ceph's `mds_bal_interval`):
@@ -11,8 +13,8 @@
 //!    and `slots` (how many the node owns) for every node of the map and every live member,
 //!    under the node ids `CLUSTER NODES` shows; `whoami` is this node's id;
 //! 3. when `when` holds, `where`'s targets (an amount of load per node) become slot moves:
-//!    for each target, this node's slots are picked by their own load over the last interval
-//!    with each of `howmuch`'s strategies (Mantle's fragment selectors: `big` hottest first,
+//!    for each target, this node's slots are picked by their own load (over the last
+//!    `slot_window` intervals since its slots last changed) with each of `howmuch`'s strategies (Mantle's fragment selectors: `big` hottest first,
 //!    `small` coolest first, `big_small` alternating, `half` half of the loaded slots in slot
 //!    order), and the selection whose load is closest to the amount is moved by the slot mover
 //!    ([`super::mover`]), the one `pliant cluster move` and rescaling use.
@@ -48,9 +50,6 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Decisions kept for `PLIANT.BALANCER LOG` (the newest).
 const LOG: usize = 1_000;
-
-/// Slots moved per map update at most (as a rescale groups them).
-const GROUP: usize = 512;
 
 /// The strategies `howmuch` may name, and the ones tried when it names none.
 pub const STRATEGIES: &[&str] = &["big", "small", "big_small", "half"];
@@ -470,15 +469,15 @@ impl Thread {
             }
             let Some(c) = coord.clone() else { continue };
             match wake {
-                Wake::Stop => return,
                 Wake::Msg(m) => {
                     rt.block_on(self.handle(m, c.as_ref()));
                     continue;
                 }
-                Wake::Tick => next += self.interval,
+                Wake::Tick | Wake::Stop => next += self.interval,
             }
             rt.block_on(self.sync_policy(c.as_ref()));
-            if self.installed.is_none() {
+            // No policy runs until one installs (the first may fail to, here).
+            if self.engine.active_version().is_none() {
                 continue;
             }
             let entry = rt.block_on(self.decide(c.as_ref()));
@@ -521,7 +520,10 @@ impl Thread {
             return;
         }
         self.installed = Some(record.version);
+        // Checked apart first, so that a policy that fails here leaves the running one with its
+        // own parameters.
         let installed = source_of(&record).and_then(|(source, params)| {
+            check(self.engine.metrics(), &source, &params)?;
             self.engine.set_params(params);
             self.engine
                 .install(source)
@@ -803,7 +805,7 @@ impl Thread {
                 seconds: 0.0,
             };
             let mut failed = None;
-            for group in pick.slots.chunks(GROUP) {
+            for group in pick.slots.chunks(super::rescale::GROUP) {
                 match move_slots(coord, self.password.as_deref(), group, &to, &mut |_, _| {}).await
                 {
                     Ok(r) => {
@@ -828,8 +830,8 @@ impl Thread {
         }
         if !entry.moved.is_empty() {
             // The next decision should see the load after the moves, not a blend: read again.
+            // (This node's slots changed, so `measure` restarts their history too.)
             self.seen.clear();
-            self.history.clear();
             let _ = self.measure(&Self::nodes(&cluster.state()), &me).await;
         }
         entry

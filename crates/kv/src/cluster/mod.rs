@@ -92,7 +92,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// Joins the cluster of `coord` as `me` and follows its map; renews the lease in a task
-    /// until the stop signal turns true, then leaves.
+    /// until the stop signal turns true (`Server::run` then leaves, once it has served what it
+    /// read).
     pub async fn join(
         me: Member,
         coord_addr: String,
@@ -109,12 +110,8 @@ impl Cluster {
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    _ = stop.changed() => {
-                        if let Err(e) = renewer.leave(&id).await {
-                            tracing::warn!("leaving the cluster: {e}");
-                        }
-                        return;
-                    }
+                    // The server leaves once it has served what it read (`Server::run`).
+                    _ = stop.changed() => return,
                 }
                 let renewed = match renewer.keepalive(&id).await {
                     // Lapsed (the store restarted, or this node stalled): join again.

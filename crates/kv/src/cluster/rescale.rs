@@ -25,7 +25,7 @@ use crate::frame::Frame;
 
 /// Slots moved together, at most: enough that a map update and a walk over the source's keys
 /// serve many slots, few enough that progress shows and a failure leaves little half done.
-const GROUP: usize = 512;
+pub(super) const GROUP: usize = 512;
 
 /// What to change.
 #[derive(Debug, Clone)]
