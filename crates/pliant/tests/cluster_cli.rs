@@ -1090,7 +1090,8 @@ fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops(
         (0..1500).map(|i| format!("k{i}")).partition(owned_by_first);
     let writer = Skewed::start(&addrs[0], hot, cold);
 
-    // Bounded wait: until some slots moved, then every node's last 4 decisions moved nothing.
+    // Bounded wait: until some slots moved, every node's last 4 decisions moved nothing, and the
+    // loads are even.
     let began = Instant::now();
     let mut first_loads = None;
     let quiet = loop {
@@ -1115,7 +1116,13 @@ fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops(
                     .iter()
                     .all(|e| e["moved"].as_array().is_some_and(Vec::is_empty))
         });
-        if moved_any && settled {
+        // Even by the policy's own measure: no node overloaded (at least 10% over the mean,
+        // Ceph's mds_bal_min_rebalance), so nothing is left to spill but noise.
+        let even = latest_loads(&addrs[0]).is_some_and(|l| {
+            let mean = l.values().sum::<f64>() / l.len() as f64;
+            l.values().all(|&x| x < 1.1 * mean)
+        });
+        if moved_any && settled && even {
             break logs;
         }
     };
