@@ -481,19 +481,17 @@ async fn finish_moves(
     password: Option<&str>,
 ) -> Result<usize, RescaleError> {
     let map = &state.map;
-    let mut groups: std::collections::BTreeMap<String, Vec<u16>> = Default::default();
+    // One group per source and target: `move_slots` wants one owner.
+    let mut groups: std::collections::BTreeMap<(u16, u16), Vec<u16>> = Default::default();
     for (slot, m) in map.migrations() {
-        let to = map.nodes()[usize::from(m.to)].id.clone();
-        // One group per source and target: `move_slots` wants one owner.
-        let from = map.nodes()[usize::from(m.from)].id.clone();
-        groups.entry(format!("{from} {to}")).or_default().push(slot);
+        groups.entry((m.from, m.to)).or_default().push(slot);
     }
     let mut done = 0;
-    for (pair, slots) in groups {
-        let to = pair.split_once(' ').map_or("", |(_, t)| t).to_string();
+    for ((_, to), slots) in groups {
+        let to = &map.nodes()[usize::from(to)].id;
         for chunk in slots.chunks(GROUP) {
             tracing::info!("finishing the move of {} slot(s) to {to}", chunk.len());
-            move_slots(coord, password, chunk, &to, &mut |_, _| {}).await?;
+            move_slots(coord, password, chunk, to, &mut |_, _| {}).await?;
             done += chunk.len();
         }
     }
