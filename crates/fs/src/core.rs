@@ -1,0 +1,1898 @@
+//! The file-system core: every operation of the mount, by path and by open handle, over the
+//! backing directory and the extent files, with no FUSE in sight (mountpoint-s3's split: the
+//! adapter in `fuse.rs` only translates, so everything here is testable without mounting).
+//!
+//! ## Data
+//! A cached file is an entry with a sparse cache file `data/<id>` that mirrors the file's
+//! offsets, and a map of the extents present in it, each clean or dirty. A read copies the
+//! missing extents up from the backing file first; a write does read-modify-write of a partial
+//! extent (copying it up) and skips the copy-up for an extent it covers whole (or where the
+//! backing file has no bytes). Sizes and modification times of files with dirty data are the
+//! cache's, so `stat` through the mount is right before anything reaches the backing directory.
+//!
+//! ## Metadata
+//! Every metadata operation (create, mkdir, rename, unlink, chmod, truncate, symlink, xattrs)
+//! goes to the backing directory at once, so the backing tree always has every name, and only
+//! file contents lag behind. A truncation applies to the backing file and to the cache.
+//!
+//! ## Locks
+//! `State` (names, LRU order, the dirty queue, the write window) and one lock per file
+//! (`FileData`). A file's lock may be held while taking the state lock, never the reverse. A
+//! write-back copies an extent out under the file lock and writes it to the backing file
+//! without it, marking the extent in flight; anything else that must write back, drop or cut
+//! that extent waits for it (the file's condition variable), so an older copy never lands on
+//! top of a newer one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::clock::Clock;
+use crate::config::{EvictionUnit, FsConfig, FsyncMode};
+use crate::journal::{self, Header, Journal, Record};
+use crate::stats::{Counters, FsStats};
+use crate::window::WriteWindow;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in one FUSE request must not take the whole mount down with poisoned locks.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn errno(e: nix::errno::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// What the cache holds of one extent.
+#[derive(Debug, Clone)]
+struct Extent {
+    /// Bytes of the file this extent covers (less than the extent size for the last one).
+    bytes: u64,
+    dirty: bool,
+    /// Bumped by every write, so a write-back knows whether it wrote the latest data.
+    generation: u64,
+    in_flight: bool,
+    /// Named by a synced `Dirty` journal record with no `Clean` after it yet.
+    journaled: bool,
+    /// LRU tick (extent-level eviction).
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct FileData {
+    /// Relative to the backing directory; `None` once unlinked (the entry lives on while open).
+    path: Option<PathBuf>,
+    cache: Option<File>,
+    backing: Option<Arc<File>>,
+    backing_writable: bool,
+    size: u64,
+    /// Bytes the backing file holds (what a copy-up can read).
+    backing_size: u64,
+    mtime: SystemTime,
+    /// The backing file's (size, mtime) when last looked at: a difference means someone
+    /// changed it behind the cache's back.
+    seen: (u64, SystemTime),
+    extents: BTreeMap<u64, Extent>,
+    cached_bytes: u64,
+    dirty_bytes: u64,
+    open_count: u32,
+    /// LRU tick (file-level eviction).
+    tick: u64,
+    /// Has `Dirty` records in the journal: renames, sizes and drops must be journaled too.
+    journaled: bool,
+}
+
+/// A cached file.
+#[derive(Debug)]
+pub(crate) struct FileEntry {
+    id: u64,
+    data: Mutex<FileData>,
+    /// Signalled when an extent stops being in flight.
+    idle: Condvar,
+}
+
+/// An open file: what reads and writes go through.
+#[derive(Debug, Clone)]
+pub struct Handle(Arc<FileEntry>);
+
+#[derive(Debug)]
+struct State {
+    files: HashMap<u64, Arc<FileEntry>>,
+    by_path: HashMap<PathBuf, u64>,
+    /// Oldest first: `(file id, None)` for file-level eviction, `(id, Some(extent))` for
+    /// extent-level.
+    lru: BTreeMap<u64, (u64, Option<u64>)>,
+    /// Dirty extents, oldest first (stale entries are skipped when popped).
+    dirty_queue: BTreeMap<u64, (u64, u64)>,
+    tick: u64,
+    next_id: u64,
+    window: WriteWindow,
+    /// Write-back runs from the dirty high watermark down to the low one.
+    writeback_active: bool,
+    /// Callers waiting for every dirty extent to be written back.
+    flushing: u32,
+    /// Workers hold off (tests that check the bookkeeping need it still).
+    paused: bool,
+    /// Workers in the middle of a write-back.
+    busy: u32,
+}
+
+impl State {
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: FsConfig,
+    data_dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    journal: Mutex<Journal>,
+    pub(crate) counters: Counters,
+    used: AtomicU64,
+    dirty: AtomicU64,
+    /// Wakes write-back workers.
+    work: Condvar,
+    /// Wakes callers waiting for write-back progress.
+    progress: Condvar,
+    evicting: Mutex<()>,
+    stop: AtomicBool,
+    started: Instant,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Held for the mount's life: a second mount of the same cache directory fails.
+    _lock: nix::fcntl::Flock<File>,
+}
+
+/// What a mount found in the journal of an earlier one that did not finish.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Recovery {
+    /// Files with extents to write back.
+    pub files: u64,
+    /// Extents written back.
+    pub extents: u64,
+    /// Bytes written back.
+    pub bytes: u64,
+    /// The journal's last line was torn (a crash during an append that nothing acknowledged).
+    pub torn_tail: bool,
+}
+
+/// A file's attributes as the mount shows them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attr {
+    /// Size, the cache's when it holds newer data.
+    pub size: u64,
+    /// 512-byte blocks.
+    pub blocks: u64,
+    /// Access time.
+    pub atime: SystemTime,
+    /// Modification time, the cache's when it holds newer data.
+    pub mtime: SystemTime,
+    /// Status change time.
+    pub ctime: SystemTime,
+    /// The `S_IFMT` bits and permissions (`st_mode`).
+    pub mode: u32,
+    /// Links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number of a device file.
+    pub rdev: u32,
+}
+
+fn time_of(secs: i64, nsecs: i64) -> SystemTime {
+    let nsecs = nsecs.clamp(0, 999_999_999) as u32;
+    if secs >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::new(0, nsecs)
+    }
+}
+
+impl Attr {
+    fn from_meta(m: &std::fs::Metadata) -> Self {
+        Self {
+            size: m.size(),
+            blocks: m.blocks(),
+            atime: time_of(m.atime(), m.atime_nsec()),
+            mtime: time_of(m.mtime(), m.mtime_nsec()),
+            ctime: time_of(m.ctime(), m.ctime_nsec()),
+            mode: m.mode(),
+            nlink: m.nlink() as u32,
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev() as u32,
+        }
+    }
+    /// Whether this is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc_mode::S_IFMT == libc_mode::S_IFDIR
+    }
+    /// Whether this is a regular file.
+    pub fn is_file(&self) -> bool {
+        self.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
+    }
+}
+
+/// The `st_mode` type bits (POSIX values, the same on every Linux).
+pub mod libc_mode {
+    /// Type mask.
+    pub const S_IFMT: u32 = 0o170_000;
+    /// Directory.
+    pub const S_IFDIR: u32 = 0o040_000;
+    /// Regular file.
+    pub const S_IFREG: u32 = 0o100_000;
+    /// Symbolic link.
+    pub const S_IFLNK: u32 = 0o120_000;
+}
+
+/// A directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The name.
+    pub name: std::ffi::OsString,
+    /// The `S_IFMT` bits of its type.
+    pub kind: u32,
+}
+
+/// What a hint did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HintReport {
+    /// Files the hint reached.
+    pub files: u64,
+    /// Bytes it copied up, wrote back or dropped.
+    pub bytes: u64,
+}
+
+/// The cache.
+pub struct FsCache {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FsCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsCache")
+            .field("backing", &self.inner.cfg.backing)
+            .finish()
+    }
+}
+
+/// Why a mount could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// A setting that cannot work.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// Another mount uses the cache directory.
+    #[error("cache directory {0}: in use by another mount")]
+    Locked(PathBuf),
+    /// The journal of an earlier mount names another backing directory.
+    #[error(
+        "cache directory {cache_dir} holds dirty data of {journal_backing}, not of {backing}: mount {journal_backing} with it first (removing the directory loses that data)"
+    )]
+    OtherBacking {
+        /// The cache directory.
+        cache_dir: PathBuf,
+        /// What the journal names.
+        journal_backing: PathBuf,
+        /// What this mount was given.
+        backing: PathBuf,
+    },
+    /// I/O on a named path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        source: io::Error,
+    },
+}
+
+fn at(path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
+    move |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl FsCache {
+    /// Opens the cache over `cfg.backing`: takes the cache directory, writes back whatever the
+    /// journal of an unfinished earlier mount holds, and starts the write-back threads.
+    pub fn new(mut cfg: FsConfig, clock: Arc<dyn Clock>) -> Result<(Self, Recovery), OpenError> {
+        cfg.validate()?;
+        cfg.backing = cfg.backing.canonicalize().map_err(at(&cfg.backing))?;
+        if !cfg.backing.is_dir() {
+            return Err(OpenError::Io {
+                path: cfg.backing.clone(),
+                source: io::Error::other("not a directory"),
+            });
+        }
+        std::fs::create_dir_all(&cfg.cache_dir).map_err(at(&cfg.cache_dir))?;
+        cfg.cache_dir = cfg.cache_dir.canonicalize().map_err(at(&cfg.cache_dir))?;
+        // The cache holds copies of files only their owners may read.
+        std::fs::set_permissions(
+            &cfg.cache_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .map_err(at(&cfg.cache_dir))?;
+        let lock_path = cfg.cache_dir.join("lock");
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(at(&lock_path))?;
+        let dir_lock =
+            nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+                .map_err(|_| OpenError::Locked(cfg.cache_dir.clone()))?;
+        let data_dir = cfg.cache_dir.join("data");
+        let journal_path = cfg.cache_dir.join(journal::FILE);
+        let recovery = recover(&cfg, &data_dir, &journal_path)?;
+        if data_dir.exists() {
+            std::fs::remove_dir_all(&data_dir).map_err(at(&data_dir))?;
+        }
+        std::fs::create_dir_all(&data_dir).map_err(at(&data_dir))?;
+        let header = Header {
+            pliant_fs_journal: 1,
+            backing: journal::path_bytes(&cfg.backing),
+            extent: cfg.extent,
+        };
+        let journal = Journal::create(&journal_path, &header).map_err(at(&journal_path))?;
+        let window = WriteWindow::new(cfg.window_bytes(), cfg.write_window);
+        let threads = cfg.writeback_threads;
+        let inner = Arc::new(Inner {
+            cfg,
+            data_dir,
+            clock,
+            state: Mutex::new(State {
+                files: HashMap::new(),
+                by_path: HashMap::new(),
+                lru: BTreeMap::new(),
+                dirty_queue: BTreeMap::new(),
+                tick: 0,
+                next_id: 1,
+                window,
+                writeback_active: false,
+                flushing: 0,
+                paused: false,
+                busy: 0,
+            }),
+            journal: Mutex::new(journal),
+            counters: Counters::default(),
+            used: AtomicU64::new(0),
+            dirty: AtomicU64::new(0),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            evicting: Mutex::new(()),
+            stop: AtomicBool::new(false),
+            started: Instant::now(),
+            workers: Mutex::new(Vec::new()),
+            _lock: dir_lock,
+        });
+        let mut workers = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let inner = inner.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("pliant-fs-wb{i}"))
+                .spawn(move || inner.writeback_worker())
+                .map_err(|e| OpenError::Io {
+                    path: PathBuf::from("write-back thread"),
+                    source: e,
+                })?;
+            workers.push(h);
+        }
+        *lock(&inner.workers) = workers;
+        Ok((Self { inner }, recovery))
+    }
+
+    /// The settings in force (the backing and cache paths canonical).
+    pub fn config(&self) -> &FsConfig {
+        &self.inner.cfg
+    }
+
+    fn full(&self, rel: &Path) -> PathBuf {
+        self.inner.cfg.backing.join(rel)
+    }
+
+    /// Attributes of `rel` (the root is `""`), corrected for data only the cache has.
+    pub fn getattr(&self, rel: &Path) -> io::Result<Attr> {
+        let Some(entry) = self.inner.entry(rel) else {
+            return Ok(Attr::from_meta(&std::fs::symlink_metadata(self.full(rel))?));
+        };
+        // The backing file is looked at under the file's lock: a write-back completing between
+        // the two would otherwise show the backing file's old size as the file's.
+        let d = lock(&entry.data);
+        let meta = std::fs::symlink_metadata(self.full(rel))?;
+        let mut attr = Attr::from_meta(&meta);
+        if attr.is_file() && (d.dirty_bytes > 0 || d.seen == (attr.size, attr.mtime)) {
+            attr.size = d.size;
+            attr.mtime = d.mtime;
+            attr.blocks = attr.blocks.max(d.size.div_ceil(512));
+        }
+        Ok(attr)
+    }
+
+    /// Opens a regular file, revalidating what the cache holds of it: if the backing file's
+    /// size or modification time changed behind the cache's back, its clean extents go.
+    pub fn open(&self, rel: &Path) -> io::Result<Handle> {
+        self.inner.open_entry(rel, None).map(Handle)
+    }
+
+    /// Creates (or, without `exclusive`, opens) a regular file in the backing directory with
+    /// `mode`, owned by `owner` when given, and opens it.
+    pub fn create(
+        &self,
+        rel: &Path,
+        mode: u32,
+        exclusive: bool,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<Handle> {
+        let full = self.full(rel);
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).mode(mode);
+        if exclusive {
+            o.create_new(true);
+        } else {
+            o.create(true);
+        }
+        let f = o.open(&full)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+        }
+        self.inner.open_entry(rel, Some(f)).map(Handle)
+    }
+
+    /// Closes a handle. A file unlinked while open leaves the cache with its last handle.
+    pub fn release(&self, h: Handle) {
+        self.inner.release(&h.0);
+    }
+
+    /// Reads up to `len` bytes at `offset`, copying missing extents up first.
+    pub fn read(&self, h: &Handle, offset: u64, len: u32) -> io::Result<Vec<u8>> {
+        let out = self.inner.read(&h.0, offset, len as u64)?;
+        self.inner.maybe_evict();
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset` into the cache.
+    pub fn write(&self, h: &Handle, offset: u64, data: &[u8]) -> io::Result<u32> {
+        self.inner.write(&h.0, offset, data)?;
+        self.inner.maybe_evict();
+        self.inner.maybe_start_writeback();
+        Ok(data.len() as u32)
+    }
+
+    /// Makes the file's data durable as `--fsync` says: in the cache (data synced, journal
+    /// record synced) or in the backing directory.
+    pub fn fsync(&self, h: &Handle) -> io::Result<()> {
+        match self.inner.cfg.fsync {
+            FsyncMode::Cache => self.inner.fsync_cache(&h.0),
+            FsyncMode::Backing => self.inner.writeback_file(&h.0, true).map(|_| ()),
+        }
+    }
+
+    /// Truncates (or extends) a file to `size`, in the backing directory and in the cache.
+    pub fn truncate(&self, rel: &Path, size: u64) -> io::Result<()> {
+        if size > self.inner.cfg.max_file_size {
+            Counters::add(&self.inner.counters.efbig, 1);
+            return Err(errno(nix::errno::Errno::EFBIG));
+        }
+        match self.inner.entry(rel) {
+            Some(e) => self.inner.truncate_entry(&e, size),
+            None => OpenOptions::new()
+                .write(true)
+                .open(self.full(rel))?
+                .set_len(size),
+        }
+    }
+
+    /// Sets permissions.
+    pub fn chmod(&self, rel: &Path, mode: u32) -> io::Result<()> {
+        std::fs::set_permissions(
+            self.full(rel),
+            std::os::unix::fs::PermissionsExt::from_mode(mode & 0o7777),
+        )
+    }
+
+    /// Sets the owner (without following a symbolic link).
+    pub fn chown(&self, rel: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        std::os::unix::fs::lchown(self.full(rel), uid, gid)
+    }
+
+    /// Sets access and modification times (`None` leaves one alone); the cache remembers a
+    /// new modification time for a file whose data it still holds.
+    pub fn set_times(
+        &self,
+        rel: &Path,
+        atime: Option<SystemTime>,
+        mtime: Option<SystemTime>,
+    ) -> io::Result<()> {
+        let full = self.full(rel);
+        let ts = |t: Option<SystemTime>| match t {
+            None => nix::sys::time::TimeSpec::UTIME_OMIT,
+            Some(t) => {
+                let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+                nix::sys::time::TimeSpec::new(d.as_secs() as i64, d.subsec_nanos() as i64)
+            }
+        };
+        nix::sys::stat::utimensat(
+            nix::fcntl::AT_FDCWD,
+            &full,
+            &ts(atime),
+            &ts(mtime),
+            nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(errno)?;
+        if let (Some(t), Some(entry)) = (mtime, self.inner.entry(rel)) {
+            let mut d = lock(&entry.data);
+            d.mtime = t;
+            if let Ok(m) = std::fs::metadata(&full) {
+                d.seen = (m.size(), Attr::from_meta(&m).mtime);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a directory.
+    pub fn mkdir(&self, rel: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+        let full = self.full(rel);
+        std::fs::DirBuilder::new()
+            .mode(mode & 0o7777)
+            .create(&full)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::lchown(&full, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, rel: &Path) -> io::Result<()> {
+        std::fs::remove_dir(self.full(rel))
+    }
+
+    /// Makes a symbolic link at `rel` pointing at `target`.
+    pub fn symlink(&self, rel: &Path, target: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
+        let full = self.full(rel);
+        std::os::unix::fs::symlink(target, &full)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::lchown(&full, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    }
+
+    /// Reads a symbolic link.
+    pub fn readlink(&self, rel: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(self.full(rel))
+    }
+
+    /// Lists a directory (without `.` and `..`).
+    pub fn readdir(&self, rel: &Path) -> io::Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(self.full(rel))? {
+            let e = e?;
+            let ft = e.file_type()?;
+            let kind = if ft.is_dir() {
+                libc_mode::S_IFDIR
+            } else if ft.is_symlink() {
+                libc_mode::S_IFLNK
+            } else if ft.is_file() {
+                libc_mode::S_IFREG
+            } else {
+                e.metadata()?.mode() & libc_mode::S_IFMT
+            };
+            out.push(DirEntry {
+                name: e.file_name(),
+                kind,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes a file; its cached data goes (dirty data included: there is nowhere to write
+    /// it), or goes when its last handle closes.
+    pub fn unlink(&self, rel: &Path) -> io::Result<()> {
+        std::fs::remove_file(self.full(rel))?;
+        self.inner.detach(rel);
+        Ok(())
+    }
+
+    /// Renames `from` to `to` (a file or a whole directory), with `renameat2` flags
+    /// (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`).
+    pub fn rename(&self, from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+        let rflags =
+            nix::fcntl::RenameFlags::from_bits(flags).ok_or(errno(nix::errno::Errno::EINVAL))?;
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            &self.full(from),
+            nix::fcntl::AT_FDCWD,
+            &self.full(to),
+            rflags,
+        )
+        .map_err(errno)?;
+        self.inner.renamed(
+            from,
+            to,
+            rflags.contains(nix::fcntl::RenameFlags::RENAME_EXCHANGE),
+        );
+        Ok(())
+    }
+
+    /// Reads an extended attribute of the backing path.
+    pub fn getxattr(&self, rel: &Path, name: &std::ffi::OsStr) -> io::Result<Option<Vec<u8>>> {
+        xattr::get_deref(self.full(rel), name).or_else(|e| {
+            // A symbolic link's own attributes, as lgetxattr does.
+            if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+                xattr::get(self.full(rel), name)
+            } else {
+                Err(e)
+            }
+        })
+    }
+
+    /// Sets an extended attribute of the backing path.
+    pub fn setxattr(&self, rel: &Path, name: &std::ffi::OsStr, value: &[u8]) -> io::Result<()> {
+        xattr::set(self.full(rel), name, value)
+    }
+
+    /// Lists extended attributes of the backing path.
+    pub fn listxattr(&self, rel: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        Ok(xattr::list(self.full(rel))?.collect())
+    }
+
+    /// Removes an extended attribute of the backing path.
+    pub fn removexattr(&self, rel: &Path, name: &std::ffi::OsStr) -> io::Result<()> {
+        xattr::remove(self.full(rel), name)
+    }
+
+    /// The backing file system's numbers.
+    pub fn statfs(&self) -> io::Result<nix::sys::statvfs::Statvfs> {
+        nix::sys::statvfs::statvfs(&self.inner.cfg.backing).map_err(errno)
+    }
+
+    /// `pliant fs preload`: copies every extent of the files at or under `rel` into the cache.
+    pub fn preload(&self, rel: &Path) -> io::Result<HintReport> {
+        self.for_files(rel, &mut |c, p, r| {
+            let h = c.open(p)?;
+            let res = c.inner.preload_entry(&h.0);
+            c.release(h);
+            r.bytes += res?;
+            r.files += 1;
+            c.inner.maybe_evict();
+            Ok(())
+        })
+    }
+
+    /// `pliant fs evict`: writes back and drops the cached data of the files at or under `rel`.
+    pub fn evict(&self, rel: &Path) -> io::Result<HintReport> {
+        self.for_files(rel, &mut |c, p, r| {
+            if let Some(e) = c.inner.entry(p) {
+                r.bytes += c.inner.evict_extents(&e, None)?;
+                r.files += 1;
+            }
+            Ok(())
+        })
+    }
+
+    /// `pliant fs writeback`: writes the dirty data of the files at or under `rel` back, and
+    /// syncs them in the backing directory.
+    pub fn writeback(&self, rel: &Path) -> io::Result<HintReport> {
+        self.for_files(rel, &mut |c, p, r| {
+            if let Some(e) = c.inner.entry(p) {
+                r.bytes += c.inner.writeback_file(&e, true)?;
+                r.files += 1;
+            }
+            Ok(())
+        })
+    }
+
+    /// `pliant fs invalidate`: drops the clean cached data of the files at or under `rel` (after
+    /// their backing copies changed); dirty data stays.
+    pub fn invalidate(&self, rel: &Path) -> io::Result<HintReport> {
+        self.for_files(rel, &mut |c, p, r| {
+            if let Some(e) = c.inner.entry(p) {
+                r.bytes += c.inner.invalidate_entry(&e)?;
+                r.files += 1;
+            }
+            Ok(())
+        })
+    }
+
+    fn for_files(
+        &self,
+        rel: &Path,
+        f: &mut dyn FnMut(&Self, &Path, &mut HintReport) -> io::Result<()>,
+    ) -> io::Result<HintReport> {
+        let mut report = HintReport::default();
+        let mut stack = vec![rel.to_path_buf()];
+        while let Some(p) = stack.pop() {
+            let meta = std::fs::symlink_metadata(self.full(&p))?;
+            if meta.is_dir() {
+                for e in std::fs::read_dir(self.full(&p))? {
+                    stack.push(p.join(e?.file_name()));
+                }
+            } else if meta.is_file() {
+                f(self, &p, &mut report)?;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Writes every dirty extent back, calling `progress(dirty bytes left)` about five times a
+    /// second; returns once nothing is dirty. Failed write-backs are retried (and logged).
+    pub fn flush(&self, progress: &mut dyn FnMut(u64)) {
+        self.inner.flush(progress);
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> FsStats {
+        self.inner.stats()
+    }
+
+    /// Stops the mount: with `discard`, drops dirty data (DataWarp's teardown after a failed
+    /// job); otherwise writes everything back first. Leaves an empty journal, so the next mount
+    /// has nothing to recover.
+    pub fn shutdown(self, discard: bool, progress: &mut dyn FnMut(u64)) -> io::Result<()> {
+        if !discard {
+            self.inner.flush(progress);
+        }
+        self.inner.stop.store(true, Relaxed);
+        self.inner.work.notify_all();
+        for h in std::mem::take(&mut *lock(&self.inner.workers)) {
+            let _ = h.join();
+        }
+        let header = Header {
+            pliant_fs_journal: 1,
+            backing: journal::path_bytes(&self.inner.cfg.backing),
+            extent: self.inner.cfg.extent,
+        };
+        *lock(&self.inner.journal) =
+            Journal::create(&self.inner.cfg.cache_dir.join(journal::FILE), &header)?;
+        let _ = std::fs::remove_dir_all(&self.inner.data_dir);
+        Ok(())
+    }
+
+    /// Checks the bookkeeping (for tests): every extent's bytes follow from the file's size,
+    /// per-file and global byte counts add up, every dirty extent is queued or in flight.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let inner = &self.inner;
+        {
+            let mut s = lock(&inner.state);
+            s.paused = true;
+            while s.busy > 0 {
+                s = inner.progress.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        let result = self.check_paused();
+        lock(&inner.state).paused = false;
+        inner.work.notify_all();
+        result
+    }
+
+    fn check_paused(&self) -> Result<(), String> {
+        let inner = &self.inner;
+        let ext = inner.cfg.extent;
+        let (files, queued, by_path) = {
+            let s = lock(&inner.state);
+            (
+                s.files.values().cloned().collect::<Vec<_>>(),
+                s.dirty_queue
+                    .values()
+                    .copied()
+                    .collect::<std::collections::HashSet<_>>(),
+                s.by_path.clone(),
+            )
+        };
+        let mut named = 0;
+        let (mut used, mut dirty) = (0, 0);
+        for e in files {
+            let d = lock(&e.data);
+            let name = format!("file {} ({:?})", e.id, d.path);
+            if let Some(p) = &d.path {
+                named += 1;
+                if by_path.get(p) != Some(&e.id) {
+                    return Err(format!("{name}: the path maps to {:?}", by_path.get(p)));
+                }
+            }
+            let (mut c, mut dd) = (0, 0);
+            for (i, x) in &d.extents {
+                let want = d.size.saturating_sub(i * ext).min(ext);
+                if x.bytes != want {
+                    return Err(format!(
+                        "{name}: extent {i} has {} bytes, size {} says {want}",
+                        x.bytes, d.size
+                    ));
+                }
+                c += x.bytes;
+                if x.dirty {
+                    dd += x.bytes;
+                    if !x.in_flight && !queued.contains(&(e.id, *i)) {
+                        return Err(format!("{name}: dirty extent {i} is not queued"));
+                    }
+                }
+            }
+            if dd == 0
+                && let Some(p) = &d.path
+                && let Ok(m) = std::fs::metadata(inner.cfg.backing.join(p))
+            {
+                let backing = (m.size(), Attr::from_meta(&m).mtime);
+                if backing != d.seen || m.size() != d.size {
+                    return Err(format!(
+                        "{name}: clean, size {}, but the backing file is {backing:?} and the cache saw {:?}",
+                        d.size, d.seen
+                    ));
+                }
+            }
+            if c != d.cached_bytes || dd != d.dirty_bytes {
+                return Err(format!(
+                    "{name}: counts cached {} dirty {}, extents add to {c} and {dd}",
+                    d.cached_bytes, d.dirty_bytes
+                ));
+            }
+            used += c;
+            dirty += dd;
+        }
+        if named != by_path.len() {
+            return Err(format!("{} paths name {named} files", by_path.len()));
+        }
+        let (u, dr) = (inner.used.load(Relaxed), inner.dirty.load(Relaxed));
+        if (u, dr) != (used, dirty) {
+            return Err(format!(
+                "totals used {u} dirty {dr}, files add to {used} and {dirty}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the cache holds of a path (for test diagnostics).
+    #[doc(hidden)]
+    pub fn debug_entry(&self, rel: &Path) -> String {
+        match self.inner.entry(rel) {
+            None => "no entry".into(),
+            Some(e) => {
+                let d = lock(&e.data);
+                let fd_ino = d
+                    .backing
+                    .as_ref()
+                    .and_then(|f| f.metadata().ok())
+                    .map(|m| (m.ino(), m.size(), m.nlink()));
+                let path_ino = std::fs::metadata(self.full(rel))
+                    .ok()
+                    .map(|m| (m.ino(), m.size()));
+                format!(
+                    "fd {fd_ino:?} path {path_ino:?} id {} size {} backing_size {} seen {:?} dirty {} open {} extents {:?}",
+                    e.id,
+                    d.size,
+                    d.backing_size,
+                    d.seen,
+                    d.dirty_bytes,
+                    d.open_count,
+                    d.extents
+                        .iter()
+                        .map(|(i, x)| (*i, x.bytes, x.dirty))
+                        .collect::<Vec<_>>()
+                )
+            }
+        }
+    }
+
+    /// Simulates `kill -9` for tests: stops the write-back threads and forgets everything in
+    /// memory, leaving the cache directory as a crash would.
+    #[doc(hidden)]
+    pub fn crash(self) {
+        self.inner.stop.store(true, Relaxed);
+        self.inner.work.notify_all();
+        for h in std::mem::take(&mut *lock(&self.inner.workers)) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for FsCache {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Relaxed);
+        self.inner.work.notify_all();
+    }
+}
+
+/// Writes back what the journal of an unfinished mount names; then the caller starts afresh.
+fn recover(cfg: &FsConfig, data_dir: &Path, journal_path: &Path) -> Result<Recovery, OpenError> {
+    let Some(replay) = Journal::replay(journal_path).map_err(at(journal_path))? else {
+        return Ok(Recovery::default());
+    };
+    let mut rec = Recovery {
+        torn_tail: replay.torn_tail,
+        ..Recovery::default()
+    };
+    if replay.files.is_empty() {
+        return Ok(rec);
+    }
+    let jb = journal::bytes_path(&replay.header.backing);
+    if jb != cfg.backing {
+        return Err(OpenError::OtherBacking {
+            cache_dir: cfg.cache_dir.clone(),
+            journal_backing: jb,
+            backing: cfg.backing.clone(),
+        });
+    }
+    let ext = replay.header.extent;
+    for (id, p) in &replay.files {
+        let src_path = data_dir.join(id.to_string());
+        let src = File::open(&src_path).map_err(at(&src_path))?;
+        let dst_path = cfg.backing.join(&p.path);
+        // The file may have been removed behind the cache's back; what fsync acknowledged is
+        // written anyway.
+        let dst = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&dst_path)
+            .map_err(at(&dst_path))?;
+        for &i in &p.extents {
+            let start = i * ext;
+            if start >= p.size {
+                continue;
+            }
+            let len = ext.min(p.size - start);
+            let buf = read_at_zero_filled(&src, start, len).map_err(at(&src_path))?;
+            dst.write_all_at(&buf, start).map_err(at(&dst_path))?;
+            rec.extents += 1;
+            rec.bytes += len;
+        }
+        if dst.metadata().map_err(at(&dst_path))?.len() < p.size {
+            dst.set_len(p.size).map_err(at(&dst_path))?;
+        }
+        dst.sync_all().map_err(at(&dst_path))?;
+        rec.files += 1;
+        tracing::warn!(
+            path = %dst_path.display(),
+            extents = p.extents.len(),
+            "recovered dirty data an earlier mount had not written back"
+        );
+    }
+    Ok(rec)
+}
+
+/// Reads `len` bytes at `offset`; what lies past the end of the file reads as zeros, as it does
+/// in a sparse file.
+fn read_at_zero_filled(f: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf)
+}
+
+impl Inner {
+    fn entry(&self, rel: &Path) -> Option<Arc<FileEntry>> {
+        let s = lock(&self.state);
+        s.by_path.get(rel).and_then(|id| s.files.get(id)).cloned()
+    }
+
+    fn extent_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let e = self.cfg.extent;
+        if len == 0 {
+            return 0..0;
+        }
+        offset / e..(offset + len).div_ceil(e)
+    }
+
+    fn open_entry(&self, rel: &Path, created: Option<File>) -> io::Result<Arc<FileEntry>> {
+        let full = self.cfg.backing.join(rel);
+        let existing = self.entry(rel);
+        let open_backing = || -> io::Result<(File, bool)> {
+            match OpenOptions::new().read(true).write(true).open(&full) {
+                Ok(f) => Ok((f, true)),
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EACCES as i32) => {
+                    Ok((File::open(&full)?, false))
+                }
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EROFS as i32) => {
+                    Ok((File::open(&full)?, false))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        if let Some(entry) = existing {
+            let mut d = lock(&entry.data);
+            let meta = std::fs::metadata(&full)?;
+            let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
+            if now_seen != d.seen {
+                if d.dirty_bytes == 0 {
+                    self.drop_extents_locked(&entry, &mut d, |_, _| true)?;
+                    Counters::add(&self.counters.revalidated_files, 1);
+                    d.size = now_seen.0;
+                    d.backing_size = now_seen.0;
+                    d.mtime = now_seen.1;
+                } else {
+                    tracing::warn!(
+                        path = %full.display(),
+                        "changed in the backing directory while the cache holds unwritten data; the cache's data wins"
+                    );
+                }
+                d.seen = now_seen;
+            }
+            if d.backing.is_none() {
+                let (f, w) = match created {
+                    Some(f) => (f, true),
+                    None => open_backing()?,
+                };
+                d.backing = Some(Arc::new(f));
+                d.backing_writable = w;
+            }
+            d.open_count += 1;
+            drop(d);
+            return Ok(entry);
+        }
+        let (f, writable) = match created {
+            Some(f) => (f, true),
+            None => open_backing()?,
+        };
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Err(errno(nix::errno::Errno::EISDIR));
+        }
+        let mtime = Attr::from_meta(&meta).mtime;
+        let mut s = lock(&self.state);
+        // Another thread may have opened it meanwhile.
+        if let Some(entry) = s.by_path.get(rel).and_then(|id| s.files.get(id)).cloned() {
+            drop(s);
+            let mut d = lock(&entry.data);
+            d.open_count += 1;
+            if d.backing.is_none() {
+                d.backing = Some(Arc::new(f));
+                d.backing_writable = writable;
+            }
+            drop(d);
+            return Ok(entry);
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        let tick = s.next_tick();
+        let entry = Arc::new(FileEntry {
+            id,
+            data: Mutex::new(FileData {
+                path: Some(rel.to_path_buf()),
+                cache: None,
+                backing: Some(Arc::new(f)),
+                backing_writable: writable,
+                size: meta.size(),
+                backing_size: meta.size(),
+                mtime,
+                seen: (meta.size(), mtime),
+                extents: BTreeMap::new(),
+                cached_bytes: 0,
+                dirty_bytes: 0,
+                open_count: 1,
+                tick,
+                journaled: false,
+            }),
+            idle: Condvar::new(),
+        });
+        s.files.insert(id, entry.clone());
+        s.by_path.insert(rel.to_path_buf(), id);
+        Ok(entry)
+    }
+
+    fn release(&self, entry: &Arc<FileEntry>) {
+        let mut d = lock(&entry.data);
+        d.open_count = d.open_count.saturating_sub(1);
+        if d.open_count > 0 {
+            return;
+        }
+        if d.path.is_none() {
+            // Unlinked while open: nothing refers to it any more.
+            let _ = self.drop_extents_locked(entry, &mut d, |_, _| true);
+            d.cache = None;
+            drop(d);
+            lock(&self.state).files.remove(&entry.id);
+            let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
+            return;
+        }
+        if d.dirty_bytes == 0 {
+            // Keeps descriptors to those of the many cached files that still need one.
+            d.backing = None;
+        }
+    }
+
+    fn cache_file<'a>(&self, id: u64, d: &'a mut FileData) -> io::Result<&'a File> {
+        if d.cache.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(self.data_dir.join(id.to_string()))?;
+            d.cache = Some(f);
+        }
+        d.cache
+            .as_ref()
+            .ok_or_else(|| io::Error::other("cache file"))
+    }
+
+    fn backing_fd(&self, d: &mut FileData) -> io::Result<Arc<File>> {
+        if let Some(f) = &d.backing {
+            return Ok(f.clone());
+        }
+        let path = d.path.as_ref().ok_or(errno(nix::errno::Errno::ENOENT))?;
+        let f = Arc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.cfg.backing.join(path))?,
+        );
+        d.backing = Some(f.clone());
+        d.backing_writable = true;
+        Ok(f)
+    }
+
+    /// Copies extent `i` up from the backing file unless the cache has it; true if it had.
+    fn ensure_extent(&self, entry: &FileEntry, d: &mut FileData, i: u64) -> io::Result<bool> {
+        if d.extents.contains_key(&i) {
+            return Ok(true);
+        }
+        let ext = self.cfg.extent;
+        let start = i * ext;
+        let have = d.backing_size.min(d.size).saturating_sub(start).min(ext);
+        if have > 0 {
+            let src = self.backing_fd(d)?;
+            let buf = read_at_zero_filled(&src, start, have)?;
+            self.cache_file(entry.id, d)?.write_all_at(&buf, start)?;
+            Counters::add(&self.counters.copy_up_bytes, have);
+        }
+        self.insert_extent(d, i);
+        Ok(false)
+    }
+
+    fn insert_extent(&self, d: &mut FileData, i: u64) {
+        let bytes = d
+            .size
+            .saturating_sub(i * self.cfg.extent)
+            .min(self.cfg.extent);
+        d.extents.insert(
+            i,
+            Extent {
+                bytes,
+                dirty: false,
+                generation: 0,
+                in_flight: false,
+                journaled: false,
+                tick: 0,
+            },
+        );
+        d.cached_bytes += bytes;
+        self.used.fetch_add(bytes, Relaxed);
+    }
+
+    /// Recomputes the bytes of the extents around a size change.
+    fn resize_extents(&self, d: &mut FileData, old: u64, new: u64) {
+        let ext = self.cfg.extent;
+        let (lo, hi) = (old.min(new) / ext, old.max(new).div_ceil(ext));
+        let keys: Vec<u64> = d.extents.range(lo..=hi).map(|(k, _)| *k).collect();
+        for i in keys {
+            let bytes = new.saturating_sub(i * ext).min(ext);
+            let Some(x) = d.extents.get_mut(&i) else {
+                continue;
+            };
+            let (old_b, dirty) = (x.bytes, x.dirty);
+            x.bytes = bytes;
+            d.cached_bytes = d.cached_bytes + bytes - old_b;
+            if bytes >= old_b {
+                self.used.fetch_add(bytes - old_b, Relaxed);
+            } else {
+                self.used.fetch_sub(old_b - bytes, Relaxed);
+            }
+            if dirty {
+                d.dirty_bytes = d.dirty_bytes + bytes - old_b;
+                if bytes >= old_b {
+                    self.dirty.fetch_add(bytes - old_b, Relaxed);
+                } else {
+                    self.dirty.fetch_sub(old_b - bytes, Relaxed);
+                }
+            }
+        }
+    }
+
+    fn touch(&self, entry: &FileEntry, d: &mut FileData, extents: std::ops::Range<u64>) {
+        let mut s = lock(&self.state);
+        match self.cfg.eviction {
+            EvictionUnit::File => {
+                s.lru.remove(&d.tick);
+                d.tick = s.next_tick();
+                let t = d.tick;
+                s.lru.insert(t, (entry.id, None));
+            }
+            EvictionUnit::Extent => {
+                for i in extents {
+                    let t = s.next_tick();
+                    if let Some(x) = d.extents.get_mut(&i) {
+                        s.lru.remove(&x.tick);
+                        x.tick = t;
+                        s.lru.insert(t, (entry.id, Some(i)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn read(&self, entry: &FileEntry, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let mut d = lock(&entry.data);
+        let len = len.min(d.size.saturating_sub(offset));
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let ext = self.cfg.extent;
+        let range = self.extent_range(offset, len);
+        for i in range.clone() {
+            let part = (offset + len).min((i + 1) * ext) - offset.max(i * ext);
+            if self.ensure_extent(entry, &mut d, i)? {
+                Counters::add(&self.counters.read_hit_bytes, part);
+            } else {
+                Counters::add(&self.counters.read_miss_bytes, part);
+            }
+        }
+        let buf = read_at_zero_filled(self.cache_file(entry.id, &mut d)?, offset, len)?;
+        self.touch(entry, &mut d, range);
+        Ok(buf)
+    }
+
+    fn write(&self, entry: &FileEntry, offset: u64, data: &[u8]) -> io::Result<()> {
+        let len = data.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        if offset.saturating_add(len) > self.cfg.max_file_size {
+            Counters::add(&self.counters.efbig, 1);
+            return Err(errno(nix::errno::Errno::EFBIG));
+        }
+        {
+            let now = self.clock.now();
+            let mut s = lock(&self.state);
+            if let Err(over) = s.window.charge(len, now) {
+                Counters::add(&self.counters.edquot, 1);
+                if over.first {
+                    tracing::error!(
+                        used = over.used,
+                        limit = over.limit,
+                        window_secs = self.cfg.write_window.as_secs(),
+                        "write window exhausted: writes fail with EDQUOT until it rolls over (--write-window-multiplier, --write-window-length)"
+                    );
+                }
+                return Err(errno(nix::errno::Errno::EDQUOT));
+            }
+        }
+        let mut d = lock(&entry.data);
+        if !d.backing_writable && d.path.is_some() {
+            return Err(errno(nix::errno::Errno::EACCES));
+        }
+        let ext = self.cfg.extent;
+        let range = self.extent_range(offset, len);
+        for i in range.clone() {
+            if d.extents.contains_key(&i) {
+                // Wait out a write-back of this extent: its completion compares generations,
+                // which is enough, but a write must not race the copy it is taking.
+                while d.extents.get(&i).is_some_and(|x| x.in_flight) {
+                    d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            if !d.extents.contains_key(&i) {
+                let start = i * ext;
+                let backing_end = (start + ext).min(d.backing_size.min(d.size));
+                let covers = offset <= start && offset + len >= backing_end;
+                if covers || backing_end <= start {
+                    self.insert_extent(&mut d, i);
+                } else {
+                    self.ensure_extent(entry, &mut d, i)?;
+                }
+            }
+        }
+        self.cache_file(entry.id, &mut d)?
+            .write_all_at(data, offset)?;
+        let old = d.size;
+        if offset + len > old {
+            d.size = offset + len;
+            self.resize_extents(&mut d, old, offset + len);
+        }
+        d.mtime = self.clock.now();
+        let mut newly_dirty = Vec::new();
+        for i in range.clone() {
+            let Some(x) = d.extents.get_mut(&i) else {
+                continue;
+            };
+            x.generation += 1;
+            if !x.dirty {
+                x.dirty = true;
+                let b = x.bytes;
+                d.dirty_bytes += b;
+                self.dirty.fetch_add(b, Relaxed);
+                newly_dirty.push(i);
+            }
+        }
+        if !newly_dirty.is_empty() {
+            let mut s = lock(&self.state);
+            for i in newly_dirty {
+                let t = s.next_tick();
+                s.dirty_queue.insert(t, (entry.id, i));
+            }
+        }
+        Counters::add(&self.counters.written_bytes, len);
+        self.touch(entry, &mut d, range);
+        Ok(())
+    }
+
+    fn fsync_cache(&self, entry: &FileEntry) -> io::Result<()> {
+        let mut d = lock(&entry.data);
+        let dirty: Vec<u64> = d
+            .extents
+            .iter()
+            .filter(|(_, x)| x.dirty)
+            .map(|(i, _)| *i)
+            .collect();
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let Some(path) = d.path.clone() else {
+            return Ok(());
+        };
+        self.cache_file(entry.id, &mut d)?.sync_data()?;
+        if !d.journaled {
+            // The cache file's name must survive a crash too.
+            File::open(&self.data_dir)?.sync_all()?;
+        }
+        let mut j = lock(&self.journal);
+        j.append(&Record::Dirty {
+            id: entry.id,
+            path: journal::path_bytes(&path),
+            size: d.size,
+            extents: dirty.clone(),
+        })?;
+        j.sync()?;
+        drop(j);
+        for i in dirty {
+            if let Some(x) = d.extents.get_mut(&i) {
+                x.journaled = true;
+            }
+        }
+        d.journaled = true;
+        Ok(())
+    }
+
+    /// Writes one extent back if it is dirty; the file's lock is released during the write.
+    /// Returns the bytes written.
+    fn writeback_extent<'a>(
+        &self,
+        entry: &'a FileEntry,
+        mut d: MutexGuard<'a, FileData>,
+        i: u64,
+    ) -> io::Result<(MutexGuard<'a, FileData>, u64)> {
+        loop {
+            match d.extents.get(&i) {
+                Some(x) if x.in_flight => {
+                    d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+                }
+                Some(x) if x.dirty => break,
+                _ => return Ok((d, 0)),
+            }
+        }
+        if d.path.is_none() {
+            return Ok((d, 0));
+        }
+        let start = i * self.cfg.extent;
+        let (len, generation) = {
+            let x = &d.extents[&i];
+            (x.bytes, x.generation)
+        };
+        let buf = read_at_zero_filled(self.cache_file(entry.id, &mut d)?, start, len)?;
+        let dst = self.backing_fd(&mut d)?;
+        if let Some(x) = d.extents.get_mut(&i) {
+            x.in_flight = true;
+        }
+        drop(d);
+        let res = dst.write_all_at(&buf, start);
+        let mut d = lock(&entry.data);
+        if let Some(x) = d.extents.get_mut(&i) {
+            x.in_flight = false;
+        }
+        entry.idle.notify_all();
+        res?;
+        Counters::add(&self.counters.writeback_bytes, len);
+        d.backing_size = d.backing_size.max(start + len);
+        let mut clean = false;
+        let mut journaled = false;
+        if let Some(x) = d.extents.get_mut(&i)
+            && x.generation == generation
+            && x.dirty
+        {
+            x.dirty = false;
+            clean = true;
+            journaled = std::mem::take(&mut x.journaled);
+            let b = x.bytes;
+            d.dirty_bytes -= b;
+            self.dirty.fetch_sub(b, Relaxed);
+        }
+        if journaled {
+            lock(&self.journal).append(&Record::Clean {
+                id: entry.id,
+                extents: vec![i],
+            })?;
+        }
+        if !clean && d.extents.get(&i).is_some_and(|x| x.dirty) {
+            // Written again meanwhile: back in the queue.
+            let mut s = lock(&self.state);
+            let t = s.next_tick();
+            s.dirty_queue.insert(t, (entry.id, i));
+        }
+        if d.dirty_bytes == 0 {
+            self.settle_backing(&mut d, &dst);
+        }
+        Ok((d, len))
+    }
+
+    /// Once nothing of a file is dirty: the backing file gets the cache's modification time,
+    /// and the cache remembers the backing file's state for revalidation.
+    fn settle_backing(&self, d: &mut FileData, dst: &File) {
+        let m = d
+            .mtime
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let ts = nix::sys::time::TimeSpec::new(m.as_secs() as i64, m.subsec_nanos() as i64);
+        let _ = nix::sys::stat::futimens(dst, &nix::sys::time::TimeSpec::UTIME_OMIT, &ts);
+        if let Ok(meta) = dst.metadata() {
+            d.seen = (meta.size(), Attr::from_meta(&meta).mtime);
+            d.backing_size = meta.size();
+        }
+        if d.open_count == 0 {
+            d.backing = None;
+        }
+    }
+
+    /// Writes every dirty extent of a file back (and syncs the backing file if `sync`).
+    fn writeback_file(&self, entry: &FileEntry, sync: bool) -> io::Result<u64> {
+        let mut d = lock(&entry.data);
+        let dirty: Vec<u64> = d
+            .extents
+            .iter()
+            .filter(|(_, x)| x.dirty)
+            .map(|(i, _)| *i)
+            .collect();
+        let mut bytes = 0;
+        for i in dirty {
+            let (g, b) = self.writeback_extent(entry, d, i)?;
+            d = g;
+            bytes += b;
+        }
+        // An extent written again during its write-back is dirty again: once more, under the
+        // lock throughout, so a caller's fsync covers every write before it.
+        let again: Vec<u64> = d
+            .extents
+            .iter()
+            .filter(|(_, x)| x.dirty)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in again {
+            let (g, b) = self.writeback_extent(entry, d, i)?;
+            d = g;
+            bytes += b;
+        }
+        if sync && let Some(f) = &d.backing {
+            f.sync_all()?;
+        }
+        lock(&self.journal).sync()?;
+        Ok(bytes)
+    }
+
+    fn preload_entry(&self, entry: &FileEntry) -> io::Result<u64> {
+        let mut d = lock(&entry.data);
+        let before = d.cached_bytes;
+        let range = self.extent_range(0, d.size);
+        for i in range.clone() {
+            self.ensure_extent(entry, &mut d, i)?;
+        }
+        self.touch(entry, &mut d, range);
+        Ok(d.cached_bytes - before)
+    }
+
+    /// Drops extents `keep` rejects (`keep(i, extent)` true drops); dirty ones must have been
+    /// dealt with by the caller. Returns the bytes dropped.
+    fn drop_extents_locked(
+        &self,
+        entry: &FileEntry,
+        d: &mut FileData,
+        select: impl Fn(u64, &Extent) -> bool,
+    ) -> io::Result<u64> {
+        let victims: Vec<u64> = d
+            .extents
+            .iter()
+            .filter(|(i, x)| select(**i, x))
+            .map(|(i, _)| *i)
+            .collect();
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        // No `Dirty` record may outlive the data it names.
+        lock(&self.journal).sync()?;
+        let ext = self.cfg.extent;
+        let mut dropped = 0;
+        let mut ticks = Vec::new();
+        for i in victims {
+            let Some(x) = d.extents.remove(&i) else {
+                continue;
+            };
+            if let Some(f) = &d.cache {
+                let _ = nix::fcntl::fallocate(
+                    f,
+                    nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                        | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                    (i * ext) as i64,
+                    ext as i64,
+                );
+            }
+            d.cached_bytes -= x.bytes;
+            self.used.fetch_sub(x.bytes, Relaxed);
+            if x.dirty {
+                d.dirty_bytes -= x.bytes;
+                self.dirty.fetch_sub(x.bytes, Relaxed);
+            }
+            dropped += x.bytes;
+            ticks.push(x.tick);
+        }
+        let mut s = lock(&self.state);
+        for t in ticks {
+            if let Some(&(id, Some(_))) = s.lru.get(&t)
+                && id == entry.id
+            {
+                s.lru.remove(&t);
+            }
+        }
+        if d.extents.is_empty() {
+            s.lru.remove(&d.tick);
+        }
+        Ok(dropped)
+    }
+
+    /// Writes back and drops a file's extents (all of them, or only `only`).
+    fn evict_extents(&self, entry: &FileEntry, only: Option<u64>) -> io::Result<u64> {
+        let mut d = lock(&entry.data);
+        let targets: Vec<u64> = match only {
+            Some(i) => vec![i],
+            None => d.extents.keys().copied().collect(),
+        };
+        for &i in &targets {
+            let (g, _) = self.writeback_extent(entry, d, i)?;
+            d = g;
+        }
+        // Wait out write-backs other threads have in flight, then drop what is clean.
+        while targets
+            .iter()
+            .any(|i| d.extents.get(i).is_some_and(|x| x.in_flight))
+        {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        let dropped =
+            self.drop_extents_locked(entry, &mut d, |i, x| !x.dirty && targets.contains(&i))?;
+        Counters::add(&self.counters.evicted_bytes, dropped);
+        if dropped > 0 {
+            Counters::add(&self.counters.evicted_extents, targets.len() as u64);
+        }
+        if d.extents.is_empty() {
+            d.cache = None;
+            let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
+        }
+        Ok(dropped)
+    }
+
+    fn invalidate_entry(&self, entry: &FileEntry) -> io::Result<u64> {
+        let mut d = lock(&entry.data);
+        while d.extents.values().any(|x| x.in_flight) {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        let dropped = self.drop_extents_locked(entry, &mut d, |_, x| !x.dirty)?;
+        if let Some(p) = d.path.clone() {
+            let meta = std::fs::metadata(self.cfg.backing.join(p))?;
+            d.backing_size = meta.size();
+            d.seen = (meta.size(), Attr::from_meta(&meta).mtime);
+            if d.dirty_bytes == 0 {
+                d.size = meta.size();
+                d.mtime = d.seen.1;
+            }
+        }
+        Ok(dropped)
+    }
+
+    fn truncate_entry(&self, entry: &FileEntry, size: u64) -> io::Result<()> {
+        let mut d = lock(&entry.data);
+        while d.extents.values().any(|x| x.in_flight) {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        let ext = self.cfg.extent;
+        let backing = self.backing_fd(&mut d)?;
+        backing.set_len(size)?;
+        // Extents wholly past the new end go; the one the end falls in keeps its head.
+        let first_gone = size.div_ceil(ext);
+        let gone: Vec<u64> = d.extents.range(first_gone..).map(|(i, _)| *i).collect();
+        if !gone.is_empty() {
+            // Dirty or not, their bytes no longer exist.
+            for i in &gone {
+                if let Some(x) = d.extents.get_mut(i)
+                    && x.dirty
+                {
+                    x.dirty = false;
+                    let b = x.bytes;
+                    d.dirty_bytes -= b;
+                    self.dirty.fetch_sub(b, Relaxed);
+                }
+            }
+            self.drop_extents_locked(entry, &mut d, |i, _| i >= first_gone)?;
+        }
+        if let Some(f) = &d.cache {
+            f.set_len(size)?;
+        }
+        let old = d.size;
+        d.size = size;
+        d.backing_size = size;
+        self.resize_extents(&mut d, old, size);
+        d.mtime = self.clock.now();
+        if let Ok(meta) = backing.metadata() {
+            d.seen = (meta.size(), Attr::from_meta(&meta).mtime);
+        }
+        if d.journaled {
+            let mut j = lock(&self.journal);
+            j.append(&Record::Size { id: entry.id, size })?;
+            j.sync()?;
+        }
+        if d.dirty_bytes == 0 {
+            self.settle_backing(&mut d, &backing);
+        }
+        Ok(())
+    }
+
+    fn detach(&self, rel: &Path) {
+        let entry = {
+            let mut s = lock(&self.state);
+            let Some(id) = s.by_path.remove(rel) else {
+                return;
+            };
+            s.files.get(&id).cloned()
+        };
+        let Some(entry) = entry else { return };
+        let mut d = lock(&entry.data);
+        while d.extents.values().any(|x| x.in_flight) {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        d.path = None;
+        for x in d.extents.values_mut() {
+            x.dirty = false;
+        }
+        self.dirty.fetch_sub(d.dirty_bytes, Relaxed);
+        d.dirty_bytes = 0;
+        if std::mem::take(&mut d.journaled) {
+            let mut j = lock(&self.journal);
+            let _ = j
+                .append(&Record::Drop { id: entry.id })
+                .and_then(|_| j.sync());
+        }
+        if d.open_count == 0 {
+            let _ = self.drop_extents_locked(&entry, &mut d, |_, _| true);
+            d.cache = None;
+            d.backing = None;
+            drop(d);
+            lock(&self.state).files.remove(&entry.id);
+            let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
+        }
+    }
+
+    fn renamed(&self, from: &Path, to: &Path, exchange: bool) {
+        if from == to {
+            return;
+        }
+        let mut moved: Vec<(Arc<FileEntry>, PathBuf)> = Vec::new();
+        let mut replaced = None;
+        {
+            let mut s = lock(&self.state);
+            let affected: Vec<(PathBuf, u64)> = s
+                .by_path
+                .iter()
+                .filter(|(p, _)| p.starts_with(from) || (exchange && p.starts_with(to)))
+                .map(|(p, id)| (p.clone(), *id))
+                .collect();
+            if !exchange && s.by_path.contains_key(to) {
+                replaced = Some(to.to_path_buf());
+            }
+            for (p, _) in &affected {
+                s.by_path.remove(p);
+            }
+            for (p, id) in affected {
+                // `join("")` would add a trailing slash: the renamed path itself is `to`.
+                let swap = |base: &Path, rest: &Path| {
+                    if rest.as_os_str().is_empty() {
+                        base.to_path_buf()
+                    } else {
+                        base.join(rest)
+                    }
+                };
+                let new = if let Ok(rest) = p.strip_prefix(from) {
+                    swap(to, rest)
+                } else if let Ok(rest) = p.strip_prefix(to) {
+                    swap(from, rest)
+                } else {
+                    continue;
+                };
+                if let Some(e) = s.files.get(&id).cloned() {
+                    moved.push((e, new));
+                }
+            }
+        }
+        if let Some(p) = replaced {
+            self.detach(&p);
+        }
+        let mut s_updates = Vec::new();
+        for (entry, new) in moved {
+            let mut d = lock(&entry.data);
+            d.path = Some(new.clone());
+            if d.journaled {
+                let mut j = lock(&self.journal);
+                let _ = j
+                    .append(&Record::Rename {
+                        id: entry.id,
+                        path: journal::path_bytes(&new),
+                    })
+                    .and_then(|_| j.sync());
+            }
+            s_updates.push((new, entry.id));
+        }
+        let mut s = lock(&self.state);
+        for (p, id) in s_updates {
+            s.by_path.insert(p, id);
+        }
+    }
+
+    fn maybe_evict(&self) {
+        if self.used.load(Relaxed) <= self.cfg.high_bytes() {
+            return;
+        }
+        let _one = lock(&self.evicting);
+        while self.used.load(Relaxed) > self.cfg.low_bytes() {
+            let victim = {
+                let mut s = lock(&self.state);
+                let Some((&t, &(id, ext))) = s.lru.iter().next() else {
+                    break;
+                };
+                s.lru.remove(&t);
+                s.files.get(&id).cloned().map(|e| (e, ext))
+            };
+            let Some((entry, ext)) = victim else { continue };
+            if let Err(e) = self.evict_extents(&entry, ext) {
+                Counters::add(&self.counters.writeback_errors, 1);
+                tracing::error!(error = %e, "eviction could not write a dirty extent back; retrying later");
+                break;
+            }
+        }
+    }
+
+    fn maybe_start_writeback(&self) {
+        if self.dirty.load(Relaxed) > self.cfg.dirty_high_bytes() {
+            self.work.notify_all();
+        }
+    }
+
+    fn writeback_worker(self: Arc<Self>) {
+        let mut s = lock(&self.state);
+        loop {
+            if self.stop.load(Relaxed) {
+                return;
+            }
+            let dirty = self.dirty.load(Relaxed);
+            if dirty > self.cfg.dirty_high_bytes() {
+                s.writeback_active = true;
+            } else if dirty <= self.cfg.dirty_low_bytes() {
+                s.writeback_active = false;
+            }
+            let job = if (s.writeback_active || s.flushing > 0) && !s.paused {
+                s.dirty_queue.pop_first().map(|(_, job)| job)
+            } else {
+                None
+            };
+            let Some((id, i)) = job else {
+                s = self
+                    .work
+                    .wait_timeout(s, Duration::from_millis(500))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            };
+            let Some(entry) = s.files.get(&id).cloned() else {
+                continue;
+            };
+            s.busy += 1;
+            drop(s);
+            let d = lock(&entry.data);
+            if let Err(e) = self.writeback_extent(&entry, d, i) {
+                Counters::add(&self.counters.writeback_errors, 1);
+                tracing::error!(error = %e, file = id, extent = i, "write-back failed; retrying");
+                // Back in the queue after a pause, so a dead backing store is not spun on.
+                std::thread::sleep(Duration::from_millis(200));
+                let still = lock(&entry.data).extents.get(&i).is_some_and(|x| x.dirty);
+                let mut s = lock(&self.state);
+                if still {
+                    let t = s.next_tick();
+                    s.dirty_queue.insert(t, (id, i));
+                }
+            }
+            s = lock(&self.state);
+            s.busy -= 1;
+            self.progress.notify_all();
+        }
+    }
+
+    fn flush(&self, progress: &mut dyn FnMut(u64)) {
+        lock(&self.state).flushing += 1;
+        self.work.notify_all();
+        loop {
+            let dirty = self.dirty.load(Relaxed);
+            progress(dirty);
+            if dirty == 0 {
+                break;
+            }
+            let s = lock(&self.state);
+            let _ = self.progress.wait_timeout(s, Duration::from_millis(200));
+        }
+        let _ = lock(&self.journal).sync();
+        lock(&self.state).flushing -= 1;
+    }
+
+    fn stats(&self) -> FsStats {
+        let c = &self.counters;
+        let up = self.started.elapsed().as_secs_f64().max(1e-9);
+        let now = self.clock.now();
+        let s = lock(&self.state);
+        let (wu, wl, wleft) = s.window.usage(now);
+        let cached_files = s.files.len() as u64;
+        drop(s);
+        let hit = c.read_hit_bytes.load(Relaxed);
+        let miss = c.read_miss_bytes.load(Relaxed);
+        FsStats {
+            pid: std::process::id(),
+            backing: self.cfg.backing.display().to_string(),
+            uptime_secs: up,
+            capacity_bytes: self.cfg.capacity,
+            used_bytes: self.used.load(Relaxed),
+            dirty_bytes: self.dirty.load(Relaxed),
+            cached_files,
+            read_hit_bytes: hit,
+            read_miss_bytes: miss,
+            hit_ratio: if hit + miss == 0 {
+                0.0
+            } else {
+                hit as f64 / (hit + miss) as f64
+            },
+            written_bytes: c.written_bytes.load(Relaxed),
+            copy_up_bytes: c.copy_up_bytes.load(Relaxed),
+            copy_up_rate: c.copy_up_bytes.load(Relaxed) as f64 / up,
+            writeback_bytes: c.writeback_bytes.load(Relaxed),
+            writeback_rate: c.writeback_bytes.load(Relaxed) as f64 / up,
+            writeback_errors: c.writeback_errors.load(Relaxed),
+            evicted_extents: c.evicted_extents.load(Relaxed),
+            evicted_bytes: c.evicted_bytes.load(Relaxed),
+            edquot_writes: c.edquot.load(Relaxed),
+            efbig_writes: c.efbig.load(Relaxed),
+            window_used_bytes: wu,
+            window_limit_bytes: wl,
+            window_left_secs: wleft,
+            revalidated_files: c.revalidated_files.load(Relaxed),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The counters a mount keeps, and the snapshot `pliant fs stat` shows.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters, updated without a lock.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub read_hit_bytes: AtomicU64,
+    pub read_miss_bytes: AtomicU64,
+    pub written_bytes: AtomicU64,
+    pub copy_up_bytes: AtomicU64,
+    pub writeback_bytes: AtomicU64,
+    pub writeback_errors: AtomicU64,
+    pub evicted_extents: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    pub edquot: AtomicU64,
+    pub efbig: AtomicU64,
+    pub revalidated_files: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+}
+
+/// What `pliant fs stat` prints (and `--json` serialises as is).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FsStats {
+    /// The mount daemon's pid (what `pliant fs unmount` waits for).
+    pub pid: u32,
+    /// The backing directory.
+    pub backing: String,
+    /// Seconds since the mount started.
+    pub uptime_secs: f64,
+    /// Bytes of file data the cache may hold.
+    pub capacity_bytes: u64,
+    /// Bytes of file data the cache holds.
+    pub used_bytes: u64,
+    /// Of those, bytes not yet in the backing directory.
+    pub dirty_bytes: u64,
+    /// Files with cached extents.
+    pub cached_files: u64,
+    /// Bytes read that the cache held.
+    pub read_hit_bytes: u64,
+    /// Bytes read that had to be copied up first.
+    pub read_miss_bytes: u64,
+    /// `read_hit_bytes / (read_hit_bytes + read_miss_bytes)`; 0 before any read.
+    pub hit_ratio: f64,
+    /// Bytes written by applications.
+    pub written_bytes: u64,
+    /// Bytes copied from the backing directory into the cache.
+    pub copy_up_bytes: u64,
+    /// Mean copy-up rate since the mount, bytes/s.
+    pub copy_up_rate: f64,
+    /// Bytes written back to the backing directory.
+    pub writeback_bytes: u64,
+    /// Mean write-back rate since the mount, bytes/s.
+    pub writeback_rate: f64,
+    /// Write-backs that failed (and were retried).
+    pub writeback_errors: u64,
+    /// Extents evicted.
+    pub evicted_extents: u64,
+    /// Bytes evicted.
+    pub evicted_bytes: u64,
+    /// Writes refused with EDQUOT by the write window.
+    pub edquot_writes: u64,
+    /// Writes refused with EFBIG.
+    pub efbig_writes: u64,
+    /// Bytes written in the current write window.
+    pub window_used_bytes: u64,
+    /// What the window allows.
+    pub window_limit_bytes: u64,
+    /// Seconds until the window rolls over.
+    pub window_left_secs: f64,
+    /// Files whose cached data was dropped because the backing copy changed.
+    pub revalidated_files: u64,
+}

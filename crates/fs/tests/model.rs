@@ -1,0 +1,305 @@
+//! fsx-style random operations on the core against an in-memory model of the file tree:
+//! create, write at random offsets, truncate, read, rename, unlink, fsync, evict, write back,
+//! remount and crash-with-everything-fsynced, on a cache small enough that eviction and
+//! write-back run all the time. Every read and size must match the model, and after the final
+//! unmount the backing directory must hold exactly the model.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pliant_fs::{EvictionUnit, FsCache, FsConfig, FsyncMode, Handle, SystemClock};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestRunner};
+
+const NAMES: [&str; 6] = ["a", "b", "c", "d/e", "d/f", "g"];
+const EXTENT: u64 = 4096;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(usize),
+    Write {
+        file: usize,
+        offset: u64,
+        len: u64,
+        seed: u8,
+    },
+    Truncate {
+        file: usize,
+        size: u64,
+    },
+    Read {
+        file: usize,
+        offset: u64,
+        len: u32,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    Unlink(usize),
+    Fsync(usize),
+    Evict(usize),
+    Writeback(usize),
+    Remount,
+    Crash,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let f = 0..NAMES.len();
+    prop_oneof![
+        2 => f.clone().prop_map(Op::Create),
+        8 => (f.clone(), 0..12 * EXTENT, 1..3 * EXTENT, any::<u8>())
+            .prop_map(|(file, offset, len, seed)| Op::Write { file, offset, len, seed }),
+        2 => (f.clone(), 0..10 * EXTENT).prop_map(|(file, size)| Op::Truncate { file, size }),
+        6 => (f.clone(), 0..12 * EXTENT, 1..3 * EXTENT as u32)
+            .prop_map(|(file, offset, len)| Op::Read { file, offset, len }),
+        1 => (f.clone(), f.clone()).prop_map(|(from, to)| Op::Rename { from, to }),
+        1 => f.clone().prop_map(Op::Unlink),
+        1 => f.clone().prop_map(Op::Fsync),
+        1 => f.clone().prop_map(Op::Evict),
+        1 => f.clone().prop_map(Op::Writeback),
+        1 => Just(Op::Remount),
+        1 => Just(Op::Crash),
+    ]
+}
+
+fn config(backing: &Path, cache: &Path, eviction: EvictionUnit) -> FsConfig {
+    let mut c = FsConfig::new(backing.into(), cache.into(), 16 * EXTENT);
+    c.extent = EXTENT;
+    c.writeback_threads = 2;
+    c.max_file_size = 1 << 20;
+    c.eviction = eviction;
+    c.fsync = FsyncMode::Cache;
+    c
+}
+
+struct World {
+    backing: tempfile::TempDir,
+    cache_dir: tempfile::TempDir,
+    eviction: EvictionUnit,
+    fs: Option<FsCache>,
+    open: BTreeMap<usize, Handle>,
+    model: BTreeMap<usize, Vec<u8>>,
+}
+
+impl World {
+    fn new(eviction: EvictionUnit) -> Self {
+        let backing = tempfile::tempdir().expect("backing");
+        std::fs::create_dir(backing.path().join("d")).expect("d");
+        let cache_dir = tempfile::tempdir().expect("cache");
+        let mut w = Self {
+            backing,
+            cache_dir,
+            eviction,
+            fs: None,
+            open: BTreeMap::new(),
+            model: BTreeMap::new(),
+        };
+        w.mount();
+        w
+    }
+
+    fn mount(&mut self) {
+        let cfg = config(self.backing.path(), self.cache_dir.path(), self.eviction);
+        let (fs, _) = FsCache::new(cfg, Arc::new(SystemClock)).expect("mount");
+        self.fs = Some(fs);
+    }
+
+    fn fs(&self) -> &FsCache {
+        self.fs.as_ref().expect("mounted")
+    }
+
+    fn handle(&mut self, file: usize) -> Handle {
+        if let Some(h) = self.open.get(&file) {
+            return h.clone();
+        }
+        let h = self.fs().open(Path::new(NAMES[file])).expect("open");
+        self.open.insert(file, h.clone());
+        h
+    }
+
+    fn close_all(&mut self) {
+        let fs = self.fs.as_ref().expect("mounted");
+        for (_, h) in std::mem::take(&mut self.open) {
+            fs.release(h);
+        }
+    }
+
+    fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let path = |i: usize| PathBuf::from(NAMES[i]);
+        match *op {
+            Op::Create(f) => {
+                if !self.model.contains_key(&f) {
+                    let h = self
+                        .fs()
+                        .create(&path(f), 0o644, true, None)
+                        .expect("create");
+                    self.open.insert(f, h);
+                    self.model.insert(f, Vec::new());
+                }
+            }
+            Op::Write {
+                file,
+                offset,
+                len,
+                seed,
+            } => {
+                if self.model.contains_key(&file) {
+                    let data: Vec<u8> = (0..len)
+                        .map(|i| seed.wrapping_add((i % 251) as u8))
+                        .collect();
+                    let h = self.handle(file);
+                    self.fs().write(&h, offset, &data).expect("write");
+                    let m = self.model.get_mut(&file).expect("model");
+                    let end = (offset + len) as usize;
+                    if m.len() < end {
+                        m.resize(end, 0);
+                    }
+                    m[offset as usize..end].copy_from_slice(&data);
+                }
+            }
+            Op::Truncate { file, size } => {
+                if let Some(m) = self.model.get_mut(&file) {
+                    m.resize(size as usize, 0);
+                    self.fs().truncate(&path(file), size).expect("truncate");
+                }
+            }
+            Op::Read { file, offset, len } => {
+                if self.model.contains_key(&file) {
+                    let h = self.handle(file);
+                    let got = self.fs().read(&h, offset, len).expect("read");
+                    let m = &self.model[&file];
+                    let lo = (offset as usize).min(m.len());
+                    let hi = (offset as usize + len as usize).min(m.len());
+                    prop_assert!(got == m[lo..hi], "read {} @{offset}+{len}", NAMES[file]);
+                }
+            }
+            Op::Rename { from, to } => {
+                if from != to && self.model.contains_key(&from) {
+                    self.fs().rename(&path(from), &path(to), 0).expect("rename");
+                    if let Some(h) = self.open.remove(&to) {
+                        self.fs().release(h);
+                    }
+                    let m = self.model.remove(&from).expect("model");
+                    self.model.insert(to, m);
+                    if let Some(h) = self.open.remove(&from) {
+                        self.open.insert(to, h);
+                    }
+                }
+            }
+            Op::Unlink(f) => {
+                if self.model.remove(&f).is_some() {
+                    if let Some(h) = self.open.remove(&f) {
+                        self.fs().release(h);
+                    }
+                    self.fs().unlink(&path(f)).expect("unlink");
+                }
+            }
+            Op::Fsync(f) => {
+                if self.model.contains_key(&f) {
+                    let h = self.handle(f);
+                    self.fs().fsync(&h).expect("fsync");
+                }
+            }
+            Op::Evict(f) => {
+                if self.model.contains_key(&f) {
+                    self.fs().evict(&path(f)).expect("evict");
+                }
+            }
+            Op::Writeback(f) => {
+                if self.model.contains_key(&f) {
+                    self.fs().writeback(&path(f)).expect("writeback");
+                }
+            }
+            Op::Remount => {
+                self.close_all();
+                let fs = self.fs.take().expect("mounted");
+                fs.shutdown(false, &mut |_| {}).expect("shutdown");
+                self.mount();
+            }
+            Op::Crash => {
+                // Everything fsync'ed survives a crash; the journal must carry it.
+                for f in self.model.keys().copied().collect::<Vec<_>>() {
+                    let h = self.handle(f);
+                    self.fs().fsync(&h).expect("fsync");
+                }
+                self.open.clear();
+                self.fs.take().expect("mounted").crash();
+                self.mount();
+            }
+        }
+        if let Err(e) = self.fs().check_invariants() {
+            return Err(TestCaseError::fail(format!("after {op:?}: {e}")));
+        }
+        for (f, m) in &self.model {
+            let size = self.fs().getattr(&path(*f)).expect("getattr").size;
+            prop_assert_eq!(
+                size,
+                m.len() as u64,
+                "size of {} after {:?}: {}",
+                NAMES[*f],
+                op,
+                self.fs().debug_entry(&path(*f))
+            );
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), TestCaseError> {
+        self.close_all();
+        let fs = self.fs.take().expect("mounted");
+        fs.shutdown(false, &mut |_| {}).expect("shutdown");
+        for (i, name) in NAMES.iter().enumerate() {
+            let on_disk = std::fs::read(self.backing.path().join(name)).ok();
+            prop_assert_eq!(on_disk.as_ref(), self.model.get(&i), "backing {}", name);
+        }
+        Ok(())
+    }
+}
+
+fn run(eviction: EvictionUnit, cases: u32, ops: usize, seed: u64) {
+    let cfg = Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(cfg);
+    runner
+        .run(&proptest::collection::vec(op(), ops), |ops| {
+            let mut w = World::new(eviction);
+            for (n, op) in ops.iter().enumerate() {
+                w.apply(op).map_err(|e| {
+                    // The failing operation and the few before it are what a reader needs; the
+                    // whole sequence is thousands of lines.
+                    let recent: Vec<String> = ops[n.saturating_sub(12)..=n]
+                        .iter()
+                        .zip(n.saturating_sub(12)..)
+                        .map(|(o, i)| format!("  #{i}: {o:?}"))
+                        .collect();
+                    TestCaseError::fail(format!("{e}\nat operation #{n}:\n{}", recent.join("\n")))
+                })?;
+            }
+            w.finish()
+        })
+        .map_err(|e| match e {
+            proptest::test_runner::TestError::Fail(reason, ops) => {
+                format!("{reason} (sequence of {} operations)", ops.len())
+            }
+            other => other.to_string(),
+        })
+        .expect("the core matches the model");
+}
+
+/// 50 sequences of 1,000 operations with file-level eviction, and as many with extent-level:
+/// 100,000 operations in all.
+#[test]
+fn random_operations_match_the_model_file_eviction() {
+    run(EvictionUnit::File, 50, 1000, 13);
+}
+
+#[test]
+fn random_operations_match_the_model_extent_eviction() {
+    run(EvictionUnit::Extent, 50, 1000, 31);
+}
