@@ -19,11 +19,15 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod directives;
+pub mod fuse;
+pub mod job;
 pub mod journal;
+pub mod mount;
 mod stats;
 mod window;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{EvictionUnit, FsConfig, FsyncMode};
 pub use crate::core::{Attr, DirEntry, FsCache, Handle, HintReport, OpenError, Recovery};
+pub use crate::mount::{Hint, MountOptions, MountReport, UnmountReport};
 pub use crate::stats::FsStats;

@@ -70,6 +70,8 @@ fn config(backing: &Path, cache: &Path, eviction: EvictionUnit) -> FsConfig {
     c.writeback_threads = 2;
     c.max_file_size = 1 << 20;
     c.eviction = eviction;
+    // The write window is tested on its own; here it must never refuse.
+    c.write_window_multiplier = 1 << 20;
     c.fsync = FsyncMode::Cache;
     c
 }

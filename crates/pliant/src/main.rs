@@ -57,13 +57,22 @@ enum Command {
     /// Trace statistics, conversion to oracleGeneral, and synthetic traces.
     #[command(subcommand)]
     Trace(cmd::trace::Command),
+    /// A transparent write-back cache (FUSE) over a slow directory, with hints and counters.
+    #[command(subcommand)]
+    Fs(cmd::fs::Command),
+    /// DataWarp-style job directives (`#DW jobdw type=cache …`): set a job's cache up, tear it
+    /// down (what Slurm's burst_buffer.lua calls).
+    #[command(subcommand)]
+    Job(cmd::fs::JobCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // fuser warns when its own unmount at exit finds the mount already gone (`pliant fs
+    // unmount` unmounted it): expected, so not worth a line in every mount's log.
     let default = match cli.verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,fuser=error",
+        1 => "info,fuser=error",
         2 => "debug",
         _ => "trace",
     };
@@ -73,6 +82,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(&args),
@@ -87,6 +97,8 @@ fn main() -> ExitCode {
         Command::Admin(a) => cmd::admin::run(&a),
         Command::Cluster(c) => cmd::cluster::run(c),
         Command::Replay(a) => cmd::replay::run(&a),
+        Command::Fs(c) => cmd::fs::run(c),
+        Command::Job(c) => cmd::fs::run_job(c),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,864 @@
+//! The FUSE adapter: translates kernel requests into [`FsCache`] calls and nothing more (inode
+//! numbers to paths, open handles to numbers, errors to errnos), plus the control names
+//! `pliant fs` reaches the mount through.
+//!
+//! ## Control through extended attributes
+//! `getxattr(PATH, "pliant.<verb>")` on any path inside the mount runs a verb and returns JSON:
+//! `stats` (on any path: the mount's [`FsStats`]), `preload`, `evict`, `writeback`,
+//! `invalidate` (on the files at or under PATH: a [`HintReport`]), `flush` (write everything
+//! back) and `discard` (drop dirty data at unmount). It is a read: whoever may read a path may
+//! hint about it, and no one needs a socket or a pid file. A `getxattr` asking only for the size
+//! runs the verb and keeps the answer for the same process's next call, so the usual two-call
+//! pattern runs a verb once. The names never reach the backing directory and are not listed.
+//!
+//! ## Security
+//! The kernel checks permissions (`default_permissions`) against the backing directory's modes
+//! and owners, which the attributes pass through. What it cannot see are the directories above
+//! the backing directory: a user who may not traverse them must not reach the backing tree
+//! through the mount (DataWarp's hole). Every request from a user other than the mount's owner
+//! and root is checked against them first.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+
+use crate::core::{Attr, FsCache, Handle, libc_mode, lock};
+
+/// The attribute names `pliant fs` uses.
+pub const CONTROL_PREFIX: &str = "pliant.";
+
+/// How long the kernel may trust attributes and names. Short: the backing directory can change
+/// behind the cache's back, and revalidation on open is only as good as the attributes it sees.
+const TTL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Default)]
+struct Inodes {
+    paths: HashMap<u64, (PathBuf, u64)>,
+    by_path: HashMap<PathBuf, u64>,
+    next: u64,
+}
+
+impl Inodes {
+    fn path(&self, ino: INodeNo) -> Option<PathBuf> {
+        if ino.0 == 1 {
+            return Some(PathBuf::new());
+        }
+        self.paths.get(&ino.0).map(|(p, _)| p.clone())
+    }
+
+    /// The inode number of `path`, counting one more kernel reference.
+    fn lookup(&mut self, path: &Path) -> u64 {
+        if path.as_os_str().is_empty() {
+            return 1;
+        }
+        if let Some(&ino) = self.by_path.get(path) {
+            if let Some(e) = self.paths.get_mut(&ino) {
+                e.1 += 1;
+            }
+            return ino;
+        }
+        // Numbers are never reused in a mount: the kernel may still hold a forgotten one.
+        self.next = self.next.max(1) + 1;
+        let ino = self.next;
+        self.paths.insert(ino, (path.to_path_buf(), 1));
+        self.by_path.insert(path.to_path_buf(), ino);
+        ino
+    }
+
+    fn forget(&mut self, ino: u64, n: u64) {
+        if let Some(e) = self.paths.get_mut(&ino) {
+            e.1 = e.1.saturating_sub(n);
+            if e.1 == 0 {
+                let (p, _) = self.paths.remove(&ino).unwrap_or_default();
+                if self.by_path.get(&p) == Some(&ino) {
+                    self.by_path.remove(&p);
+                }
+            }
+        }
+    }
+
+    fn renamed(&mut self, from: &Path, to: &Path, exchange: bool) {
+        let swap = |base: &Path, rest: &Path| {
+            if rest.as_os_str().is_empty() {
+                base.to_path_buf()
+            } else {
+                base.join(rest)
+            }
+        };
+        if !exchange && let Some(ino) = self.by_path.remove(to) {
+            // The replaced file keeps its number for the kernel, under no name.
+            if let Some(e) = self.paths.get_mut(&ino) {
+                e.0 = PathBuf::from(format!("\0replaced-{ino}"));
+            }
+        }
+        let moved: Vec<(PathBuf, u64)> = self
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.starts_with(from) || (exchange && p.starts_with(to)))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (p, _) in &moved {
+            self.by_path.remove(p);
+        }
+        for (p, ino) in moved {
+            let new = match (p.strip_prefix(from), p.strip_prefix(to)) {
+                (Ok(rest), _) => swap(to, rest),
+                (_, Ok(rest)) => swap(from, rest),
+                _ => continue,
+            };
+            if let Some(e) = self.paths.get_mut(&ino) {
+                e.0 = new.clone();
+            }
+            self.by_path.insert(new, ino);
+        }
+    }
+}
+
+/// Who may use the mount beyond its owner.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// The daemon's user: always allowed.
+    pub owner: u32,
+    /// The directories above the backing directory: `(mode, uid, gid)` of each.
+    pub ancestors: Vec<(u32, u32, u32)>,
+    /// Files created for other users get their owner (only meaningful run as root).
+    pub chown_new: bool,
+}
+
+impl Access {
+    /// Reads the modes of the backing directory's ancestors.
+    pub fn for_backing(backing: &Path, chown_new: bool) -> std::io::Result<Self> {
+        let mut ancestors = Vec::new();
+        let mut p = backing.parent();
+        while let Some(dir) = p {
+            let m = std::fs::metadata(dir)?;
+            ancestors.push((m.mode(), m.uid(), m.gid()));
+            p = dir.parent();
+        }
+        Ok(Self {
+            owner: nix::unistd::getuid().as_raw(),
+            ancestors,
+            chown_new,
+        })
+    }
+
+    fn may_traverse(&self, uid: u32, gid: u32, groups: &[u32]) -> bool {
+        uid == 0
+            || uid == self.owner
+            || self.ancestors.iter().all(|&(mode, ouid, ogid)| {
+                if uid == ouid {
+                    mode & 0o100 != 0
+                } else if gid == ogid || groups.contains(&ogid) {
+                    mode & 0o010 != 0
+                } else {
+                    mode & 0o001 != 0
+                }
+            })
+    }
+}
+
+/// Supplementary groups of a process, from `/proc/PID/status`.
+fn groups_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Groups:").map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// The FUSE file system over a [`FsCache`].
+pub struct PliantFuse {
+    core: Arc<FsCache>,
+    inodes: Mutex<Inodes>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    access: Access,
+    traversal: Mutex<HashMap<(u32, u32), bool>>,
+    /// Answers of control verbs asked for their size first, by (pid, inode, name).
+    pending: Mutex<HashMap<(u32, u64, OsString), Vec<u8>>>,
+    /// Set by the `discard` verb: the unmount drops dirty data.
+    pub discard: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PliantFuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PliantFuse")
+            .field("core", &self.core)
+            .finish()
+    }
+}
+
+fn err(e: std::io::Error) -> Errno {
+    Errno::from(e)
+}
+
+fn file_type(mode: u32) -> FileType {
+    match mode & libc_mode::S_IFMT {
+        libc_mode::S_IFDIR => FileType::Directory,
+        libc_mode::S_IFLNK => FileType::Symlink,
+        0o020_000 => FileType::CharDevice,
+        0o060_000 => FileType::BlockDevice,
+        0o010_000 => FileType::NamedPipe,
+        0o140_000 => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn fattr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.ctime,
+        kind: file_type(a.mode),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn time(t: TimeOrNow) -> SystemTime {
+    match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    }
+}
+
+impl PliantFuse {
+    /// Wraps a cache.
+    pub fn new(core: Arc<FsCache>, access: Access) -> Self {
+        Self {
+            core,
+            inodes: Mutex::new(Inodes::default()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            access,
+            traversal: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            discard: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn guard(&self, req: &Request) -> Result<(), Errno> {
+        let (uid, gid) = (req.uid(), req.gid());
+        if uid == 0 || uid == self.access.owner {
+            return Ok(());
+        }
+        let mut t = lock(&self.traversal);
+        let ok = *t
+            .entry((uid, gid))
+            .or_insert_with(|| self.access.may_traverse(uid, gid, &groups_of(req.pid())));
+        if ok { Ok(()) } else { Err(Errno::EACCES) }
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
+        lock(&self.inodes).path(ino).ok_or(Errno::ENOENT)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
+        if name.as_bytes().contains(&b'/') || name == ".." || name == "." {
+            return Err(Errno::EINVAL);
+        }
+        Ok(self.path(parent)?.join(name))
+    }
+
+    fn owner(&self, req: &Request) -> Option<(u32, u32)> {
+        self.access.chown_new.then(|| (req.uid(), req.gid()))
+    }
+
+    fn entry(&self, path: &Path, reply: ReplyEntry) {
+        match self.core.getattr(path) {
+            Ok(a) => {
+                let ino = lock(&self.inodes).lookup(path);
+                reply.entry(&TTL, &fattr(ino, &a), Generation(0));
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<Handle, Errno> {
+        lock(&self.handles).get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn control(&self, path: &Path, verb: &str) -> Result<Vec<u8>, Errno> {
+        let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|_| Errno::EIO);
+        match verb {
+            "stats" => json(serde_json::to_vec(&self.core.stats())),
+            "preload" => json(serde_json::to_vec(&self.core.preload(path).map_err(err)?)),
+            "evict" => json(serde_json::to_vec(&self.core.evict(path).map_err(err)?)),
+            "writeback" => json(serde_json::to_vec(&self.core.writeback(path).map_err(err)?)),
+            "invalidate" => json(serde_json::to_vec(
+                &self.core.invalidate(path).map_err(err)?,
+            )),
+            "flush" => {
+                self.core.flush(&mut |_| {});
+                json(serde_json::to_vec(&self.core.stats()))
+            }
+            "discard" => {
+                self.discard.store(true, Relaxed);
+                Ok(b"{\"discard\":true}".to_vec())
+            }
+            _ => Err(Errno::ENODATA),
+        }
+    }
+}
+
+impl Filesystem for PliantFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // One request per extent where the kernel allows it.
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Err(e) = self.guard(req) {
+            return reply.error(e);
+        }
+        match self.child(parent, name) {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        lock(&self.inodes).forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.getattr(&p).map_err(err));
+        match res {
+            Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let res = (|| {
+            self.guard(req)?;
+            let p = self.path(ino)?;
+            if let Some(m) = mode {
+                self.core.chmod(&p, m).map_err(err)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                self.core.chown(&p, uid, gid).map_err(err)?;
+            }
+            if let Some(s) = size {
+                self.core.truncate(&p, s).map_err(err)?;
+            }
+            if atime.is_some() || mtime.is_some() {
+                self.core
+                    .set_times(&p, atime.map(time), mtime.map(time))
+                    .map_err(err)?;
+            }
+            self.core.getattr(&p).map_err(err)
+        })();
+        match res {
+            Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.readlink(&p).map_err(err));
+        match res {
+            Ok(t) => reply.data(t.as_os_str().as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc_mode::S_IFMT != libc_mode::S_IFREG {
+            // Devices, fifos and sockets have no data to cache and no place in a job's output.
+            return reply.error(Errno::EPERM);
+        }
+        let res = self
+            .guard(req)
+            .and_then(|_| self.child(parent, name))
+            .and_then(|p| {
+                let h = self
+                    .core
+                    .create(&p, mode & !umask & 0o7777, true, self.owner(req));
+                h.map(|h| self.core.release(h)).map_err(err).map(|_| p)
+            });
+        match res {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.child(parent, name))
+            .and_then(|p| {
+                self.core
+                    .mkdir(&p, mode & !umask, self.owner(req))
+                    .map_err(err)
+                    .map(|_| p)
+            });
+        match res {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.child(parent, name))
+            .and_then(|p| self.core.unlink(&p).map_err(err));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.child(parent, name))
+            .and_then(|p| self.core.rmdir(&p).map_err(err));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.child(parent, link_name))
+            .and_then(|p| {
+                self.core
+                    .symlink(&p, target, self.owner(req))
+                    .map_err(err)
+                    .map(|_| p)
+            });
+        match res {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = (|| {
+            self.guard(req)?;
+            let from = self.child(parent, name)?;
+            let to = self.child(newparent, newname)?;
+            self.core.rename(&from, &to, flags.bits()).map_err(err)?;
+            let exchange = flags.bits() & 2 != 0;
+            lock(&self.inodes).renamed(&from, &to, exchange);
+            Ok(())
+        })();
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        // The cache keys data by path; two names for one file would be two caches of it.
+        reply.error(Errno::EPERM);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.open(&p).map_err(err));
+        match res {
+            Ok(h) => {
+                let fh = self.next_fh.fetch_add(1, Relaxed);
+                lock(&self.handles).insert(fh, h);
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self
+            .handle(fh)
+            .and_then(|h| self.core.read(&h, offset, size).map_err(err))
+        {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self
+            .handle(fh)
+            .and_then(|h| self.core.write(&h, offset, data).map_err(err))
+        {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if let Some(h) = lock(&self.handles).remove(&fh.0) {
+            self.core.release(h);
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self
+            .handle(fh)
+            .and_then(|h| self.core.fsync(&h).map_err(err))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.guard(req).and_then(|_| self.path(ino)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.readdir(&p).map_err(err).map(|l| (p, l)));
+        let (path, list) = match res {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let parent_ino = {
+            let inodes = lock(&self.inodes);
+            path.parent()
+                .and_then(|pp| inodes.by_path.get(pp).copied())
+                .unwrap_or(1)
+        };
+        let mut all: Vec<(u64, FileType, OsString)> = vec![
+            (ino.0, FileType::Directory, ".".into()),
+            (parent_ino, FileType::Directory, "..".into()),
+        ];
+        {
+            let inodes = lock(&self.inodes);
+            for e in list {
+                let child = path.join(&e.name);
+                // Numbers for names the kernel has not looked up are only shown by `ls -i`;
+                // high numbers keep them apart from the mount's own.
+                let n = inodes
+                    .by_path
+                    .get(&child)
+                    .copied()
+                    .unwrap_or(u64::MAX / 2 + all.len() as u64);
+                all.push((n, file_type(e.kind), e.name));
+            }
+        }
+        for (i, (n, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(n), (i + 1) as u64, kind, &name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.core.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks(),
+                s.blocks_free(),
+                s.blocks_available(),
+                s.files(),
+                s.files_free(),
+                s.block_size() as u32,
+                s.name_max() as u32,
+                s.fragment_size() as u32,
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if name.as_bytes().starts_with(CONTROL_PREFIX.as_bytes()) {
+            return reply.error(Errno::EPERM);
+        }
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.setxattr(&p, name, value).map_err(err));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = (|| {
+            self.guard(req)?;
+            let p = self.path(ino)?;
+            if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
+                let key = (req.pid(), ino.0, name.to_os_string());
+                if size > 0
+                    && let Some(v) = lock(&self.pending).remove(&key)
+                {
+                    return Ok(v);
+                }
+                let v = self.control(&p, &String::from_utf8_lossy(verb))?;
+                if size == 0 {
+                    lock(&self.pending).insert(key, v.clone());
+                }
+                return Ok(v);
+            }
+            self.core
+                .getxattr(&p, name)
+                .map_err(err)?
+                .ok_or(Errno::NO_XATTR)
+        })();
+        match res {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.listxattr(&p).map_err(err));
+        match res {
+            Ok(names) => {
+                let mut v = Vec::new();
+                for n in names {
+                    v.extend_from_slice(n.as_bytes());
+                    v.push(0);
+                }
+                if size == 0 {
+                    reply.size(v.len() as u32)
+                } else if v.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&v)
+                }
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self
+            .guard(req)
+            .and_then(|_| self.path(ino))
+            .and_then(|p| self.core.removexattr(&p, name).map_err(err));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks modes itself; what is left is the
+        // traversal of the backing directory's parents.
+        match self.guard(req).and_then(|_| self.path(ino)) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        const O_EXCL: i32 = 0o200;
+        let res = (|| {
+            self.guard(req)?;
+            let p = self.child(parent, name)?;
+            let h = self
+                .core
+                .create(
+                    &p,
+                    mode & !umask & 0o7777,
+                    flags & O_EXCL != 0,
+                    self.owner(req),
+                )
+                .map_err(err)?;
+            let a = self.core.getattr(&p).map_err(err)?;
+            Ok((p, h, a))
+        })();
+        match res {
+            Ok((p, h, a)) => {
+                let ino = lock(&self.inodes).lookup(&p);
+                let fh = self.next_fh.fetch_add(1, Relaxed);
+                lock(&self.handles).insert(fh, h);
+                reply.created(
+                    &TTL,
+                    &fattr(ino, &a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+}

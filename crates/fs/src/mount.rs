@@ -1,0 +1,388 @@
+//! Running a mount, and reaching a running one: what `pliant fs mount` (the daemon, in the
+//! foreground) and the other `pliant fs` commands call.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use crate::clock::SystemClock;
+use crate::config::FsConfig;
+use crate::core::{FsCache, HintReport, OpenError, Recovery};
+use crate::fuse::{Access, CONTROL_PREFIX, PliantFuse};
+use crate::stats::FsStats;
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// The cache's settings.
+    pub cache: FsConfig,
+    /// Where the backing directory appears.
+    pub mountpoint: PathBuf,
+    /// Let other users in (root only; always with the kernel's permission checks).
+    pub allow_other: bool,
+    /// Threads reading FUSE requests.
+    pub fuse_threads: usize,
+}
+
+/// Why a mount failed or ended badly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MountError {
+    /// The cache could not start.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The mount point is not a directory.
+    #[error("mount point {0}: not a directory")]
+    Mountpoint(PathBuf),
+    /// `--allow-other` by an ordinary user.
+    #[error("--allow-other: only root may let other users into a mount it serves")]
+    AllowOther,
+    /// The kernel refused the mount.
+    #[error(
+        "mounting at {path}: {source} (is /dev/fuse there and usable? an unprivileged mount needs fusermount3 from the fuse3 package)"
+    )]
+    Mount {
+        /// The mount point.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// Something else failed on a path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+}
+
+/// What a finished mount reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MountReport {
+    /// What the journal of an earlier crash held.
+    pub recovery: Recovery,
+    /// The counters at the end.
+    pub stats: FsStats,
+    /// Dirty data was dropped on request.
+    pub discarded: bool,
+}
+
+/// Mounts and serves until unmounted (by `pliant fs unmount`, `umount`, or SIGINT/SIGTERM, which
+/// unmount). Then writes every dirty extent back, unless `discard` was asked for.
+/// `ready` is called once the mount is up.
+pub fn run_foreground(
+    opts: &MountOptions,
+    ready: impl FnOnce(&Recovery),
+) -> Result<MountReport, MountError> {
+    use nix::sys::signal::{SigSet, Signal};
+    if !opts.mountpoint.is_dir() {
+        return Err(MountError::Mountpoint(opts.mountpoint.clone()));
+    }
+    let root = nix::unistd::geteuid().is_root();
+    if opts.allow_other && !root {
+        return Err(MountError::AllowOther);
+    }
+    // Signals go to one thread, which unmounts; blocked before any thread starts so that every
+    // thread inherits the mask.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    let _ = signals.thread_block();
+    let (cache, recovery) = FsCache::new(opts.cache.clone(), Arc::new(SystemClock))?;
+    let backing = cache.config().backing.clone();
+    let core = Arc::new(cache);
+    let access = Access::for_backing(&backing, opts.allow_other && root).map_err(|source| {
+        MountError::Io {
+            path: backing.clone(),
+            source,
+        }
+    })?;
+    let fs = PliantFuse::new(core.clone(), access);
+    let discard = fs.discard.clone();
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("pliant:{}", backing.display())),
+        fuser::MountOption::Subtype("pliant".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    config.acl = if opts.allow_other {
+        fuser::SessionACL::All
+    } else {
+        fuser::SessionACL::Owner
+    };
+    config.n_threads = Some(opts.fuse_threads.max(1));
+    config.clone_fd = true;
+    let mut session =
+        fuser::Session::new(fs, &opts.mountpoint, &config).map_err(|source| MountError::Mount {
+            path: opts.mountpoint.clone(),
+            source,
+        })?;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = opts.mountpoint.clone();
+    std::thread::Builder::new()
+        .name("pliant-fs-signals".into())
+        .spawn(move || {
+            while let Ok(sig) = signals.wait() {
+                tracing::warn!(signal = ?sig, mountpoint = %mountpoint.display(), "unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!(error = %e, "unmount failed (files open?); a second signal tries again");
+                } else {
+                    break;
+                }
+            }
+        })
+        .map_err(|source| MountError::Io { path: PathBuf::from("signal thread"), source })?;
+    ready(&recovery);
+    session.run().map_err(|source| MountError::Mount {
+        path: opts.mountpoint.clone(),
+        source,
+    })?;
+    let discarded = discard.load(Relaxed);
+    let stats = core.stats();
+    let mut last = Instant::now();
+    let mut progress = |dirty: u64| {
+        if last.elapsed() > Duration::from_secs(5) {
+            tracing::warn!(dirty_bytes = dirty, "writing back before exit");
+            last = Instant::now();
+        }
+    };
+    match Arc::try_unwrap(core) {
+        Ok(cache) => cache
+            .shutdown(discarded, &mut progress)
+            .map_err(|source| MountError::Io {
+                path: backing.clone(),
+                source,
+            })?,
+        Err(core) => {
+            // Something still holds the cache (it should not); write back anyway.
+            if !discarded {
+                core.flush(&mut progress);
+            }
+        }
+    }
+    Ok(MountReport {
+        recovery,
+        stats,
+        discarded,
+    })
+}
+
+/// Why a running mount could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The path is not inside a Pliant mount.
+    #[error("{0}: not inside a pliant fs mount")]
+    NotPliant(PathBuf),
+    /// The mount answered with an error.
+    #[error("{path}: {verb}: {source}")]
+    Failed {
+        /// The path.
+        path: PathBuf,
+        /// The verb.
+        verb: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// Unmounting failed.
+    #[error("unmounting {path}: {message}")]
+    Unmount {
+        /// The mount point.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn verb(path: &Path, verb: &str) -> Result<Vec<u8>, ControlError> {
+    let name = format!("{CONTROL_PREFIX}{verb}");
+    match xattr::get(path, &name) {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err(ControlError::NotPliant(path.to_path_buf())),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(c) if c == nix::errno::Errno::ENOTSUP as i32
+                    || c == nix::errno::Errno::ENODATA as i32
+            ) =>
+        {
+            Err(ControlError::NotPliant(path.to_path_buf()))
+        }
+        Err(source) => Err(ControlError::Failed {
+            path: path.to_path_buf(),
+            verb: verb.into(),
+            source,
+        }),
+    }
+}
+
+fn json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    v: &str,
+    bytes: &[u8],
+) -> Result<T, ControlError> {
+    serde_json::from_slice(bytes).map_err(|e| ControlError::Failed {
+        path: path.to_path_buf(),
+        verb: v.into(),
+        source: std::io::Error::other(e),
+    })
+}
+
+/// The counters of the mount `path` is in.
+pub fn stats(path: &Path) -> Result<FsStats, ControlError> {
+    json(path, "stats", &verb(path, "stats")?)
+}
+
+/// The hints: `preload`, `evict`, `writeback`, `invalidate` on the files at or under `path`.
+pub fn hint(path: &Path, kind: Hint) -> Result<HintReport, ControlError> {
+    let v = kind.verb();
+    json(path, v, &verb(path, v)?)
+}
+
+/// A hint's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    /// Copy into the cache.
+    Preload,
+    /// Write back and drop from the cache.
+    Evict,
+    /// Write back and sync in the backing directory.
+    Writeback,
+    /// Drop clean cached data (the backing copy changed).
+    Invalidate,
+}
+
+impl Hint {
+    fn verb(self) -> &'static str {
+        match self {
+            Self::Preload => "preload",
+            Self::Evict => "evict",
+            Self::Writeback => "writeback",
+            Self::Invalidate => "invalidate",
+        }
+    }
+}
+
+/// What an unmount did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnmountReport {
+    /// Bytes dirty when the unmount began.
+    pub dirty_bytes_at_start: u64,
+    /// Seconds spent writing back.
+    pub flush_secs: f64,
+    /// Dirty data was dropped (`--discard`).
+    pub discarded: bool,
+    /// The counters just before the unmount.
+    pub stats: FsStats,
+}
+
+/// Unmounts: writes every dirty extent back first (calling `progress(dirty, at_start)` about
+/// five times a second) unless `discard`, unmounts, and waits (up to `wait`) for the daemon to
+/// exit.
+pub fn unmount(
+    mountpoint: &Path,
+    discard: bool,
+    wait: Duration,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<UnmountReport, ControlError> {
+    let before = stats(mountpoint)?;
+    let start = Instant::now();
+    if discard {
+        verb(mountpoint, "discard")?;
+    } else {
+        let mp = mountpoint.to_path_buf();
+        let flusher = std::thread::spawn(move || verb(&mp, "flush"));
+        while !flusher.is_finished() {
+            if let Ok(s) = stats(mountpoint) {
+                progress(s.dirty_bytes, before.dirty_bytes);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        flusher.join().map_err(|_| ControlError::Unmount {
+            path: mountpoint.to_path_buf(),
+            message: "the flush thread panicked".into(),
+        })??;
+        progress(0, before.dirty_bytes);
+    }
+    let flush_secs = start.elapsed().as_secs_f64();
+    let last = stats(mountpoint)?;
+    release_mount(mountpoint)?;
+    let pid = nix::unistd::Pid::from_raw(last.pid as i32);
+    let deadline = Instant::now() + wait;
+    while nix::sys::signal::kill(pid, None).is_ok() {
+        if Instant::now() > deadline {
+            return Err(ControlError::Unmount {
+                path: mountpoint.to_path_buf(),
+                message: format!(
+                    "unmounted, but the daemon (pid {pid}) is still running after {wait:?}"
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(UnmountReport {
+        dirty_bytes_at_start: before.dirty_bytes,
+        flush_secs,
+        discarded: discard,
+        stats: last,
+    })
+}
+
+fn release_mount(mountpoint: &Path) -> Result<(), ControlError> {
+    let fail = |message: String| ControlError::Unmount {
+        path: mountpoint.to_path_buf(),
+        message,
+    };
+    match nix::mount::umount(mountpoint) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EBUSY) => Err(fail(
+            "busy: a process has a file open or its working directory inside".into(),
+        )),
+        Err(nix::errno::Errno::EPERM) => {
+            // An ordinary user's mount is released by the setuid helper.
+            let out = ["fusermount3", "fusermount"].iter().find_map(|bin| {
+                std::process::Command::new(bin)
+                    .arg("-u")
+                    .arg(mountpoint)
+                    .output()
+                    .ok()
+            });
+            match out {
+                Some(o) if o.status.success() => Ok(()),
+                Some(o) => Err(fail(String::from_utf8_lossy(&o.stderr).trim().to_string())),
+                None => Err(fail(
+                    "not root, and no fusermount3 (package fuse3) to unmount with".into(),
+                )),
+            }
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+/// Waits until `mountpoint` answers as a Pliant mount served by `pid` (or `child` exits).
+pub fn wait_mounted(
+    mountpoint: &Path,
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Result<FsStats, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(s) = stats(mountpoint)
+            && s.pid == child.id()
+        {
+            return Ok(s);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the mount daemon exited ({status})"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("not mounted after {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,481 @@
+//! `pliant fs …`: the transparent write-back cache (crate `pliant-fs`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use pliant_fs::{EvictionUnit, FsConfig, FsStats, FsyncMode, Hint, MountOptions};
+
+use super::args::Json;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Mount BACKING at MOUNTPOINT through a write-back cache in --cache-dir.
+    Mount(Box<MountArgs>),
+    /// Write every dirty extent back (progress bar), then unmount.
+    Unmount(UnmountArgs),
+    /// A mount's capacity, usage, hit ratio, copy-up and write-back traffic, write window.
+    Stat(StatArgs),
+    /// Copy files (or whole directories) into the cache before they are read.
+    Preload(HintArgs),
+    /// Write back and drop files from the cache.
+    Evict(HintArgs),
+    /// Write files' dirty data back to the backing directory now, and sync it there.
+    Writeback(HintArgs),
+    /// Drop cached clean data of files whose backing copies changed behind the cache's back.
+    Invalidate(HintArgs),
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    match s
+        .parse::<pliant_cache::Capacity>()
+        .map_err(|e| e.to_string())?
+    {
+        pliant_cache::Capacity::Bytes(n) => Ok(n),
+        pliant_cache::Capacity::Keys(_) => {
+            Err(format!("{s:?}: expected bytes (10GiB, 1MiB, 4096)"))
+        }
+    }
+}
+
+fn fraction(s: &str) -> Result<f64, String> {
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (s, 1.0),
+    };
+    let v = num
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{s:?}: expected a percentage such as 90%"))?
+        * scale;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: must be above 0% and at most 100%"))
+    }
+}
+
+/// Mount BACKING at MOUNTPOINT: every path under MOUNTPOINT is the same path under BACKING,
+/// with file data kept in extents under --cache-dir and written back behind the application.
+/// Without --foreground it starts the mount daemon (log in CACHE_DIR/mount.log) and returns
+/// once the mount answers.
+///
+/// Eviction runs from --high down to --low of the capacity; write-back from --dirty-high down
+/// to --dirty-low, and always before a dirty extent leaves. `--fsync cache` returns once the data
+/// and its journal record are durable in the cache directory (a crashed mount's next mount
+/// writes them back); `--fsync backing` once the data is synced in BACKING. At most
+/// multiplier × capacity bytes may be written per window (EDQUOT past it); files above
+/// --max-file-size get EFBIG.
+///
+/// Examples:
+///   pliant fs mount /lus/run42 /mnt/run42 --cache-dir /local/ssd/run42 --capacity 100GiB
+///   pliant fs mount /lus/run42 /mnt/run42 --cache-dir /tmp/c --capacity 10GiB --fsync backing
+///   pliant fs stat /mnt/run42
+///   pliant fs unmount /mnt/run42
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct MountArgs {
+    /// The slow directory to cache.
+    backing: PathBuf,
+    /// Where it appears (an existing directory).
+    mountpoint: PathBuf,
+    /// Where extents and the journal go (created, mode 0700; one mount at a time).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: PathBuf,
+    /// How much file data the cache holds.
+    #[arg(long, value_parser = size, value_name = "SIZE")]
+    capacity: u64,
+    /// The unit of copy-up and write-back (a power of two, at least 4KiB).
+    #[arg(long, value_parser = size, default_value = "1MiB")]
+    extent: u64,
+    /// Eviction starts above this share of the capacity ...
+    #[arg(long, value_parser = fraction, default_value = "90%")]
+    high: f64,
+    /// ... and stops at this one.
+    #[arg(long, value_parser = fraction, default_value = "70%")]
+    low: f64,
+    /// Write-back starts above this share of the capacity dirty ...
+    #[arg(long, value_parser = fraction, default_value = "45%")]
+    dirty_high: f64,
+    /// ... and stops at this one.
+    #[arg(long, value_parser = fraction, default_value = "20%")]
+    dirty_low: f64,
+    /// Threads writing back.
+    #[arg(long, default_value_t = 8)]
+    writeback_threads: usize,
+    /// When fsync returns: once durable in the cache (and journaled), or in BACKING.
+    #[arg(long, value_parser = ["cache", "backing"], default_value = "cache")]
+    fsync: String,
+    /// Writes that would make a file larger get EFBIG.
+    #[arg(long, value_parser = size, default_value = "1GiB")]
+    max_file_size: u64,
+    /// At most this many times the capacity written per window (DataWarp's default: 10).
+    #[arg(long, default_value_t = 10)]
+    write_window_multiplier: u64,
+    /// The window's length in seconds (DataWarp's default: 86400).
+    #[arg(long, default_value_t = 86_400)]
+    write_window_length: u64,
+    /// Evict whole files in LRU order (as DataWarp) or single extents.
+    #[arg(long, value_parser = ["file", "extent"], default_value = "file")]
+    evict: String,
+    /// Let other users in (root only), with the kernel checking the backing directory's modes.
+    #[arg(long)]
+    allow_other: bool,
+    /// Threads serving FUSE requests.
+    #[arg(long, default_value_t = 4)]
+    fuse_threads: usize,
+    /// Stay in the foreground (the daemon itself); Ctrl-C or SIGTERM unmounts after writing back.
+    #[arg(long)]
+    foreground: bool,
+}
+
+#[derive(clap::Args)]
+pub struct UnmountArgs {
+    /// The mount point.
+    mountpoint: PathBuf,
+    /// Drop dirty data instead of writing it back (DataWarp's teardown after a failed job).
+    #[arg(long)]
+    discard: bool,
+    #[command(flatten)]
+    json: Json,
+}
+
+#[derive(clap::Args)]
+pub struct StatArgs {
+    /// The mount point (or any path inside it).
+    mountpoint: PathBuf,
+    #[command(flatten)]
+    json: Json,
+}
+
+#[derive(clap::Args)]
+pub struct HintArgs {
+    /// Files or directories inside a mount.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    json: Json,
+}
+
+pub fn run(c: Command) -> anyhow::Result<ExitCode> {
+    match c {
+        Command::Mount(a) => mount(&a),
+        Command::Unmount(a) => unmount(&a),
+        Command::Stat(a) => stat(&a),
+        Command::Preload(a) => hint(&a, Hint::Preload),
+        Command::Evict(a) => hint(&a, Hint::Evict),
+        Command::Writeback(a) => hint(&a, Hint::Writeback),
+        Command::Invalidate(a) => hint(&a, Hint::Invalidate),
+    }
+}
+
+fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
+    let mut c = FsConfig::new(a.backing.clone(), a.cache_dir.clone(), a.capacity);
+    c.extent = a.extent;
+    c.high = a.high;
+    c.low = a.low;
+    c.dirty_high = a.dirty_high;
+    c.dirty_low = a.dirty_low;
+    c.writeback_threads = a.writeback_threads;
+    c.fsync = a.fsync.parse::<FsyncMode>().map_err(anyhow::Error::msg)?;
+    c.max_file_size = a.max_file_size;
+    c.write_window_multiplier = a.write_window_multiplier;
+    c.write_window = Duration::from_secs(a.write_window_length);
+    c.eviction = a
+        .evict
+        .parse::<EvictionUnit>()
+        .map_err(anyhow::Error::msg)?;
+    c.validate().map_err(|e| anyhow::anyhow!("--{e}"))?;
+    Ok(c)
+}
+
+fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(a)?;
+    if a.foreground {
+        let opts = MountOptions {
+            cache: cfg,
+            mountpoint: a.mountpoint.clone(),
+            allow_other: a.allow_other,
+            fuse_threads: a.fuse_threads,
+        };
+        let report = pliant_fs::mount::run_foreground(&opts, |rec| {
+            if rec.files > 0 {
+                eprintln!(
+                    "recovered {} extents ({} bytes) of {} files an earlier mount had not written back",
+                    rec.extents, rec.bytes, rec.files
+                );
+            }
+            eprintln!(
+                "mounted {} at {} (pid {})",
+                a.backing.display(),
+                a.mountpoint.display(),
+                std::process::id()
+            );
+        })?;
+        eprintln!(
+            "unmounted {}: {} written back{}",
+            a.mountpoint.display(),
+            bytes(report.stats.writeback_bytes),
+            if report.discarded {
+                ", dirty data discarded"
+            } else {
+                ""
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    std::fs::create_dir_all(&a.cache_dir).with_context(|| a.cache_dir.display().to_string())?;
+    let log = a.cache_dir.join("mount.log");
+    let exe = std::env::current_exe().context("finding the pliant binary")?;
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    args.push("--foreground".into());
+    let stats =
+        pliant_fs::job::spawn_daemon(&exe, &args, &a.mountpoint, &log, Duration::from_secs(30))?;
+    println!(
+        "mounted {} at {} (daemon pid {}, log {})",
+        a.backing.display(),
+        a.mountpoint.display(),
+        stats.pid,
+        log.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unmount(a: &UnmountArgs) -> anyhow::Result<ExitCode> {
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template(
+            "writing back {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let report = pliant_fs::mount::unmount(
+        &a.mountpoint,
+        a.discard,
+        Duration::from_secs(600),
+        &mut |dirty, total| {
+            bar.set_length(total);
+            bar.set_position(total.saturating_sub(dirty));
+        },
+    )?;
+    bar.finish_and_clear();
+    if a.json.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if report.discarded {
+        println!(
+            "unmounted {}: {} of dirty data discarded",
+            a.mountpoint.display(),
+            bytes(report.dirty_bytes_at_start)
+        );
+    } else {
+        println!(
+            "unmounted {}: {} written back in {:.1} s",
+            a.mountpoint.display(),
+            bytes(report.dirty_bytes_at_start),
+            report.flush_secs
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
+    let s: FsStats = pliant_fs::mount::stats(&a.mountpoint)?;
+    if a.json.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pct = |x: u64| {
+        if s.capacity_bytes == 0 {
+            0.0
+        } else {
+            100.0 * x as f64 / s.capacity_bytes as f64
+        }
+    };
+    println!(
+        "backing      {} (daemon pid {}, up {:.0} s)",
+        s.backing, s.pid, s.uptime_secs
+    );
+    println!("capacity     {}", bytes(s.capacity_bytes));
+    println!(
+        "used         {} ({:.1}%), {} files",
+        bytes(s.used_bytes),
+        pct(s.used_bytes),
+        s.cached_files
+    );
+    println!(
+        "dirty        {} ({:.1}%)",
+        bytes(s.dirty_bytes),
+        pct(s.dirty_bytes)
+    );
+    println!(
+        "reads        {:.1}% from the cache by bytes ({} hit, {} copied up first)",
+        100.0 * s.hit_ratio,
+        bytes(s.read_hit_bytes),
+        bytes(s.read_miss_bytes)
+    );
+    println!("written      {}", bytes(s.written_bytes));
+    println!(
+        "copy-up      {} ({}/s mean)",
+        bytes(s.copy_up_bytes),
+        bytes(s.copy_up_rate as u64)
+    );
+    println!(
+        "write-back   {} ({}/s mean), {} errors retried",
+        bytes(s.writeback_bytes),
+        bytes(s.writeback_rate as u64),
+        s.writeback_errors
+    );
+    println!(
+        "evicted      {} extents, {}",
+        s.evicted_extents,
+        bytes(s.evicted_bytes)
+    );
+    println!(
+        "write window {} of {} used, {:.0} s left; {} writes refused (EDQUOT), {} too large (EFBIG)",
+        bytes(s.window_used_bytes),
+        bytes(s.window_limit_bytes),
+        s.window_left_secs,
+        s.edquot_writes,
+        s.efbig_writes
+    );
+    println!(
+        "revalidated  {} files changed behind the cache",
+        s.revalidated_files
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hint(a: &HintArgs, kind: Hint) -> anyhow::Result<ExitCode> {
+    let mut reports = Vec::new();
+    for p in &a.paths {
+        let r = pliant_fs::mount::hint(p, kind)?;
+        reports.push(serde_json::json!({"path": p, "files": r.files, "bytes": r.bytes}));
+        if !a.json.json {
+            let verb = match kind {
+                Hint::Preload => "copied up",
+                Hint::Evict => "dropped",
+                Hint::Writeback => "written back",
+                Hint::Invalidate => "dropped (clean)",
+            };
+            println!(
+                "{}: {} files, {} {verb}",
+                p.display(),
+                r.files,
+                bytes(r.bytes)
+            );
+        }
+    }
+    if a.json.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pliant job …`: DataWarp job directives to a mounted cache and back.
+#[derive(clap::Subcommand)]
+pub enum JobCommand {
+    /// Check a batch script's `#DW` directives (what Slurm runs at submission).
+    Check {
+        /// The batch script.
+        script: PathBuf,
+    },
+    /// Mount the cache a script's `#DW jobdw type=cache` asks for, run its `#DW preload`s, and
+    /// print the job's environment (`DW_JOB_STRIPED_CACHE=…`), one NAME=VALUE per line.
+    Setup {
+        /// The batch script.
+        script: PathBuf,
+        /// The job's id (names its directory under --root).
+        #[arg(long)]
+        job_id: String,
+        /// Where jobs' mounts and caches go.
+        #[arg(long, env = "PLIANT_JOB_ROOT", default_value = "/tmp/pliant-jobs")]
+        root: PathBuf,
+    },
+    /// Write the job's cache back, unmount it and remove its directory (nothing to do is fine).
+    Teardown {
+        /// The job's id.
+        #[arg(long)]
+        job_id: String,
+        /// Drop dirty data instead (a failed or cancelled job).
+        #[arg(long)]
+        discard: bool,
+        /// Where jobs' mounts and caches go.
+        #[arg(long, env = "PLIANT_JOB_ROOT", default_value = "/tmp/pliant-jobs")]
+        root: PathBuf,
+    },
+}
+
+fn read_script(script: &Path) -> anyhow::Result<(String, pliant_fs::directives::JobDirectives)> {
+    let text = std::fs::read_to_string(script).with_context(|| script.display().to_string())?;
+    let name = script.display().to_string();
+    let d = pliant_fs::directives::parse_script(&name, &text)?;
+    Ok((name, d))
+}
+
+pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        JobCommand::Check { script } => {
+            let (name, d) = read_script(&script)?;
+            match &d.cache {
+                Some(c) => eprintln!(
+                    "{name}: cache of {} over {} ({} preloads)",
+                    bytes(c.capacity_bytes),
+                    c.pfs.display(),
+                    d.preloads.len()
+                ),
+                None => eprintln!("{name}: no #DW directives"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::Setup {
+            script,
+            job_id,
+            root,
+        } => {
+            let (name, d) = read_script(&script)?;
+            if d.cache.is_none() {
+                bail!("{name}: no `#DW jobdw type=cache …` directive: nothing to set up");
+            }
+            let exe = std::env::current_exe().context("finding the pliant binary")?;
+            let s = pliant_fs::job::setup(&exe, &name, &d, &root, &job_id)?;
+            for (k, v) in &s.env {
+                println!("{k}={v}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::Teardown {
+            job_id,
+            discard,
+            root,
+        } => {
+            match pliant_fs::job::teardown(&root, &job_id, discard, &mut |_, _| {})? {
+                Some(r) => eprintln!(
+                    "job {job_id}: {} {}",
+                    bytes(r.dirty_bytes_at_start),
+                    if r.discarded {
+                        "discarded"
+                    } else {
+                        "written back"
+                    }
+                ),
+                None => eprintln!("job {job_id}: nothing mounted"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,673 @@
+//! `pliant fs` and `pliant job` through real FUSE mounts: what applications expect of a POSIX
+//! file system, crash recovery after `kill -9`, revalidation, the write window, two users, job
+//! directives, and random operations against a model. They need /dev/fuse: outside CI they
+//! are skipped with a note when it is missing; in CI (`CI` set) they fail.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rand::{Rng, RngExt, SeedableRng};
+
+use crate::common::{err, json, ok, pliant};
+
+fn fuse_available() -> bool {
+    let present = Path::new("/dev/fuse").exists()
+        && (nix::unistd::geteuid().is_root()
+            || Command::new("fusermount3")
+                .arg("--version")
+                .output()
+                .is_ok());
+    if !present {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: /dev/fuse (and, unprivileged, fusermount3 from fuse3) is needed for the fs tests"
+        );
+        eprintln!("skipped: no usable /dev/fuse here");
+    }
+    present
+}
+
+struct Mounted {
+    dir: tempfile::TempDir,
+    backing: PathBuf,
+    mnt: PathBuf,
+    cache: PathBuf,
+    pid: u32,
+    args: Vec<String>,
+    done: bool,
+}
+
+fn mount_with(extra: &[&str]) -> Option<Mounted> {
+    if !fuse_available() {
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (backing, mnt, cache) = (
+        dir.path().join("backing"),
+        dir.path().join("mnt"),
+        dir.path().join("cache"),
+    );
+    fs::create_dir(&backing).expect("backing");
+    fs::create_dir(&mnt).expect("mnt");
+    let mut m = Mounted {
+        dir,
+        backing,
+        mnt,
+        cache,
+        pid: 0,
+        args: Vec::new(),
+        done: false,
+    };
+    m.args = [
+        "fs",
+        "mount",
+        m.backing.to_str().expect("utf-8"),
+        m.mnt.to_str().expect("utf-8"),
+        "--cache-dir",
+        m.cache.to_str().expect("utf-8"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    m.start();
+    Some(m)
+}
+
+impl Mounted {
+    fn start(&mut self) {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        ok(&pliant(&args, self.dir.path()));
+        self.pid = self.stats()["pid"].as_u64().expect("pid") as u32;
+        self.done = false;
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        json(&pliant(
+            &["fs", "stat", self.mnt.to_str().expect("utf-8"), "--json"],
+            self.dir.path(),
+        ))
+    }
+
+    fn at(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    fn unmount(&mut self) -> serde_json::Value {
+        let v = json(&pliant(
+            &["fs", "unmount", self.mnt.to_str().expect("utf-8"), "--json"],
+            self.dir.path(),
+        ));
+        self.done = true;
+        v
+    }
+
+    /// `kill -9` of the daemon; the dead mount is detached as an administrator would.
+    fn kill9(&mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), None).is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the daemon outlived SIGKILL"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+        self.done = true;
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = pliant(
+                &[
+                    "fs",
+                    "unmount",
+                    "--discard",
+                    self.mnt.to_str().unwrap_or_default(),
+                ],
+                self.dir.path(),
+            );
+            let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[test]
+fn posix_operations_through_the_mount_reach_the_backing_directory() {
+    let Some(mut m) = mount_with(&["--capacity", "8MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    fs::create_dir_all(m.at("d/e")).expect("mkdir");
+    fs::write(m.at("d/e/f.txt"), b"hello").expect("write");
+    let mut big = vec![0u8; 3 << 20];
+    rand_pcg::Pcg64::seed_from_u64(7).fill_bytes(&mut big);
+    fs::write(m.at("big"), &big).expect("write big");
+    assert_eq!(fs::read(m.at("big")).expect("read big"), big);
+    // Overwrite in the middle of an extent, append, then shrink and grow again.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.at("d/e/f.txt"))
+        .expect("open");
+    f.write_all_at(b"J", 1).expect("pwrite");
+    f.write_all_at(b" world", 5).expect("append");
+    f.set_len(3).expect("truncate");
+    f.set_len(6).expect("extend");
+    drop(f);
+    assert_eq!(fs::read(m.at("d/e/f.txt")).expect("read"), b"hJl\0\0\0");
+    fs::rename(m.at("d/e/f.txt"), m.at("d/g.txt")).expect("rename");
+    fs::rename(m.at("d/e"), m.at("d/e2")).expect("rename dir");
+    std::os::unix::fs::symlink("g.txt", m.at("d/link")).expect("symlink");
+    assert_eq!(
+        fs::read_link(m.at("d/link")).expect("readlink"),
+        Path::new("g.txt")
+    );
+    assert_eq!(
+        fs::read(m.at("d/link")).expect("through the link"),
+        b"hJl\0\0\0"
+    );
+    fs::set_permissions(m.at("d/g.txt"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    xattr::set(m.at("d/g.txt"), "user.origin", b"pliant").expect("setxattr");
+    assert_eq!(
+        xattr::get(m.at("d/g.txt"), "user.origin").expect("getxattr"),
+        Some(b"pliant".to_vec())
+    );
+    let names: Vec<_> = xattr::list(m.at("d/g.txt")).expect("listxattr").collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("user.origin")],
+        "control names stay hidden"
+    );
+    let mut listed: Vec<String> = fs::read_dir(m.at("d"))
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["e2", "g.txt", "link"]);
+    // Locks: flock and fcntl, as MPI-IO takes them.
+    let a = fs::File::open(m.at("big")).expect("open a");
+    let b = fs::File::open(m.at("big")).expect("open b");
+    let held =
+        nix::fcntl::Flock::lock(a, nix::fcntl::FlockArg::LockExclusiveNonblock).expect("flock");
+    assert!(
+        nix::fcntl::Flock::lock(b, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err(),
+        "second flock"
+    );
+    drop(held);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(concat!(
+            "import fcntl, mmap, os, sys\n",
+            "p = sys.argv[1]\n",
+            "fd = os.open(p, os.O_RDWR)\n",
+            "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 4096, 0)\n",
+            "pid = os.fork()\n",
+            "if pid == 0:\n",
+            "    try:\n",
+            "        fcntl.lockf(os.open(p, os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB, 4096, 0)\n",
+            "        os._exit(1)\n",
+            "    except OSError:\n",
+            "        os._exit(0)\n",
+            "assert os.waitpid(pid, 0)[1] == 0, 'a second process got the fcntl lock'\n",
+            "m = mmap.mmap(fd, 8192, mmap.MAP_SHARED)\n",
+            "m[100:105] = b'MMAP!'\n",
+            "m.flush()\n",
+            "m.close()\n",
+            "os.close(fd)\n",
+        ))
+        .arg(m.at("big"))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "fcntl/mmap: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    big[100..105].copy_from_slice(b"MMAP!");
+    assert_eq!(fs::read(m.at("big")).expect("read after mmap"), big);
+    fs::remove_file(m.at("d/link")).expect("unlink");
+    fs::remove_dir(m.at("d/e2")).expect("rmdir");
+    let report = m.unmount();
+    assert!(report["stats"]["written_bytes"].as_u64().expect("written") >= big.len() as u64);
+    // Everything is in the backing directory, with the cache's sizes and modes.
+    assert_eq!(fs::read(m.backing.join("big")).expect("backing big"), big);
+    assert_eq!(
+        fs::read(m.backing.join("d/g.txt")).expect("backing g"),
+        b"hJl\0\0\0"
+    );
+    assert_eq!(
+        fs::metadata(m.backing.join("d/g.txt"))
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert_eq!(
+        xattr::get(m.backing.join("d/g.txt"), "user.origin").expect("xattr"),
+        Some(b"pliant".to_vec())
+    );
+    assert!(!m.backing.join("d/e2").exists() && !m.backing.join("d/link").exists());
+}
+
+#[test]
+fn kill_9_loses_nothing_fsynced_and_the_next_mount_writes_it_back() {
+    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    let synced: Vec<u8> = (0..500_000u32).map(|i| (i % 241) as u8).collect();
+    let mut f = fs::File::create(m.at("synced")).expect("create");
+    f.write_all(&synced).expect("write");
+    f.sync_all().expect("fsync");
+    fs::write(m.at("unsynced"), b"may be lost").expect("write");
+    // Nothing of it is in the backing directory yet: it is only in the cache (and journal).
+    assert_eq!(
+        fs::metadata(m.backing.join("synced")).expect("meta").len(),
+        0
+    );
+    m.kill9();
+    m.start();
+    // The remount wrote the journal's extents back before serving.
+    assert_eq!(
+        fs::read(m.backing.join("synced")).expect("backing after recovery"),
+        synced
+    );
+    assert_eq!(fs::read(m.at("synced")).expect("through the mount"), synced);
+    let log = fs::read_to_string(m.cache.join("mount.log")).expect("log");
+    assert!(log.contains("recovered"), "{log}");
+    m.unmount();
+    assert_eq!(fs::read(m.backing.join("synced")).expect("backing"), synced);
+}
+
+#[test]
+fn a_file_changed_behind_the_cache_is_revalidated_on_open() {
+    let Some(mut m) = mount_with(&["--capacity", "8MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    fs::write(m.backing.join("input"), b"version one").expect("seed");
+    assert_eq!(fs::read(m.at("input")).expect("read"), b"version one");
+    // Another client of the parallel file system rewrites it (a second later: mtimes differ).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fs::write(m.backing.join("input"), b"version two, longer").expect("rewrite");
+    std::thread::sleep(std::time::Duration::from_millis(1100)); // past the attribute TTL
+    assert_eq!(
+        fs::read(m.at("input")).expect("reread"),
+        b"version two, longer"
+    );
+    assert_eq!(m.stats()["revalidated_files"], 1);
+    m.unmount();
+}
+
+#[test]
+fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
+    let Some(mut m) = mount_with(&[
+        "--capacity",
+        "4MiB",
+        "--extent",
+        "64KiB",
+        "--write-window-multiplier",
+        "1",
+        "--max-file-size",
+        "3MiB",
+    ]) else {
+        return;
+    };
+    let mut f = fs::File::create(m.at("big")).expect("create");
+    let e = f
+        .write_all(&vec![1u8; 4 << 20])
+        .expect_err("past max-file-size");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EFBIG as i32),
+        "{e}"
+    );
+    drop(f);
+    let mut written = 0;
+    let mut quota = None;
+    for i in 0..4 {
+        let mut f = fs::File::create(m.at(&format!("f{i}"))).expect("create");
+        match f.write_all(&vec![2u8; 2 << 20]) {
+            Ok(()) => written += 2 << 20,
+            Err(e) => {
+                quota = e.raw_os_error();
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        quota,
+        Some(nix::errno::Errno::EDQUOT as i32),
+        "after {written} bytes"
+    );
+    let s = m.stats();
+    assert!(
+        s["edquot_writes"].as_u64().expect("edquot") >= 1
+            && s["efbig_writes"].as_u64().expect("efbig") >= 1
+    );
+    assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
+    m.unmount();
+}
+
+#[test]
+fn a_user_who_cannot_traverse_the_backing_parents_cannot_reach_it_through_the_cache() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: the two-user test runs as root"
+        );
+        eprintln!("skipped: needs root to mount with --allow-other and switch users");
+        return;
+    }
+    if !fuse_available() {
+        return;
+    }
+    // /…/alice (0700, alice's) / project (0755): bob may not reach project at all.
+    let top = tempfile::tempdir().expect("tempdir");
+    fs::set_permissions(top.path(), fs::Permissions::from_mode(0o755)).expect("chmod top");
+    let (alice, bob) = (60_001u32, 60_002u32);
+    let home = top.path().join("alice");
+    let project = home.join("project");
+    fs::create_dir_all(&project).expect("mkdir");
+    fs::write(project.join("secret"), b"alice's data").expect("seed");
+    for p in [&home, &project, &project.join("secret")] {
+        std::os::unix::fs::chown(p, Some(alice), Some(alice)).expect("chown");
+    }
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).expect("chmod home");
+    fs::set_permissions(&project, fs::Permissions::from_mode(0o755)).expect("chmod project");
+    fs::set_permissions(project.join("secret"), fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mnt = top.path().join("mnt");
+    fs::create_dir(&mnt).expect("mnt");
+    let cache = top.path().join("cache");
+    let p = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let args = [
+        "fs",
+        "mount",
+        &p(&project),
+        &p(&mnt),
+        "--cache-dir",
+        &p(&cache),
+        "--capacity",
+        "8MiB",
+        "--allow-other",
+    ];
+    ok(&pliant(&args, top.path()));
+    let cat_as = |uid: u32| {
+        Command::new("setpriv")
+            .args([
+                format!("--reuid={uid}"),
+                format!("--regid={uid}"),
+                "--clear-groups".into(),
+            ])
+            .arg("cat")
+            .arg(mnt.join("secret"))
+            .output()
+            .expect("setpriv")
+    };
+    let as_bob = cat_as(bob);
+    let as_alice = cat_as(alice);
+    // A file alice creates through the mount is hers in the backing directory.
+    let touch = Command::new("setpriv")
+        .args([
+            format!("--reuid={alice}"),
+            format!("--regid={alice}"),
+            "--clear-groups".into(),
+        ])
+        .arg("touch")
+        .arg(mnt.join("new"))
+        .output()
+        .expect("setpriv touch");
+    ok(&pliant(&["fs", "unmount", &p(&mnt)], top.path()));
+    assert!(
+        !as_bob.status.success(),
+        "bob read alice's file through the cache"
+    );
+    assert!(
+        String::from_utf8_lossy(&as_bob.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&as_bob.stderr)
+    );
+    assert_eq!(
+        as_alice.stdout,
+        b"alice's data",
+        "{}",
+        String::from_utf8_lossy(&as_alice.stderr)
+    );
+    assert!(
+        touch.status.success(),
+        "{}",
+        String::from_utf8_lossy(&touch.stderr)
+    );
+    let meta = fs::metadata(project.join("new")).expect("created in the backing directory");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), alice);
+}
+
+#[test]
+fn job_directives_set_up_a_cache_and_teardown_writes_it_back() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(pfs.join("input")).expect("pfs");
+    fs::write(pfs.join("input/mesh"), vec![7u8; 300_000]).expect("input");
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#SBATCH -N 1\n#DW jobdw type=cache access_mode=striped(MFS=1GiB) pfs={} \\\n#DW   capacity=64MiB write_window_multiplier=4\n#DW preload path={}/input\nsrun ./a.out\n",
+            pfs.display(),
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let root = top.path().join("jobs");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    ok(&pliant(&["job", "check", &r(&script)], top.path()));
+    let env = ok(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "42",
+            "--root",
+            &r(&root),
+        ],
+        top.path(),
+    ));
+    let cache = env
+        .lines()
+        .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+        .map(PathBuf::from)
+        .expect("DW_JOB_STRIPED_CACHE");
+    let s = json(&pliant(&["fs", "stat", &r(&cache), "--json"], top.path()));
+    assert_eq!(
+        s["copy_up_bytes"], 300_000,
+        "the preload copied the input up"
+    );
+    assert_eq!(s["window_limit_bytes"], 4 * (64 << 20));
+    fs::write(cache.join("output"), b"results").expect("job writes");
+    ok(&pliant(
+        &["job", "teardown", "--job-id", "42", "--root", &r(&root)],
+        top.path(),
+    ));
+    assert_eq!(
+        fs::read(pfs.join("output")).expect("written back"),
+        b"results"
+    );
+    assert!(
+        !root.join("42").exists(),
+        "teardown removes the job's directory"
+    );
+    // Teardown again (Slurm retries) is fine; a bad directive names its line and parameter.
+    ok(&pliant(
+        &["job", "teardown", "--job-id", "42", "--root", &r(&root)],
+        top.path(),
+    ));
+    fs::write(
+        &script,
+        "#!/bin/bash\n#DW jobdw type=cache access_mode=striped pfs=/x capacity=12XB\n",
+    )
+    .expect("bad");
+    let e = err(&pliant(&["job", "check", &r(&script)], top.path()));
+    assert!(
+        e.contains("job.sh:2:") && e.contains("capacity=12XB"),
+        "{e}"
+    );
+}
+
+/// Random operations (create, write at random offsets, truncate, read, rename, unlink, fsync,
+/// evict) through the mount against an in-memory model, then the backing directory after
+/// unmount: the mount-sized version of `pliant-fs`'s 100,000-operation model test.
+#[test]
+fn random_operations_through_the_mount_match_the_model() {
+    let Some(mut m) = mount_with(&[
+        "--capacity",
+        "1MiB",
+        "--extent",
+        "16KiB",
+        "--writeback-threads",
+        "2",
+        "--write-window-multiplier",
+        "1000",
+    ]) else {
+        return;
+    };
+    let names = ["a", "b", "c", "sub/d", "sub/e"];
+    fs::create_dir(m.at("sub")).expect("sub");
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(2026);
+    let mut model: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    let ops = 3000;
+    for n in 0..ops {
+        let f = rng.random_range(0..names.len());
+        let path = m.at(names[f]);
+        match rng.random_range(0..100) {
+            0..10 if !model.contains_key(&f) => {
+                fs::File::create(&path).expect("create");
+                model.insert(f, Vec::new());
+            }
+            10..45 if model.contains_key(&f) => {
+                let off = rng.random_range(0..200_000usize);
+                let len = rng.random_range(1..40_000usize);
+                let byte = rng.random::<u8>();
+                let data = vec![byte; len];
+                let file = OpenOptions::new().write(true).open(&path).expect("open w");
+                file.write_all_at(&data, off as u64).expect("pwrite");
+                let mm = model.get_mut(&f).expect("model");
+                if mm.len() < off + len {
+                    mm.resize(off + len, 0);
+                }
+                mm[off..off + len].copy_from_slice(&data);
+            }
+            45..55 if model.contains_key(&f) => {
+                let size = rng.random_range(0..150_000usize);
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("open t")
+                    .set_len(size as u64)
+                    .expect("truncate");
+                model.get_mut(&f).expect("model").resize(size, 0);
+            }
+            55..80 if model.contains_key(&f) => {
+                let off = rng.random_range(0..200_000u64);
+                let len = rng.random_range(1..50_000usize);
+                let mut file = fs::File::open(&path).expect("open r");
+                file.seek(SeekFrom::Start(off)).expect("seek");
+                let mut got = Vec::new();
+                file.take(len as u64).read_to_end(&mut got).expect("read");
+                let mm = &model[&f];
+                let lo = (off as usize).min(mm.len());
+                let hi = (off as usize + len).min(mm.len());
+                assert!(got == mm[lo..hi], "op {n}: read {} @{off}+{len}", names[f]);
+            }
+            80..85 if model.contains_key(&f) => {
+                let to = rng.random_range(0..names.len());
+                if to != f {
+                    fs::rename(&path, m.at(names[to])).expect("rename");
+                    let v = model.remove(&f).expect("model");
+                    model.insert(to, v);
+                }
+            }
+            85..90 if model.contains_key(&f) => {
+                fs::remove_file(&path).expect("unlink");
+                model.remove(&f);
+            }
+            90..95 if model.contains_key(&f) => {
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("open s")
+                    .sync_all()
+                    .expect("fsync");
+            }
+            95..100 if model.contains_key(&f) => {
+                ok(&pliant(
+                    &["fs", "evict", path.to_str().expect("utf-8")],
+                    m.dir.path(),
+                ));
+            }
+            _ => {}
+        }
+        if n % 100 == 0 {
+            for (i, v) in &model {
+                let len = fs::metadata(m.at(names[*i])).expect("stat").len();
+                assert_eq!(len, v.len() as u64, "op {n}: size of {}", names[*i]);
+            }
+        }
+    }
+    let s = m.stats();
+    assert!(
+        s["evicted_extents"].as_u64().expect("evicted") > 0,
+        "the cache was small enough to evict: {s}"
+    );
+    m.unmount();
+    for (i, name) in names.iter().enumerate() {
+        let on_disk = fs::read(m.backing.join(name)).ok();
+        assert_eq!(
+            on_disk.as_ref(),
+            model.get(&i),
+            "backing {name} after unmount"
+        );
+    }
+}
+
+#[test]
+fn unmount_of_a_path_that_is_not_a_mount_says_so() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let e = err(&pliant(
+        &["fs", "unmount", d.path().to_str().expect("utf-8")],
+        d.path(),
+    ));
+    assert!(e.contains("not inside a pliant fs mount"), "{e}");
+    let e = err(&pliant(
+        &[
+            "fs",
+            "mount",
+            "/nonexistent-backing",
+            d.path().to_str().expect("utf-8"),
+            "--cache-dir",
+            "c",
+            "--capacity",
+            "1MiB",
+            "--foreground",
+        ],
+        d.path(),
+    ));
+    assert!(e.contains("/nonexistent-backing"), "{e}");
+}
