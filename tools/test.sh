@@ -39,6 +39,17 @@ if [ -n "$native" ]; then
   exit 1
 fi
 
+# `pliant fs` tests mount real FUSE file systems: /dev/fuse, and fusermount3 (package fuse3)
+# for an unprivileged mount; their mmap and fcntl checks run python3.
+need fuse3 command -v fusermount3
+if [ ! -e /dev/fuse ]; then
+  if [ -n "${CI:-}" ]; then
+    echo "tools/test.sh: /dev/fuse is missing: the pliant fs tests need FUSE (a container needs --device /dev/fuse)" >&2
+    exit 1
+  fi
+  echo "tools/test.sh: no /dev/fuse here: the pliant fs mount tests will skip" >&2
+fi
+
 if $all_features; then
   # `exact` builds HiGHS from source: cmake, and libclang for its generated bindings.
   need cmake command -v cmake

@@ -66,7 +66,7 @@ struct Extent {
 struct FileData {
     /// Relative to the backing directory; `None` once unlinked (the entry lives on while open).
     path: Option<PathBuf>,
-    cache: Option<File>,
+    cache: Option<Arc<File>>,
     backing: Option<Arc<File>>,
     backing_writable: bool,
     size: u64,
@@ -84,6 +84,9 @@ struct FileData {
     tick: u64,
     /// Has `Dirty` records in the journal: renames, sizes and drops must be journaled too.
     journaled: bool,
+    /// Open in kernel passthrough (reads go to the cache file without the daemon): its extents
+    /// must stay where they are.
+    pinned: u32,
 }
 
 /// A cached file.
@@ -468,6 +471,36 @@ impl FsCache {
         self.inner.maybe_evict();
         self.inner.maybe_start_writeback();
         Ok(data.len() as u32)
+    }
+
+    /// For kernel passthrough: if every extent of the file is in the cache, pins them there and
+    /// returns the cache file (whose offsets are the file's), else `None`. Undo with
+    /// [`FsCache::unpin`].
+    pub fn passthrough_file(&self, h: &Handle) -> io::Result<Option<Arc<File>>> {
+        let entry = &h.0;
+        let mut d = lock(&entry.data);
+        let all = self
+            .inner
+            .extent_range(0, d.size)
+            .all(|i| d.extents.contains_key(&i));
+        if !all {
+            return Ok(None);
+        }
+        let size = d.size;
+        let f = self.inner.cache_file(entry.id, &mut d)?;
+        if f.metadata()?.len() < size {
+            f.set_len(size)?;
+        }
+        let f = d.cache.clone();
+        d.pinned += 1;
+        Counters::add(&self.inner.counters.passthrough_opens, 1);
+        Ok(f)
+    }
+
+    /// Releases a pin of [`FsCache::passthrough_file`].
+    pub fn unpin(&self, h: &Handle) {
+        let mut d = lock(&h.0.data);
+        d.pinned = d.pinned.saturating_sub(1);
     }
 
     /// Makes the file's data durable as `--fsync` says: in the cache (data synced, journal
@@ -1011,7 +1044,12 @@ impl Inner {
             let meta = std::fs::metadata(&full)?;
             let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
             if now_seen != d.seen {
-                if d.dirty_bytes == 0 {
+                if d.pinned > 0 {
+                    tracing::warn!(
+                        path = %full.display(),
+                        "changed in the backing directory while open in passthrough; the cached copy stays until it is closed"
+                    );
+                } else if d.dirty_bytes == 0 {
                     self.drop_extents_locked(&entry, &mut d, |_, _| true)?;
                     Counters::add(&self.counters.revalidated_files, 1);
                     d.size = now_seen.0;
@@ -1079,6 +1117,7 @@ impl Inner {
                 open_count: 1,
                 tick,
                 journaled: false,
+                pinned: 0,
             }),
             idle: Condvar::new(),
         });
@@ -1117,10 +1156,10 @@ impl Inner {
                 .truncate(false)
                 .mode(0o600)
                 .open(self.data_dir.join(id.to_string()))?;
-            d.cache = Some(f);
+            d.cache = Some(Arc::new(f));
         }
         d.cache
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| io::Error::other("cache file"))
     }
 
@@ -1567,6 +1606,10 @@ impl Inner {
     /// Writes back and drops a file's extents (all of them, or only `only`).
     fn evict_extents(&self, entry: &FileEntry, only: Option<u64>) -> io::Result<u64> {
         let mut d = lock(&entry.data);
+        if d.pinned > 0 {
+            // A passthrough reader reads the cache file directly: a hole would read as zeros.
+            return Ok(0);
+        }
         let targets: Vec<u64> = match only {
             Some(i) => vec![i],
             None => d.extents.keys().copied().collect(),
@@ -1597,6 +1640,9 @@ impl Inner {
 
     fn invalidate_entry(&self, entry: &FileEntry) -> io::Result<u64> {
         let mut d = lock(&entry.data);
+        if d.pinned > 0 {
+            return Ok(0);
+        }
         while d.extents.values().any(|x| x.in_flight) {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
@@ -1765,7 +1811,10 @@ impl Inner {
             return;
         }
         let _one = lock(&self.evicting);
-        while self.used.load(Relaxed) > self.cfg.low_bytes() {
+        // Pinned files go to the back of the queue: one pass over it at most.
+        let mut budget = lock(&self.state).lru.len();
+        while self.used.load(Relaxed) > self.cfg.low_bytes() && budget > 0 {
+            budget -= 1;
             let victim = {
                 let mut s = lock(&self.state);
                 let Some((&t, &(id, ext))) = s.lru.iter().next() else {
@@ -1775,6 +1824,13 @@ impl Inner {
                 s.files.get(&id).cloned().map(|e| (e, ext))
             };
             let Some((entry, ext)) = victim else { continue };
+            {
+                let mut d = lock(&entry.data);
+                if d.pinned > 0 {
+                    self.touch(&entry, &mut d, 0..0);
+                    continue;
+                }
+            }
             if let Err(e) = self.evict_extents(&entry, ext) {
                 Counters::add(&self.counters.writeback_errors, 1);
                 tracing::error!(error = %e, "eviction could not write a dirty extent back; retrying later");
@@ -1851,6 +1907,13 @@ impl Inner {
             let _ = self.progress.wait_timeout(s, Duration::from_millis(200));
         }
         let _ = lock(&self.journal).sync();
+        // Written back means durable in the backing file system, not in its page cache: after
+        // an unmount the job's data must survive the node.
+        if let Ok(dir) = File::open(&self.cfg.backing)
+            && let Err(e) = nix::unistd::syncfs(&dir)
+        {
+            tracing::error!(error = %e, "syncing the backing file system");
+        }
         lock(&self.state).flushing -= 1;
     }
 
@@ -1893,6 +1956,7 @@ impl Inner {
             window_limit_bytes: wl,
             window_left_secs: wleft,
             revalidated_files: c.revalidated_files.load(Relaxed),
+            passthrough_opens: c.passthrough_opens.load(Relaxed),
         }
     }
 }

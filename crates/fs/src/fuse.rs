@@ -24,11 +24,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
@@ -169,6 +169,33 @@ impl Access {
     }
 }
 
+/// How an open file handle reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Through the daemon, with the kernel's page cache.
+    Cached,
+    /// Kernel passthrough to the cache file; the file's extents are pinned.
+    Passthrough,
+    /// Through the daemon without the page cache, beside passthrough handles of the same inode
+    /// (the kernel allows an inode one mode at a time: a writer joining passthrough readers
+    /// must go through the daemon, which tracks what it dirties).
+    DirectBesidePassthrough,
+}
+
+#[derive(Debug, Default)]
+struct PtInode {
+    /// The kernel needs one backing id per inode for all its passthrough opens.
+    id: Weak<BackingId>,
+    cached: u32,
+    passthrough: u32,
+}
+
+#[derive(Debug, Default)]
+struct Passthrough {
+    inodes: HashMap<u64, PtInode>,
+    handles: HashMap<u64, (u64, Mode, Option<Arc<BackingId>>)>,
+}
+
 /// Supplementary groups of a process, from `/proc/PID/status`.
 fn groups_of(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -197,6 +224,11 @@ pub struct PliantFuse {
     pending: Mutex<HashMap<(u32, u64, OsString), Vec<u8>>>,
     /// Set by the `discard` verb: the unmount drops dirty data.
     pub discard: Arc<AtomicBool>,
+    /// Asked for: use kernel passthrough for reads of fully cached files.
+    want_passthrough: bool,
+    /// The kernel agreed (set at init).
+    passthrough: AtomicBool,
+    pt: Mutex<Passthrough>,
 }
 
 impl std::fmt::Debug for PliantFuse {
@@ -262,7 +294,69 @@ impl PliantFuse {
             traversal: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             discard: Arc::new(AtomicBool::new(false)),
+            want_passthrough: false,
+            passthrough: AtomicBool::new(false),
+            pt: Mutex::new(Passthrough::default()),
         }
+    }
+
+    /// Reads of files whose extents are all cached go from the kernel to the cache file
+    /// without the daemon (FUSE passthrough, Linux 6.9+, needs CAP_SYS_ADMIN); when the kernel
+    /// or the privileges say no, everything goes through the daemon as before.
+    pub fn with_passthrough(mut self, on: bool) -> Self {
+        self.want_passthrough = on;
+        self
+    }
+
+    /// Opens `h` as the kernel should see it: in passthrough when it can be, else cached.
+    fn reply_open(&self, ino: INodeNo, h: Handle, read_only: bool, reply: ReplyOpen) {
+        let fh = self.next_fh.fetch_add(1, Relaxed);
+        if self.passthrough.load(Relaxed) {
+            let mut pt = lock(&self.pt);
+            let Passthrough { inodes, handles } = &mut *pt;
+            let node = inodes.entry(ino.0).or_default();
+            if read_only && node.cached == 0 {
+                match self.core.passthrough_file(&h) {
+                    Ok(Some(file)) => {
+                        let id = match node.id.upgrade() {
+                            Some(id) => Ok(id),
+                            None => reply.open_backing(&*file).map(Arc::new),
+                        };
+                        match id {
+                            Ok(id) => {
+                                node.id = Arc::downgrade(&id);
+                                node.passthrough += 1;
+                                handles.insert(fh, (ino.0, Mode::Passthrough, Some(id.clone())));
+                                lock(&self.handles).insert(fh, h);
+                                return reply.opened_passthrough(
+                                    FileHandle(fh),
+                                    FopenFlags::empty(),
+                                    &id,
+                                );
+                            }
+                            Err(e) => {
+                                self.core.unpin(&h);
+                                self.passthrough.store(false, Relaxed);
+                                tracing::warn!(error = %e, "FUSE passthrough refused; reads go through the daemon");
+                            }
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "passthrough: the cache file"),
+                }
+            } else if node.passthrough > 0
+                && let Some(id) = node.id.upgrade()
+            {
+                node.passthrough += 1;
+                handles.insert(fh, (ino.0, Mode::DirectBesidePassthrough, Some(id.clone())));
+                lock(&self.handles).insert(fh, h);
+                return reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
+            }
+            node.cached += 1;
+            handles.insert(fh, (ino.0, Mode::Cached, None));
+        }
+        lock(&self.handles).insert(fh, h);
+        reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
     fn guard(&self, req: &Request) -> Result<(), Errno> {
@@ -334,6 +428,19 @@ impl Filesystem for PliantFuse {
         // One request per extent where the kernel allows it.
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
+        if self.want_passthrough {
+            // Depth 1: the cache files sit on an ordinary file system.
+            let ok = config
+                .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
+                .is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            self.passthrough.store(ok, Relaxed);
+            if !ok {
+                tracing::warn!(
+                    "this kernel offers no FUSE passthrough; reads go through the daemon"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -551,16 +658,15 @@ impl Filesystem for PliantFuse {
         reply.error(Errno::EPERM);
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let res = self
             .guard(req)
             .and_then(|_| self.path(ino))
             .and_then(|p| self.core.open(&p).map_err(err));
         match res {
             Ok(h) => {
-                let fh = self.next_fh.fetch_add(1, Relaxed);
-                lock(&self.handles).insert(fh, h);
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+                let read_only = matches!(flags.acc_mode(), fuser::OpenAccMode::O_RDONLY);
+                self.reply_open(ino, h, read_only, reply)
             }
             Err(e) => reply.error(e),
         }
@@ -628,7 +734,29 @@ impl Filesystem for PliantFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if let Some(h) = lock(&self.handles).remove(&fh.0) {
+        // Taken out first: a guard in the `if let` would hold the handle table through the body,
+        // against an open that holds the passthrough table and wants the handle table.
+        let h = lock(&self.handles).remove(&fh.0);
+        if let Some(h) = h {
+            let mut pt = lock(&self.pt);
+            if let Some((ino, mode, _id)) = pt.handles.remove(&fh.0)
+                && let Some(node) = pt.inodes.get_mut(&ino)
+            {
+                match mode {
+                    Mode::Cached => node.cached = node.cached.saturating_sub(1),
+                    Mode::Passthrough => {
+                        node.passthrough = node.passthrough.saturating_sub(1);
+                        self.core.unpin(&h);
+                    }
+                    Mode::DirectBesidePassthrough => {
+                        node.passthrough = node.passthrough.saturating_sub(1)
+                    }
+                }
+                if node.cached == 0 && node.passthrough == 0 {
+                    pt.inodes.remove(&ino);
+                }
+            }
+            drop(pt);
             self.core.release(h);
         }
         reply.ok();
@@ -850,6 +978,11 @@ impl Filesystem for PliantFuse {
                 let ino = lock(&self.inodes).lookup(&p);
                 let fh = self.next_fh.fetch_add(1, Relaxed);
                 lock(&self.handles).insert(fh, h);
+                if self.passthrough.load(Relaxed) {
+                    let mut pt = lock(&self.pt);
+                    pt.inodes.entry(ino).or_default().cached += 1;
+                    pt.handles.insert(fh, (ino, Mode::Cached, None));
+                }
                 reply.created(
                     &TTL,
                     &fattr(ino, &a),

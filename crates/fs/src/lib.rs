@@ -23,6 +23,7 @@ pub mod fuse;
 pub mod job;
 pub mod journal;
 pub mod mount;
+pub mod slow;
 mod stats;
 mod window;
 

@@ -23,6 +23,9 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Threads reading FUSE requests.
     pub fuse_threads: usize,
+    /// Serve reads of fully cached files by kernel passthrough when the kernel and the
+    /// privileges allow it (root: CAP_SYS_ADMIN).
+    pub passthrough: bool,
 }
 
 /// Why a mount failed or ended badly.
@@ -100,7 +103,7 @@ pub fn run_foreground(
             source,
         }
     })?;
-    let fs = PliantFuse::new(core.clone(), access);
+    let fs = PliantFuse::new(core.clone(), access).with_passthrough(opts.passthrough && root);
     let discard = fs.discard.clone();
     let mut config = fuser::Config::default();
     config.mount_options = vec![

@@ -16,6 +16,7 @@ pub(crate) struct Counters {
     pub edquot: AtomicU64,
     pub efbig: AtomicU64,
     pub revalidated_files: AtomicU64,
+    pub passthrough_opens: AtomicU64,
 }
 
 impl Counters {
@@ -75,4 +76,6 @@ pub struct FsStats {
     pub window_left_secs: f64,
     /// Files whose cached data was dropped because the backing copy changed.
     pub revalidated_files: u64,
+    /// Opens served by kernel passthrough (reads straight from the cache file).
+    pub passthrough_opens: u64,
 }

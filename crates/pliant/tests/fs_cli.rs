@@ -39,6 +39,34 @@ struct Mounted {
     pid: u32,
     args: Vec<String>,
     done: bool,
+    /// The daemon's pid for the watchdog.
+    watched: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// A request stuck in the daemon would block the test inside the kernel for ever: after
+/// `limit` the watchdog kills the daemon, which fails every pending request (ENOTCONN), so the
+/// test fails instead of hanging. It stands down when the test drops its end.
+fn watchdog(limit: std::time::Duration) -> std::sync::Arc<std::sync::atomic::AtomicU32> {
+    let pid = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let watched = pid.clone();
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if std::sync::Arc::strong_count(&watched) == 1 {
+                return;
+            }
+        }
+        let p = watched.load(std::sync::atomic::Ordering::Relaxed);
+        if p != 0 {
+            eprintln!("watchdog: killing mount daemon {p} after {limit:?}");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    });
+    pid
 }
 
 fn mount_with(extra: &[&str]) -> Option<Mounted> {
@@ -61,6 +89,7 @@ fn mount_with(extra: &[&str]) -> Option<Mounted> {
         pid: 0,
         args: Vec::new(),
         done: false,
+        watched: watchdog(std::time::Duration::from_secs(180)),
     };
     m.args = [
         "fs",
@@ -83,6 +112,8 @@ impl Mounted {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         ok(&pliant(&args, self.dir.path()));
         self.pid = self.stats()["pid"].as_u64().expect("pid") as u32;
+        self.watched
+            .store(self.pid, std::sync::atomic::Ordering::Relaxed);
         self.done = false;
     }
 
@@ -670,4 +701,53 @@ fn unmount_of_a_path_that_is_not_a_mount_says_so() {
         d.path(),
     ));
     assert!(e.contains("/nonexistent-backing"), "{e}");
+}
+
+/// FUSE passthrough (Linux 6.9+, root): a fully cached file opened read-only is read by the
+/// kernel straight from its cache file; a writer joining such readers goes through the daemon,
+/// and the readers see what it wrote; everything reaches the backing directory.
+#[test]
+fn passthrough_reads_see_writes_through_the_daemon() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: the passthrough test runs as root"
+        );
+        eprintln!("skipped: FUSE passthrough needs CAP_SYS_ADMIN");
+        return;
+    }
+    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    fs::write(m.at("f"), &data).expect("write");
+    let mut reader = fs::File::open(m.at("f")).expect("open for reading");
+    let mut got = Vec::new();
+    reader.read_to_end(&mut got).expect("read");
+    assert_eq!(got, data);
+    assert_eq!(
+        m.stats()["passthrough_opens"],
+        1,
+        "a fully cached file opens in passthrough"
+    );
+    let writer = OpenOptions::new()
+        .write(true)
+        .open(m.at("f"))
+        .expect("open for writing");
+    writer
+        .write_all_at(b"NEW", 500_000)
+        .expect("write beside a passthrough reader");
+    let mut head = [0u8; 3];
+    reader.read_exact_at(&mut head, 500_000).expect("reread");
+    assert_eq!(
+        &head, b"NEW",
+        "the passthrough reader sees the daemon's write"
+    );
+    drop((reader, writer));
+    let dirty = m.stats()["dirty_bytes"].as_u64().expect("dirty");
+    assert!(dirty > 0, "the write was tracked as dirty");
+    m.unmount();
+    let mut want = data;
+    want[500_000..500_003].copy_from_slice(b"NEW");
+    assert_eq!(fs::read(m.backing.join("f")).expect("backing"), want);
 }

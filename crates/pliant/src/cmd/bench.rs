@@ -20,6 +20,49 @@ pub enum Command {
     /// Rescaling planner scaling: plan time from 128 to 16,384 servers and 8 K to 1 M buckets
     /// (commissioning 15/16 of the final servers, as in the 1,920-onto-128 scenario).
     Scale(ScaleArgs),
+    /// A slow file system for the `pliant fs` benchmarks (tools/bench/fs_fio.sh): mounts DIR at
+    /// MOUNTPOINT (in the foreground) with every data request taking bytes / --stream-rate
+    /// seconds, so one stream is limited as on a parallel file system and concurrent streams
+    /// add up. Ctrl-C or SIGTERM unmounts.
+    SlowFs(SlowFsArgs),
+    /// A line chart (PNG or SVG by extension) from two-column CSV files, one line per file:
+    /// what the benchmark scripts draw their figures with.
+    Chart(ChartArgs),
+}
+
+/// Arguments of `bench chart`.
+#[derive(clap::Args)]
+pub struct ChartArgs {
+    /// Lines, as LABEL=FILE.csv (columns x,y; a first line that is not numbers is a header).
+    #[arg(required = true, value_name = "LABEL=CSV")]
+    series: Vec<String>,
+    /// Where to write the chart.
+    #[arg(long)]
+    out: PathBuf,
+    /// Title.
+    #[arg(long, default_value = "")]
+    title: String,
+    /// X axis label.
+    #[arg(long, default_value = "x")]
+    x_label: String,
+    /// Y axis label.
+    #[arg(long, default_value = "y")]
+    y_label: String,
+}
+
+/// Arguments of `bench slow-fs`.
+#[derive(clap::Args)]
+pub struct SlowFsArgs {
+    /// The directory to serve.
+    dir: std::path::PathBuf,
+    /// Where to mount it.
+    mountpoint: std::path::PathBuf,
+    /// Bytes per second of one stream of requests (e.g. 50MB).
+    #[arg(long, default_value = "50MB")]
+    stream_rate: String,
+    /// Requests served at once.
+    #[arg(long, default_value_t = 16)]
+    threads: usize,
 }
 
 /// Arguments of `bench frames`.
@@ -82,7 +125,57 @@ pub fn run(c: Command) -> Result<ExitCode> {
         Command::Sim(a) => sim(&a),
         Command::Scale(a) => scale(&a),
         Command::Frames(a) => frames(&a),
+        Command::SlowFs(a) => slow_fs(&a),
+        Command::Chart(a) => chart(&a),
     }
+}
+
+fn chart(a: &ChartArgs) -> Result<ExitCode> {
+    let mut series = Vec::new();
+    for s in &a.series {
+        let (label, file) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("{s:?}: expected LABEL=FILE.csv"))?;
+        let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        let mut points = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let mut cols = line.split(',').map(str::trim);
+            let parsed = (
+                cols.next().and_then(|x| x.parse::<f64>().ok()),
+                cols.next().and_then(|y| y.parse::<f64>().ok()),
+            );
+            match parsed {
+                (Some(x), Some(y)) => points.push((x, y)),
+                _ if n == 0 => {}
+                _ => anyhow::bail!("{file}:{}: expected two numbers x,y, got {line:?}", n + 1),
+            }
+        }
+        series.push(crate::plot::Series::line(label, points));
+    }
+    crate::plot::draw(
+        &a.out,
+        &[crate::plot::Chart {
+            title: &a.title,
+            x_label: &a.x_label,
+            y_label: &a.y_label,
+            log_x: false,
+            series,
+        }],
+    )?;
+    println!("wrote {}", a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn slow_fs(a: &SlowFsArgs) -> Result<ExitCode> {
+    let rate = match a.stream_rate.parse::<pliant_cache::Capacity>() {
+        Ok(pliant_cache::Capacity::Bytes(n)) => n as f64,
+        _ => anyhow::bail!(
+            "--stream-rate {:?}: expected bytes per second (50MB, 100MiB)",
+            a.stream_rate
+        ),
+    };
+    pliant_fs::slow::run(&a.dir, &a.mountpoint, rate, a.threads)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn frames(a: &FramesArgs) -> Result<ExitCode> {

@@ -125,6 +125,11 @@ pub struct MountArgs {
     /// Threads serving FUSE requests.
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,
+    /// Always read through the daemon. By default, reads of a file whose extents are all cached
+    /// go from the kernel straight to its cache file (FUSE passthrough, Linux 6.9+, root only);
+    /// writes always go through the daemon, which tracks what is dirty.
+    #[arg(long)]
+    no_passthrough: bool,
     /// Stay in the foreground (the daemon itself); Ctrl-C or SIGTERM unmounts after writing back.
     #[arg(long)]
     foreground: bool,
@@ -198,6 +203,7 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
             mountpoint: a.mountpoint.clone(),
             allow_other: a.allow_other,
             fuse_threads: a.fuse_threads,
+            passthrough: !a.no_passthrough,
         };
         let report = pliant_fs::mount::run_foreground(&opts, |rec| {
             if rec.files > 0 {

@@ -1,0 +1,481 @@
+//! A slow file system for benchmarks: a FUSE passthrough over a directory whose data requests
+//! each take `bytes / stream_rate` seconds, so that one stream of I/O moves at most
+//! `stream_rate` bytes/s while concurrent streams add up, as on a parallel file system where
+//! one client stream is limited by its stripe and its round trips (DataWarp's figure 11: more
+//! write-back threads, more throughput). It stands in for Lustre in `tools/bench/fs_fio.sh`; it
+//! is not a product feature. Metadata requests are passed through without delay.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::core::lock;
+
+const TTL: Duration = Duration::from_secs(1);
+
+/// The slow passthrough.
+#[derive(Debug)]
+pub struct SlowFs {
+    root: PathBuf,
+    stream_rate: f64,
+    paths: Mutex<(HashMap<u64, PathBuf>, HashMap<PathBuf, u64>)>,
+    next_ino: AtomicU64,
+    files: Mutex<HashMap<u64, std::sync::Arc<File>>>,
+    next_fh: AtomicU64,
+}
+
+fn err(e: std::io::Error) -> Errno {
+    Errno::from(e)
+}
+
+fn attr(ino: u64, m: &std::fs::Metadata) -> FileAttr {
+    let t = |s: i64, n: i64| {
+        SystemTime::UNIX_EPOCH + Duration::new(s.max(0) as u64, n.clamp(0, 999_999_999) as u32)
+    };
+    let kind = if m.is_dir() {
+        FileType::Directory
+    } else if m.file_type().is_symlink() {
+        FileType::Symlink
+    } else {
+        FileType::RegularFile
+    };
+    FileAttr {
+        ino: INodeNo(ino),
+        size: m.size(),
+        blocks: m.blocks(),
+        atime: t(m.atime(), m.atime_nsec()),
+        mtime: t(m.mtime(), m.mtime_nsec()),
+        ctime: t(m.ctime(), m.ctime_nsec()),
+        crtime: t(m.ctime(), m.ctime_nsec()),
+        kind,
+        perm: (m.mode() & 0o7777) as u16,
+        nlink: m.nlink() as u32,
+        uid: m.uid(),
+        gid: m.gid(),
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+impl SlowFs {
+    /// Serves `root`, each data request taking `bytes / stream_rate` seconds.
+    pub fn new(root: PathBuf, stream_rate: f64) -> Self {
+        Self {
+            root,
+            stream_rate,
+            paths: Mutex::new((HashMap::new(), HashMap::new())),
+            next_ino: AtomicU64::new(2),
+            files: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
+        if ino.0 == 1 {
+            return Ok(self.root.clone());
+        }
+        lock(&self.paths)
+            .0
+            .get(&ino.0)
+            .cloned()
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn ino(&self, p: &Path) -> u64 {
+        let mut t = lock(&self.paths);
+        if let Some(&i) = t.1.get(p) {
+            return i;
+        }
+        let i = self.next_ino.fetch_add(1, Relaxed);
+        t.0.insert(i, p.to_path_buf());
+        t.1.insert(p.to_path_buf(), i);
+        i
+    }
+
+    fn delay(&self, bytes: usize) {
+        std::thread::sleep(Duration::from_secs_f64(bytes as f64 / self.stream_rate));
+    }
+
+    fn entry(&self, p: PathBuf, reply: ReplyEntry) {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) => reply.entry(&TTL, &attr(self.ino(&p), &m), Generation(0)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<std::sync::Arc<File>, Errno> {
+        lock(&self.files).get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+}
+
+impl Filesystem for SlowFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.path(parent) {
+            Ok(p) => self.entry(p.join(name), reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self
+            .path(ino)
+            .and_then(|p| std::fs::symlink_metadata(p).map_err(err))
+        {
+            Ok(m) => reply.attr(&TTL, &attr(ino.0, &m)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let res = self.path(ino).and_then(|p| {
+            if let Some(m) = mode {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m & 0o7777))
+                    .map_err(err)?;
+            }
+            if let Some(s) = size {
+                OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .and_then(|f| f.set_len(s))
+                    .map_err(err)?;
+            }
+            std::fs::symlink_metadata(&p).map_err(err)
+        });
+        match res {
+            Ok(m) => reply.attr(&TTL, &attr(ino.0, &m)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self.path(parent).map(|p| p.join(name)).and_then(|p| {
+            std::fs::DirBuilder::new()
+                .mode(mode & !umask)
+                .create(&p)
+                .map_err(err)
+                .map(|_| p)
+        });
+        match res {
+            Ok(p) => self.entry(p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .path(parent)
+            .and_then(|p| std::fs::remove_file(p.join(name)).map_err(err))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .path(parent)
+            .and_then(|p| std::fs::remove_dir(p.join(name)).map_err(err))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = (|| {
+            let from = self.path(parent)?.join(name);
+            let to = self.path(newparent)?.join(newname);
+            std::fs::rename(&from, &to).map_err(err)?;
+            let mut t = lock(&self.paths);
+            if let Some(i) = t.1.remove(&from) {
+                t.0.insert(i, to.clone());
+                t.1.insert(to, i);
+            }
+            Ok(())
+        })();
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = !matches!(flags.acc_mode(), fuser::OpenAccMode::O_RDONLY);
+        let res = self.path(ino).and_then(|p| {
+            OpenOptions::new()
+                .read(true)
+                .write(write)
+                .open(p)
+                .map_err(err)
+        });
+        match res {
+            Ok(f) => {
+                let fh = self.next_fh.fetch_add(1, Relaxed);
+                lock(&self.files).insert(fh, std::sync::Arc::new(f));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = self.path(parent).map(|p| p.join(name)).and_then(|p| {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(mode & !umask)
+                .open(&p)
+                .map_err(err)?;
+            let m = f.metadata().map_err(err)?;
+            Ok((p, f, m))
+        });
+        match res {
+            Ok((p, f, m)) => {
+                let fh = self.next_fh.fetch_add(1, Relaxed);
+                lock(&self.files).insert(fh, std::sync::Arc::new(f));
+                reply.created(
+                    &TTL,
+                    &attr(self.ino(&p), &m),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let res = self.file(fh).and_then(|f| {
+            let mut buf = vec![0u8; size as usize];
+            let mut n = 0;
+            while n < buf.len() {
+                match f.read_at(&mut buf[n..], offset + n as u64) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) => return Err(err(e)),
+                }
+            }
+            buf.truncate(n);
+            Ok(buf)
+        });
+        match res {
+            Ok(buf) => {
+                self.delay(buf.len());
+                reply.data(&buf)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.delay(data.len());
+        match self
+            .file(fh)
+            .and_then(|f| f.write_all_at(data, offset).map_err(err))
+        {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.files).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.file(fh).and_then(|f| f.sync_all().map_err(err)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let p = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let list = match std::fs::read_dir(&p) {
+            Ok(l) => l,
+            Err(e) => return reply.error(err(e)),
+        };
+        let mut all = vec![
+            (ino.0, FileType::Directory, ".".into()),
+            (1, FileType::Directory, "..".into()),
+        ];
+        for e in list.flatten() {
+            let kind = match e.file_type() {
+                Ok(t) if t.is_dir() => FileType::Directory,
+                Ok(t) if t.is_symlink() => FileType::Symlink,
+                _ => FileType::RegularFile,
+            };
+            all.push((self.ino(&p.join(e.file_name())), kind, e.file_name()));
+        }
+        for (i, (n, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(n), (i + 1) as u64, kind, &name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match nix::sys::statvfs::statvfs(&self.root) {
+            Ok(s) => reply.statfs(
+                s.blocks(),
+                s.blocks_free(),
+                s.blocks_available(),
+                s.files(),
+                s.files_free(),
+                s.block_size() as u32,
+                s.name_max() as u32,
+                s.fragment_size() as u32,
+            ),
+            Err(e) => reply.error(Errno::from_i32(e as i32)),
+        }
+    }
+}
+
+/// Mounts `root` slowed down at `mountpoint` and serves until unmounted or signalled.
+pub fn run(
+    root: &Path,
+    mountpoint: &Path,
+    stream_rate: f64,
+    threads: usize,
+) -> std::io::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM] {
+        signals.add(s);
+    }
+    let _ = signals.thread_block();
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![fuser::MountOption::FSName("pliant-slowfs".into())];
+    config.n_threads = Some(threads.max(1));
+    config.clone_fd = true;
+    let mut session = fuser::Session::new(
+        SlowFs::new(root.canonicalize()?, stream_rate),
+        mountpoint,
+        &config,
+    )?;
+    let mut unmounter = session.unmount_callable();
+    std::thread::spawn(move || {
+        if signals.wait().is_ok() {
+            let _ = unmounter.unmount();
+        }
+    });
+    session.run()
+}

@@ -1,0 +1,463 @@
+#!/usr/bin/env bash
+# What `pliant fs mount` (the FUSE write-back cache) costs and saves, measured with fio.
+#
+# What it measures (fio: ioengine=psync, direct=0, one job; every number is the median of REPS runs,
+# because the machine is shared and noisy; the phases run one at a time)
+#   a. Local backing (a directory on the same disk as the cache directory):
+#        1 MiB sequential write (end_fsync=1), 1 MiB sequential read, 4 KiB random read
+#        (time-based, RAND_SECS), each directly on the backing directory and through
+#        `pliant fs mount` over it (capacity 2 × SIZE, so the file stays cached). The read through
+#        the mount is warm: the file is in the cache from the write (checked: no copy-up during the
+#        measured read). Before each measured read phase the kernel page cache is dropped
+#        (`sync; echo 3 > /proc/sys/vm/drop_caches`), so reads come from the cache directory or
+#        the backing directory on disk, not from RAM; and before the reads through the mount the
+#        script waits until the write-back the write started has stopped.
+#        Goal: a warm 1 MiB read through the mount at most 10% slower than direct (DataWarp
+#        measured 2.1-2.2%). The mount's defaults read a fully cached file through FUSE
+#        passthrough; a second mount with --no-passthrough (where pliant has it) measures the
+#        reads through the daemon: cold (each extent copied up) and then warm.
+#   b. Slow backing (`pliant bench slow-fs`, every data request taking bytes / 50 MB/s, as one
+#      Lustre client stream): the job's write phase, 1 MiB sequential write of SLOW_SIZE with
+#      end_fsync, directly on the slow mount and through `pliant fs mount SLOWMNT ...
+#      --fsync cache`. Reports both wall times and the speed-up (goal >= 2x; DataWarp at NERSC
+#      1.5-2.2x), then the unmount's flush time (`pliant fs unmount --json` flush_secs) apart.
+#      Checks the data: md5 through the mount before the unmount = md5 in the slow file system's
+#      directory after it.
+#   c. Write-back throughput over time with 1 and 8 write-back threads (DataWarp's figure 11):
+#      SLOW_SIZE written through the cache over the slow backing with --dirty-high 90% (nothing is
+#      written back during the write), then `pliant fs unmount` in the background while
+#      `pliant fs stat --json` is sampled every 0.25 s; the MB/s between samples goes to CSVs.
+#      Twice: as one file, and as WB_FILES files. Why both: the kernel serialises writes to one
+#      file on a FUSE mount (the inode lock of buffered writes), so on the slow file system one
+#      file takes one stream whatever the threads; separate files add up, as DataWarp's stage-out
+#      of many files does. The chart docs/img/fs-writeback-threads.png (`pliant bench chart`)
+#      shows the WB_FILES case (OUT/fs-writeback-threads-1file.png the other).
+#   d. A markdown summary, printed and written to target/fs_fio.md.
+#
+# Usage
+#   tools/bench/fs_fio.sh [--quick] [--size SIZE] [--slow-size SIZE] [--reps N] [--rand-secs S]
+#                         [--wb-files N] [--out DIR]
+#   --size       data set of part a (default 1GiB; 512MiB, 2G, or a number of MiB)
+#   --slow-size  data set of parts b and c (default 512MiB)
+#   --reps       runs per measurement, the median is reported (default 3)
+#   --rand-secs  length of each 4 KiB random-read run (default 10)
+#   --wb-files   part c's second layout: the data set in this many files (default 8; 1: only one)
+#   --out        where fio's JSON, the CSVs, the unmount reports and mount logs go
+#                (default target/fs_fio)
+#   --quick      a smoke run: 128MiB / 64MiB, 1 run, 3 s random reads; the chart goes to
+#                OUT/fs-writeback-threads.png instead of docs/img
+#   env: PLIANT_BIN (default target/release/pliant, not built here), WORK_BASE (default /var/tmp:
+#   where the backing, cache and slow directories live; it must be a local disk)
+#
+# Needs root (drop_caches, FUSE mounts), fio (apt-get install -y fio), python3. Touches nothing
+# off this machine. Every mount and process it starts is stopped (by its own pid) at exit, and the
+# work directory is removed.
+
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+usage() { sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; }
+
+# A size in MiB from 1GiB / 512MiB / 2G / 512M / 512.
+mib() {
+    local s=${1^^}
+    s=${s%IB}; s=${s%B}
+    case $s in
+        *G) echo $(( ${s%G} * 1024 )) ;;
+        *M) echo "${s%M}" ;;
+        *[!0-9]* | "") echo "bad size: $1" >&2; exit 2 ;;
+        *) echo "$s" ;;
+    esac
+}
+
+SIZE_MIB=1024
+SLOW_MIB=512
+REPS=3
+RAND_SECS=10
+WB_FILES=8
+OUT=target/fs_fio
+QUICK=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --quick) QUICK=1; SIZE_MIB=128; SLOW_MIB=64; REPS=1; RAND_SECS=3 ;;
+        --size) SIZE_MIB=$(mib "$2"); shift ;;
+        --slow-size) SLOW_MIB=$(mib "$2"); shift ;;
+        --reps) REPS=$2; shift ;;
+        --rand-secs) RAND_SECS=$2; shift ;;
+        --wb-files) WB_FILES=$2; shift ;;
+        --out) OUT=$2; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) echo "unknown argument: $1 (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+BIN=${PLIANT_BIN:-target/release/pliant}
+[ -x "$BIN" ] || { echo "fs_fio.sh: no $BIN (cargo build --release, or set PLIANT_BIN)" >&2; exit 1; }
+BIN=$(realpath "$BIN")
+HELP=$ROOT/tools/bench/fs_fio.py
+for t in fio python3 mountpoint; do
+    command -v $t >/dev/null || { echo "fs_fio.sh: needs $t (apt-get install -y fio)" >&2; exit 1; }
+done
+[ "$(id -u)" = 0 ] || { echo "fs_fio.sh: needs root (drop_caches, FUSE mounts)" >&2; exit 1; }
+
+mkdir -p "$OUT/logs"
+OUT=$(realpath "$OUT")
+CHART=$ROOT/docs/img/fs-writeback-threads.png
+[ $QUICK = 1 ] && CHART=$OUT/fs-writeback-threads.png
+SUMMARY=$ROOT/target/fs_fio.md
+WORK=$(mktemp -d "${WORK_BASE:-/var/tmp}/fs_fio.XXXXXX")
+LOCAL=$WORK/local      # part a's backing directory
+SLOWDIR=$WORK/slowdir  # what the slow file system serves
+SLOWMNT=$WORK/slowmnt  # the slow file system
+MNT=$WORK/mnt          # the pliant mount
+CACHE=$WORK/cache      # its cache directory (same disk as LOCAL)
+mkdir -p "$LOCAL" "$SLOWDIR" "$SLOWMNT" "$MNT"
+
+# ---- processes and mounts, stopped at exit -------------------------------------------------
+
+DAEMON_PID=   # the pliant mount daemon serving $MNT, while mounted
+SLOW_PID=     # `pliant bench slow-fs`, while running
+
+# Waits up to $2 seconds for pid $1 to exit; 0 if it did.
+wait_gone() {
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    return 1
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    # The pliant mount first: it may sit on the slow file system.
+    if mountpoint -q "$MNT"; then
+        echo "cleanup: unmounting $MNT (dirty data discarded)" >&2
+        timeout 60 "$BIN" fs unmount --discard "$MNT" >/dev/null 2>&1 || umount -l "$MNT"
+    fi
+    if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
+    fi
+    if [ -n "$SLOW_PID" ] && kill -0 "$SLOW_PID" 2>/dev/null; then
+        kill -TERM "$SLOW_PID"; wait_gone "$SLOW_PID" 20 || kill -KILL "$SLOW_PID"
+        wait "$SLOW_PID" 2>/dev/null
+    fi
+    mountpoint -q "$SLOWMNT" && umount -l "$SLOWMNT"
+    mountpoint -q "$MNT" && umount -l "$MNT"
+    rm -rf "$WORK"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+# Seconds between two `now`s: elapsed T0 T1
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+stat_json() { "$BIN" fs stat "$MNT" --json; }
+stat_field() { stat_json | python3 "$HELP" get - "$1" 0; }  # 0: a counter this pliant lacks
+
+# pl_mount BACKING CAPACITY_MIB NAME [pliant fs mount options...]: mounts BACKING at $MNT with a
+# fresh cache directory. NAME is what its log is kept as.
+pl_mount() {
+    local backing=$1 cap=$2; MOUNT_NAME=$3; shift 3
+    rm -rf "$CACHE"
+    local out
+    out=$("$BIN" fs mount "$backing" "$MNT" --cache-dir "$CACHE" --capacity "${cap}MiB" \
+        --max-file-size "${cap}MiB" "$@")
+    DAEMON_PID=$(sed -n 's/.*daemon pid \([0-9]*\).*/\1/p' <<<"$out")
+    [ -n "$DAEMON_PID" ] || { echo "fs_fio.sh: mount said: $out" >&2; exit 1; }
+}
+
+# pl_unmount REPORT_JSON: writes everything back and unmounts (bounded: 15 min), keeps the log.
+pl_unmount() {
+    timeout 900 "$BIN" fs unmount "$MNT" --json >"$1"
+    wait_gone "$DAEMON_PID" 60 || { echo "fs_fio.sh: daemon $DAEMON_PID still running" >&2; exit 1; }
+    DAEMON_PID=
+    cp "$CACHE/mount.log" "$OUT/logs/$MOUNT_NAME.log"
+    rm -rf "$CACHE"
+}
+
+# Waits (at most 5 min) until the mount's background write-back has stopped: writeback_bytes
+# unchanged over 2 s. So that the reads measured next do not compete with it.
+settle() {
+    local last=-1 cur i
+    for ((i = 0; i < 150; i++)); do
+        cur=$(stat_field writeback_bytes)
+        [ "$cur" = "$last" ] && return 0
+        last=$cur
+        sleep 2
+    done
+    echo "fs_fio.sh: write-back still running after 5 min" >&2
+}
+
+# slow_start: `pliant bench slow-fs SLOWDIR SLOWMNT` at 50 MB/s per stream, in the background.
+slow_start() {
+    "$BIN" bench slow-fs "$SLOWDIR" "$SLOWMNT" --stream-rate 50MB --threads 16 \
+        >"$OUT/logs/slow-fs.log" 2>&1 &
+    SLOW_PID=$!
+    local i
+    for ((i = 0; i < 100; i++)); do
+        mountpoint -q "$SLOWMNT" && return 0
+        kill -0 "$SLOW_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "fs_fio.sh: the slow file system did not mount (see $OUT/logs/slow-fs.log)" >&2
+    exit 1
+}
+
+slow_stop() {
+    kill -TERM "$SLOW_PID"
+    wait_gone "$SLOW_PID" 30 || kill -KILL "$SLOW_PID"
+    wait "$SLOW_PID" 2>/dev/null || true
+    SLOW_PID=
+    umount "$SLOWMNT" 2>/dev/null || true
+}
+
+# fio_run NAME DIR RW BS MIB [fio options...]: one fio job on DIR/fio.dat; JSON to OUT/NAME.json;
+# prints "BW_BYTES_PER_S IOPS RUNTIME_MS". fallocate=none: the same file creation everywhere.
+# FIO_FILE names another file.
+fio_run() {
+    local name=$1 dir=$2 rw=$3 bs=$4 size=$5; shift 5
+    fio --name="$name" --directory="$dir" --filename="${FIO_FILE:-fio.dat}" --rw="$rw" --bs="$bs" \
+        --size="${size}m" --ioengine=psync --direct=0 --fallocate=none "$@" \
+        --output-format=json --output="$OUT/$name.json"
+    python3 "$HELP" fio "$OUT/$name.json"
+}
+mbps() { calc "$1 / 1e6" 1; }
+
+# ---- a. local backing: direct vs through the mount -----------------------------------------
+
+# By default a pliant mount reads fully cached files through FUSE passthrough (the kernel reads
+# the cache file itself); --no-passthrough (if this pliant has it) sends reads through the daemon.
+NOPT=()
+"$BIN" fs mount --help | grep -q -- '--no-passthrough' && NOPT=(--no-passthrough)
+
+# What served the reads since the last call: "passthrough opens +N, daemon hits X MiB, copied up Y MiB"
+read_counters() { echo "$(stat_field passthrough_opens) $(stat_field read_hit_bytes) $(stat_field copy_up_bytes)"; }
+read_delta() {
+    local a b
+    read -r -a a <<<"$1"; read -r -a b <<<"$2"
+    echo "passthrough opens +$((b[0] - a[0])), daemon hits $(((b[1] - a[1]) >> 20)) MiB, copied up $(((b[2] - a[2]) >> 20)) MiB"
+}
+
+echo "== a. local backing, ${SIZE_MIB} MiB, $REPS runs each (page cache dropped before each measured read)"
+declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit
+for ((r = 1; r <= REPS; r++)); do
+    # Directly on the backing directory.
+    rm -f "$LOCAL/fio.dat"
+    out=$(fio_run "a-direct-write-$r" "$LOCAL" write 1m "$SIZE_MIB" --end_fsync=1)
+    read -r bw _ _ <<<"$out"; a_dw+=("$(mbps "$bw")")
+    drop_caches
+    out=$(fio_run "a-direct-read-$r" "$LOCAL" read 1m "$SIZE_MIB")
+    read -r bw _ _ <<<"$out"; a_dr+=("$(mbps "$bw")")
+    drop_caches
+    out=$(fio_run "a-direct-randread-$r" "$LOCAL" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
+    read -r _ iops _ <<<"$out"; a_drr+=("$iops")
+    rm -f "$LOCAL/fio.dat"
+
+    # Through the mount (defaults): the file written through it stays cached, so the reads are warm.
+    pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-$r"
+    out=$(fio_run "a-mount-write-$r" "$MNT" write 1m "$SIZE_MIB" --end_fsync=1)
+    read -r bw _ _ <<<"$out"; a_mw+=("$(mbps "$bw")")
+    settle  # the write left dirty data above --dirty-high: let that write-back finish first
+    c0=$(read_counters)
+    drop_caches
+    out=$(fio_run "a-mount-read-$r" "$MNT" read 1m "$SIZE_MIB")
+    read -r bw _ _ <<<"$out"; a_mr+=("$(mbps "$bw")")
+    a_hit+=("$(read_delta "$c0" "$(read_counters)")")
+    drop_caches
+    out=$(fio_run "a-mount-randread-$r" "$MNT" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
+    read -r _ iops _ <<<"$out"; a_mrr+=("$iops")
+    pl_unmount "$OUT/a-unmount-$r.json"
+
+    # Through a fresh mount with reads through the daemon: the first read copies the file up
+    # (cold), the second is warm.
+    pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-daemon-$r" "${NOPT[@]}"
+    drop_caches
+    out=$(fio_run "a-daemon-coldread-$r" "$MNT" read 1m "$SIZE_MIB")
+    read -r bw _ _ <<<"$out"; a_cold+=("$(mbps "$bw")")
+    c0=$(read_counters)
+    drop_caches
+    out=$(fio_run "a-daemon-read-$r" "$MNT" read 1m "$SIZE_MIB")
+    read -r bw _ _ <<<"$out"; a_nr+=("$(mbps "$bw")")
+    a_nhit+=("$(read_delta "$c0" "$(read_counters)")")
+    drop_caches
+    out=$(fio_run "a-daemon-randread-$r" "$MNT" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
+    read -r _ iops _ <<<"$out"; a_nrr+=("$iops")
+    pl_unmount "$OUT/a-daemon-unmount-$r.json"
+    rm -f "$LOCAL/fio.dat"
+    echo "run $r (direct / mount / mount ${NOPT[*]:-again}): write ${a_dw[-1]} / ${a_mw[-1]} MB/s;" \
+        "read ${a_dr[-1]} / ${a_mr[-1]} / ${a_nr[-1]} MB/s (cold ${a_cold[-1]});" \
+        "4k randread ${a_drr[-1]} / ${a_mrr[-1]} / ${a_nrr[-1]} IOPS"
+    echo "    warm read through the mount: ${a_hit[-1]}; through the daemon: ${a_nhit[-1]}"
+done
+med() { python3 "$HELP" median "$@"; }
+# Overhead: how much slower through the mount, in % of direct.
+overhead() { calc "($1 - $2) / $1 * 100" 1; }
+A_DW=$(med "${a_dw[@]}"); A_MW=$(med "${a_mw[@]}")
+A_DR=$(med "${a_dr[@]}"); A_MR=$(med "${a_mr[@]}"); A_NR=$(med "${a_nr[@]}"); A_COLD=$(med "${a_cold[@]}")
+A_DRR=$(med "${a_drr[@]}"); A_MRR=$(med "${a_mrr[@]}"); A_NRR=$(med "${a_nrr[@]}")
+
+# ---- b. slow backing: the job's write phase -------------------------------------------------
+
+echo "== b. slow backing (50 MB/s per stream), ${SLOW_MIB} MiB, $REPS runs"
+slow_start
+declare -a b_d b_m b_f b_dirty b_drain b_ok
+for ((r = 1; r <= REPS; r++)); do
+    rm -f "$SLOWDIR/fio.dat"
+    t0=$(now)
+    fio_run "b-direct-write-$r" "$SLOWMNT" write 1m "$SLOW_MIB" --end_fsync=1 >/dev/null
+    b_d+=("$(elapsed "$t0" "$(now)")")
+    rm -f "$SLOWDIR/fio.dat"
+
+    pl_mount "$SLOWMNT" $((SLOW_MIB * 2)) "b-$r" --fsync cache
+    t0=$(now)
+    fio_run "b-mount-write-$r" "$MNT" write 1m "$SLOW_MIB" --end_fsync=1 >/dev/null
+    t1=$(now)
+    b_m+=("$(elapsed "$t0" "$t1")")
+    sum_mount=$(md5sum <"$MNT/fio.dat" | cut -d' ' -f1)
+    pl_unmount "$OUT/b-unmount-$r.json"
+    # From the end of the write phase until the data is all in the backing (md5 read included).
+    b_drain+=("$(elapsed "$t1" "$(now)")")
+    v=$(python3 "$HELP" get "$OUT/b-unmount-$r.json" flush_secs); b_f+=("$(calc "$v" 3)")
+    v=$(python3 "$HELP" get "$OUT/b-unmount-$r.json" dirty_bytes_at_start); b_dirty+=("$((v >> 20))")
+    # The slow file system's own directory holds what went through it.
+    sum_back=$(md5sum <"$SLOWDIR/fio.dat" | cut -d' ' -f1)
+    if [ "$sum_mount" = "$sum_back" ]; then b_ok+=(ok); else b_ok+=(MISMATCH); fi
+    rm -f "$SLOWDIR/fio.dat"
+    echo "run $r: write phase ${b_d[-1]} s direct, ${b_m[-1]} s through the cache;" \
+        "flush ${b_f[-1]} s (${b_dirty[-1]} MiB dirty at unmount); md5 $sum_mount / $sum_back ${b_ok[-1]}"
+done
+B_D=$(med "${b_d[@]}"); B_M=$(med "${b_m[@]}"); B_F=$(med "${b_f[@]}")
+B_DRAIN=$(med "${b_drain[@]}"); B_DIRTY=$(med "${b_dirty[@]}")
+B_SPEEDUP=$(calc "$B_D / $B_M" 2)
+B_OK=PASS
+for v in "${b_ok[@]}"; do [ "$v" = ok ] || B_OK=FAIL; done
+
+# ---- c. write-back throughput over time, 1 vs 8 threads ------------------------------------
+
+# c_run FILES THREADS: writes SLOW_MIB through a mount over the slow backing in FILES files with
+# --dirty-high 90% (nothing goes back during the write), then unmounts in the background while
+# sampling writeback_bytes every 0.25 s. CSV: OUT/fs-writeback-${FILES}f-${THREADS}t.csv.
+declare -A c_flush c_mean c_peak c_umean c_before
+c_run() {
+    local files=$1 th=$2 key="$1f-$2t" i
+    pl_mount "$SLOWMNT" $((SLOW_MIB * 2)) "c-$key" --writeback-threads "$th" \
+        --high 95% --dirty-high 90% --dirty-low 20%
+    for ((i = 1; i <= files; i++)); do
+        FIO_FILE=wb.$i fio_run "c-write-$key-$i" "$MNT" write 1m $((SLOW_MIB / files)) --end_fsync=1 >/dev/null
+    done
+    c_before[$key]=$(stat_field writeback_bytes)  # 0: nothing went back during the write
+    local samples=$OUT/c-samples-$key.txt
+    echo "0 ${c_before[$key]}" >"$samples"
+    local t0 upid deadline wb
+    t0=$(now)
+    timeout 900 "$BIN" fs unmount "$MNT" --json >"$OUT/c-unmount-$key.json" &
+    upid=$!
+    # Until the unmount is done (bounded by its own 900 s timeout, and by ours).
+    deadline=$(( $(date +%s) + 960 ))
+    while kill -0 "$upid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+        if wb=$(stat_json 2>/dev/null | python3 "$HELP" get - writeback_bytes 2>/dev/null); then
+            echo "$(elapsed "$t0" "$(now)") $wb" >>"$samples"
+        fi
+        sleep 0.25
+    done
+    wait "$upid"
+    wait_gone "$DAEMON_PID" 60 || { echo "fs_fio.sh: daemon $DAEMON_PID still running" >&2; exit 1; }
+    DAEMON_PID=
+    cp "$CACHE/mount.log" "$OUT/logs/$MOUNT_NAME.log"
+    rm -rf "$CACHE" "$SLOWDIR"/wb.*
+    local dirty out peak mean n
+    c_flush[$key]=$(calc "$(python3 "$HELP" get "$OUT/c-unmount-$key.json" flush_secs)" 3)
+    dirty=$(python3 "$HELP" get "$OUT/c-unmount-$key.json" dirty_bytes_at_start)
+    c_umean[$key]=$(calc "$dirty / ${c_flush[$key]} / 1e6" 1)
+    out=$(python3 "$HELP" rates "$samples" "$OUT/fs-writeback-$key.csv")
+    read -r peak mean n <<<"$out"
+    c_peak[$key]=$peak; c_mean[$key]=$mean
+    echo "$files file(s), $th thread(s): $((dirty >> 20)) MiB written back in ${c_flush[$key]} s" \
+        "(${c_umean[$key]} MB/s; sampled mean $mean, peak $peak MB/s, $n samples)"
+}
+
+echo "== c. write-back of ${SLOW_MIB} MiB to the slow backing, 1 vs 8 threads, in 1 file and in $WB_FILES files"
+C_LAYOUTS=(1)
+[ "$WB_FILES" -gt 1 ] && C_LAYOUTS+=("$WB_FILES")
+for files in "${C_LAYOUTS[@]}"; do
+    for th in 1 8; do c_run "$files" "$th"; done
+done
+slow_stop
+mkdir -p "$(dirname "$CHART")"
+chart() { # chart FILES OUT
+    local what="$1 files"
+    [ "$1" = 1 ] && what="one file"
+    "$BIN" bench chart "1 thread=$OUT/fs-writeback-$1f-1t.csv" "8 threads=$OUT/fs-writeback-$1f-8t.csv" \
+        --out "$2" --title "pliant fs: write-back of ${SLOW_MIB} MiB ($what) to a 50 MB/s-per-stream backing" \
+        --x-label "seconds since unmount began" --y-label "MB/s written back"
+}
+chart "${C_LAYOUTS[-1]}" "$CHART"
+[ "${#C_LAYOUTS[@]}" -gt 1 ] && chart 1 "$OUT/fs-writeback-threads-1file.png"
+
+# ---- d. summary -----------------------------------------------------------------------------
+
+# Lines in the mount logs at ERROR or WARN level.
+log_errors=$(cat "$OUT"/logs/*.log | grep -c -E 'ERROR|panick' || true)
+log_warns=$(cat "$OUT"/logs/*.log | grep -c 'WARN' || true)
+verdict() { awk -v v="$1" -v g="$2" -v op="$3" 'BEGIN { ok = (op == "le") ? v <= g : v >= g; print ok ? "met" : "MISSED" }'; }
+join() { local out; printf -v out '%s, ' "$@"; echo "${out%, }"; }
+daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant has no --no-passthrough: same as the default})"
+
+{
+    echo "# pliant fs: fio ($(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs)"
+    echo
+    echo "fio psync, direct=0, one job. Medians of $REPS runs (each run in brackets). The kernel page"
+    echo "cache is dropped (\`sync; echo 3 > /proc/sys/vm/drop_caches\`) before every measured read"
+    echo "phase, so reads come from disk (the cache directory or the backing directory), not RAM."
+    echo
+    echo "## a. Local backing, ${SIZE_MIB} MiB file, cache capacity $((SIZE_MIB * 2)) MiB on the same disk"
+    echo
+    echo "| | direct | through pliant (defaults) | overhead | goal |"
+    echo "|---|---:|---:|---:|---|"
+    echo "| 1 MiB seq write + end_fsync, MB/s | $A_DW [$(join "${a_dw[@]}")] | $A_MW [$(join "${a_mw[@]}")] | $(overhead "$A_DW" "$A_MW")% | |"
+    echo "| 1 MiB seq read, warm, MB/s | $A_DR [$(join "${a_dr[@]}")] | $A_MR [$(join "${a_mr[@]}")] | $(overhead "$A_DR" "$A_MR")% | <= 10% (DataWarp 2.1-2.2%): $(verdict "$(overhead "$A_DR" "$A_MR")" 10 le) |"
+    echo "| 4 KiB random read, IOPS (${RAND_SECS} s runs) | $A_DRR [$(join "${a_drr[@]}")] | $A_MRR [$(join "${a_mrr[@]}")] | $(overhead "$A_DRR" "$A_MRR")% | |"
+    echo
+    echo "| | direct | $daemon_label | overhead | goal |"
+    echo "|---|---:|---:|---:|---|"
+    echo "| 1 MiB seq read, cold (copy-up), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | |"
+    echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
+    echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | |"
+    echo
+    echo "What served the measured warm reads (pliant fs stat before/after): defaults: $(join "${a_hit[@]}");"
+    echo "through the daemon: $(join "${a_nhit[@]}")."
+    echo
+    echo "## b. Slow backing (pliant bench slow-fs, 50 MB/s per stream), ${SLOW_MIB} MiB, --fsync cache"
+    echo
+    echo "| | direct on the slow mount | through pliant | speed-up | goal |"
+    echo "|---|---:|---:|---:|---|"
+    echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | >= 2x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 2 ge) |"
+    echo "| unmount flush (flush_secs), s | | $B_F [$(join "${b_f[@]}")] | | |"
+    echo "| dirty at unmount, MiB | | $B_DIRTY [$(join "${b_dirty[@]}")] | | |"
+    echo "| write end -> all in backing (md5 read + unmount), s | | $B_DRAIN [$(join "${b_drain[@]}")] | | |"
+    echo "| md5 through the mount = md5 in backing after unmount | | $B_OK [$(join "${b_ok[@]}")] | | |"
+    echo
+    echo "## c. Write-back of ${SLOW_MIB} MiB to the slow backing at unmount"
+    echo
+    echo "| files | write-back threads | flush_secs | MB/s (dirty / flush_secs) | sampled mean MB/s | peak MB/s (0.25 s) | written back during the write, B |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|"
+    for files in "${C_LAYOUTS[@]}"; do
+        for th in 1 8; do
+            k=${files}f-${th}t
+            echo "| $files | $th | ${c_flush[$k]} | ${c_umean[$k]} | ${c_mean[$k]} | ${c_peak[$k]} | ${c_before[$k]} |"
+        done
+    done
+    echo
+    for files in "${C_LAYOUTS[@]}"; do
+        echo "- $files file(s): 8 threads flush $(calc "${c_flush[${files}f-1t]} / ${c_flush[${files}f-8t]}" 2)x faster than 1."
+    done
+    echo
+    echo "Chart ($((${C_LAYOUTS[-1]})) file(s)): ${CHART#"$ROOT"/}."
+    echo
+    echo "Mount logs ($OUT/logs): $log_errors ERROR/panic lines, $log_warns WARN lines."
+} | tee "$SUMMARY"
+echo "(written to ${SUMMARY#"$ROOT"/}; raw results in $OUT)"
