@@ -48,7 +48,7 @@ impl std::str::FromStr for EvictionUnit {
 }
 
 /// A mount's settings. Fractions are of `capacity`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone)]
 pub struct FsConfig {
     /// The slow directory every path is served from.
     pub backing: PathBuf,
@@ -78,6 +78,8 @@ pub struct FsConfig {
     pub write_window: Duration,
     /// What eviction picks.
     pub eviction: EvictionUnit,
+    /// What decides when to evict and to write back.
+    pub policies: crate::policy::Policies,
 }
 
 /// A setting that cannot work, named.
@@ -109,6 +111,7 @@ impl FsConfig {
             write_window_multiplier: 10,
             write_window: Duration::from_secs(86_400),
             eviction: EvictionUnit::File,
+            policies: crate::policy::Policies::default(),
         }
     }
 
@@ -188,17 +191,8 @@ impl FsConfig {
         Ok(())
     }
 
-    pub(crate) fn high_bytes(&self) -> u64 {
-        (self.capacity as f64 * self.high) as u64
-    }
     pub(crate) fn low_bytes(&self) -> u64 {
         (self.capacity as f64 * self.low) as u64
-    }
-    pub(crate) fn dirty_high_bytes(&self) -> u64 {
-        (self.capacity as f64 * self.dirty_high) as u64
-    }
-    pub(crate) fn dirty_low_bytes(&self) -> u64 {
-        (self.capacity as f64 * self.dirty_low) as u64
     }
     pub(crate) fn window_bytes(&self) -> u64 {
         self.capacity.saturating_mul(self.write_window_multiplier)

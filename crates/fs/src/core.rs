@@ -114,8 +114,6 @@ struct State {
     tick: u64,
     next_id: u64,
     window: WriteWindow,
-    /// Write-back runs from the dirty high watermark down to the low one.
-    writeback_active: bool,
     /// Callers waiting for every dirty extent to be written back.
     flushing: u32,
     /// Workers hold off (tests that check the bookkeeping need it still).
@@ -146,6 +144,15 @@ pub(crate) struct Inner {
     progress: Condvar,
     evicting: Mutex<()>,
     stop: AtomicBool,
+    /// The eviction policy's target: cached bytes to evict down to (`policy::NONE`: none).
+    pub(crate) evict_to: AtomicU64,
+    /// The write-back policy's target: dirty bytes to write back down to.
+    pub(crate) writeback_to: AtomicU64,
+    /// Set (and `decide_cv` signalled) to ask the policies for a decision now.
+    pub(crate) decide_now: Mutex<bool>,
+    pub(crate) decide_cv: Condvar,
+    /// What `nudge` last saw.
+    last_nudge: AtomicU64,
     started: Instant,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Held for the mount's life: a second mount of the same cache directory fails.
@@ -289,6 +296,9 @@ pub enum OpenError {
         /// What this mount was given.
         backing: PathBuf,
     },
+    /// A policy that does not install.
+    #[error("{0}")]
+    Policy(String),
     /// I/O on a named path.
     #[error("{path}: {source}")]
     Io {
@@ -363,7 +373,6 @@ impl FsCache {
                 tick: 0,
                 next_id: 1,
                 window,
-                writeback_active: false,
                 flushing: 0,
                 paused: false,
                 busy: 0,
@@ -378,6 +387,11 @@ impl FsCache {
             stop: AtomicBool::new(false),
             started: Instant::now(),
             workers: Mutex::new(Vec::new()),
+            evict_to: AtomicU64::new(crate::policy::NONE),
+            writeback_to: AtomicU64::new(crate::policy::NONE),
+            decide_now: Mutex::new(false),
+            decide_cv: Condvar::new(),
+            last_nudge: AtomicU64::new(0),
             _lock: dir_lock,
         });
         let mut workers = Vec::with_capacity(threads);
@@ -393,7 +407,11 @@ impl FsCache {
             workers.push(h);
         }
         *lock(&inner.workers) = workers;
-        Ok((Self { inner }, recovery))
+        let cache = Self { inner };
+        let policy = crate::policy::start(cache.inner.clone(), cache.inner.cfg.policies.clone())
+            .map_err(OpenError::Policy)?;
+        lock(&cache.inner.workers).push(policy);
+        Ok((cache, recovery))
     }
 
     /// The settings in force (the backing and cache paths canonical).
@@ -461,6 +479,7 @@ impl FsCache {
     /// Reads up to `len` bytes at `offset`, copying missing extents up first.
     pub fn read(&self, h: &Handle, offset: u64, len: u32) -> io::Result<Vec<u8>> {
         let out = self.inner.read(&h.0, offset, len as u64)?;
+        self.inner.nudge();
         self.inner.maybe_evict();
         Ok(out)
     }
@@ -468,8 +487,8 @@ impl FsCache {
     /// Writes `data` at `offset` into the cache.
     pub fn write(&self, h: &Handle, offset: u64, data: &[u8]) -> io::Result<u32> {
         self.inner.write(&h.0, offset, data)?;
+        self.inner.nudge();
         self.inner.maybe_evict();
-        self.inner.maybe_start_writeback();
         Ok(data.len() as u32)
     }
 
@@ -776,11 +795,7 @@ impl FsCache {
         if !discard {
             self.inner.flush(progress);
         }
-        self.inner.stop.store(true, Relaxed);
-        self.inner.work.notify_all();
-        for h in std::mem::take(&mut *lock(&self.inner.workers)) {
-            let _ = h.join();
-        }
+        self.inner.stop_threads();
         let header = Header {
             pliant_fs_journal: 1,
             backing: journal::path_bytes(&self.inner.cfg.backing),
@@ -804,7 +819,10 @@ impl FsCache {
                 s = inner.progress.wait(s).unwrap_or_else(|e| e.into_inner());
             }
         }
+        // Eviction runs on the policy thread too: hold it off for the check.
+        let evicting = lock(&inner.evicting);
         let result = self.check_paused();
+        drop(evicting);
         lock(&inner.state).paused = false;
         inner.work.notify_all();
         result
@@ -921,18 +939,13 @@ impl FsCache {
     /// memory, leaving the cache directory as a crash would.
     #[doc(hidden)]
     pub fn crash(self) {
-        self.inner.stop.store(true, Relaxed);
-        self.inner.work.notify_all();
-        for h in std::mem::take(&mut *lock(&self.inner.workers)) {
-            let _ = h.join();
-        }
+        self.inner.stop_threads();
     }
 }
 
 impl Drop for FsCache {
     fn drop(&mut self) {
-        self.inner.stop.store(true, Relaxed);
-        self.inner.work.notify_all();
+        self.inner.stop_threads();
     }
 }
 
@@ -1806,14 +1819,23 @@ impl Inner {
         }
     }
 
-    fn maybe_evict(&self) {
-        if self.used.load(Relaxed) <= self.cfg.high_bytes() {
+    /// Evicts down to the eviction policy's target, if it set one; and, whatever the policy,
+    /// down to the low watermark when the cache would hold more than its capacity.
+    pub(crate) fn maybe_evict(&self) {
+        let target = self.evict_to.load(Relaxed);
+        let used = self.used.load(Relaxed);
+        let goal = if used > self.cfg.capacity {
+            target.min(self.cfg.low_bytes())
+        } else {
+            target
+        };
+        if goal == crate::policy::NONE || used <= goal {
             return;
         }
         let _one = lock(&self.evicting);
         // Pinned files go to the back of the queue: one pass over it at most.
         let mut budget = lock(&self.state).lru.len();
-        while self.used.load(Relaxed) > self.cfg.low_bytes() && budget > 0 {
+        while self.used.load(Relaxed) > goal && budget > 0 {
             budget -= 1;
             let victim = {
                 let mut s = lock(&self.state);
@@ -1837,11 +1859,59 @@ impl Inner {
                 break;
             }
         }
+        if self.used.load(Relaxed) <= goal {
+            // Done: the policy sets a new target when it wants more.
+            let _ = self
+                .evict_to
+                .compare_exchange(target, crate::policy::NONE, Relaxed, Relaxed);
+        }
     }
 
-    fn maybe_start_writeback(&self) {
-        if self.dirty.load(Relaxed) > self.cfg.dirty_high_bytes() {
-            self.work.notify_all();
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.used.load(Relaxed)
+    }
+
+    pub(crate) fn dirty_bytes(&self) -> u64 {
+        self.dirty.load(Relaxed)
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+
+    pub(crate) fn wake_writeback(&self) {
+        self.work.notify_all();
+    }
+
+    pub(crate) fn policy_failed(&self, which: &str, error: &str) {
+        if self.counters.policy_errors.fetch_add(1, Relaxed) % 100 == 0 {
+            tracing::error!(
+                policy = which,
+                error,
+                "the policy failed to decide; its last targets stand"
+            );
+        }
+    }
+
+    /// Asks the policies for a decision now if the cached or dirty bytes moved by a 64th of the
+    /// capacity since the last time this asked.
+    fn nudge(&self) {
+        let step = (self.cfg.capacity / 64).max(1);
+        let key = (self.used.load(Relaxed) / step) << 32 | (self.dirty.load(Relaxed) / step);
+        if self.last_nudge.swap(key, Relaxed) != key {
+            *lock(&self.decide_now) = true;
+            self.decide_cv.notify_one();
+        }
+    }
+
+    /// Stops the policy and write-back threads.
+    fn stop_threads(&self) {
+        self.stop.store(true, Relaxed);
+        self.work.notify_all();
+        *lock(&self.decide_now) = true;
+        self.decide_cv.notify_all();
+        for h in std::mem::take(&mut *lock(&self.workers)) {
+            let _ = h.join();
         }
     }
 
@@ -1851,13 +1921,10 @@ impl Inner {
             if self.stop.load(Relaxed) {
                 return;
             }
-            let dirty = self.dirty.load(Relaxed);
-            if dirty > self.cfg.dirty_high_bytes() {
-                s.writeback_active = true;
-            } else if dirty <= self.cfg.dirty_low_bytes() {
-                s.writeback_active = false;
-            }
-            let job = if (s.writeback_active || s.flushing > 0) && !s.paused {
+            // The write-back policy's target: write back while more than it is dirty.
+            let target = self.writeback_to.load(Relaxed);
+            let wanted = target != crate::policy::NONE && self.dirty.load(Relaxed) > target;
+            let job = if (wanted || s.flushing > 0) && !s.paused {
                 s.dirty_queue.pop_first().map(|(_, job)| job)
             } else {
                 None
@@ -1957,6 +2024,9 @@ impl Inner {
             window_left_secs: wleft,
             revalidated_files: c.revalidated_files.load(Relaxed),
             passthrough_opens: c.passthrough_opens.load(Relaxed),
+            evict_policy: self.cfg.policies.evict.name.clone(),
+            writeback_policy: self.cfg.policies.writeback.name.clone(),
+            policy_errors: c.policy_errors.load(Relaxed),
         }
     }
 }

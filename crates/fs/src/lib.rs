@@ -13,7 +13,9 @@
 //! Dependencies: `fuser` (the FUSE protocol in pure Rust: no libfuse or pkg-config at build
 //! time, `fuse3`'s `fusermount3` at run time only for unprivileged mounts), `nix` (the system
 //! calls std lacks: `renameat2`, `fallocate` hole punching, `utimensat`, `flock`, `statvfs`),
-//! `xattr` (extended attributes, passed to the backing directory), `crc` (journal records).
+//! `xattr` (extended attributes, passed to the backing directory), `crc` (journal records),
+//! `pliant-policy` (the Lua policies that decide when to evict and write back), `pliant-cache`
+//! (sizes as users write them).
 
 pub mod clock;
 pub mod config;
@@ -23,6 +25,7 @@ pub mod fuse;
 pub mod job;
 pub mod journal;
 pub mod mount;
+pub mod policy;
 pub mod slow;
 mod stats;
 mod window;
@@ -31,4 +34,5 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{EvictionUnit, FsConfig, FsyncMode};
 pub use crate::core::{Attr, DirEntry, FsCache, Handle, HintReport, OpenError, Recovery};
 pub use crate::mount::{Hint, MountOptions, MountReport, UnmountReport};
+pub use crate::policy::Policies;
 pub use crate::stats::FsStats;

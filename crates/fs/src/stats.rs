@@ -17,6 +17,7 @@ pub(crate) struct Counters {
     pub efbig: AtomicU64,
     pub revalidated_files: AtomicU64,
     pub passthrough_opens: AtomicU64,
+    pub policy_errors: AtomicU64,
 }
 
 impl Counters {
@@ -78,4 +79,10 @@ pub struct FsStats {
     pub revalidated_files: u64,
     /// Opens served by kernel passthrough (reads straight from the cache file).
     pub passthrough_opens: u64,
+    /// The eviction policy's name.
+    pub evict_policy: String,
+    /// The write-back policy's name.
+    pub writeback_policy: String,
+    /// Decisions a policy failed to make (its last targets stood).
+    pub policy_errors: u64,
 }

@@ -3,11 +3,14 @@
 use crate::source::{Callback, PolicySource};
 
 /// Names of the shipped policies.
-pub const NAMES: [&str; 4] = [
+pub const NAMES: [&str; 7] = [
     "parsplice-absorb-trim",
     "cephfs-greedy-spill",
     "static-limit",
     "regime-fan",
+    "fs-evict-watermarks",
+    "fs-writeback-watermarks",
+    "fs-writeback-when-idle",
 ];
 
 /// A shipped policy by name.
@@ -23,6 +26,18 @@ pub fn get(name: &str) -> Option<PolicySource> {
         "regime-fan" => {
             PolicySource::functions(name, include_str!("../../../policies/regime-fan.lua"))
         }
+        "fs-evict-watermarks" => PolicySource::functions(
+            name,
+            include_str!("../../../policies/fs-evict-watermarks.lua"),
+        ),
+        "fs-writeback-watermarks" => PolicySource::functions(
+            name,
+            include_str!("../../../policies/fs-writeback-watermarks.lua"),
+        ),
+        "fs-writeback-when-idle" => PolicySource::functions(
+            name,
+            include_str!("../../../policies/fs-writeback-when-idle.lua"),
+        ),
         "cephfs-greedy-spill" => PolicySource::chunks(
             name,
             [

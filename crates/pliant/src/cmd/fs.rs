@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use pliant_fs::{EvictionUnit, FsConfig, FsStats, FsyncMode, Hint, MountOptions};
 
-use super::args::Json;
+use super::args::{Json, PolicyParams};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -116,6 +116,23 @@ pub struct MountArgs {
     /// The window's length in seconds (DataWarp's default: 86400).
     #[arg(long, default_value_t = 86_400)]
     write_window_length: u64,
+    /// When to evict and down to what: a shipped policy or a Lua file (Mantle's `when` and
+    /// `howmuch` over the cache's metrics; `pliant policy list` shows the `fs-` ones).
+    #[arg(long, default_value = "fs-evict-watermarks", value_name = "NAME|FILE")]
+    evict_policy: PathBuf,
+    /// When to write back and down to what (e.g. fs-writeback-when-idle, which also writes
+    /// everything back once the job has been idle for `--param idle=SECONDS`).
+    #[arg(
+        long,
+        default_value = "fs-writeback-watermarks",
+        value_name = "NAME|FILE"
+    )]
+    writeback_policy: PathBuf,
+    #[command(flatten)]
+    params: PolicyParams,
+    /// How often the policies decide (and whenever the cache moves by 1/64 of its capacity).
+    #[arg(long, default_value = "1s", value_parser = pliant_policy::parse_interval)]
+    policy_interval: Duration,
     /// Evict whole files in LRU order (as DataWarp) or single extents.
     #[arg(long, value_parser = ["file", "extent"], default_value = "file")]
     evict: String,
@@ -191,6 +208,12 @@ fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
         .evict
         .parse::<EvictionUnit>()
         .map_err(anyhow::Error::msg)?;
+    c.policies = pliant_fs::Policies {
+        evict: pliant_policy::PolicySource::resolve(std::slice::from_ref(&a.evict_policy))?,
+        writeback: pliant_policy::PolicySource::resolve(std::slice::from_ref(&a.writeback_policy))?,
+        params: a.params.params.iter().cloned().collect(),
+        interval: a.policy_interval,
+    };
     c.validate().map_err(|e| anyhow::anyhow!("--{e}"))?;
     Ok(c)
 }

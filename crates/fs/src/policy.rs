@@ -1,0 +1,205 @@
+//! When to evict and when to write back: decisions of Lua policies run by `pliant-policy`'s
+//! engine, Mantle's `when`/`howmuch` over the cache's metrics. The defaults are DataWarp's
+//! watermark rules as shipped policies (`fs-evict-watermarks`, `fs-writeback-watermarks`); a
+//! user can load another, say `fs-writeback-when-idle`, which also writes back as soon as the
+//! job leaves the file system alone.
+//!
+//! One thread runs both engines (the engine is single-threaded). It decides every `interval`,
+//! and at once when the write path reports that the cached or dirty bytes moved by a 64th of
+//! the capacity since the last decision, so a fast writer is not left waiting a whole interval.
+//! A decision sets two targets: cached bytes to evict down to, dirty bytes to write back down
+//! to (`NONE`: nothing to do). The write path and the write-back threads follow the targets.
+//! Two rules hold whatever a policy says: the cache never holds more than its capacity (the
+//! write path evicts down to the low watermark itself when it would), and a dirty extent is
+//! written back before it is evicted.
+//!
+//! A policy that fails to decide keeps its last targets for the round and the error is logged
+//! and counted; one that fails to install at mount time stops the mount.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use pliant_policy::{Engine, EngineConfig, MemoryStore, Metrics, Params, PolicySource};
+
+use crate::core::{Inner, lock};
+
+/// No target.
+pub(crate) const NONE: u64 = u64::MAX;
+
+/// The policies of a mount.
+#[derive(Debug, Clone)]
+pub struct Policies {
+    /// Decides when to evict and down to how many cached bytes.
+    pub evict: PolicySource,
+    /// Decides when to write back and down to how many dirty bytes.
+    pub writeback: PolicySource,
+    /// `params` the policies see.
+    pub params: Params,
+    /// How often they decide (besides when the cache moves).
+    pub interval: Duration,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Self {
+            evict: shipped("fs-evict-watermarks"),
+            writeback: shipped("fs-writeback-watermarks"),
+            params: Params::new(),
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+fn shipped(name: &str) -> PolicySource {
+    pliant_policy::shipped::get(name)
+        .unwrap_or_else(|| PolicySource::functions(name, "function when() return false end"))
+}
+
+/// The counters a decision looks at, and the time they were read.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    read: u64,
+    written: u64,
+    copy_up: u64,
+    writeback: u64,
+}
+
+const ME: &str = "cache";
+
+fn metrics(inner: &Inner, last: &Sample, now: &Sample, idle_since: Instant) -> Metrics {
+    let cfg = &inner.cfg;
+    let secs = now.at.duration_since(last.at).as_secs_f64().max(1e-3);
+    let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+    let mut m = Metrics::new(ME);
+    for (name, v) in [
+        ("capacity", cfg.capacity as f64),
+        ("used", inner.used_bytes() as f64),
+        ("dirty", inner.dirty_bytes() as f64),
+        ("high", cfg.high),
+        ("low", cfg.low),
+        ("dirty_high", cfg.dirty_high),
+        ("dirty_low", cfg.dirty_low),
+        ("read_rate", rate(last.read, now.read)),
+        ("write_rate", rate(last.written, now.written)),
+        ("copy_up_rate", rate(last.copy_up, now.copy_up)),
+        ("writeback_rate", rate(last.writeback, now.writeback)),
+        ("idle_secs", now.at.duration_since(idle_since).as_secs_f64()),
+    ] {
+        m.set(ME, name, v);
+    }
+    m
+}
+
+fn sample(inner: &Inner) -> Sample {
+    let c = &inner.counters;
+    Sample {
+        at: Instant::now(),
+        read: c.read_hit_bytes.load(Relaxed) + c.read_miss_bytes.load(Relaxed),
+        written: c.written_bytes.load(Relaxed),
+        copy_up: c.copy_up_bytes.load(Relaxed),
+        writeback: c.writeback_bytes.load(Relaxed),
+    }
+}
+
+fn engine(inner: &Inner, source: &PolicySource, params: &Params) -> Result<Engine, String> {
+    let s = sample(inner);
+    let config = EngineConfig {
+        log_capacity: 1000,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(
+        config,
+        Rc::new(MemoryStore::new()),
+        metrics(inner, &s, &s, s.at),
+    );
+    e.set_params(params.clone());
+    e.install(source.clone())
+        .map_err(|err| format!("policy {}: {err}", source.name))?;
+    Ok(e)
+}
+
+/// What a decision asks for: the target, or `NONE`.
+fn target(e: &mut Engine, m: Metrics, capacity: u64) -> Result<u64, String> {
+    *e.metrics_mut() = m;
+    let d = e.decide().map_err(|err| err.to_string())?;
+    if !d.when {
+        return Ok(NONE);
+    }
+    let amount = d.howmuch.as_ref().and_then(|h| h.amount()).unwrap_or(0.0);
+    Ok(if amount.is_finite() {
+        amount.clamp(0.0, capacity as f64) as u64
+    } else {
+        0
+    })
+}
+
+/// Starts the policy thread; returns once both policies are installed (or why not).
+pub(crate) fn start(
+    inner: Arc<Inner>,
+    policies: Policies,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("pliant-fs-policy".into())
+        .spawn(move || {
+            let engines = engine(&inner, &policies.evict, &policies.params)
+                .and_then(|e| Ok((e, engine(&inner, &policies.writeback, &policies.params)?)));
+            let (mut evict, mut writeback) = match engines {
+                Ok(e) => {
+                    let _ = tx.send(Ok(()));
+                    e
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut last = sample(&inner);
+            let mut idle_since = last.at;
+            loop {
+                {
+                    let mut due = lock(&inner.decide_now);
+                    if !*due {
+                        due = inner
+                            .decide_cv
+                            .wait_timeout(due, policies.interval)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                    *due = false;
+                }
+                if inner.stopping() {
+                    return;
+                }
+                let now = sample(&inner);
+                if now.read != last.read || now.written != last.written {
+                    idle_since = now.at;
+                }
+                let cap = inner.cfg.capacity;
+                let m = metrics(&inner, &last, &now, idle_since);
+                match target(&mut evict, m.clone(), cap) {
+                    Ok(t) => inner.evict_to.store(t, Relaxed),
+                    Err(e) => inner.policy_failed("eviction", &e),
+                }
+                match target(&mut writeback, m, cap) {
+                    Ok(t) => inner.writeback_to.store(t, Relaxed),
+                    Err(e) => inner.policy_failed("write-back", &e),
+                }
+                last = now;
+                inner.wake_writeback();
+                inner.maybe_evict();
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(e)
+        }
+        Err(_) => Err("the policy thread died while starting".into()),
+    }
+}
