@@ -27,21 +27,23 @@
 #      SLOW_SIZE written through the cache over the slow backing with --dirty-high 90% (nothing is
 #      written back during the write), then `pliant fs unmount` in the background while
 #      `pliant fs stat --json` is sampled every 0.25 s; the MB/s between samples goes to CSVs.
-#      Twice: as one file, and as WB_FILES files. Why both: the kernel serialises writes to one
-#      file on a FUSE mount (the inode lock of buffered writes), so on the slow file system one
-#      file takes one stream whatever the threads; separate files add up, as DataWarp's stage-out
-#      of many files does. The chart docs/img/fs-writeback-threads.png (`pliant bench chart`)
-#      shows the WB_FILES case (OUT/fs-writeback-threads-1file.png the other).
+#      Twice: as one file, and as WB_FILES files written at once (round robin, 1 MiB at a time).
+#      Why both: the kernel serialises writes to one file on a FUSE mount (the inode lock of
+#      buffered writes), so on the slow file system one file takes one stream whatever the
+#      threads; separate files add up, as in a stage-out of many ranks' files. The chart
+#      docs/img/fs-writeback-threads.png (`pliant bench chart`) shows the WB_FILES case
+#      (OUT/fs-writeback-threads-1file.png the other).
 #   d. A markdown summary, printed and written to target/fs_fio.md.
 #
 # Usage
 #   tools/bench/fs_fio.sh [--quick] [--size SIZE] [--slow-size SIZE] [--reps N] [--rand-secs S]
-#                         [--wb-files N] [--out DIR]
+#                         [--wb-files N] [--parts abc] [--out DIR]
 #   --size       data set of part a (default 1GiB; 512MiB, 2G, or a number of MiB)
 #   --slow-size  data set of parts b and c (default 512MiB)
 #   --reps       runs per measurement, the median is reported (default 3)
 #   --rand-secs  length of each 4 KiB random-read run (default 10)
 #   --wb-files   part c's second layout: the data set in this many files (default 8; 1: only one)
+#   --parts      which parts to run (default abc; e.g. --parts c)
 #   --out        where fio's JSON, the CSVs, the unmount reports and mount logs go
 #                (default target/fs_fio)
 #   --quick      a smoke run: 128MiB / 64MiB, 1 run, 3 s random reads; the chart goes to
@@ -76,6 +78,7 @@ SLOW_MIB=512
 REPS=3
 RAND_SECS=10
 WB_FILES=8
+PARTS=abc
 OUT=target/fs_fio
 QUICK=0
 while [ $# -gt 0 ]; do
@@ -86,6 +89,7 @@ while [ $# -gt 0 ]; do
         --reps) REPS=$2; shift ;;
         --rand-secs) RAND_SECS=$2; shift ;;
         --wb-files) WB_FILES=$2; shift ;;
+        --parts) PARTS=$2; shift ;;
         --out) OUT=$2; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "unknown argument: $1 (try --help)" >&2; exit 2 ;;
@@ -102,6 +106,7 @@ for t in fio python3 mountpoint; do
 done
 [ "$(id -u)" = 0 ] || { echo "fs_fio.sh: needs root (drop_caches, FUSE mounts)" >&2; exit 1; }
 
+rm -rf "$OUT/logs"  # the summary counts WARN lines in these: only this run's
 mkdir -p "$OUT/logs"
 OUT=$(realpath "$OUT")
 CHART=$ROOT/docs/img/fs-writeback-threads.png
@@ -227,6 +232,12 @@ fio_run() {
 }
 mbps() { calc "$1 / 1e6" 1; }
 
+part() { [[ $PARTS == *$1* ]]; }
+med() { python3 "$HELP" median "$@"; }
+# Overhead: how much slower through the mount, in % of direct.
+overhead() { calc "($1 - $2) / $1 * 100" 1; }
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
 # ---- a. local backing: direct vs through the mount -----------------------------------------
 
 # By default a pliant mount reads fully cached files through FUSE passthrough (the kernel reads
@@ -242,99 +253,100 @@ read_delta() {
     echo "passthrough opens +$((b[0] - a[0])), daemon hits $(((b[1] - a[1]) >> 20)) MiB, copied up $(((b[2] - a[2]) >> 20)) MiB"
 }
 
-echo "== a. local backing, ${SIZE_MIB} MiB, $REPS runs each (page cache dropped before each measured read)"
-declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit
-for ((r = 1; r <= REPS; r++)); do
-    # Directly on the backing directory.
-    rm -f "$LOCAL/fio.dat"
-    out=$(fio_run "a-direct-write-$r" "$LOCAL" write 1m "$SIZE_MIB" --end_fsync=1)
-    read -r bw _ _ <<<"$out"; a_dw+=("$(mbps "$bw")")
-    drop_caches
-    out=$(fio_run "a-direct-read-$r" "$LOCAL" read 1m "$SIZE_MIB")
-    read -r bw _ _ <<<"$out"; a_dr+=("$(mbps "$bw")")
-    drop_caches
-    out=$(fio_run "a-direct-randread-$r" "$LOCAL" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
-    read -r _ iops _ <<<"$out"; a_drr+=("$iops")
-    rm -f "$LOCAL/fio.dat"
+if part a; then
+    echo "== a. local backing, ${SIZE_MIB} MiB, $REPS runs each (page cache dropped before each measured read)"
+    declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit
+    for ((r = 1; r <= REPS; r++)); do
+        # Directly on the backing directory.
+        rm -f "$LOCAL/fio.dat"
+        out=$(fio_run "a-direct-write-$r" "$LOCAL" write 1m "$SIZE_MIB" --end_fsync=1)
+        read -r bw _ _ <<<"$out"; a_dw+=("$(mbps "$bw")")
+        drop_caches
+        out=$(fio_run "a-direct-read-$r" "$LOCAL" read 1m "$SIZE_MIB")
+        read -r bw _ _ <<<"$out"; a_dr+=("$(mbps "$bw")")
+        drop_caches
+        out=$(fio_run "a-direct-randread-$r" "$LOCAL" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
+        read -r _ iops _ <<<"$out"; a_drr+=("$iops")
+        rm -f "$LOCAL/fio.dat"
 
-    # Through the mount (defaults): the file written through it stays cached, so the reads are warm.
-    pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-$r"
-    out=$(fio_run "a-mount-write-$r" "$MNT" write 1m "$SIZE_MIB" --end_fsync=1)
-    read -r bw _ _ <<<"$out"; a_mw+=("$(mbps "$bw")")
-    settle  # the write left dirty data above --dirty-high: let that write-back finish first
-    c0=$(read_counters)
-    drop_caches
-    out=$(fio_run "a-mount-read-$r" "$MNT" read 1m "$SIZE_MIB")
-    read -r bw _ _ <<<"$out"; a_mr+=("$(mbps "$bw")")
-    a_hit+=("$(read_delta "$c0" "$(read_counters)")")
-    drop_caches
-    out=$(fio_run "a-mount-randread-$r" "$MNT" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
-    read -r _ iops _ <<<"$out"; a_mrr+=("$iops")
-    pl_unmount "$OUT/a-unmount-$r.json"
+        # Through the mount (defaults): the file written through it stays cached, so the reads are warm.
+        pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-$r"
+        out=$(fio_run "a-mount-write-$r" "$MNT" write 1m "$SIZE_MIB" --end_fsync=1)
+        read -r bw _ _ <<<"$out"; a_mw+=("$(mbps "$bw")")
+        settle  # the write left dirty data above --dirty-high: let that write-back finish first
+        c0=$(read_counters)
+        drop_caches
+        out=$(fio_run "a-mount-read-$r" "$MNT" read 1m "$SIZE_MIB")
+        read -r bw _ _ <<<"$out"; a_mr+=("$(mbps "$bw")")
+        a_hit+=("$(read_delta "$c0" "$(read_counters)")")
+        drop_caches
+        out=$(fio_run "a-mount-randread-$r" "$MNT" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
+        read -r _ iops _ <<<"$out"; a_mrr+=("$iops")
+        pl_unmount "$OUT/a-unmount-$r.json"
 
-    # Through a fresh mount with reads through the daemon: the first read copies the file up
-    # (cold), the second is warm.
-    pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-daemon-$r" "${NOPT[@]}"
-    drop_caches
-    out=$(fio_run "a-daemon-coldread-$r" "$MNT" read 1m "$SIZE_MIB")
-    read -r bw _ _ <<<"$out"; a_cold+=("$(mbps "$bw")")
-    c0=$(read_counters)
-    drop_caches
-    out=$(fio_run "a-daemon-read-$r" "$MNT" read 1m "$SIZE_MIB")
-    read -r bw _ _ <<<"$out"; a_nr+=("$(mbps "$bw")")
-    a_nhit+=("$(read_delta "$c0" "$(read_counters)")")
-    drop_caches
-    out=$(fio_run "a-daemon-randread-$r" "$MNT" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
-    read -r _ iops _ <<<"$out"; a_nrr+=("$iops")
-    pl_unmount "$OUT/a-daemon-unmount-$r.json"
-    rm -f "$LOCAL/fio.dat"
-    echo "run $r (direct / mount / mount ${NOPT[*]:-again}): write ${a_dw[-1]} / ${a_mw[-1]} MB/s;" \
-        "read ${a_dr[-1]} / ${a_mr[-1]} / ${a_nr[-1]} MB/s (cold ${a_cold[-1]});" \
-        "4k randread ${a_drr[-1]} / ${a_mrr[-1]} / ${a_nrr[-1]} IOPS"
-    echo "    warm read through the mount: ${a_hit[-1]}; through the daemon: ${a_nhit[-1]}"
-done
-med() { python3 "$HELP" median "$@"; }
-# Overhead: how much slower through the mount, in % of direct.
-overhead() { calc "($1 - $2) / $1 * 100" 1; }
-A_DW=$(med "${a_dw[@]}"); A_MW=$(med "${a_mw[@]}")
-A_DR=$(med "${a_dr[@]}"); A_MR=$(med "${a_mr[@]}"); A_NR=$(med "${a_nr[@]}"); A_COLD=$(med "${a_cold[@]}")
-A_DRR=$(med "${a_drr[@]}"); A_MRR=$(med "${a_mrr[@]}"); A_NRR=$(med "${a_nrr[@]}")
+        # Through a fresh mount with reads through the daemon: the first read copies the file up
+        # (cold), the second is warm.
+        pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-daemon-$r" "${NOPT[@]}"
+        drop_caches
+        out=$(fio_run "a-daemon-coldread-$r" "$MNT" read 1m "$SIZE_MIB")
+        read -r bw _ _ <<<"$out"; a_cold+=("$(mbps "$bw")")
+        c0=$(read_counters)
+        drop_caches
+        out=$(fio_run "a-daemon-read-$r" "$MNT" read 1m "$SIZE_MIB")
+        read -r bw _ _ <<<"$out"; a_nr+=("$(mbps "$bw")")
+        a_nhit+=("$(read_delta "$c0" "$(read_counters)")")
+        drop_caches
+        out=$(fio_run "a-daemon-randread-$r" "$MNT" randread 4k "$SIZE_MIB" --runtime="$RAND_SECS" --time_based)
+        read -r _ iops _ <<<"$out"; a_nrr+=("$iops")
+        pl_unmount "$OUT/a-daemon-unmount-$r.json"
+        rm -f "$LOCAL/fio.dat"
+        echo "run $r (direct / mount / mount ${NOPT[*]:-again}): write ${a_dw[-1]} / ${a_mw[-1]} MB/s;" \
+            "read ${a_dr[-1]} / ${a_mr[-1]} / ${a_nr[-1]} MB/s (cold ${a_cold[-1]});" \
+            "4k randread ${a_drr[-1]} / ${a_mrr[-1]} / ${a_nrr[-1]} IOPS"
+        echo "    warm read through the mount: ${a_hit[-1]}; through the daemon: ${a_nhit[-1]}"
+    done
+    A_DW=$(med "${a_dw[@]}"); A_MW=$(med "${a_mw[@]}")
+    A_DR=$(med "${a_dr[@]}"); A_MR=$(med "${a_mr[@]}"); A_NR=$(med "${a_nr[@]}"); A_COLD=$(med "${a_cold[@]}")
+    A_DRR=$(med "${a_drr[@]}"); A_MRR=$(med "${a_mrr[@]}"); A_NRR=$(med "${a_nrr[@]}")
+fi
 
 # ---- b. slow backing: the job's write phase -------------------------------------------------
 
-echo "== b. slow backing (50 MB/s per stream), ${SLOW_MIB} MiB, $REPS runs"
-slow_start
-declare -a b_d b_m b_f b_dirty b_drain b_ok
-for ((r = 1; r <= REPS; r++)); do
-    rm -f "$SLOWDIR/fio.dat"
-    t0=$(now)
-    fio_run "b-direct-write-$r" "$SLOWMNT" write 1m "$SLOW_MIB" --end_fsync=1 >/dev/null
-    b_d+=("$(elapsed "$t0" "$(now)")")
-    rm -f "$SLOWDIR/fio.dat"
+if part b || part c; then slow_start; fi
+if part b; then
+    echo "== b. slow backing (50 MB/s per stream), ${SLOW_MIB} MiB, $REPS runs"
+    declare -a b_d b_m b_f b_dirty b_drain b_ok
+    for ((r = 1; r <= REPS; r++)); do
+        rm -f "$SLOWDIR/fio.dat"
+        t0=$(now)
+        fio_run "b-direct-write-$r" "$SLOWMNT" write 1m "$SLOW_MIB" --end_fsync=1 >/dev/null
+        b_d+=("$(elapsed "$t0" "$(now)")")
+        rm -f "$SLOWDIR/fio.dat"
 
-    pl_mount "$SLOWMNT" $((SLOW_MIB * 2)) "b-$r" --fsync cache
-    t0=$(now)
-    fio_run "b-mount-write-$r" "$MNT" write 1m "$SLOW_MIB" --end_fsync=1 >/dev/null
-    t1=$(now)
-    b_m+=("$(elapsed "$t0" "$t1")")
-    sum_mount=$(md5sum <"$MNT/fio.dat" | cut -d' ' -f1)
-    pl_unmount "$OUT/b-unmount-$r.json"
-    # From the end of the write phase until the data is all in the backing (md5 read included).
-    b_drain+=("$(elapsed "$t1" "$(now)")")
-    v=$(python3 "$HELP" get "$OUT/b-unmount-$r.json" flush_secs); b_f+=("$(calc "$v" 3)")
-    v=$(python3 "$HELP" get "$OUT/b-unmount-$r.json" dirty_bytes_at_start); b_dirty+=("$((v >> 20))")
-    # The slow file system's own directory holds what went through it.
-    sum_back=$(md5sum <"$SLOWDIR/fio.dat" | cut -d' ' -f1)
-    if [ "$sum_mount" = "$sum_back" ]; then b_ok+=(ok); else b_ok+=(MISMATCH); fi
-    rm -f "$SLOWDIR/fio.dat"
-    echo "run $r: write phase ${b_d[-1]} s direct, ${b_m[-1]} s through the cache;" \
-        "flush ${b_f[-1]} s (${b_dirty[-1]} MiB dirty at unmount); md5 $sum_mount / $sum_back ${b_ok[-1]}"
-done
-B_D=$(med "${b_d[@]}"); B_M=$(med "${b_m[@]}"); B_F=$(med "${b_f[@]}")
-B_DRAIN=$(med "${b_drain[@]}"); B_DIRTY=$(med "${b_dirty[@]}")
-B_SPEEDUP=$(calc "$B_D / $B_M" 2)
-B_OK=PASS
-for v in "${b_ok[@]}"; do [ "$v" = ok ] || B_OK=FAIL; done
+        pl_mount "$SLOWMNT" $((SLOW_MIB * 2)) "b-$r" --fsync cache
+        t0=$(now)
+        fio_run "b-mount-write-$r" "$MNT" write 1m "$SLOW_MIB" --end_fsync=1 >/dev/null
+        t1=$(now)
+        b_m+=("$(elapsed "$t0" "$t1")")
+        sum_mount=$(md5sum <"$MNT/fio.dat" | cut -d' ' -f1)
+        pl_unmount "$OUT/b-unmount-$r.json"
+        # From the end of the write phase until the data is all in the backing (md5 read included).
+        b_drain+=("$(elapsed "$t1" "$(now)")")
+        v=$(python3 "$HELP" get "$OUT/b-unmount-$r.json" flush_secs); b_f+=("$(calc "$v" 3)")
+        v=$(python3 "$HELP" get "$OUT/b-unmount-$r.json" dirty_bytes_at_start); b_dirty+=("$((v >> 20))")
+        # The slow file system's own directory holds what went through it.
+        sum_back=$(md5sum <"$SLOWDIR/fio.dat" | cut -d' ' -f1)
+        if [ "$sum_mount" = "$sum_back" ]; then b_ok+=(ok); else b_ok+=(MISMATCH); fi
+        rm -f "$SLOWDIR/fio.dat"
+        echo "run $r: write phase ${b_d[-1]} s direct, ${b_m[-1]} s through the cache;" \
+            "flush ${b_f[-1]} s (${b_dirty[-1]} MiB dirty at unmount); md5 $sum_mount / $sum_back ${b_ok[-1]}"
+    done
+    B_D=$(med "${b_d[@]}"); B_M=$(med "${b_m[@]}"); B_F=$(med "${b_f[@]}")
+    B_DRAIN=$(med "${b_drain[@]}"); B_DIRTY=$(med "${b_dirty[@]}")
+    B_SPEEDUP=$(calc "$B_D / $B_M" 2)
+    B_OK=PASS
+    for v in "${b_ok[@]}"; do [ "$v" = ok ] || B_OK=FAIL; done
+fi
 
 # ---- c. write-back throughput over time, 1 vs 8 threads ------------------------------------
 
@@ -346,9 +358,11 @@ c_run() {
     local files=$1 th=$2 key="$1f-$2t" i
     pl_mount "$SLOWMNT" $((SLOW_MIB * 2)) "c-$key" --writeback-threads "$th" \
         --high 95% --dirty-high 90% --dirty-low 20%
-    for ((i = 1; i <= files; i++)); do
-        FIO_FILE=wb.$i fio_run "c-write-$key-$i" "$MNT" write 1m $((SLOW_MIB / files)) --end_fsync=1 >/dev/null
-    done
+    # One fio job over FILES files, switching file every 1 MiB (file_service_type=roundrobin), as
+    # FILES ranks writing at once: their extents alternate in the dirty queue.
+    fio --name="c-write-$key" --directory="$MNT" --nrfiles="$files" --file_service_type=roundrobin \
+        --filesize=$((SLOW_MIB / files))m --size="${SLOW_MIB}m" --rw=write --bs=1m --ioengine=psync \
+        --direct=0 --fallocate=none --end_fsync=1 --output-format=json --output="$OUT/c-write-$key.json"
     c_before[$key]=$(stat_field writeback_bytes)  # 0: nothing went back during the write
     local samples=$OUT/c-samples-$key.txt
     echo "0 ${c_before[$key]}" >"$samples"
@@ -368,7 +382,7 @@ c_run() {
     wait_gone "$DAEMON_PID" 60 || { echo "fs_fio.sh: daemon $DAEMON_PID still running" >&2; exit 1; }
     DAEMON_PID=
     cp "$CACHE/mount.log" "$OUT/logs/$MOUNT_NAME.log"
-    rm -rf "$CACHE" "$SLOWDIR"/wb.*
+    rm -rf "$CACHE" "$SLOWDIR"/c-write-*
     local dirty out peak mean n
     c_flush[$key]=$(calc "$(python3 "$HELP" get "$OUT/c-unmount-$key.json" flush_secs)" 3)
     dirty=$(python3 "$HELP" get "$OUT/c-unmount-$key.json" dirty_bytes_at_start)
@@ -380,23 +394,26 @@ c_run() {
         "(${c_umean[$key]} MB/s; sampled mean $mean, peak $peak MB/s, $n samples)"
 }
 
-echo "== c. write-back of ${SLOW_MIB} MiB to the slow backing, 1 vs 8 threads, in 1 file and in $WB_FILES files"
-C_LAYOUTS=(1)
-[ "$WB_FILES" -gt 1 ] && C_LAYOUTS+=("$WB_FILES")
-for files in "${C_LAYOUTS[@]}"; do
-    for th in 1 8; do c_run "$files" "$th"; done
-done
-slow_stop
-mkdir -p "$(dirname "$CHART")"
-chart() { # chart FILES OUT
-    local what="$1 files"
-    [ "$1" = 1 ] && what="one file"
-    "$BIN" bench chart "1 thread=$OUT/fs-writeback-$1f-1t.csv" "8 threads=$OUT/fs-writeback-$1f-8t.csv" \
-        --out "$2" --title "pliant fs: write-back of ${SLOW_MIB} MiB ($what) to a 50 MB/s-per-stream backing" \
-        --x-label "seconds since unmount began" --y-label "MB/s written back"
-}
-chart "${C_LAYOUTS[-1]}" "$CHART"
-[ "${#C_LAYOUTS[@]}" -gt 1 ] && chart 1 "$OUT/fs-writeback-threads-1file.png"
+if part c; then
+    echo "== c. write-back of ${SLOW_MIB} MiB to the slow backing, 1 vs 8 threads, in 1 file and in $WB_FILES files"
+    C_LAYOUTS=(1)
+    [ "$WB_FILES" -gt 1 ] && C_LAYOUTS+=("$WB_FILES")
+    for files in "${C_LAYOUTS[@]}"; do
+        for th in 1 8; do c_run "$files" "$th"; done
+    done
+    mkdir -p "$(dirname "$CHART")"
+    chart() { # chart FILES OUT
+        local what="$1 files"
+        [ "$1" = 1 ] && what="one file"
+        "$BIN" bench chart "1 thread=$OUT/fs-writeback-$1f-1t.csv" "8 threads=$OUT/fs-writeback-$1f-8t.csv" \
+            --out "$2" --title "pliant fs: write-back of ${SLOW_MIB} MiB ($what) to a 50 MB/s-per-stream backing" \
+            --x-label "seconds since unmount began" --y-label "MB/s written back"
+    }
+    chart "${C_LAYOUTS[-1]}" "$CHART"
+    [ "${#C_LAYOUTS[@]}" -gt 1 ] && chart 1 "$OUT/fs-writeback-threads-1file.png"
+fi
+
+if [ -n "$SLOW_PID" ]; then slow_stop; fi
 
 # ---- d. summary -----------------------------------------------------------------------------
 
@@ -413,51 +430,58 @@ daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant h
     echo "fio psync, direct=0, one job. Medians of $REPS runs (each run in brackets). The kernel page"
     echo "cache is dropped (\`sync; echo 3 > /proc/sys/vm/drop_caches\`) before every measured read"
     echo "phase, so reads come from disk (the cache directory or the backing directory), not RAM."
+    echo "Load average (1, 5, 15 min) at the start: $LOAD_START; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
-    echo "## a. Local backing, ${SIZE_MIB} MiB file, cache capacity $((SIZE_MIB * 2)) MiB on the same disk"
-    echo
-    echo "| | direct | through pliant (defaults) | overhead | goal |"
-    echo "|---|---:|---:|---:|---|"
-    echo "| 1 MiB seq write + end_fsync, MB/s | $A_DW [$(join "${a_dw[@]}")] | $A_MW [$(join "${a_mw[@]}")] | $(overhead "$A_DW" "$A_MW")% | |"
-    echo "| 1 MiB seq read, warm, MB/s | $A_DR [$(join "${a_dr[@]}")] | $A_MR [$(join "${a_mr[@]}")] | $(overhead "$A_DR" "$A_MR")% | <= 10% (DataWarp 2.1-2.2%): $(verdict "$(overhead "$A_DR" "$A_MR")" 10 le) |"
-    echo "| 4 KiB random read, IOPS (${RAND_SECS} s runs) | $A_DRR [$(join "${a_drr[@]}")] | $A_MRR [$(join "${a_mrr[@]}")] | $(overhead "$A_DRR" "$A_MRR")% | |"
-    echo
-    echo "| | direct | $daemon_label | overhead | goal |"
-    echo "|---|---:|---:|---:|---|"
-    echo "| 1 MiB seq read, cold (copy-up), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | |"
-    echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
-    echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | |"
-    echo
-    echo "What served the measured warm reads (pliant fs stat before/after): defaults: $(join "${a_hit[@]}");"
-    echo "through the daemon: $(join "${a_nhit[@]}")."
-    echo
-    echo "## b. Slow backing (pliant bench slow-fs, 50 MB/s per stream), ${SLOW_MIB} MiB, --fsync cache"
-    echo
-    echo "| | direct on the slow mount | through pliant | speed-up | goal |"
-    echo "|---|---:|---:|---:|---|"
-    echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | >= 2x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 2 ge) |"
-    echo "| unmount flush (flush_secs), s | | $B_F [$(join "${b_f[@]}")] | | |"
-    echo "| dirty at unmount, MiB | | $B_DIRTY [$(join "${b_dirty[@]}")] | | |"
-    echo "| write end -> all in backing (md5 read + unmount), s | | $B_DRAIN [$(join "${b_drain[@]}")] | | |"
-    echo "| md5 through the mount = md5 in backing after unmount | | $B_OK [$(join "${b_ok[@]}")] | | |"
-    echo
-    echo "## c. Write-back of ${SLOW_MIB} MiB to the slow backing at unmount"
-    echo
-    echo "| files | write-back threads | flush_secs | MB/s (dirty / flush_secs) | sampled mean MB/s | peak MB/s (0.25 s) | written back during the write, B |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|"
-    for files in "${C_LAYOUTS[@]}"; do
-        for th in 1 8; do
-            k=${files}f-${th}t
-            echo "| $files | $th | ${c_flush[$k]} | ${c_umean[$k]} | ${c_mean[$k]} | ${c_peak[$k]} | ${c_before[$k]} |"
+    if part a; then
+        echo "## a. Local backing, ${SIZE_MIB} MiB file, cache capacity $((SIZE_MIB * 2)) MiB on the same disk"
+        echo
+        echo "| | direct | through pliant (defaults) | overhead | goal |"
+        echo "|---|---:|---:|---:|---|"
+        echo "| 1 MiB seq write + end_fsync, MB/s | $A_DW [$(join "${a_dw[@]}")] | $A_MW [$(join "${a_mw[@]}")] | $(overhead "$A_DW" "$A_MW")% | |"
+        echo "| 1 MiB seq read, warm, MB/s | $A_DR [$(join "${a_dr[@]}")] | $A_MR [$(join "${a_mr[@]}")] | $(overhead "$A_DR" "$A_MR")% | <= 10% (DataWarp 2.1-2.2%): $(verdict "$(overhead "$A_DR" "$A_MR")" 10 le) |"
+        echo "| 4 KiB random read, IOPS (${RAND_SECS} s runs) | $A_DRR [$(join "${a_drr[@]}")] | $A_MRR [$(join "${a_mrr[@]}")] | $(overhead "$A_DRR" "$A_MRR")% | |"
+        echo
+        echo "| | direct | $daemon_label | overhead | goal |"
+        echo "|---|---:|---:|---:|---|"
+        echo "| 1 MiB seq read, cold (copy-up), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | |"
+        echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
+        echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | |"
+        echo
+        echo "What served the measured warm reads (pliant fs stat before/after): defaults: $(join "${a_hit[@]}");"
+        echo "through the daemon: $(join "${a_nhit[@]}")."
+        echo
+    fi
+    if part b; then
+        echo "## b. Slow backing (pliant bench slow-fs, 50 MB/s per stream), ${SLOW_MIB} MiB, --fsync cache"
+        echo
+        echo "| | direct on the slow mount | through pliant | speed-up | goal |"
+        echo "|---|---:|---:|---:|---|"
+        echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | >= 2x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 2 ge) |"
+        echo "| unmount flush (flush_secs), s | | $B_F [$(join "${b_f[@]}")] | | |"
+        echo "| dirty at unmount, MiB | | $B_DIRTY [$(join "${b_dirty[@]}")] | | |"
+        echo "| write end -> all in backing (md5 read + unmount), s | | $B_DRAIN [$(join "${b_drain[@]}")] | | |"
+        echo "| md5 through the mount = md5 in backing after unmount | | $B_OK [$(join "${b_ok[@]}")] | | |"
+        echo
+    fi
+    if part c; then
+        echo "## c. Write-back of ${SLOW_MIB} MiB to the slow backing at unmount"
+        echo
+        echo "| files | write-back threads | flush_secs | MB/s (dirty / flush_secs) | sampled mean MB/s | peak MB/s (0.25 s) | written back during the write, B |"
+        echo "|---:|---:|---:|---:|---:|---:|---:|"
+        for files in "${C_LAYOUTS[@]}"; do
+            for th in 1 8; do
+                k=${files}f-${th}t
+                echo "| $files | $th | ${c_flush[$k]} | ${c_umean[$k]} | ${c_mean[$k]} | ${c_peak[$k]} | ${c_before[$k]} |"
+            done
         done
-    done
-    echo
-    for files in "${C_LAYOUTS[@]}"; do
-        echo "- $files file(s): 8 threads flush $(calc "${c_flush[${files}f-1t]} / ${c_flush[${files}f-8t]}" 2)x faster than 1."
-    done
-    echo
-    echo "Chart ($((${C_LAYOUTS[-1]})) file(s)): ${CHART#"$ROOT"/}."
-    echo
+        echo
+        for files in "${C_LAYOUTS[@]}"; do
+            echo "- $files file(s): 8 threads flush $(calc "${c_flush[${files}f-1t]} / ${c_flush[${files}f-8t]}" 2)x faster than 1."
+        done
+        echo
+        echo "Chart ($((${C_LAYOUTS[-1]})) file(s)): ${CHART#"$ROOT"/}."
+        echo
+    fi
     echo "Mount logs ($OUT/logs): $log_errors ERROR/panic lines, $log_warns WARN lines."
 } | tee "$SUMMARY"
 echo "(written to ${SUMMARY#"$ROOT"/}; raw results in $OUT)"

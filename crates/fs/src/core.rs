@@ -1884,7 +1884,7 @@ impl Inner {
     }
 
     pub(crate) fn policy_failed(&self, which: &str, error: &str) {
-        if self.counters.policy_errors.fetch_add(1, Relaxed) % 100 == 0 {
+        if self.counters.policy_errors.fetch_add(1, Relaxed).is_multiple_of(100) {
             tracing::error!(
                 policy = which,
                 error,

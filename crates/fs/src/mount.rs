@@ -26,6 +26,8 @@ pub struct MountOptions {
     /// Serve reads of fully cached files by kernel passthrough when the kernel and the
     /// privileges allow it (root: CAP_SYS_ADMIN).
     pub passthrough: bool,
+    /// Serve the counters in Prometheus's text format on this address.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Why a mount failed or ended badly.
@@ -140,6 +142,20 @@ pub fn run_foreground(
             }
         })
         .map_err(|source| MountError::Io { path: PathBuf::from("signal thread"), source })?;
+    if let Some(addr) = opts.metrics {
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| MountError::Io {
+            path: PathBuf::from(addr.to_string()),
+            source,
+        })?;
+        let core = core.clone();
+        std::thread::Builder::new()
+            .name("pliant-fs-metrics".into())
+            .spawn(move || serve_metrics(&listener, &core))
+            .map_err(|source| MountError::Io {
+                path: PathBuf::from("metrics thread"),
+                source,
+            })?;
+    }
     ready(&recovery);
     session.run().map_err(|source| MountError::Mount {
         path: opts.mountpoint.clone(),
@@ -173,6 +189,40 @@ pub fn run_foreground(
         stats,
         discarded,
     })
+}
+
+/// The counters in Prometheus's text exposition format: every number of [`FsStats`] as a gauge
+/// `pliant_fs_<name>`, labelled with the backing directory.
+pub fn prometheus(s: &FsStats) -> String {
+    let mut out = String::new();
+    let label = s.backing.replace('\\', "\\\\").replace('"', "\\\"");
+    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(s) {
+        for (name, v) in fields {
+            if let Some(x) = v.as_f64() {
+                out.push_str(&format!(
+                    "# TYPE pliant_fs_{name} gauge\npliant_fs_{name}{{backing=\"{label}\"}} {x}\n"
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn serve_metrics(listener: &std::net::TcpListener, core: &FsCache) {
+    use std::io::{Read, Write};
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        // One request per connection, read with a bound so a silent client cannot hold it.
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut buf = [0u8; 1024];
+        let _ = conn.read(&mut buf);
+        let body = prometheus(&core.stats());
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
 }
 
 /// Why a running mount could not be reached.

@@ -751,3 +751,31 @@ fn passthrough_reads_see_writes_through_the_daemon() {
     want[500_000..500_003].copy_from_slice(b"NEW");
     assert_eq!(fs::read(m.backing.join("f")).expect("backing"), want);
 }
+
+#[test]
+fn the_counters_are_served_to_prometheus() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let Some(mut m) = mount_with(&["--capacity", "8MiB", "--metrics", &addr]) else {
+        return;
+    };
+    fs::write(m.at("f"), vec![5u8; 100_000]).expect("write");
+    let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut body = String::new();
+    conn.read_to_string(&mut body).expect("response");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    let written = body
+        .lines()
+        .find(|l| l.starts_with("pliant_fs_written_bytes{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok());
+    assert_eq!(written, Some(100_000.0), "{body}");
+    m.unmount();
+}

@@ -147,6 +147,10 @@ pub struct MountArgs {
     /// writes always go through the daemon, which tracks what is dirty.
     #[arg(long)]
     no_passthrough: bool,
+    /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`; bind a loopback address
+    /// unless the network is trusted).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// Stay in the foreground (the daemon itself); Ctrl-C or SIGTERM unmounts after writing back.
     #[arg(long)]
     foreground: bool,
@@ -227,6 +231,7 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
             allow_other: a.allow_other,
             fuse_threads: a.fuse_threads,
             passthrough: !a.no_passthrough,
+            metrics: a.metrics,
         };
         let report = pliant_fs::mount::run_foreground(&opts, |rec| {
             if rec.files > 0 {
