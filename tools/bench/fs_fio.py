@@ -54,6 +54,9 @@ def rates(samples, out):
             parts = line.split()
             if len(parts) == 2:
                 pts.append((float(parts[0]), int(parts[1])))
+    # The last line (the end of the flush, from the unmount's report) may come before the
+    # last sample.
+    pts.sort()
     rows = []
     for (t0, b0), (t1, b1) in zip(pts, pts[1:]):
         if t1 > t0:

@@ -373,12 +373,16 @@ c_run() {
     # Until the unmount is done (bounded by its own 900 s timeout, and by ours).
     deadline=$(( $(date +%s) + 960 ))
     while kill -0 "$upid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
-        if wb=$(stat_json 2>/dev/null | python3 "$HELP" get - writeback_bytes 2>/dev/null); then
-            echo "$(elapsed "$t0" "$(now)") $wb" >>"$samples"
-        fi
+        # sed, not python: a sample should cost little next to 0.25 s
+        wb=$(stat_json 2>/dev/null | sed -n 's/.*"writeback_bytes": *\([0-9]*\).*/\1/p') || wb=
+        if [ -n "$wb" ]; then echo "$(elapsed "$t0" "$(now)") $wb" >>"$samples"; fi
         sleep 0.25
     done
     wait "$upid"
+    # The last interval: up to the end of the flush (flush_secs, from the unmount's own start),
+    # with the counter as the flush left it.
+    echo "$(python3 "$HELP" get "$OUT/c-unmount-$key.json" flush_secs)" \
+        "$(python3 "$HELP" get "$OUT/c-unmount-$key.json" stats.writeback_bytes)" >>"$samples"
     wait_gone "$DAEMON_PID" 60 || { echo "fs_fio.sh: daemon $DAEMON_PID still running" >&2; exit 1; }
     DAEMON_PID=
     cp "$CACHE/mount.log" "$OUT/logs/$MOUNT_NAME.log"

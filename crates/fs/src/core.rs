@@ -120,6 +120,9 @@ struct State {
     paused: bool,
     /// Workers in the middle of a write-back.
     busy: u32,
+    /// Files being written back, and by how many workers: a worker prefers another file, since
+    /// a file system client usually writes one file at a time (the inode's lock).
+    writing: HashMap<u64, u32>,
 }
 
 impl State {
@@ -376,6 +379,7 @@ impl FsCache {
                 flushing: 0,
                 paused: false,
                 busy: 0,
+                writing: HashMap::new(),
             }),
             journal: Mutex::new(journal),
             counters: Counters::default(),
@@ -1450,6 +1454,15 @@ impl Inner {
         };
         let buf = read_at_zero_filled(self.cache_file(entry.id, &mut d)?, start, len)?;
         let dst = self.backing_fd(&mut d)?;
+        if d.backing_size < d.size {
+            // The backing file gets its final length first, so the extents' writes do not
+            // extend it: a file system that lets writes inside a file run in parallel
+            // (Lustre's stripes, FUSE's parallel direct writes) then runs them in parallel.
+            // The bytes not yet written back read as zeros there meanwhile, as a shorter file
+            // would have lacked them.
+            dst.set_len(d.size)?;
+            d.backing_size = d.size;
+        }
         if let Some(x) = d.extents.get_mut(&i) {
             x.in_flight = true;
         }
@@ -1884,7 +1897,12 @@ impl Inner {
     }
 
     pub(crate) fn policy_failed(&self, which: &str, error: &str) {
-        if self.counters.policy_errors.fetch_add(1, Relaxed).is_multiple_of(100) {
+        if self
+            .counters
+            .policy_errors
+            .fetch_add(1, Relaxed)
+            .is_multiple_of(100)
+        {
             tracing::error!(
                 policy = which,
                 error,
@@ -1925,7 +1943,16 @@ impl Inner {
             let target = self.writeback_to.load(Relaxed);
             let wanted = target != crate::policy::NONE && self.dirty.load(Relaxed) > target;
             let job = if (wanted || s.flushing > 0) && !s.paused {
-                s.dirty_queue.pop_first().map(|(_, job)| job)
+                // The oldest dirty extent of a file no other worker is on, among the oldest 64;
+                // else the oldest.
+                let pick = s
+                    .dirty_queue
+                    .iter()
+                    .take(64)
+                    .find(|(_, (id, _))| !s.writing.contains_key(id))
+                    .or_else(|| s.dirty_queue.iter().next())
+                    .map(|(t, _)| *t);
+                pick.and_then(|t| s.dirty_queue.remove(&t))
             } else {
                 None
             };
@@ -1941,6 +1968,7 @@ impl Inner {
                 continue;
             };
             s.busy += 1;
+            *s.writing.entry(id).or_default() += 1;
             drop(s);
             let d = lock(&entry.data);
             if let Err(e) = self.writeback_extent(&entry, d, i) {
@@ -1957,6 +1985,12 @@ impl Inner {
             }
             s = lock(&self.state);
             s.busy -= 1;
+            if let Some(n) = s.writing.get_mut(&id) {
+                *n -= 1;
+                if *n == 0 {
+                    s.writing.remove(&id);
+                }
+            }
             self.progress.notify_all();
         }
     }
