@@ -7,7 +7,8 @@
 #      matter) and lists the sha256 of every file. Source: the Rust toolchain's
 #      $(rustc --print sysroot)/lib/rustlib/src if present, else this repository's crates/
 #      (--src overrides).
-#   2. Mounts an empty BACKING directory through `pliant fs mount` with a capacity of half the
+#   2. For scale, copies and reads back the same on a plain directory (no mount). Then
+#      mounts an empty BACKING directory through `pliant fs mount` with a capacity of half the
 #      total bytes copied (--capacity overrides), and `cp -a`s the snapshot COPIES times into it.
 #   3. Drops the kernel page cache (`sync; echo 3 > /proc/sys/vm/drop_caches`), then reads every
 #      file back through the mount (sha256sum of each: it reads all the bytes, and checks them).
@@ -137,6 +138,18 @@ done | LC_ALL=C sort -k2 >"$WORK/expect.sha"
 [ -n "$CAPACITY" ] || CAPACITY=$((BYTES / 2))
 echo "source $SRC: $FILES1 files, $BYTES1 bytes; $COPIES copies: $FILES files, $BYTES bytes; capacity $CAPACITY"
 
+# For scale: the same copy and read-back on a plain directory of the same disk, no mount.
+mkdir -p "$WORK/plain"
+t0=$(now)
+for ((i = 1; i <= COPIES; i++)); do cp -a "$SNAP" "$WORK/plain/copy-$i"; done
+sync -f "$WORK/plain/."
+PLAIN_COPY_SECS=$(elapsed "$t0" "$(now)")
+sync; echo 3 >/proc/sys/vm/drop_caches
+t0=$(now)
+sums "$WORK/plain" >/dev/null
+PLAIN_READ_SECS=$(elapsed "$t0" "$(now)")
+rm -rf "$WORK/plain"
+
 # 2. Copy in.
 pl_mount "$CAPACITY"
 cp_status=0
@@ -187,6 +200,7 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
     echo "| bytes | $BYTES ($(mib "$BYTES") MiB) |"
     echo "| copy in (cp -a + sync), s | $COPY_SECS ($(awk -v b="$BYTES" -v t="$COPY_SECS" 'BEGIN { printf "%.1f", b / t / 1e6 }') MB/s, $(awk -v n="$FILES" -v t="$COPY_SECS" 'BEGIN { printf "%.0f", n / t }') files/s) |"
     echo "| read back, s | $READ_SECS ($(awk -v b="$BYTES" -v t="$READ_SECS" 'BEGIN { printf "%.1f", b / t / 1e6 }') MB/s) |"
+    echo "| for scale, on a plain directory (no mount): copy in, s; read back, s | $PLAIN_COPY_SECS; $PLAIN_READ_SECS |"
     echo "| after the copy: used / dirty / written back, MiB | $(mib "$(s used_bytes after-copy)") / $(mib "$(s dirty_bytes after-copy)") / $(mib "$(s writeback_bytes after-copy)") |"
     echo "| after the copy: evicted extents (MiB) | $(s evicted_extents after-copy) ($(mib "$(s evicted_bytes after-copy)")) |"
     echo "| before unmount: evicted extents (MiB) | $(s evicted_extents before-unmount) ($(mib "$(s evicted_bytes before-unmount)")) |"

@@ -1476,6 +1476,11 @@ impl Inner {
         res?;
         Counters::add(&self.counters.writeback_bytes, len);
         d.backing_size = d.backing_size.max(start + len);
+        // The backing file changed by our own hand: what revalidation compares with moves too,
+        // or reopening a half-written-back file would look like a change behind our back.
+        if let Ok(m) = dst.metadata() {
+            d.seen = (m.size(), Attr::from_meta(&m).mtime);
+        }
         let mut clean = false;
         let mut journaled = false;
         if let Some(x) = d.extents.get_mut(&i)

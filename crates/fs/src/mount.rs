@@ -350,11 +350,16 @@ pub fn unmount(
     } else {
         let mp = mountpoint.to_path_buf();
         let flusher = std::thread::spawn(move || verb(&mp, "flush"));
+        // Checked every 10 ms (the flush time is reported), progress every 200 ms.
+        let mut n = 0u32;
         while !flusher.is_finished() {
-            if let Ok(s) = stats(mountpoint) {
+            if n.is_multiple_of(20)
+                && let Ok(s) = stats(mountpoint)
+            {
                 progress(s.dirty_bytes, before.dirty_bytes);
             }
-            std::thread::sleep(Duration::from_millis(200));
+            n += 1;
+            std::thread::sleep(Duration::from_millis(10));
         }
         flusher.join().map_err(|_| ControlError::Unmount {
             path: mountpoint.to_path_buf(),
