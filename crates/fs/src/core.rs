@@ -156,6 +156,10 @@ pub(crate) struct Inner {
     pub(crate) decide_cv: Condvar,
     /// What `nudge` last saw.
     last_nudge: AtomicU64,
+    /// Swaps for the policy thread.
+    pub(crate) policy_tx: Mutex<Option<std::sync::mpsc::Sender<crate::policy::Command>>>,
+    /// The running policies' names (eviction, write-back).
+    pub(crate) policy_names: Mutex<(String, String)>,
     started: Instant,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Held for the mount's life: a second mount of the same cache directory fails.
@@ -396,6 +400,8 @@ impl FsCache {
             decide_now: Mutex::new(false),
             decide_cv: Condvar::new(),
             last_nudge: AtomicU64::new(0),
+            policy_tx: Mutex::new(None),
+            policy_names: Mutex::new((String::new(), String::new())),
             _lock: dir_lock,
         });
         let mut workers = Vec::with_capacity(threads);
@@ -518,6 +524,40 @@ impl FsCache {
         d.pinned += 1;
         Counters::add(&self.inner.counters.passthrough_opens, 1);
         Ok(f)
+    }
+
+    /// Swaps the policy deciding `which` for `source` (with new `params`, if given) while the
+    /// mount runs; returns the new version's description, or why it was refused (the running
+    /// policy then stays).
+    pub fn load_policy(
+        &self,
+        which: crate::policy::Trigger,
+        source: pliant_policy::PolicySource,
+        params: Option<pliant_policy::Params>,
+    ) -> Result<String, String> {
+        self.policy_call(|tx| crate::policy::Command::Load(which, source, params, tx))
+    }
+
+    /// Goes back to the policy that decided `which` before the last swap.
+    pub fn rollback_policy(&self, which: crate::policy::Trigger) -> Result<String, String> {
+        self.policy_call(|tx| crate::policy::Command::Rollback(which, tx))
+    }
+
+    fn policy_call(
+        &self,
+        cmd: impl FnOnce(std::sync::mpsc::Sender<Result<String, String>>) -> crate::policy::Command,
+    ) -> Result<String, String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sender = lock(&self.inner.policy_tx)
+            .clone()
+            .ok_or("no policy thread")?;
+        sender
+            .send(cmd(tx))
+            .map_err(|_| "the policy thread has stopped".to_string())?;
+        *lock(&self.inner.decide_now) = true;
+        self.inner.decide_cv.notify_all();
+        rx.recv_timeout(Duration::from_secs(30))
+            .map_err(|_| "the policy thread did not answer within 30 s".to_string())?
     }
 
     /// Releases a pin of [`FsCache::passthrough_file`].
@@ -2031,6 +2071,9 @@ impl Inner {
         let (wu, wl, wleft) = s.window.usage(now);
         let cached_files = s.files.len() as u64;
         drop(s);
+        // One guard: two in one expression would both live to its end, the second waiting on
+        // the first.
+        let names = lock(&self.policy_names).clone();
         let hit = c.read_hit_bytes.load(Relaxed);
         let miss = c.read_miss_bytes.load(Relaxed);
         FsStats {
@@ -2063,8 +2106,8 @@ impl Inner {
             window_left_secs: wleft,
             revalidated_files: c.revalidated_files.load(Relaxed),
             passthrough_opens: c.passthrough_opens.load(Relaxed),
-            evict_policy: self.cfg.policies.evict.name.clone(),
-            writeback_policy: self.cfg.policies.writeback.name.clone(),
+            evict_policy: names.0,
+            writeback_policy: names.1,
             policy_errors: c.policy_errors.load(Relaxed),
         }
     }

@@ -224,6 +224,8 @@ pub struct PliantFuse {
     pending: Mutex<HashMap<(u32, u64, OsString), Vec<u8>>>,
     /// Set by the `discard` verb: the unmount drops dirty data.
     pub discard: Arc<AtomicBool>,
+    /// Answers of policy swaps, by the asking process.
+    results: Mutex<HashMap<u32, (bool, String)>>,
     /// Asked for: use kernel passthrough for reads of fully cached files.
     want_passthrough: bool,
     /// The kernel agreed (set at init).
@@ -294,6 +296,7 @@ impl PliantFuse {
             traversal: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             discard: Arc::new(AtomicBool::new(false)),
+            results: Mutex::new(HashMap::new()),
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
             pt: Mutex::new(Passthrough::default()),
@@ -400,7 +403,43 @@ impl PliantFuse {
         lock(&self.handles).get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
-    fn control(&self, path: &Path, verb: &str) -> Result<Vec<u8>, Errno> {
+    /// `setxattr(MOUNT, "pliant.policy.evict"|"pliant.policy.writeback", {"name", "code",
+    /// "params": ["k=v", …]})` swaps a policy; `"pliant.policy.rollback"` with `evict` or
+    /// `writeback` rolls one back. The answer waits under `pliant.policy.result`.
+    fn control_set(&self, verb: &str, value: &[u8]) -> Result<String, String> {
+        use crate::policy::Trigger;
+        match verb {
+            "policy.evict" | "policy.writeback" => {
+                let which = if verb.ends_with("evict") {
+                    Trigger::Evict
+                } else {
+                    Trigger::Writeback
+                };
+                #[derive(serde::Deserialize)]
+                struct Load {
+                    name: String,
+                    code: String,
+                    params: Option<Vec<String>>,
+                }
+                let l: Load = serde_json::from_slice(value).map_err(|e| format!("{verb}: {e}"))?;
+                let params = l.params.map(|ps| {
+                    ps.iter()
+                        .filter_map(|p| p.split_once('='))
+                        .map(|(k, v)| (k.to_string(), pliant_policy::ParamValue::parse(v)))
+                        .collect()
+                });
+                let source = pliant_policy::PolicySource::functions(l.name, l.code);
+                self.core.load_policy(which, source, params)
+            }
+            "policy.rollback" => {
+                let which: Trigger = String::from_utf8_lossy(value).trim().parse()?;
+                self.core.rollback_policy(which)
+            }
+            _ => Err(format!("{CONTROL_PREFIX}{verb}: no such control")),
+        }
+    }
+
+    fn control(&self, path: &Path, verb: &str, pid: u32) -> Result<Vec<u8>, Errno> {
         let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|_| Errno::EIO);
         match verb {
             "stats" => json(serde_json::to_vec(&self.core.stats())),
@@ -417,6 +456,14 @@ impl PliantFuse {
             "discard" => {
                 self.discard.store(true, Relaxed);
                 Ok(b"{\"discard\":true}".to_vec())
+            }
+            "policy.result" => {
+                let (ok, message) = lock(&self.results)
+                    .remove(&pid)
+                    .unwrap_or((false, "no policy change asked by this process".into()));
+                json(serde_json::to_vec(
+                    &serde_json::json!({"ok": ok, "message": message}),
+                ))
             }
             _ => Err(Errno::ENODATA),
         }
@@ -860,8 +907,20 @@ impl Filesystem for PliantFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if name.as_bytes().starts_with(CONTROL_PREFIX.as_bytes()) {
-            return reply.error(Errno::EPERM);
+        if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
+            // Swapping a policy changes the mount for everyone: its owner's (or root's) call.
+            if req.uid() != 0 && req.uid() != self.access.owner {
+                return reply.error(Errno::EPERM);
+            }
+            let result = self.control_set(&String::from_utf8_lossy(verb), value);
+            let ok = result.is_ok();
+            let message = result.unwrap_or_else(|e| e);
+            lock(&self.results).insert(req.pid(), (ok, message));
+            return if ok {
+                reply.ok()
+            } else {
+                reply.error(Errno::EINVAL)
+            };
         }
         let res = self
             .guard(req)
@@ -884,7 +943,7 @@ impl Filesystem for PliantFuse {
                 {
                     return Ok(v);
                 }
-                let v = self.control(&p, &String::from_utf8_lossy(verb))?;
+                let v = self.control(&p, &String::from_utf8_lossy(verb), req.pid())?;
                 if size == 0 {
                     lock(&self.pending).insert(key, v.clone());
                 }

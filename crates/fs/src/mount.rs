@@ -297,6 +297,78 @@ pub fn hint(path: &Path, kind: Hint) -> Result<HintReport, ControlError> {
     json(path, v, &verb(path, v)?)
 }
 
+/// Swaps the policy deciding `which` on a running mount: `name` and function-style Lua
+/// `code` (read by the caller; the daemon opens no file a client names), with new `params`
+/// (`k=v`) if any. Returns the new version, or the reason it was refused.
+pub fn load_policy(
+    mountpoint: &Path,
+    which: crate::policy::Trigger,
+    name: &str,
+    code: &str,
+    params: Option<Vec<String>>,
+) -> Result<String, ControlError> {
+    let verb = match which {
+        crate::policy::Trigger::Evict => "policy.evict",
+        crate::policy::Trigger::Writeback => "policy.writeback",
+    };
+    let value = serde_json::json!({"name": name, "code": code, "params": params});
+    set_verb(mountpoint, verb, value.to_string().as_bytes())
+}
+
+/// Goes back to the policy that decided `which` before the last swap.
+pub fn rollback_policy(
+    mountpoint: &Path,
+    which: crate::policy::Trigger,
+) -> Result<String, ControlError> {
+    let w = match which {
+        crate::policy::Trigger::Evict => "evict",
+        crate::policy::Trigger::Writeback => "writeback",
+    };
+    set_verb(mountpoint, "policy.rollback", w.as_bytes())
+}
+
+fn set_verb(path: &Path, v: &str, value: &[u8]) -> Result<String, ControlError> {
+    let set = xattr::set(path, format!("{CONTROL_PREFIX}{v}"), value);
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        ok: bool,
+        message: String,
+    }
+    match set {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EPERM as i32) => {
+            return Err(ControlError::Failed {
+                path: path.to_path_buf(),
+                verb: v.into(),
+                source: std::io::Error::other(
+                    "only the mount's owner or root may change its policies",
+                ),
+            });
+        }
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTSUP as i32) => {
+            return Err(ControlError::NotPliant(path.to_path_buf()));
+        }
+        // EINVAL: the daemon refused; its reason waits under `policy.result`.
+        Err(e) if e.raw_os_error() != Some(nix::errno::Errno::EINVAL as i32) => {
+            return Err(ControlError::Failed {
+                path: path.to_path_buf(),
+                verb: v.into(),
+                source: e,
+            });
+        }
+        _ => {}
+    }
+    let a: Answer = json(path, v, &verb(path, "policy.result")?)?;
+    if a.ok {
+        Ok(a.message)
+    } else {
+        Err(ControlError::Failed {
+            path: path.to_path_buf(),
+            verb: v.into(),
+            source: std::io::Error::other(a.message),
+        })
+    }
+}
+
 /// A hint's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hint {
@@ -429,18 +501,41 @@ pub fn wait_mounted(
     timeout: Duration,
 ) -> Result<FsStats, String> {
     let deadline = Instant::now() + timeout;
+    let pid = child.id();
+    // The probe runs on a thread of its own: a daemon that mounted but does not answer would
+    // hold it in the kernel for ever. Past the deadline the daemon is killed, which fails the
+    // probe's request, and the caller gets an error instead of a hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mp = mountpoint.to_path_buf();
+    std::thread::spawn(move || {
+        loop {
+            let s = stats(&mp);
+            let done = matches!(&s, Ok(st) if st.pid == pid);
+            if tx.send(s.ok().filter(|_| done)).is_err() || done {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
     loop {
-        if let Ok(s) = stats(mountpoint)
-            && s.pid == child.id()
-        {
-            return Ok(s);
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+            Ok(Some(s)) => return Ok(s),
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the mount probe stopped".into());
+            }
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("the mount daemon exited ({status})"));
         }
-        if Instant::now() > deadline {
-            return Err(format!("not mounted after {timeout:?}"));
+        if left.is_zero() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH);
+            return Err(format!(
+                "not answering after {timeout:?}; the daemon (pid {pid}) was stopped"
+            ));
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -28,6 +28,38 @@ use crate::core::{Inner, lock};
 /// No target.
 pub(crate) const NONE: u64 = u64::MAX;
 
+/// Which decision a policy makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// When to evict.
+    Evict,
+    /// When to write back.
+    Writeback,
+}
+
+impl std::str::FromStr for Trigger {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "evict" => Ok(Self::Evict),
+            "writeback" => Ok(Self::Writeback),
+            _ => Err(format!("{s:?}: expected evict or writeback")),
+        }
+    }
+}
+
+/// What the policy thread is asked while it runs: a swap, answered with the new version's
+/// description or why it was refused (the running policy then stays).
+pub(crate) enum Command {
+    Load(
+        Trigger,
+        PolicySource,
+        Option<Params>,
+        mpsc::Sender<Result<String, String>>,
+    ),
+    Rollback(Trigger, mpsc::Sender<Result<String, String>>),
+}
+
 /// The policies of a mount.
 #[derive(Debug, Clone)]
 pub struct Policies {
@@ -136,21 +168,84 @@ fn target(e: &mut Engine, m: Metrics, capacity: u64) -> Result<u64, String> {
     })
 }
 
+/// An engine and the parameters it runs with (the engine does not hand them back).
+struct Running {
+    engine: Engine,
+    params: Params,
+}
+
+fn swap(inner: &Inner, cmd: Command, m: Metrics, evict: &mut Running, writeback: &mut Running) {
+    let (which, reply) = match &cmd {
+        Command::Load(t, _, _, r) | Command::Rollback(t, r) => (*t, r.clone()),
+    };
+    let r = match which {
+        Trigger::Evict => evict,
+        Trigger::Writeback => writeback,
+    };
+    let e = &mut r.engine;
+    // Installing dry-runs the policy against the cache as it is now.
+    *e.metrics_mut() = m;
+    let result = match cmd {
+        Command::Load(_, source, params, _) => {
+            // A refused policy leaves the running one as it was (the engine swaps only after
+            // the new one compiles and dry-runs); its parameters too.
+            if let Some(p) = &params {
+                e.set_params(p.clone());
+            }
+            let done = e.install(source);
+            match (&done, params) {
+                (Ok(_), Some(p)) => r.params = p,
+                (Err(_), Some(_)) => e.set_params(r.params.clone()),
+                _ => {}
+            }
+            done.map_err(|err| err.to_string())
+        }
+        Command::Rollback(..) => e.rollback().map_err(|err| err.to_string()),
+    };
+    let result = result.map(|v| {
+        let name = e
+            .versions()
+            .get(v.saturating_sub(1) as usize)
+            .map(|x| x.source.name.clone());
+        let name = name.unwrap_or_default();
+        let mut names = lock(&inner.policy_names);
+        match which {
+            Trigger::Evict => names.0 = name.clone(),
+            Trigger::Writeback => names.1 = name.clone(),
+        }
+        format!("{name} (version {v})")
+    });
+    let _ = reply.send(result);
+}
+
 /// Starts the policy thread; returns once both policies are installed (or why not).
 pub(crate) fn start(
     inner: Arc<Inner>,
     policies: Policies,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let (tx, rx) = mpsc::channel();
+    let (cmd_tx, cmd_rx) = mpsc::channel::<Command>();
+    *lock(&inner.policy_tx) = Some(cmd_tx);
+    *lock(&inner.policy_names) = (policies.evict.name.clone(), policies.writeback.name.clone());
     let handle = std::thread::Builder::new()
         .name("pliant-fs-policy".into())
         .spawn(move || {
             let engines = engine(&inner, &policies.evict, &policies.params)
                 .and_then(|e| Ok((e, engine(&inner, &policies.writeback, &policies.params)?)));
             let (mut evict, mut writeback) = match engines {
-                Ok(e) => {
+                Ok((e, w)) => {
                     let _ = tx.send(Ok(()));
-                    e
+                    let p = policies.params.clone();
+                    (
+                        Running {
+                            engine: e,
+                            params: p.clone(),
+                        },
+                        Running {
+                            engine: w,
+                            params: p,
+                        },
+                    )
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
@@ -175,16 +270,20 @@ pub(crate) fn start(
                     return;
                 }
                 let now = sample(&inner);
+                while let Ok(cmd) = cmd_rx.try_recv() {
+                    let m = metrics(&inner, &last, &now, idle_since);
+                    swap(&inner, cmd, m, &mut evict, &mut writeback);
+                }
                 if now.read != last.read || now.written != last.written {
                     idle_since = now.at;
                 }
                 let cap = inner.cfg.capacity;
                 let m = metrics(&inner, &last, &now, idle_since);
-                match target(&mut evict, m.clone(), cap) {
+                match target(&mut evict.engine, m.clone(), cap) {
                     Ok(t) => inner.evict_to.store(t, Relaxed),
                     Err(e) => inner.policy_failed("eviction", &e),
                 }
-                match target(&mut writeback, m, cap) {
+                match target(&mut writeback.engine, m, cap) {
                     Ok(t) => inner.writeback_to.store(t, Relaxed),
                     Err(e) => inner.policy_failed("write-back", &e),
                 }

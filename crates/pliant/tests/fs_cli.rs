@@ -779,3 +779,68 @@ fn the_counters_are_served_to_prometheus() {
     assert_eq!(written, Some(100_000.0), "{body}");
     m.unmount();
 }
+
+/// The write-back policy swapped on a running mount: the idle policy writes back what the
+/// watermarks would have left dirty; a policy that does not compile is refused with its error
+/// and the running one stays; a rollback restores the watermarks.
+#[test]
+fn a_policy_swapped_on_a_running_mount_decides_at_once() {
+    let Some(mut m) = mount_with(&["--capacity", "64MiB", "--policy-interval", "100ms"]) else {
+        return;
+    };
+    let mnt = m.mnt.to_str().expect("utf-8").to_string();
+    fs::write(m.at("f"), vec![1u8; 1 << 20]).expect("write");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(
+        m.stats()["dirty_bytes"],
+        1 << 20,
+        "the watermarks leave 1 MiB of 64 dirty"
+    );
+    let out = ok(&pliant(
+        &[
+            "fs",
+            "policy",
+            &mnt,
+            "load",
+            "writeback",
+            "fs-writeback-when-idle",
+            "--param",
+            "idle=0.2",
+        ],
+        m.dir.path(),
+    ));
+    assert!(out.contains("fs-writeback-when-idle"), "{out}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while m.stats()["dirty_bytes"] != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle policy did not write back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let broken = m.dir.path().join("broken.lua");
+    fs::write(&broken, "function when( return true end").expect("broken");
+    let e = err(&pliant(
+        &[
+            "fs",
+            "policy",
+            &mnt,
+            "load",
+            "evict",
+            broken.to_str().expect("utf-8"),
+        ],
+        m.dir.path(),
+    ));
+    assert!(e.contains("broken"), "{e}");
+    assert_eq!(
+        m.stats()["evict_policy"],
+        "fs-evict-watermarks",
+        "a refused policy changes nothing"
+    );
+    ok(&pliant(
+        &["fs", "policy", &mnt, "rollback", "writeback"],
+        m.dir.path(),
+    ));
+    assert_eq!(m.stats()["writeback_policy"], "fs-writeback-watermarks");
+    m.unmount();
+}

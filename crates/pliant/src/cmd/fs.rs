@@ -25,6 +25,47 @@ pub enum Command {
     Writeback(HintArgs),
     /// Drop cached clean data of files whose backing copies changed behind the cache's back.
     Invalidate(HintArgs),
+    /// Swap, roll back or show a running mount's eviction and write-back policies.
+    Policy(PolicyArgs),
+}
+
+/// A running mount's policies. The policy file is read here and its source sent: the daemon
+/// never opens a path a client names. A policy that does not compile or dry-run against the
+/// cache as it is is refused, and the running one stays. Only the mount's owner (or root) may
+/// swap.
+///
+/// Examples:
+///   pliant fs policy /mnt/run42 load writeback fs-writeback-when-idle --param idle=10
+///   pliant fs policy /mnt/run42 load evict ./my-evict.lua
+///   pliant fs policy /mnt/run42 rollback writeback
+///   pliant fs policy /mnt/run42 status
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct PolicyArgs {
+    /// The mount point.
+    mountpoint: PathBuf,
+    #[command(subcommand)]
+    what: PolicyWhat,
+}
+
+#[derive(clap::Subcommand)]
+enum PolicyWhat {
+    /// Swap in a policy (a shipped name or one .lua file with when/howmuch).
+    Load {
+        /// Which decision: evict or writeback.
+        which: String,
+        /// The policy.
+        policy: PathBuf,
+        #[command(flatten)]
+        params: PolicyParams,
+    },
+    /// Go back to the policy before the last swap.
+    Rollback {
+        /// Which decision: evict or writeback.
+        which: String,
+    },
+    /// The running policies' names.
+    Status,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -193,7 +234,56 @@ pub fn run(c: Command) -> anyhow::Result<ExitCode> {
         Command::Evict(a) => hint(&a, Hint::Evict),
         Command::Writeback(a) => hint(&a, Hint::Writeback),
         Command::Invalidate(a) => hint(&a, Hint::Invalidate),
+        Command::Policy(a) => policy(&a),
     }
+}
+
+fn policy(a: &PolicyArgs) -> anyhow::Result<ExitCode> {
+    let which = |w: &str| w.parse::<pliant_fs::Trigger>().map_err(anyhow::Error::msg);
+    let msg = match &a.what {
+        PolicyWhat::Load {
+            which: w,
+            policy,
+            params,
+        } => {
+            let source = pliant_policy::PolicySource::resolve(std::slice::from_ref(policy))?;
+            let pliant_policy::Style::Functions(chunk) = &source.style else {
+                bail!(
+                    "{}: only function-style policies (one .lua file) can be sent to a mount",
+                    source.name
+                );
+            };
+            let params = (!params.params.is_empty()).then(|| {
+                params
+                    .params
+                    .iter()
+                    .map(|(k, v)| match v {
+                        pliant_policy::ParamValue::Num(x) => format!("{k}={x}"),
+                        pliant_policy::ParamValue::Str(s) => format!("{k}={s}"),
+                    })
+                    .collect()
+            });
+            pliant_fs::mount::load_policy(
+                &a.mountpoint,
+                which(w)?,
+                &source.name,
+                &chunk.code,
+                params,
+            )?
+        }
+        PolicyWhat::Rollback { which: w } => {
+            pliant_fs::mount::rollback_policy(&a.mountpoint, which(w)?)?
+        }
+        PolicyWhat::Status => {
+            let s = pliant_fs::mount::stats(&a.mountpoint)?;
+            format!(
+                "evict: {}\nwriteback: {}\npolicy errors: {}",
+                s.evict_policy, s.writeback_policy, s.policy_errors
+            )
+        }
+    };
+    println!("{msg}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
