@@ -196,6 +196,24 @@ struct Passthrough {
     handles: HashMap<u64, (u64, Mode, Option<Arc<BackingId>>)>,
 }
 
+/// Answers `statfs` with the backing file system's numbers: what `df` shows of a mount is
+/// what lies behind it.
+pub(crate) fn reply_statfs(s: std::io::Result<nix::sys::statvfs::Statvfs>, reply: ReplyStatfs) {
+    match s {
+        Ok(s) => reply.statfs(
+            s.blocks(),
+            s.blocks_free(),
+            s.blocks_available(),
+            s.files(),
+            s.files_free(),
+            s.block_size() as u32,
+            s.name_max() as u32,
+            s.fragment_size() as u32,
+        ),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
 /// Supplementary groups of a process, from `/proc/PID/status`.
 fn groups_of(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -882,19 +900,7 @@ impl Filesystem for PliantFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.core.statfs() {
-            Ok(s) => reply.statfs(
-                s.blocks(),
-                s.blocks_free(),
-                s.blocks_available(),
-                s.files(),
-                s.files_free(),
-                s.block_size() as u32,
-                s.name_max() as u32,
-                s.fragment_size() as u32,
-            ),
-            Err(e) => reply.error(err(e)),
-        }
+        reply_statfs(self.core.statfs(), reply);
     }
 
     fn setxattr(

@@ -439,19 +439,9 @@ impl Filesystem for SlowFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match nix::sys::statvfs::statvfs(&self.root) {
-            Ok(s) => reply.statfs(
-                s.blocks(),
-                s.blocks_free(),
-                s.blocks_available(),
-                s.files(),
-                s.files_free(),
-                s.block_size() as u32,
-                s.name_max() as u32,
-                s.fragment_size() as u32,
-            ),
-            Err(e) => reply.error(Errno::from_i32(e as i32)),
-        }
+        let s = nix::sys::statvfs::statvfs(&self.root)
+            .map_err(|e| std::io::Error::from_raw_os_error(e as i32));
+        crate::fuse::reply_statfs(s, reply);
     }
 }
 
