@@ -560,7 +560,12 @@ impl FsCache {
             .map_err(|_| "the policy thread did not answer within 30 s".to_string())?
     }
 
-    /// Releases a pin of [`FsCache::passthrough_file`].
+    /// Pins a file's extents in the cache (a handle the kernel may map the cache file for).
+    pub fn pin(&self, h: &Handle) {
+        lock(&h.0.data).pinned += 1;
+    }
+
+    /// Releases a pin of [`FsCache::passthrough_file`] or [`FsCache::pin`].
     pub fn unpin(&self, h: &Handle) {
         let mut d = lock(&h.0.data);
         d.pinned = d.pinned.saturating_sub(1);
@@ -705,14 +710,23 @@ impl FsCache {
     pub fn rename(&self, from: &Path, to: &Path, flags: u32) -> io::Result<()> {
         let rflags =
             nix::fcntl::RenameFlags::from_bits(flags).ok_or(errno(nix::errno::Errno::EINVAL))?;
-        nix::fcntl::renameat2(
+        let exchange = rflags.contains(nix::fcntl::RenameFlags::RENAME_EXCHANGE);
+        // Journaled files get their new paths in the journal before the rename: a crash in
+        // between must not have the next mount write their data back under the old names
+        // (where another file may be by then).
+        self.inner.journal_moves(from, to, exchange)?;
+        let done = nix::fcntl::renameat2(
             nix::fcntl::AT_FDCWD,
             &self.full(from),
             nix::fcntl::AT_FDCWD,
             &self.full(to),
             rflags,
-        )
-        .map_err(errno)?;
+        );
+        if let Err(e) = done {
+            // Nothing moved: the journal gets the old paths back.
+            let _ = self.inner.journal_moves(to, from, exchange);
+            return Err(errno(e));
+        }
         self.inner.renamed(
             from,
             to,
@@ -1016,7 +1030,25 @@ fn recover(cfg: &FsConfig, data_dir: &Path, journal_path: &Path) -> Result<Recov
     let ext = replay.header.extent;
     for (id, p) in &replay.files {
         let src_path = data_dir.join(id.to_string());
-        let src = File::open(&src_path).map_err(at(&src_path))?;
+        let src = match File::open(&src_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Nothing to write back from: refusing every mount for it would only lose the
+                // other files' data too.
+                tracing::error!(
+                    path = %cfg.backing.join(&p.path).display(),
+                    cache_file = %src_path.display(),
+                    "the journal names dirty extents whose cache file is gone; skipped"
+                );
+                continue;
+            }
+            Err(e) => {
+                return Err(OpenError::Io {
+                    path: src_path,
+                    source: e,
+                });
+            }
+        };
         let dst_path = cfg.backing.join(&p.path);
         // The file may have been removed behind the cache's back; what fsync acknowledged is
         // written anyway.
@@ -1049,6 +1081,15 @@ fn recover(cfg: &FsConfig, data_dir: &Path, journal_path: &Path) -> Result<Recov
         );
     }
     Ok(rec)
+}
+
+/// `base` joined with `rest`, without the trailing slash `join("")` would add.
+fn join_rest(base: &Path, rest: &Path) -> PathBuf {
+    if rest.as_os_str().is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(rest)
+    }
 }
 
 /// Reads `len` bytes at `offset`; what lies past the end of the file reads as zeros, as it does
@@ -1102,6 +1143,8 @@ impl Inner {
             let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
             if now_seen != d.seen {
                 if d.pinned > 0 {
+                    // `seen` stays as it was, so the next open after the last passthrough
+                    // close still finds the change.
                     tracing::warn!(
                         path = %full.display(),
                         "changed in the backing directory while open in passthrough; the cached copy stays until it is closed"
@@ -1118,7 +1161,9 @@ impl Inner {
                         "changed in the backing directory while the cache holds unwritten data; the cache's data wins"
                     );
                 }
-                d.seen = now_seen;
+                if d.pinned == 0 {
+                    d.seen = now_seen;
+                }
             }
             if d.backing.is_none() {
                 let (f, w) = match created {
@@ -1377,27 +1422,38 @@ impl Inner {
         }
         let ext = self.cfg.extent;
         let range = self.extent_range(offset, len);
-        for i in range.clone() {
-            if d.extents.contains_key(&i) {
-                // Wait out a write-back of this extent: its completion compares generations,
-                // which is enough, but a write must not race the copy it is taking.
-                while d.extents.get(&i).is_some_and(|x| x.in_flight) {
-                    d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
-                }
-            }
-            if !d.extents.contains_key(&i) {
-                let start = i * ext;
-                let backing_end = (start + ext).min(d.backing_size.min(d.size));
-                let covers = offset <= start && offset + len >= backing_end;
-                if covers || backing_end <= start {
-                    self.insert_extent(&mut d, i);
-                } else {
-                    self.ensure_extent(entry, &mut d, i)?;
-                }
-            }
+        // Wait out write-backs of the whole range first, and hold the lock from then on: a
+        // wait in the middle would let an eviction drop an extent this write had already
+        // added clean, and the write would land unmarked.
+        while range
+            .clone()
+            .any(|i| d.extents.get(&i).is_some_and(|x| x.in_flight))
+        {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
-        self.cache_file(entry.id, &mut d)?
-            .write_all_at(data, offset)?;
+        let mut fresh = Vec::new();
+        let mut filled = || -> io::Result<()> {
+            for i in range.clone() {
+                if !d.extents.contains_key(&i) {
+                    let start = i * ext;
+                    let backing_end = (start + ext).min(d.backing_size.min(d.size));
+                    let covers = offset <= start && offset + len >= backing_end;
+                    if covers || backing_end <= start {
+                        self.insert_extent(&mut d, i);
+                        fresh.push(i);
+                    } else {
+                        self.ensure_extent(entry, &mut d, i)?;
+                    }
+                }
+            }
+            self.cache_file(entry.id, &mut d)?
+                .write_all_at(data, offset)
+        };
+        if let Err(e) = filled() {
+            // Extents added without their backing bytes must not stay: they would read as holes.
+            let _ = self.drop_extents_locked(entry, &mut d, |i, x| !x.dirty && fresh.contains(&i));
+            return Err(e);
+        }
         let old = d.size;
         if offset + len > old {
             d.size = offset + len;
@@ -1535,10 +1591,31 @@ impl Inner {
             self.dirty.fetch_sub(b, Relaxed);
         }
         if journaled {
-            lock(&self.journal).append(&Record::Clean {
-                id: entry.id,
-                extents: vec![i],
-            })?;
+            // The backing copy must be durable before the record that lets the cache's copy go
+            // (a later eviction syncs the journal, then punches the extent).
+            let appended = dst.sync_data().and_then(|_| {
+                lock(&self.journal).append(&Record::Clean {
+                    id: entry.id,
+                    extents: vec![i],
+                })
+            });
+            if let Err(e) = appended {
+                // Dirty again, record and all: written back again later, never dropped while
+                // its `Dirty` record stands without a `Clean`.
+                if let Some(x) = d.extents.get_mut(&i) {
+                    x.journaled = true;
+                    if !x.dirty {
+                        x.dirty = true;
+                        let b = x.bytes;
+                        d.dirty_bytes += b;
+                        self.dirty.fetch_add(b, Relaxed);
+                        let mut s = lock(&self.state);
+                        let t = s.next_tick();
+                        s.dirty_queue.insert(t, (entry.id, i));
+                    }
+                }
+                return Err(e);
+            }
         }
         if !clean && d.extents.get(&i).is_some_and(|x| x.dirty) {
             // Written again meanwhile: back in the queue.
@@ -1598,8 +1675,12 @@ impl Inner {
             d = g;
             bytes += b;
         }
-        if sync && let Some(f) = &d.backing {
-            f.sync_all()?;
+        if sync {
+            // A closed, now clean file has no descriptor left: open one to sync.
+            self.backing_fd(&mut d)?.sync_all()?;
+            if d.open_count == 0 && d.dirty_bytes == 0 {
+                d.backing = None;
+            }
         }
         lock(&self.journal).sync()?;
         Ok(bytes)
@@ -1705,6 +1786,9 @@ impl Inner {
         if d.extents.is_empty() {
             d.cache = None;
             let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
+            // Its `Clean` records were synced before the drop: a new cache file starts afresh,
+            // and its first fsync syncs the directory entry again.
+            d.journaled = false;
         }
         Ok(dropped)
     }
@@ -1736,6 +1820,12 @@ impl Inner {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
         let ext = self.cfg.extent;
+        if d.journaled {
+            // Before anything is cut: a crash after the cut must not replay the old length.
+            let mut j = lock(&self.journal);
+            j.append(&Record::Size { id: entry.id, size })?;
+            j.sync()?;
+        }
         let backing = self.backing_fd(&mut d)?;
         backing.set_len(size)?;
         // Extents wholly past the new end go; the one the end falls in keeps its head.
@@ -1765,11 +1855,6 @@ impl Inner {
         d.mtime = self.clock.now();
         if let Ok(meta) = backing.metadata() {
             d.seen = (meta.size(), Attr::from_meta(&meta).mtime);
-        }
-        if d.journaled {
-            let mut j = lock(&self.journal);
-            j.append(&Record::Size { id: entry.id, size })?;
-            j.sync()?;
         }
         if d.dirty_bytes == 0 {
             self.settle_backing(&mut d, &backing);
@@ -1812,6 +1897,40 @@ impl Inner {
         }
     }
 
+    /// Appends (and syncs) `Rename` records for the journaled files at or under `from` as if
+    /// moved to `to` (and the reverse too for an exchange).
+    fn journal_moves(&self, from: &Path, to: &Path, exchange: bool) -> io::Result<()> {
+        let moving: Vec<(Arc<FileEntry>, PathBuf)> = {
+            let s = lock(&self.state);
+            s.by_path
+                .iter()
+                .filter_map(|(p, id)| {
+                    let new = match (p.strip_prefix(from), p.strip_prefix(to)) {
+                        (Ok(rest), _) => join_rest(to, rest),
+                        (_, Ok(rest)) if exchange => join_rest(from, rest),
+                        _ => return None,
+                    };
+                    s.files.get(id).map(|e| (e.clone(), new))
+                })
+                .collect()
+        };
+        let mut any = false;
+        for (entry, new) in moving {
+            let d = lock(&entry.data);
+            if d.journaled {
+                lock(&self.journal).append(&Record::Rename {
+                    id: entry.id,
+                    path: journal::path_bytes(&new),
+                })?;
+                any = true;
+            }
+        }
+        if any {
+            lock(&self.journal).sync()?;
+        }
+        Ok(())
+    }
+
     fn renamed(&self, from: &Path, to: &Path, exchange: bool) {
         if from == to {
             return;
@@ -1833,18 +1952,10 @@ impl Inner {
                 s.by_path.remove(p);
             }
             for (p, id) in affected {
-                // `join("")` would add a trailing slash: the renamed path itself is `to`.
-                let swap = |base: &Path, rest: &Path| {
-                    if rest.as_os_str().is_empty() {
-                        base.to_path_buf()
-                    } else {
-                        base.join(rest)
-                    }
-                };
                 let new = if let Ok(rest) = p.strip_prefix(from) {
-                    swap(to, rest)
+                    join_rest(to, rest)
                 } else if let Ok(rest) = p.strip_prefix(to) {
-                    swap(from, rest)
+                    join_rest(from, rest)
                 } else {
                     continue;
                 };
@@ -1912,6 +2023,14 @@ impl Inner {
                 }
             }
             if let Err(e) = self.evict_extents(&entry, ext) {
+                // Back in the LRU order, or it would never be picked again until touched.
+                let mut d = lock(&entry.data);
+                let range = match ext {
+                    Some(i) => i..i + 1,
+                    None => 0..0,
+                };
+                self.touch(&entry, &mut d, range);
+                drop(d);
                 Counters::add(&self.counters.writeback_errors, 1);
                 tracing::error!(error = %e, "eviction could not write a dirty extent back; retrying later");
                 break;
@@ -2052,14 +2171,15 @@ impl Inner {
             let s = lock(&self.state);
             let _ = self.progress.wait_timeout(s, Duration::from_millis(200));
         }
-        let _ = lock(&self.journal).sync();
         // Written back means durable in the backing file system, not in its page cache: after
-        // an unmount the job's data must survive the node.
+        // an unmount the job's data must survive the node. Before the journal's `Clean`
+        // records become durable, not after.
         if let Ok(dir) = File::open(&self.cfg.backing)
             && let Err(e) = nix::unistd::syncfs(&dir)
         {
             tracing::error!(error = %e, "syncing the backing file system");
         }
+        let _ = lock(&self.journal).sync();
         lock(&self.state).flushing -= 1;
     }
 

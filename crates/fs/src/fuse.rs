@@ -365,10 +365,13 @@ impl PliantFuse {
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "passthrough: the cache file"),
                 }
-            } else if node.passthrough > 0
+            }
+            if node.passthrough > 0
                 && let Some(id) = node.id.upgrade()
             {
                 node.passthrough += 1;
+                // Pinned too: the kernel may map the cache file for this handle as well.
+                self.core.pin(&h);
                 handles.insert(fh, (ino.0, Mode::DirectBesidePassthrough, Some(id.clone())));
                 lock(&self.handles).insert(fh, h);
                 return reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
@@ -814,7 +817,8 @@ impl Filesystem for PliantFuse {
                         self.core.unpin(&h);
                     }
                     Mode::DirectBesidePassthrough => {
-                        node.passthrough = node.passthrough.saturating_sub(1)
+                        node.passthrough = node.passthrough.saturating_sub(1);
+                        self.core.unpin(&h);
                     }
                 }
                 if node.cached == 0 && node.passthrough == 0 {

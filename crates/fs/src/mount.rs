@@ -147,7 +147,8 @@ pub fn run_foreground(
             path: PathBuf::from(addr.to_string()),
             source,
         })?;
-        let core = core.clone();
+        // A weak reference: the unmount must get the cache back to shut it down.
+        let core = Arc::downgrade(&core);
         std::thread::Builder::new()
             .name("pliant-fs-metrics".into())
             .spawn(move || serve_metrics(&listener, &core))
@@ -170,7 +171,21 @@ pub fn run_foreground(
             last = Instant::now();
         }
     };
-    match Arc::try_unwrap(core) {
+    // A scrape in progress holds the cache for a moment: try for up to 2 s.
+    let mut core = core;
+    let mut tries = 0;
+    let cache = loop {
+        match Arc::try_unwrap(core) {
+            Ok(cache) => break Ok(cache),
+            Err(c) if tries < 100 => {
+                core = c;
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(c) => break Err(c),
+        }
+    };
+    match cache {
         Ok(cache) => cache
             .shutdown(discarded, &mut progress)
             .map_err(|source| MountError::Io {
@@ -178,8 +193,13 @@ pub fn run_foreground(
                 source,
             })?,
         Err(core) => {
-            // Something still holds the cache (it should not); write back anyway.
-            if !discarded {
+            // Something still holds the cache (it should not): its data is written back, and
+            // a discard that cannot reset the journal says so.
+            if discarded {
+                tracing::error!(
+                    "could not discard: the journal stays, and the next mount of this cache directory writes its extents back"
+                );
+            } else {
                 core.flush(&mut progress);
             }
         }
@@ -208,7 +228,7 @@ pub fn prometheus(s: &FsStats) -> String {
     out
 }
 
-fn serve_metrics(listener: &std::net::TcpListener, core: &FsCache) {
+fn serve_metrics(listener: &std::net::TcpListener, core: &std::sync::Weak<FsCache>) {
     use std::io::{Read, Write};
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
@@ -216,7 +236,9 @@ fn serve_metrics(listener: &std::net::TcpListener, core: &FsCache) {
         let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
         let mut buf = [0u8; 1024];
         let _ = conn.read(&mut buf);
+        let Some(core) = core.upgrade() else { return };
         let body = prometheus(&core.stats());
+        drop(core);
         let _ = write!(
             conn,
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
