@@ -1578,44 +1578,18 @@ impl Inner {
             d.seen = (m.size(), Attr::from_meta(&m).mtime);
         }
         let mut clean = false;
-        let mut journaled = false;
         if let Some(x) = d.extents.get_mut(&i)
             && x.generation == generation
             && x.dirty
         {
+            // A journaled extent keeps its mark: the `Clean` record waits until its data is
+            // about to leave the cache (`drop_extents_locked`), after one sync of the backing
+            // file, not one per extent here.
             x.dirty = false;
             clean = true;
-            journaled = std::mem::take(&mut x.journaled);
             let b = x.bytes;
             d.dirty_bytes -= b;
             self.dirty.fetch_sub(b, Relaxed);
-        }
-        if journaled {
-            // The backing copy must be durable before the record that lets the cache's copy go
-            // (a later eviction syncs the journal, then punches the extent).
-            let appended = dst.sync_data().and_then(|_| {
-                lock(&self.journal).append(&Record::Clean {
-                    id: entry.id,
-                    extents: vec![i],
-                })
-            });
-            if let Err(e) = appended {
-                // Dirty again, record and all: written back again later, never dropped while
-                // its `Dirty` record stands without a `Clean`.
-                if let Some(x) = d.extents.get_mut(&i) {
-                    x.journaled = true;
-                    if !x.dirty {
-                        x.dirty = true;
-                        let b = x.bytes;
-                        d.dirty_bytes += b;
-                        self.dirty.fetch_add(b, Relaxed);
-                        let mut s = lock(&self.state);
-                        let t = s.next_tick();
-                        s.dirty_queue.insert(t, (entry.id, i));
-                    }
-                }
-                return Err(e);
-            }
         }
         if !clean && d.extents.get(&i).is_some_and(|x| x.dirty) {
             // Written again meanwhile: back in the queue.
@@ -1714,7 +1688,25 @@ impl Inner {
         if victims.is_empty() {
             return Ok(0);
         }
-        // No `Dirty` record may outlive the data it names.
+        // No `Dirty` record may outlive the data it names: clean journaled extents get their
+        // `Clean` records, after their backing copy is made durable, and the journal is synced
+        // before any data goes. (Dirty ones leave only by truncation or unlink, which journal
+        // `Size` or `Drop` themselves.)
+        let journaled: Vec<u64> = victims
+            .iter()
+            .copied()
+            .filter(|i| d.extents.get(i).is_some_and(|x| x.journaled && !x.dirty))
+            .collect();
+        if !journaled.is_empty() && d.path.is_some() {
+            self.backing_fd(d)?.sync_data()?;
+            lock(&self.journal).append(&Record::Clean {
+                id: entry.id,
+                extents: journaled,
+            })?;
+            if d.open_count == 0 && d.dirty_bytes == 0 {
+                d.backing = None;
+            }
+        }
         lock(&self.journal).sync()?;
         let ext = self.cfg.extent;
         let mut dropped = 0;

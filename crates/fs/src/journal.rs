@@ -5,11 +5,13 @@
 //! the extent size, so a remount with other settings still finds the right bytes. Every other
 //! line is `CRC32 JSON`, one [`Record`]. `fsync` in cache mode appends a `Dirty` record for every
 //! dirty extent of the file, after the file's data is synced in the cache, and syncs the journal
-//! before it returns. A write-back appends `Clean` without syncing (replaying a clean extent
-//! again is harmless while its data is still in the cache); before an extent's data leaves the
-//! cache the journal is synced, so no `Dirty` record outlives the data it points to. Renames,
-//! truncations and unlinks of files with records are recorded and synced too, so a replay writes
-//! to the right path and to the right length.
+//! before it returns. A write-back leaves the record standing (replaying an extent that is
+//! already in the backing file is harmless while its data is still in the cache); when such an
+//! extent's data is about to leave the cache, the backing file is synced, `Clean` is appended
+//! and the journal synced, in that order, so no `Dirty` record outlives the data it points to
+//! and no `Clean` is durable before the data it vouches for. Renames (before the rename),
+//! truncations (before the cut) and unlinks of files with records are recorded and synced too,
+//! so a replay writes to the right path and to the right length.
 //!
 //! A torn last line (the crash hit an append) fails its CRC and ends the replay: everything an
 //! `fsync` acknowledged was synced before it.
