@@ -133,7 +133,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                 args.push(code.into_bytes());
             }
             for (k, v) in &params.params {
-                args.push(format!("{k}={}", param_text(v)).into_bytes());
+                args.push(format!("{k}={}", super::args::param_text(v)).into_bytes());
             }
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
             c.call(&refs)?
@@ -175,12 +175,5 @@ fn text(f: Frame) -> anyhow::Result<String> {
         Frame::Error(e) => bail!("{e}"),
         Frame::Integer(n) => Ok(n.to_string()),
         other => Ok(format!("{other:?}")),
-    }
-}
-
-fn param_text(v: &pliant_policy::ParamValue) -> String {
-    match v {
-        pliant_policy::ParamValue::Num(n) => n.to_string(),
-        pliant_policy::ParamValue::Str(s) => s.clone(),
     }
 }

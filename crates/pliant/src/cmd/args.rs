@@ -39,6 +39,14 @@ pub struct PolicyParams {
     pub params: Vec<(String, ParamValue)>,
 }
 
+/// A parameter's value as `--param` takes it.
+pub(crate) fn param_text(v: &ParamValue) -> String {
+    match v {
+        ParamValue::Num(n) => n.to_string(),
+        ParamValue::Str(s) => s.clone(),
+    }
+}
+
 pub(crate) fn parse_param(s: &str) -> Result<(String, ParamValue), String> {
     let (k, v) = s
         .split_once('=')

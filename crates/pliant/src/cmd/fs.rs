@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use pliant_fs::{EvictionUnit, FsConfig, FsStats, FsyncMode, Hint, MountOptions};
 
 use super::args::{Json, PolicyParams};
+use super::demo::human;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -257,10 +258,7 @@ fn policy(a: &PolicyArgs) -> anyhow::Result<ExitCode> {
                 params
                     .params
                     .iter()
-                    .map(|(k, v)| match v {
-                        pliant_policy::ParamValue::Num(x) => format!("{k}={x}"),
-                        pliant_policy::ParamValue::Str(s) => format!("{k}={s}"),
-                    })
+                    .map(|(k, v)| format!("{k}={}", super::args::param_text(v)))
                     .collect()
             });
             pliant_fs::mount::load_policy(
@@ -340,7 +338,7 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "unmounted {}: {} written back{}",
             a.mountpoint.display(),
-            bytes(report.stats.writeback_bytes),
+            human(report.stats.writeback_bytes),
             if report.discarded {
                 ", dirty data discarded"
             } else {
@@ -389,32 +387,17 @@ fn unmount(a: &UnmountArgs) -> anyhow::Result<ExitCode> {
         println!(
             "unmounted {}: {} of dirty data discarded",
             a.mountpoint.display(),
-            bytes(report.dirty_bytes_at_start)
+            human(report.dirty_bytes_at_start)
         );
     } else {
         println!(
             "unmounted {}: {} written back in {:.1} s",
             a.mountpoint.display(),
-            bytes(report.dirty_bytes_at_start),
+            human(report.dirty_bytes_at_start),
             report.flush_secs
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn bytes(n: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
 }
 
 fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
@@ -434,45 +417,45 @@ fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
         "backing      {} (daemon pid {}, up {:.0} s)",
         s.backing, s.pid, s.uptime_secs
     );
-    println!("capacity     {}", bytes(s.capacity_bytes));
+    println!("capacity     {}", human(s.capacity_bytes));
     println!(
         "used         {} ({:.1}%), {} files",
-        bytes(s.used_bytes),
+        human(s.used_bytes),
         pct(s.used_bytes),
         s.cached_files
     );
     println!(
         "dirty        {} ({:.1}%)",
-        bytes(s.dirty_bytes),
+        human(s.dirty_bytes),
         pct(s.dirty_bytes)
     );
     println!(
         "reads        {:.1}% from the cache by bytes ({} hit, {} copied up first)",
         100.0 * s.hit_ratio,
-        bytes(s.read_hit_bytes),
-        bytes(s.read_miss_bytes)
+        human(s.read_hit_bytes),
+        human(s.read_miss_bytes)
     );
-    println!("written      {}", bytes(s.written_bytes));
+    println!("written      {}", human(s.written_bytes));
     println!(
         "copy-up      {} ({}/s mean)",
-        bytes(s.copy_up_bytes),
-        bytes(s.copy_up_rate as u64)
+        human(s.copy_up_bytes),
+        human(s.copy_up_rate as u64)
     );
     println!(
         "write-back   {} ({}/s mean), {} errors retried",
-        bytes(s.writeback_bytes),
-        bytes(s.writeback_rate as u64),
+        human(s.writeback_bytes),
+        human(s.writeback_rate as u64),
         s.writeback_errors
     );
     println!(
         "evicted      {} extents, {}",
         s.evicted_extents,
-        bytes(s.evicted_bytes)
+        human(s.evicted_bytes)
     );
     println!(
         "write window {} of {} used, {:.0} s left; {} writes refused (EDQUOT), {} too large (EFBIG)",
-        bytes(s.window_used_bytes),
-        bytes(s.window_limit_bytes),
+        human(s.window_used_bytes),
+        human(s.window_limit_bytes),
         s.window_left_secs,
         s.edquot_writes,
         s.efbig_writes
@@ -500,7 +483,7 @@ fn hint(a: &HintArgs, kind: Hint) -> anyhow::Result<ExitCode> {
                 "{}: {} files, {} {verb}",
                 p.display(),
                 r.files,
-                bytes(r.bytes)
+                human(r.bytes)
             );
         }
     }
@@ -558,7 +541,7 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             match &d.cache {
                 Some(c) => eprintln!(
                     "{name}: cache of {} over {} ({} preloads)",
-                    bytes(c.capacity_bytes),
+                    human(c.capacity_bytes),
                     c.pfs.display(),
                     d.preloads.len()
                 ),
@@ -590,7 +573,7 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             match pliant_fs::job::teardown(&root, &job_id, discard, &mut |_, _| {})? {
                 Some(r) => eprintln!(
                     "job {job_id}: {} {}",
-                    bytes(r.dirty_bytes_at_start),
+                    human(r.dirty_bytes_at_start),
                     if r.discarded {
                         "discarded"
                     } else {
