@@ -4,8 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// When `fsync` returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncMode {
     /// Once the data and the journal record naming it are durable in the cache directory: a
     /// crash after that loses nothing, because the next mount writes the journal's extents back.
@@ -27,8 +26,7 @@ impl std::str::FromStr for FsyncMode {
 
 /// What eviction picks: whole files in least-recently-used order (DataWarp's cache evicts
 /// files), or single extents in that order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvictionUnit {
     /// The least recently used file loses all its extents.
     File,

@@ -214,7 +214,7 @@ fn time_of(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 impl Attr {
-    fn from_meta(m: &std::fs::Metadata) -> Self {
+    pub(crate) fn from_meta(m: &std::fs::Metadata) -> Self {
         Self {
             size: m.size(),
             blocks: m.blocks(),
@@ -782,33 +782,31 @@ impl FsCache {
 
     /// `pliant fs evict`: writes back and drops the cached data of the files at or under `rel`.
     pub fn evict(&self, rel: &Path) -> io::Result<HintReport> {
-        self.for_files(rel, &mut |c, p, r| {
-            if let Some(e) = c.inner.entry(p) {
-                r.bytes += c.inner.evict_extents(&e, None)?;
-                r.files += 1;
-            }
-            Ok(())
-        })
+        self.for_cached(rel, |i, e| i.evict_extents(e, None))
     }
 
     /// `pliant fs writeback`: writes the dirty data of the files at or under `rel` back, and
     /// syncs them in the backing directory.
     pub fn writeback(&self, rel: &Path) -> io::Result<HintReport> {
-        self.for_files(rel, &mut |c, p, r| {
-            if let Some(e) = c.inner.entry(p) {
-                r.bytes += c.inner.writeback_file(&e, true)?;
-                r.files += 1;
-            }
-            Ok(())
-        })
+        self.for_cached(rel, |i, e| i.writeback_file(e, true))
     }
 
     /// `pliant fs invalidate`: drops the clean cached data of the files at or under `rel` (after
     /// their backing copies changed); dirty data stays.
     pub fn invalidate(&self, rel: &Path) -> io::Result<HintReport> {
+        self.for_cached(rel, |i, e| i.invalidate_entry(e))
+    }
+
+    /// Runs `f` on the cached files at or under `rel` (files the cache holds nothing of are
+    /// left alone), adding up the bytes it reports.
+    fn for_cached(
+        &self,
+        rel: &Path,
+        f: impl Fn(&Inner, &FileEntry) -> io::Result<u64>,
+    ) -> io::Result<HintReport> {
         self.for_files(rel, &mut |c, p, r| {
             if let Some(e) = c.inner.entry(p) {
-                r.bytes += c.inner.invalidate_entry(&e)?;
+                r.bytes += f(&c.inner, &e)?;
                 r.files += 1;
             }
             Ok(())

@@ -169,6 +169,9 @@ impl Access {
     }
 }
 
+/// A directory's entries as readdir pages through them: inode number, type, name.
+type Listing = Vec<(u64, FileType, OsString)>;
+
 /// How an open file handle reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -244,6 +247,8 @@ pub struct PliantFuse {
     pub discard: Arc<AtomicBool>,
     /// Answers of policy swaps, by the asking process.
     results: Mutex<HashMap<u32, (bool, String)>>,
+    /// Directory listings of open directories, by handle.
+    listings: Mutex<HashMap<u64, Listing>>,
     /// Asked for: use kernel passthrough for reads of fully cached files.
     want_passthrough: bool,
     /// The kernel agreed (set at init).
@@ -275,7 +280,7 @@ fn file_type(mode: u32) -> FileType {
     }
 }
 
-fn fattr(ino: u64, a: &Attr) -> FileAttr {
+pub(crate) fn fattr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,
@@ -315,6 +320,7 @@ impl PliantFuse {
             pending: Mutex::new(HashMap::new()),
             discard: Arc::new(AtomicBool::new(false)),
             results: Mutex::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
             pt: Mutex::new(Passthrough::default()),
@@ -422,6 +428,37 @@ impl PliantFuse {
 
     fn handle(&self, fh: FileHandle) -> Result<Handle, Errno> {
         lock(&self.handles).get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// `.`, `..` and the backing directory's entries, with the inode numbers the kernel knows.
+    fn listing(&self, ino: INodeNo) -> Result<Listing, Errno> {
+        let path = self.path(ino)?;
+        let list = self.core.readdir(&path).map_err(err)?;
+        let parent_ino = {
+            let inodes = lock(&self.inodes);
+            path.parent()
+                .and_then(|pp| inodes.by_path.get(pp).copied())
+                .unwrap_or(1)
+        };
+        let mut all: Listing = vec![
+            (ino.0, FileType::Directory, ".".into()),
+            (parent_ino, FileType::Directory, "..".into()),
+        ];
+        {
+            let inodes = lock(&self.inodes);
+            for e in list {
+                let child = path.join(&e.name);
+                // Numbers for names the kernel has not looked up are only shown by `ls -i`;
+                // high numbers keep them apart from the mount's own.
+                let n = inodes
+                    .by_path
+                    .get(&child)
+                    .copied()
+                    .unwrap_or(u64::MAX / 2 + all.len() as u64);
+                all.push((n, file_type(e.kind), e.name));
+            }
+        }
+        Ok(all)
     }
 
     /// `setxattr(MOUNT, "pliant.policy.evict"|"pliant.policy.writeback", {"name", "code",
@@ -850,7 +887,10 @@ impl Filesystem for PliantFuse {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.guard(req).and_then(|_| self.path(ino)) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => {
+                let fh = self.next_fh.fetch_add(1, Relaxed);
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -859,47 +899,43 @@ impl Filesystem for PliantFuse {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let res = self
-            .guard(req)
-            .and_then(|_| self.path(ino))
-            .and_then(|p| self.core.readdir(&p).map_err(err).map(|l| (p, l)));
-        let (path, list) = match res {
-            Ok(x) => x,
-            Err(e) => return reply.error(e),
-        };
-        let parent_ino = {
-            let inodes = lock(&self.inodes);
-            path.parent()
-                .and_then(|pp| inodes.by_path.get(pp).copied())
-                .unwrap_or(1)
-        };
-        let mut all: Vec<(u64, FileType, OsString)> = vec![
-            (ino.0, FileType::Directory, ".".into()),
-            (parent_ino, FileType::Directory, "..".into()),
-        ];
-        {
-            let inodes = lock(&self.inodes);
-            for e in list {
-                let child = path.join(&e.name);
-                // Numbers for names the kernel has not looked up are only shown by `ls -i`;
-                // high numbers keep them apart from the mount's own.
-                let n = inodes
-                    .by_path
-                    .get(&child)
-                    .copied()
-                    .unwrap_or(u64::MAX / 2 + all.len() as u64);
-                all.push((n, file_type(e.kind), e.name));
+        if let Err(e) = self.guard(req) {
+            return reply.error(e);
+        }
+        // The listing is read once per open directory (at offset 0) and the kernel's further
+        // calls page through it: reading it again per call would cost a large directory
+        // quadratic time, and offsets would shift if it changed in between.
+        if offset == 0 || !lock(&self.listings).contains_key(&fh.0) {
+            match self.listing(ino) {
+                Ok(all) => {
+                    lock(&self.listings).insert(fh.0, all);
+                }
+                Err(e) => return reply.error(e),
             }
         }
-        for (i, (n, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(n), (i + 1) as u64, kind, &name) {
+        let listings = lock(&self.listings);
+        let all = listings.get(&fh.0).map(Vec::as_slice).unwrap_or_default();
+        for (i, (n, kind, name)) in all.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*n), (i + 1) as u64, *kind, name) {
                 break;
             }
         }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.listings).remove(&fh.0);
         reply.ok();
     }
 

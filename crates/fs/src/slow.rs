@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -39,34 +39,9 @@ fn err(e: std::io::Error) -> Errno {
     Errno::from(e)
 }
 
+/// The cache's own conversion, so both file systems show a file alike.
 fn attr(ino: u64, m: &std::fs::Metadata) -> FileAttr {
-    let t = |s: i64, n: i64| {
-        SystemTime::UNIX_EPOCH + Duration::new(s.max(0) as u64, n.clamp(0, 999_999_999) as u32)
-    };
-    let kind = if m.is_dir() {
-        FileType::Directory
-    } else if m.file_type().is_symlink() {
-        FileType::Symlink
-    } else {
-        FileType::RegularFile
-    };
-    FileAttr {
-        ino: INodeNo(ino),
-        size: m.size(),
-        blocks: m.blocks(),
-        atime: t(m.atime(), m.atime_nsec()),
-        mtime: t(m.mtime(), m.mtime_nsec()),
-        ctime: t(m.ctime(), m.ctime_nsec()),
-        crtime: t(m.ctime(), m.ctime_nsec()),
-        kind,
-        perm: (m.mode() & 0o7777) as u16,
-        nlink: m.nlink() as u32,
-        uid: m.uid(),
-        gid: m.gid(),
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
+    crate::fuse::fattr(ino, &crate::core::Attr::from_meta(m))
 }
 
 impl SlowFs {
