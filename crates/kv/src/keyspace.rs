@@ -1008,20 +1008,19 @@ impl Keyspace {
             return Ok(());
         }
         let mut batch = pliant_store::Batch::new();
-        for (k, v) in &self.pending {
+        for (k, v) in self.pending.drain() {
             match v {
-                Some(v) => batch.put(k, v),
-                None => batch.delete(k),
+                Some(v) => batch.put_owned(k, v),
+                None => batch.delete_owned(k),
             };
         }
-        match store.batch(&batch) {
+        match store.batch_take(&mut batch) {
             Ok(()) => {
-                self.pending.clear();
                 self.unsynced = true;
                 Ok(())
             }
             Err(e) => {
-                let keys: Vec<Vec<u8>> = self.pending.drain().map(|(k, _)| k).collect();
+                let keys: Vec<Vec<u8>> = batch.writes().iter().map(|w| w.key().to_vec()).collect();
                 for k in keys {
                     let id = self.id_of(&k);
                     self.drop_id(id, &k);

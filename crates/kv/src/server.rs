@@ -80,12 +80,16 @@ impl Server {
         }
         let store: Option<Arc<dyn pliant_store::Store>> = match &config.store {
             None => None,
-            Some(path) => Some(Arc::new(pliant_store::FjallStore::open(path).map_err(
-                |source| ServeError::Store {
-                    path: path.clone(),
-                    source,
-                },
-            )?)),
+            // Written behind: a write is acknowledged once it is in the store's log, and reaches
+            // the LSM tree within a second, coalesced (see `pliant_store::WriteBehind`).
+            Some(path) => Some(Arc::new(
+                pliant_store::WriteBehind::open(path, Default::default()).map_err(|source| {
+                    ServeError::Store {
+                        path: path.clone(),
+                        source,
+                    }
+                })?,
+            )),
         };
         let keyspace = match config.parent {
             Some(_) => Keyspace::over_parent(&config.algo, config.capacity)?,

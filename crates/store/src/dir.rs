@@ -5,7 +5,12 @@
 //! <dir>/FORMAT   "pliant-store format 1\n", written once when the store is created
 //! <dir>/LOCK     empty; an exclusive advisory lock (flock) on it while a handle is open
 //! <dir>/fjall/   the backend's own files
+//! <dir>/log/     writes acknowledged by a `WriteBehind` and not yet in the tree (format 2)
 //! ```
+//!
+//! A format 1 directory (before the log) is a format 2 one with an empty log: it is opened and
+//! its format file rewritten. A build that reads only format 1 refuses a format 2 directory, as
+//! it must: it would not replay the log.
 //!
 //! The lock is advisory and taken with `LOCK_NB`, so a second opener fails at once instead of
 //! waiting; the kernel drops it when the holder exits, however it exits, so a crash leaves no
@@ -19,7 +24,10 @@ use crate::StoreError;
 
 /// The format version this build reads and writes. Bump it when the layout of the directory or
 /// the encoding of what the backend stores changes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Older versions this build opens, upgrading the format file.
+const UPGRADABLE: &[u32] = &[1];
 
 /// Name of the format file in a store directory.
 pub const FORMAT_FILE: &str = "FORMAT";
@@ -98,7 +106,11 @@ impl StoreDir {
 
         // Checked again under the lock: another process may have created the store meanwhile.
         match fs::read_to_string(path.join(FORMAT_FILE)) {
-            Ok(text) => check_format(path, &text)?,
+            Ok(text) => {
+                if check_format(path, &text)? != FORMAT_VERSION {
+                    write_format(path)?;
+                }
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => write_format(path)?,
             Err(e) => return Err(io("reading the format file")(e)),
         }
@@ -114,7 +126,8 @@ impl StoreDir {
     }
 }
 
-fn check_format(dir: &Path, text: &str) -> Result<(), StoreError> {
+/// The version `text` names, if this build can open it.
+fn check_format(dir: &Path, text: &str) -> Result<u32, StoreError> {
     let found = text
         .strip_prefix(MAGIC)
         .and_then(|v| v.trim_end().parse::<u32>().ok())
@@ -122,8 +135,8 @@ fn check_format(dir: &Path, text: &str) -> Result<(), StoreError> {
             dir: dir.to_path_buf(),
             reason: format!("{FORMAT_FILE} does not start with \"{MAGIC}<version>\""),
         })?;
-    if found == FORMAT_VERSION {
-        Ok(())
+    if found == FORMAT_VERSION || UPGRADABLE.contains(&found) {
+        Ok(found)
     } else {
         Err(StoreError::FormatVersion {
             dir: dir.to_path_buf(),

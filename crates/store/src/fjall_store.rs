@@ -70,12 +70,15 @@ impl FjallStore {
         let values = db
             .keyspace(KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(backend("opening the keyspace"))?;
-        Ok(Self {
+        let store = Self {
             db,
             values,
             dir,
             _temporary: None,
-        })
+        };
+        // Writes a `WriteBehind` acknowledged but had not applied when the process stopped.
+        crate::behind::recover(&store)?;
+        Ok(store)
     }
 
     /// A store in a fresh temporary directory, removed when the store is dropped.

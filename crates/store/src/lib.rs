@@ -8,6 +8,9 @@
 //! - [`FjallStore`]: fjall (an LSM tree) in a *store directory* that carries a format version and
 //!   a lock (see [`FjallStore::open`]); a second opener, in this process or another, gets
 //!   [`StoreError::Locked`] naming the directory.
+//! - [`WriteBehind`]: a [`FjallStore`] whose writes are acknowledged once appended to a log of
+//!   its own and reach the tree once a second, coalesced (what `pliant serve --store` runs: an
+//!   LSM tree's memtable costs a pipelined write several times an append).
 //! - [`MemStore`]: a `BTreeMap` behind a lock, for simulations and tests; nothing is durable.
 //! - [`FaultyStore`]: wraps any store and, on a test's command, fails the n-th write, fails
 //!   syncs, or holds an operation until the test releases it ([`Faults`]).
@@ -16,8 +19,9 @@
 //!
 //! Dependencies: `fjall` (the LSM store, pure Rust; it sets the workspace's minimum Rust,
 //! 1.90); `tempfile` (temporary stores, and the format file written by rename); `thiserror`
-//! (the typed error). The directory lock is std's `File::try_lock` (`flock`/`LockFileEx`).
+//! (the typed error); `crc` (the write-behind log's record checksums); `foldhash` (its map of pending writes). The directory lock is std's `File::try_lock` (`flock`/`LockFileEx`).
 
+mod behind;
 mod dir;
 mod error;
 mod faulty;
@@ -26,6 +30,7 @@ mod mem;
 
 use std::ops::Bound;
 
+pub use behind::{WriteBehind, WriteBehindOptions};
 pub use dir::{FORMAT_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use error::StoreError;
 pub use faulty::{Faults, FaultyStore, OpKind, Stall};
@@ -66,6 +71,15 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// The key written.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Write::Put { key, .. } | Write::Delete { key } => key,
+        }
+    }
+}
+
 /// Writes applied all or nothing by [`Store::batch`], in order (a later write to a key wins).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -93,12 +107,29 @@ impl Batch {
         self
     }
 
+    /// Adds a put of a key and value the batch takes over (no copy).
+    pub fn put_owned(&mut self, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
+        self.writes.push(Write::Put { key, value });
+        self
+    }
+
+    /// Adds a delete of a key the batch takes over.
+    pub fn delete_owned(&mut self, key: Vec<u8>) -> &mut Self {
+        self.writes.push(Write::Delete { key });
+        self
+    }
+
     /// Checks every key and value against the limits, before anything is applied.
     pub(crate) fn check(&self) -> Result<(), StoreError> {
         self.writes.iter().try_for_each(|w| match w {
             Write::Put { key, value } => check_put(key, value),
             Write::Delete { key } => check_key(key),
         })
+    }
+
+    /// Takes the writes out, leaving the batch empty.
+    pub(crate) fn take_writes(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.writes)
     }
 
     /// The writes, in order.
@@ -142,6 +173,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// crash all of them or none survive.
     fn batch(&self, batch: &Batch) -> Result<(), StoreError>;
 
+    /// [`batch`](Store::batch), then empties `batch`; on an error `batch` is left as it was.
+    /// A backend that keeps the written bytes overrides it to take them instead of copying.
+    fn batch_take(&self, batch: &mut Batch) -> Result<(), StoreError> {
+        self.batch(batch)?;
+        batch.writes.clear();
+        Ok(())
+    }
+
     /// Makes every write that returned before this call durable.
     fn sync(&self) -> Result<(), StoreError>;
 
@@ -174,6 +213,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn batch(&self, batch: &Batch) -> Result<(), StoreError> {
         (**self).batch(batch)
+    }
+    fn batch_take(&self, batch: &mut Batch) -> Result<(), StoreError> {
+        (**self).batch_take(batch)
     }
     fn sync(&self) -> Result<(), StoreError> {
         (**self).sync()

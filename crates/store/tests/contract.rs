@@ -243,6 +243,16 @@ macro_rules! backends {
             use super::*;
             $(#[test] fn $name() { super::$name(&FjallStore::temporary().expect("store")) })*
         }
+        mod write_behind {
+            $(#[test] fn $name() {
+                // Applied every millisecond: readers meet writes in every place they can be.
+                let opts = pliant_store::WriteBehindOptions {
+                    apply_every: std::time::Duration::from_millis(1),
+                    max_pending_bytes: 1 << 10,
+                };
+                super::$name(&pliant_store::WriteBehind::temporary(opts).expect("store"))
+            })*
+        }
         mod faulty_mem {
             use super::*;
             $(#[test] fn $name() { super::$name(&FaultyStore::new(MemStore::new())) })*

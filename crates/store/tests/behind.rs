@@ -1,0 +1,246 @@
+//! `WriteBehind`: what a write returned for survives a killed process (the log is replayed by
+//! the next open, whoever opens the directory), a torn last record is skipped and nothing before
+//! it, readers always see the last write while the applier moves writes into the tree, and a
+//! writer far ahead of the applier waits instead of growing memory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pliant_store::{
+    ALL, Batch, FORMAT_FILE, FORMAT_VERSION, FjallStore, Store, WriteBehind, WriteBehindOptions,
+};
+
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    (tmp, dir)
+}
+
+/// A seeded xorshift: the tests need reproducible choices, not good randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A random batch of puts and deletes over 200 keys, applied to `model` too.
+fn random_batch(rng: &mut Rng, model: &mut Model, step: usize) -> Batch {
+    let mut b = Batch::new();
+    for _ in 0..=rng.below(8) {
+        let key = format!("k{:03}", rng.below(200)).into_bytes();
+        if rng.below(5) == 0 {
+            b.delete(&key);
+            model.remove(&key);
+        } else {
+            let value = format!("v{step}-{}", rng.below(1000)).repeat(rng.below(4) as usize);
+            b.put(&key, value.as_bytes());
+            model.insert(key, value.into_bytes());
+        }
+    }
+    b
+}
+
+fn contents(s: &dyn Store) -> Model {
+    s.range(ALL).collect::<Result<Model, _>>().expect("iterate")
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("log"))
+        .map(|d| d.map(|e| e.expect("entry").path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn quick() -> WriteBehindOptions {
+    WriteBehindOptions {
+        apply_every: Duration::from_millis(5),
+        max_pending_bytes: 4 << 10,
+    }
+}
+
+fn never() -> WriteBehindOptions {
+    WriteBehindOptions {
+        apply_every: Duration::from_secs(3600),
+        max_pending_bytes: usize::MAX,
+    }
+}
+
+#[test]
+fn reads_follow_every_write_while_the_applier_runs_and_reopens_agree() {
+    let (_tmp, dir) = scratch();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut model = Model::new();
+    let mut s = WriteBehind::open(&dir, quick()).expect("open");
+    for step in 0..3_000 {
+        match rng.below(20) {
+            0 => assert_eq!(contents(&s), model, "iteration at step {step}"),
+            1 => s.sync().expect("sync"),
+            2 => {
+                // A graceful close applies everything; a kill leaves it to the log.
+                if rng.below(2) == 0 {
+                    drop(s);
+                } else {
+                    s.abandon();
+                }
+                s = WriteBehind::open(&dir, quick()).expect("reopen");
+            }
+            _ => {
+                let b = random_batch(&mut rng, &mut model, step);
+                s.batch(&b).expect("batch");
+            }
+        }
+        let key = format!("k{:03}", rng.below(200)).into_bytes();
+        assert_eq!(
+            s.get(&key).expect("get"),
+            model.get(&key).cloned(),
+            "get at step {step}"
+        );
+        assert_eq!(
+            s.value_len(&key).expect("len"),
+            model.get(&key).map(Vec::len),
+            "value_len at step {step}"
+        );
+    }
+    s.abandon();
+    // Any opener of the directory replays the log, not only a write-behind one.
+    let tree = FjallStore::open(&dir).expect("open as a plain store");
+    assert_eq!(contents(&tree), model);
+    assert!(segments(&dir).is_empty(), "replayed segments are removed");
+}
+
+#[test]
+fn a_killed_process_loses_nothing_that_was_written_and_the_log_is_then_empty() {
+    let (_tmp, dir) = scratch();
+    let mut rng = Rng(7);
+    let mut model = Model::new();
+    let s = WriteBehind::open(&dir, never()).expect("open");
+    for step in 0..500 {
+        s.batch(&random_batch(&mut rng, &mut model, step))
+            .expect("batch");
+    }
+    s.abandon();
+    let logged: u64 = segments(&dir)
+        .iter()
+        .map(|p| std::fs::metadata(p).expect("segment").len())
+        .sum();
+    assert!(logged > 0, "the writes were only in the log");
+    let s = WriteBehind::open(&dir, never()).expect("reopen");
+    assert_eq!(contents(&s), model);
+}
+
+/// The log a write-behind store leaves when killed after `writes`: its segments' bytes.
+fn log_of(writes: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let (_tmp, dir) = scratch();
+    let s = WriteBehind::open(&dir, never()).expect("open");
+    for (k, v) in writes {
+        s.put(k, v).expect("put");
+    }
+    s.abandon();
+    segments(&dir)
+        .iter()
+        .flat_map(|p| std::fs::read(p).expect("segment"))
+        .collect()
+}
+
+/// A fresh store directory holding `segments` as its log, opened as a plain store: what the
+/// replay made of them.
+fn replayed(segs: &[Vec<u8>]) -> Model {
+    let (_tmp, dir) = scratch();
+    drop(FjallStore::open(&dir).expect("create"));
+    std::fs::create_dir_all(dir.join("log")).expect("log dir");
+    for (i, bytes) in segs.iter().enumerate() {
+        std::fs::write(dir.join("log").join(format!("{i:020}.log")), bytes).expect("segment");
+    }
+    let s = FjallStore::open(&dir).expect("reopen");
+    assert!(segments(&dir).is_empty(), "replayed segments are removed");
+    contents(&s)
+}
+
+#[test]
+fn a_torn_last_record_is_skipped_and_everything_before_it_kept() {
+    let writes: Vec<(Vec<u8>, Vec<u8>)> = (0..100u32)
+        .map(|i| (format!("k{i:02}").into_bytes(), i.to_le_bytes().to_vec()))
+        .collect();
+    let refs: Vec<(&[u8], &[u8])> = writes.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    let whole = log_of(&refs);
+    // One record per put: 8-byte header, tag, 4 + 3 key bytes, 4 + 4 value bytes.
+    assert_eq!(whole.len(), 100 * 24);
+    assert_eq!(replayed(std::slice::from_ref(&whole)).len(), 100);
+    // Cut the last record at every length, as a crash in the middle of its write would.
+    for cut in 1..24 {
+        let got = replayed(&[whole[..whole.len() - cut].to_vec()]);
+        assert_eq!(got.len(), 99, "cut {cut}");
+        assert!(!got.contains_key(&b"k99"[..]), "cut {cut}");
+    }
+}
+
+#[test]
+fn a_damaged_record_stops_the_replay_for_later_segments_too() {
+    let mut first = log_of(&[(b"a", b"1"), (b"b", b"2")]);
+    let second = log_of(&[(b"c", b"3")]);
+    let good = replayed(&[first.clone(), second.clone()]);
+    assert_eq!(good.len(), 3);
+    // Each record is 8 + 1 + 4 + 1 + 4 + 1 = 19 bytes; damage the second one's value.
+    assert_eq!(first.len(), 38);
+    first[37] ^= 0xff;
+    let got = replayed(&[first, second]);
+    assert_eq!(
+        got,
+        Model::from([(b"a".to_vec(), b"1".to_vec())]),
+        "b is damaged, and c came after it: applying c without b would be a state that never was"
+    );
+}
+
+#[test]
+fn a_writer_far_ahead_of_the_applier_waits_for_it_and_nothing_is_lost() {
+    let (_tmp, dir) = scratch();
+    let opts = WriteBehindOptions {
+        apply_every: Duration::from_secs(3600),
+        max_pending_bytes: 16 << 10,
+    };
+    let s = WriteBehind::open(&dir, opts.clone()).expect("open");
+    let value = vec![b'x'; 1_000];
+    for i in 0..2_000u32 {
+        s.put(format!("k{i:05}").as_bytes(), &value).expect("put");
+        // Never more than the budget and one write waiting: the log holds at most a few
+        // segments' worth, the rest was applied.
+        let logged: u64 = segments(&dir)
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        assert!(
+            logged < 64 << 10,
+            "{logged} bytes in the log after {i} writes"
+        );
+    }
+    drop(s);
+    let s = FjallStore::open(&dir).expect("reopen");
+    assert_eq!(contents(&s).len(), 2_000);
+}
+
+#[test]
+fn a_format_1_store_is_opened_and_upgraded() {
+    let (_tmp, dir) = scratch();
+    {
+        let s = FjallStore::open(&dir).expect("create");
+        s.put(b"old", b"data").expect("put");
+        s.sync().expect("sync");
+    }
+    std::fs::write(dir.join(FORMAT_FILE), "pliant-store format 1\n").expect("downgrade");
+    let s = WriteBehind::open(&dir, never()).expect("open a format 1 store");
+    assert_eq!(s.get(b"old").expect("get"), Some(b"data".to_vec()));
+    assert_eq!(
+        std::fs::read_to_string(dir.join(FORMAT_FILE)).expect("format"),
+        format!("pliant-store format {FORMAT_VERSION}\n")
+    );
+}
