@@ -555,6 +555,60 @@ fn write_items(out: &mut Vec<u8>, ty: u8, items: &[Frame], proto: Protocol) {
 
 // ---- Requests ----
 
+/// Where the first argument (after the command's name) is, in each of the first `max` whole multibulk
+/// requests in `buf`, in order: the keys a pipeline is about to read or write, found without
+/// parsing the requests for real (anything unusual, such as an inline command or a length
+/// that is not a plain number, ends the look ahead; the real parse will deal with it).
+pub fn peek_keys(buf: &[u8], max: usize, mut key: impl FnMut(Range<usize>)) -> usize {
+    // A number and its `\r\n` starting at `at`.
+    fn number(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+        let digits = buf
+            .get(at..)?
+            .iter()
+            .take(10)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let end = at + digits;
+        if digits == 0 || buf.get(end..end + 2)? != b"\r\n" {
+            return None;
+        }
+        let n = buf[at..end]
+            .iter()
+            .fold(0usize, |n, &b| n * 10 + usize::from(b - b'0'));
+        Some((n, end + 2))
+    }
+    let mut at = 0;
+    let mut found = 0;
+    while found < max && buf.get(at) == Some(&b'*') {
+        let Some((n, mut p)) = number(buf, at + 1) else {
+            break;
+        };
+        let mut first = None;
+        for i in 0..n {
+            if buf.get(p) != Some(&b'$') {
+                return found;
+            }
+            let Some((len, start)) = number(buf, p + 1) else {
+                return found;
+            };
+            let end = start + len;
+            if buf.get(end..end + 2) != Some(b"\r\n") {
+                return found;
+            }
+            if i == 1 {
+                first = Some(start..end);
+            }
+            p = end + 2;
+        }
+        if let Some(r) = first {
+            key(r);
+        }
+        found += 1;
+        at = p;
+    }
+    found
+}
+
 /// The number on a length or count line (`$3`, `*2`) starting at `start`, and where the line's
 /// `\r\n` is; `too_long` and `bad` are Redis's words for a line too long and a bad number.
 fn length_line(
@@ -633,6 +687,71 @@ mod length_line_tests {
                 length_line_general(&buf, start, &limits, "long", "bad")
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod peek_keys_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(args: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    proptest! {
+        /// On a pipeline cut anywhere, the look ahead finds the whole requests the parser
+        /// finds, and in each the argument the parser gives as the first after the name.
+        #[test]
+        fn it_finds_what_the_parser_finds(
+            requests in proptest::collection::vec(
+                proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..12), 1..4),
+                0..8,
+            ),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let whole: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();
+            let buf = &whole[..cut.index(whole.len() + 1)];
+            let mut expected = Vec::new();
+            let mut at = 0;
+            while let Ok((Frame::Array(items), used)) = Frame::parse_request(&buf[at..], &Limits::default()) {
+                if let Some(Frame::Bulk(k)) = items.get(1) {
+                    expected.push(k.to_vec());
+                }
+                at += used;
+            }
+            let mut found = Vec::new();
+            let n = peek_keys(buf, 64, |r| found.push(buf[r].to_vec()));
+            prop_assert_eq!(found, expected);
+            prop_assert!(n <= requests.len());
+        }
+    }
+
+    #[test]
+    fn it_stops_at_what_it_does_not_read_and_at_max() {
+        let mut buf = encode(&[b"GET".to_vec(), b"a".to_vec()]);
+        buf.extend(encode(&[b"PING".to_vec()]));
+        buf.extend(encode(&[b"SET".to_vec(), b"b".to_vec(), b"1".to_vec()]));
+        let mut keys = Vec::new();
+        assert_eq!(peek_keys(&buf, 64, |r| keys.push(buf[r].to_vec())), 3);
+        assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(peek_keys(&buf, 1, |_| {}), 1);
+        // An inline command, or a length that is not plain digits, ends the look ahead.
+        let mut inline = b"GET x\r\n".to_vec();
+        inline.extend(encode(&[b"GET".to_vec(), b"a".to_vec()]));
+        assert_eq!(peek_keys(&inline, 64, |_| {}), 0);
+        assert_eq!(peek_keys(b"*2\r\n$-1\r\n", 64, |_| {}), 0);
+        // A bulk length claiming 4 GB is not a whole request.
+        assert_eq!(
+            peek_keys(b"*2\r\n$3\r\nGET\r\n$4294967295\r\nab", 64, |_| {}),
+            0
+        );
     }
 }
 

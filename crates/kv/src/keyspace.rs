@@ -1131,6 +1131,29 @@ impl Keyspace {
         self.tier.cache()
     }
 
+    /// Brings what reading `keys` will touch (the algorithm's index, the slot, the entry's
+    /// block) into the CPU's caches, for all of them at once, before a pipeline's commands run
+    /// one after the other. Each of those is a cache miss when keys are many; run command by
+    /// command they are paid one after another, while here the loads of different keys do not
+    /// depend on each other and the CPU overlaps them.
+    pub fn warm(&self, keys: &[&[u8]]) {
+        let mut slots = [0u32; 64];
+        let mut n = 0;
+        for k in keys.iter().take(slots.len()) {
+            if let Some(s) = self.cache().slot(self.id_of(k)) {
+                slots[n] = s;
+                n += 1;
+            }
+        }
+        let mut touched = 0usize;
+        for &s in &slots[..n] {
+            if let Some(slot) = self.slot_at(s) {
+                touched = touched.wrapping_add(slot.data.first().copied().unwrap_or(0).into());
+            }
+        }
+        std::hint::black_box(touched);
+    }
+
     /// The slot holding `key` (whose id is `id`), if memory holds it.
     fn slot(&self, id: u64, key: &[u8]) -> Option<&Slot> {
         self.slot_at(self.cache().slot(id)?)

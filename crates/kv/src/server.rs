@@ -288,6 +288,17 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
     node.leave();
 }
 
+/// Warms the memory tier for the keys of the requests waiting in `buf` when there are several
+/// (a pipeline): see [`Keyspace::warm`].
+fn warm(node: &Node, buf: &[u8], ahead: &mut Vec<std::ops::Range<usize>>) {
+    ahead.clear();
+    let n = crate::frame::peek_keys(buf, 64, |k| ahead.push(k));
+    if n > 1 {
+        let keys: Vec<&[u8]> = ahead.iter().map(|r| &buf[r.clone()]).collect();
+        node.keyspace().warm(&keys);
+    }
+}
+
 /// Reads requests, runs each complete one, and writes the replies of everything read in one go
 /// (a pipeline gets its replies in one write, and under `always` one sync).
 async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<()> {
@@ -308,8 +319,12 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
     let mut cursor = Cursor::default();
     // One request's arguments at a time: the vector is reused, not allocated per request.
     let mut args: Vec<Bytes> = Vec::new();
+    let mut ahead: Vec<std::ops::Range<usize>> = Vec::new();
     loop {
         let mut closing = false;
+        if node.parent().is_none() {
+            warm(node, &buf, &mut ahead);
+        }
         loop {
             match cursor.request(&buf, &limits) {
                 Ok((request, used)) => {
