@@ -555,6 +555,9 @@ fn write_items(out: &mut Vec<u8>, ty: u8, items: &[Frame], proto: Protocol) {
 
 // ---- Requests ----
 
+/// The most arguments a request may have for [`peek_keys`] to look past it.
+const PEEK_MAX_ARGS: usize = 64;
+
 /// Where the first argument (after the command's name) is, in each of the first `max` whole multibulk
 /// requests in `buf`, in order: the keys a pipeline is about to read or write, found without
 /// parsing the requests for real (anything unusual, such as an inline command or a length
@@ -572,15 +575,17 @@ pub fn peek_keys(buf: &[u8], max: usize, mut key: impl FnMut(Range<usize>)) -> u
         if digits == 0 || buf.get(end..end + 2)? != b"\r\n" {
             return None;
         }
-        let n = buf[at..end]
-            .iter()
-            .fold(0usize, |n, &b| n * 10 + usize::from(b - b'0'));
+        let n = buf[at..end].iter().try_fold(0usize, |n, &b| {
+            n.checked_mul(10)?.checked_add(usize::from(b - b'0'))
+        })?;
         Some((n, end + 2))
     }
     let mut at = 0;
     let mut found = 0;
     while found < max && buf.get(at) == Some(&b'*') {
-        let Some((n, mut p)) = number(buf, at + 1) else {
+        // A request of many arguments ends the look ahead: walking it on every read of a
+        // request still arriving would cost its length each time.
+        let Some((n @ ..=PEEK_MAX_ARGS, mut p)) = number(buf, at + 1) else {
             break;
         };
         let mut first = None;
@@ -591,8 +596,10 @@ pub fn peek_keys(buf: &[u8], max: usize, mut key: impl FnMut(Range<usize>)) -> u
             let Some((len, start)) = number(buf, p + 1) else {
                 return found;
             };
-            let end = start + len;
-            if buf.get(end..end + 2) != Some(b"\r\n") {
+            let Some(end) = start.checked_add(len) else {
+                return found;
+            };
+            if buf.get(end..).is_none_or(|rest| !rest.starts_with(b"\r\n")) {
                 return found;
             }
             if i == 1 {
@@ -747,6 +754,13 @@ mod peek_keys_tests {
         inline.extend(encode(&[b"GET".to_vec(), b"a".to_vec()]));
         assert_eq!(peek_keys(&inline, 64, |_| {}), 0);
         assert_eq!(peek_keys(b"*2\r\n$-1\r\n", 64, |_| {}), 0);
+        // A request of more than 64 arguments is not looked past, nor into.
+        let many: Vec<Vec<u8>> = (0..65).map(|i| format!("k{i}").into_bytes()).collect();
+        let mut buf = encode(&many);
+        buf.extend(encode(&[b"GET".to_vec(), b"a".to_vec()]));
+        assert_eq!(peek_keys(&buf, 64, |_| {}), 0);
+        // Lengths that overflow are not whole requests.
+        assert_eq!(peek_keys(b"*9999999999\r\n", 64, |_| {}), 0);
         // A bulk length claiming 4 GB is not a whole request.
         assert_eq!(
             peek_keys(b"*2\r\n$3\r\nGET\r\n$4294967295\r\nab", 64, |_| {}),

@@ -25,9 +25,9 @@
 //!   crash at any point leaves every write in the tree or in a segment (or both: replaying a
 //!   write that is already in the tree writes the same value again).
 //! - **Reads**: a point read looks in the active map, then in the map being applied, then in
-//!   the tree. An iterator first waits until everything written before it was asked for is in
-//!   the tree, then iterates a snapshot of the tree (so a `SCAN` during heavy writing waits up to
-//!   one application, about what fjall takes to insert a second's worth of keys).
+//!   the tree. An iterator lays the pending writes in its range (sorted when it is created, so
+//!   its cost grows with what is pending, at most about a second of writes) over a snapshot of
+//!   the tree taken under the same lock.
 //! - **Backpressure**: a writer that finds `max_pending_bytes` already waiting blocks until the
 //!   applier has caught up; memory stays bounded when writes come faster than fjall takes them.
 //! - **Recovery** ([`FjallStore::open`], so any opener of the directory gets it): the segments
@@ -41,6 +41,7 @@
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -48,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use crc::{CRC_32_ISCSI, Crc, Table};
 
-use crate::{Batch, Entries, FjallStore, KeyRange, Store, StoreError, Write};
+use crate::{Batch, Entries, FjallStore, KeyRange, MAX_KEY_LEN, Store, StoreError, Write};
 
 /// The log's directory inside a store directory.
 pub(crate) const LOG_DIR: &str = "log";
@@ -56,8 +57,9 @@ pub(crate) const LOG_DIR: &str = "log";
 // Slice-by-16: the checksum is on every write's path.
 const CRC: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
 
-/// A record's header: the payload's length and its CRC-32C, little-endian.
-const HEADER: usize = 8;
+/// A record's header: the payload's length (u64: a batch may hold several 512-MiB values) and
+/// its CRC-32C, little-endian.
+const HEADER: usize = 12;
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
@@ -66,10 +68,14 @@ const DELETE: u8 = 2;
 const ENTRY_OVERHEAD: usize = 64;
 
 /// When the applier runs.
+///
+/// Neither number decides what a reader sees or what a crash loses; they trade memory and the
+/// cost of an iterator (both grow with what is pending) against how many writes of one key are
+/// coalesced into one insert into the tree.
 #[derive(Debug, Clone)]
 pub struct WriteBehindOptions {
-    /// The longest a write waits before the applier moves it into the tree (default 1 s: the
-    /// coalescing window, and how much a point read may have to look for in the maps).
+    /// The longest a write waits before the applier moves it into the tree (default 1 s, the
+    /// period of `--durability everysec`'s sync: the coalescing window).
     pub apply_every: Duration,
     /// Keys and values waiting for the applier, in bytes, beyond which the applier starts at once
     /// and writers wait for it (default 64 MiB, fjall's default memtable size: one application
@@ -89,6 +95,9 @@ impl Default for WriteBehindOptions {
 // Keys are the clients' to choose, so the hasher is seeded at random (against collision
 // floods); the map's order is never seen: its keys are distinct, so any order applies the same.
 type Pending = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+
+/// A key and its last pending value (`None`: deleted).
+type PendingWrite = (Vec<u8>, Option<Vec<u8>>);
 
 /// A [`FjallStore`] with its writes logged and applied behind (see the module doc).
 #[derive(Debug)]
@@ -121,9 +130,6 @@ struct State {
     sealed: Option<Arc<File>>,
     /// Whether a segment was created since the directory was last synced.
     dir_dirty: bool,
-    /// Applications started and finished.
-    rotations: u64,
-    applied: u64,
     want_apply: bool,
     stop: bool,
     failed: Option<String>,
@@ -153,7 +159,10 @@ impl WriteBehind {
                 source,
             }
         };
-        fs::create_dir_all(&log_dir).map_err(io("creating the log directory"))?;
+        if !log_dir.is_dir() {
+            fs::create_dir_all(&log_dir).map_err(io("creating the log directory"))?;
+            sync_dir(&store_dir).map_err(io("syncing the store directory"))?;
+        }
         // Opening the tree replayed and removed every segment; numbering goes on from the
         // highest one seen anyway, so a segment that survived is never appended to.
         let segment = segments(&log_dir)
@@ -173,8 +182,6 @@ impl WriteBehind {
                 segment,
                 sealed: None,
                 dir_dirty: true,
-                rotations: 0,
-                applied: 0,
                 want_apply: false,
                 stop: false,
                 failed: None,
@@ -220,27 +227,30 @@ impl WriteBehind {
         }
     }
 
-    /// Waits until every write made before the call is in the tree.
-    fn drain(&self) -> Result<(), StoreError> {
-        let mut st = self.lock();
-        let target = if st.active.is_empty() {
-            st.rotations
-        } else {
-            st.want_apply = true;
-            self.shared.wake.notify_all();
-            st.rotations + 1
-        };
-        while st.applied < target {
-            if let Some(why) = &st.failed {
-                return Err(self.shared.failed(why));
+    /// The entries of the tree that `iter` gives, with the writes not yet in it laid over them:
+    /// the pending writes `within` the range, taken under the lock together with the tree's
+    /// snapshot (the applier needs the lock to rotate, so no newer write can reach the tree
+    /// between the two, and the writes being applied are in both, with the same values).
+    fn merged<'a>(
+        &'a self,
+        within: impl Fn(&[u8]) -> bool,
+        iter: impl FnOnce(&'a FjallStore) -> Entries<'a>,
+    ) -> Entries<'a> {
+        let st = self.lock();
+        let mut over: Pending = Pending::default();
+        for (k, v) in st.applying.iter().chain(st.active.iter()) {
+            if within(k) {
+                over.insert(k.clone(), v.clone());
             }
-            st = self
-                .shared
-                .applied_cv
-                .wait(st)
-                .unwrap_or_else(|p| p.into_inner());
         }
-        Ok(())
+        let tree = iter(&self.shared.tree);
+        drop(st);
+        let mut over: Vec<_> = over.into_iter().collect();
+        over.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Box::new(Merge {
+            tree: tree.peekable(),
+            over: over.into_iter().peekable(),
+        })
     }
 
     fn lookup<T>(
@@ -307,6 +317,7 @@ impl Shared {
             }
             st.want_apply = false;
             if st.failed.is_some() || (st.stop && st.active.is_empty()) {
+                self.applied_cv.notify_all();
                 return;
             }
             if st.active.is_empty() {
@@ -329,7 +340,6 @@ impl Shared {
             let pending = Arc::new(std::mem::take(&mut st.active));
             st.active_bytes = 0;
             st.applying = Arc::clone(&pending);
-            st.rotations += 1;
             drop(st);
 
             let done = self.apply(&sealed, segment, &pending);
@@ -338,7 +348,6 @@ impl Shared {
                 Ok(()) => {
                     st.applying = Arc::new(Pending::default());
                     st.sealed = None;
-                    st.applied += 1;
                 }
                 // `applying` stays: reads still find those writes, and the segment stays for
                 // the next open.
@@ -424,6 +433,7 @@ impl Store for WriteBehind {
         if let Err(e) = st.log.write_all(&st.buf) {
             // Part of the record may be in the segment: nothing after it could be replayed.
             st.failed = Some(format!("appending to log segment {}: {e}", st.segment));
+            self.shared.applied_cv.notify_all();
             return Err(self.shared.io("appending to the log")(e));
         }
         for w in batch.take_writes() {
@@ -437,6 +447,10 @@ impl Store for WriteBehind {
         if st.active_bytes >= self.shared.opts.max_pending_bytes {
             self.shared.wake.notify_all();
         }
+        if st.buf.capacity() > 1 << 20 {
+            // One huge batch should not keep its buffer for the life of the store.
+            st.buf = Vec::new();
+        }
         Ok(())
     }
 
@@ -445,32 +459,85 @@ impl Store for WriteBehind {
         if let Some(why) = &st.failed {
             return Err(self.shared.failed(why));
         }
-        st.log
-            .sync_data()
-            .map_err(self.shared.io("syncing the log"))?;
-        if let Some(sealed) = &st.sealed {
-            sealed
-                .sync_data()
-                .map_err(self.shared.io("syncing a sealed log segment"))?;
+        let synced = (|| {
+            st.log.sync_data().map_err(|e| ("syncing the log", e))?;
+            if let Some(sealed) = &st.sealed {
+                sealed
+                    .sync_data()
+                    .map_err(|e| ("syncing a sealed log segment", e))?;
+            }
+            if st.dir_dirty {
+                sync_dir(&self.shared.log_dir).map_err(|e| ("syncing the log directory", e))?;
+            }
+            Ok(())
+        })();
+        match synced {
+            Ok(()) => {
+                st.dir_dirty = false;
+                Ok(())
+            }
+            Err((action, e)) => {
+                // After a failed fsync the kernel may drop the pages it could not write and
+                // report the next fsync as a success: a later write could then be acknowledged
+                // behind a hole in the log. Nothing more is acknowledged.
+                st.failed = Some(format!("{action}: {e}"));
+                self.shared.applied_cv.notify_all();
+                Err(self.shared.io(action)(e))
+            }
         }
-        if st.dir_dirty {
-            sync_dir(&self.shared.log_dir).map_err(self.shared.io("syncing the log directory"))?;
-            st.dir_dirty = false;
-        }
-        Ok(())
     }
 
     fn range(&self, range: KeyRange<'_>) -> Entries<'_> {
-        match self.drain() {
-            Ok(()) => self.shared.tree.range(range),
-            Err(e) => Box::new(std::iter::once(Err(e))),
-        }
+        let (start, end) = range;
+        let within = |k: &[u8]| {
+            (match start {
+                Bound::Included(s) => k >= s,
+                Bound::Excluded(s) => k > s,
+                Bound::Unbounded => true,
+            }) && (match end {
+                Bound::Included(e) => k <= e,
+                Bound::Excluded(e) => k < e,
+                Bound::Unbounded => true,
+            })
+        };
+        self.merged(within, |tree| tree.range(range))
     }
 
     fn prefix(&self, prefix: &[u8]) -> Entries<'_> {
-        match self.drain() {
-            Ok(()) => self.shared.tree.prefix(prefix),
-            Err(e) => Box::new(std::iter::once(Err(e))),
+        if prefix.len() > MAX_KEY_LEN {
+            return Box::new(std::iter::empty());
+        }
+        self.merged(|k| k.starts_with(prefix), |tree| tree.prefix(prefix))
+    }
+}
+
+/// The tree's entries with the pending writes laid over them, both in key order.
+struct Merge<'a> {
+    tree: std::iter::Peekable<Entries<'a>>,
+    over: std::iter::Peekable<std::vec::IntoIter<PendingWrite>>,
+}
+
+impl Iterator for Merge<'_> {
+    type Item = Result<crate::Entry, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let order = match (self.tree.peek(), self.over.peek()) {
+                (_, None) | (Some(Err(_)), _) => return self.tree.next(),
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(Ok((tk, _))), Some((ok, _))) => tk.cmp(ok),
+            };
+            if order == std::cmp::Ordering::Less {
+                return self.tree.next();
+            }
+            if order == std::cmp::Ordering::Equal {
+                // The pending write replaces the tree's value.
+                self.tree.next();
+            }
+            match self.over.next()? {
+                (k, Some(v)) => return Some(Ok((k, v))),
+                (_, None) => continue,
+            }
         }
     }
 }
@@ -536,10 +603,11 @@ pub(crate) fn recover(tree: &FjallStore) -> Result<Recovered, StoreError> {
         tree.batch(&batch)?;
         tree.sync()?;
     }
+    // Oldest first, each removal on disk before the next: a power cut in between leaves the
+    // newest segments, whose replay over the tree writes each of their keys' last value again.
+    // Left the other way, an older segment could be replayed over a newer value.
     for (_, path) in &list {
         fs::remove_file(path).map_err(io("removing a replayed log segment"))?;
-    }
-    if !list.is_empty() {
         sync_dir(&log_dir).map_err(io("syncing the log directory"))?;
     }
     Ok(found)
@@ -603,10 +671,10 @@ fn encode(batch: &Batch, out: &mut Vec<u8>) {
         }
     }
     let payload = &out[HEADER..];
-    let len = u32::try_from(payload.len()).expect("a batch's record fits in 4 GiB");
+    let len = payload.len() as u64;
     let crc = CRC.checksum(payload);
-    out[..4].copy_from_slice(&len.to_le_bytes());
-    out[4..HEADER].copy_from_slice(&crc.to_le_bytes());
+    out[..8].copy_from_slice(&len.to_le_bytes());
+    out[8..HEADER].copy_from_slice(&crc.to_le_bytes());
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -619,10 +687,12 @@ type Decoded = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// The record at the start of `bytes` and its length, or `None` if it is torn or damaged.
 fn decode(bytes: &[u8]) -> Option<(usize, Decoded)> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(bytes.get(4..HEADER)?.try_into().ok()?);
+    let len = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let crc = u32::from_le_bytes(bytes.get(8..HEADER)?.try_into().ok()?);
     let payload = bytes.get(HEADER..HEADER.checked_add(len)?)?;
-    if CRC.checksum(payload) != crc {
+    // An empty batch is never written, and zeros (a hole a power cut can leave where a write
+    // had not reached the disk) would pass as one: the CRC of nothing is 0.
+    if len == 0 || CRC.checksum(payload) != crc {
         return None;
     }
     let mut writes = Vec::new();
@@ -647,8 +717,8 @@ fn decode(bytes: &[u8]) -> Option<(usize, Decoded)> {
 
 fn take_bytes(p: &[u8]) -> Option<(&[u8], &[u8])> {
     let len = u32::from_le_bytes(p.get(..4)?.try_into().ok()?) as usize;
-    let b = p.get(4..4usize.checked_add(len)?)?;
-    Some((b, &p[4 + len..]))
+    let end = 4usize.checked_add(len)?;
+    Some((p.get(4..end)?, p.get(end..)?))
 }
 
 #[cfg(test)]
