@@ -322,7 +322,7 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
     let mut ahead: Vec<std::ops::Range<usize>> = Vec::new();
     loop {
         let mut closing = false;
-        if session.authenticated && node.parent().is_none() {
+        if session.authenticated {
             warm(node, &buf, &mut ahead);
         }
         loop {
