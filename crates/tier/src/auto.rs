@@ -81,6 +81,13 @@ use crate::CacheView;
 /// the unlimited cache's efficiency"), a service level rather than a fitted number; the README
 /// shows how memory and efficiency move with it.
 pub const EFFICIENCY: f64 = 0.96;
+/// How long the policy remembers a key it has not seen (seconds): a key not read or put for
+/// longer is forgotten, with the count of its second, and its next read counts as a first
+/// read. Only memory rides on it: a live node would otherwise keep every key it ever saw and a
+/// counter for every second of its uptime. A day is longer than every run and trace here
+/// (4.2 h at most) and than their longest reuse time (1,225 s), so none of their decisions
+/// changes; a node's window can never be longer than this.
+pub const HORIZON: f64 = 86_400.0;
 /// Reuse-time histogram buckets per doubling (about 4.4% apart): the window's resolution.
 pub const BUCKETS_PER_OCTAVE: f64 = 16.0;
 /// The shortest reuse time the histogram tells apart, seconds (shorter ones share its first
@@ -141,8 +148,9 @@ pub struct Auto {
     state: Option<AutoState>,
     /// Per key: its last access and read, and its current burst.
     keys: HashMap<u64, KeyReads, foldhash::fast::FixedState>,
-    /// Keys by the whole second of their last access (index: second since the start).
-    by_second: Vec<u32>,
+    /// Keys by the whole second of their last access; the front is second `first_second`.
+    by_second: std::collections::VecDeque<u32>,
+    first_second: usize,
     /// Client seconds a miss of the rereads in each reuse-time bucket would cost (module doc).
     cost: Vec<f64>,
     longest_reuse: f64,
@@ -160,6 +168,17 @@ pub struct Auto {
     last_was_reread: bool,
     /// Client seconds actually lost to misses that an unlimited cache would not have had.
     spent: f64,
+}
+
+/// The count of `t`'s second in `by_second`, whose front is second `first`, growing it to reach.
+/// A key's last access is never before the front: keys older than it are forgotten with their
+/// seconds.
+fn at_second(by_second: &mut std::collections::VecDeque<u32>, first: usize, t: f64) -> &mut u32 {
+    let i = (t.max(0.0) as usize).saturating_sub(first);
+    if by_second.len() <= i {
+        by_second.resize(i + 1, 0);
+    }
+    &mut by_second[i]
 }
 
 /// One key's reads, as the window's pricing needs them.
@@ -192,7 +211,8 @@ impl Auto {
             fitted_at: 0,
             state: None,
             keys: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(4)),
-            by_second: Vec::new(),
+            by_second: std::collections::VecDeque::new(),
+            first_second: 0,
             cost: Vec::new(),
             longest_reuse: 0.0,
             interval_start: 0.0,
@@ -211,11 +231,7 @@ impl Auto {
     #[inline]
     pub fn on_read(&mut self, t: f64, key: u64) {
         self.now = t;
-        let sec = t.max(0.0) as usize;
-        if self.by_second.len() <= sec {
-            self.by_second.resize(sec + 1, 0);
-        }
-        self.by_second[sec] += 1;
+        *self.second(t) += 1;
         let fetch = self.fetch_time().unwrap_or(0.0);
         let Some(k) = self.keys.get_mut(&key) else {
             self.keys.insert(
@@ -235,7 +251,7 @@ impl Auto {
         let (prev, gap) = (k.last, t - k.last);
         (self.last_key, self.last_was_reread) = (key, true);
         k.last = t;
-        self.by_second[prev.max(0.0) as usize] -= 1;
+        *at_second(&mut self.by_second, self.first_second, prev) -= 1;
         if k.last_read < self.interval_start {
             self.distinct += 1;
         }
@@ -257,6 +273,26 @@ impl Auto {
         }
     }
 
+    /// The count of keys last accessed in `t`'s second, growing the record to it and, once it
+    /// spans two horizons, forgetting what is older than one.
+    fn second(&mut self, t: f64) -> &mut u32 {
+        let sec = t.max(0.0) as usize;
+        if sec >= self.first_second + 2 * HORIZON as usize {
+            self.forget_before(sec - HORIZON as usize);
+        }
+        at_second(&mut self.by_second, self.first_second, t)
+    }
+
+    /// Forgets the keys last accessed before second `cut`, and those seconds.
+    fn forget_before(&mut self, cut: usize) {
+        self.keys.retain(|_, k| k.last.max(0.0) as usize >= cut);
+        let drop = cut
+            .saturating_sub(self.first_second)
+            .min(self.by_second.len());
+        self.by_second.drain(..drop);
+        self.first_second = cut;
+    }
+
     /// The mean seconds a miss has waited for its fetch, once one has.
     fn fetch_time(&self) -> Option<f64> {
         (self.fetches > 0).then(|| self.fetch_seconds / self.fetches as f64)
@@ -266,15 +302,11 @@ impl Auto {
     /// the reuse time of its next read the put counts as an access.
     #[inline]
     pub fn on_put(&mut self, t: f64, key: u64) {
-        let sec = t.max(0.0) as usize;
-        if self.by_second.len() <= sec {
-            self.by_second.resize(sec + 1, 0);
-        }
-        self.by_second[sec] += 1;
+        *self.second(t) += 1;
         match self.keys.get_mut(&key) {
             Some(k) => {
-                self.by_second[k.last.max(0.0) as usize] -= 1;
-                k.last = t;
+                let prev = std::mem::replace(&mut k.last, t);
+                *at_second(&mut self.by_second, self.first_second, prev) -= 1;
             }
             None => {
                 self.keys.insert(
@@ -377,11 +409,12 @@ impl Auto {
             }
             None => self.longest_reuse,
         };
-        let since = (v.t - window).max(0.0) as usize;
+        let since = ((v.t - window).max(0.0) as usize).saturating_sub(self.first_second);
         let target: u64 = self
             .by_second
-            .get(since..)
-            .map_or(0, |s| s.iter().map(|&n| u64::from(n)).sum());
+            .range(since.min(self.by_second.len())..)
+            .map(|&n| u64::from(n))
+            .sum();
         let s = self.state.as_mut()?;
         s.window_seconds = window;
         s.target_keys = target.max(1);
@@ -469,6 +502,44 @@ fn window(cost: &[f64], longest: f64, allowed: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_running_for_days_remembers_one_horizon_of_keys() {
+        let mut a = Auto::new(1);
+        // A new key every second for five days, each read twice a minute apart.
+        let days = 5.0;
+        let mut t = 0.0;
+        let mut key = 0u64;
+        while t < days * 86_400.0 {
+            a.on_read(t, key);
+            if key >= 60 {
+                a.on_read(t + 0.5, key - 60);
+            }
+            key += 1;
+            t += 1.0;
+        }
+        // Forgotten in steps of a horizon: what is remembered was touched within two horizons
+        // (one key a second, and the 60 rereads a minute behind), and all that was touched
+        // within one is.
+        assert!(a.keys.values().all(|k| k.last >= t - 2.0 * HORIZON));
+        assert!(
+            a.keys.len() <= 2 * HORIZON as usize + 60,
+            "{} keys",
+            a.keys.len()
+        );
+        assert!(a.keys.len() >= HORIZON as usize, "{} keys", a.keys.len());
+        assert!(a.by_second.len() <= 2 * HORIZON as usize + 1);
+        let counted: u64 = a.by_second.iter().map(|&n| u64::from(n)).sum();
+        assert_eq!(
+            counted,
+            a.keys.len() as u64,
+            "every remembered key in one second"
+        );
+        // A key forgotten a day ago reads as new: its reuse time is not learned.
+        assert_eq!(a.longest_reuse, 60.5);
+        a.on_read(t, 0);
+        assert_eq!(a.longest_reuse, 60.5);
+    }
 
     #[test]
     fn buckets_cover_their_reuse_times() {
