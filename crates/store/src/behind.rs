@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use crc::{CRC_32_ISCSI, Crc, Table};
 
+use crate::dir::sync_dir;
 use crate::{Batch, Entries, FjallStore, KeyRange, MAX_KEY_LEN, Store, StoreError, Write};
 
 /// The log's directory inside a store directory.
@@ -640,16 +641,6 @@ fn create_segment(dir: &Path, n: u64) -> std::io::Result<File> {
         .create(true)
         .append(true)
         .open(segment_path(dir, n))
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> std::io::Result<()> {
-    Ok(())
 }
 
 /// One record: payload length and CRC, then per write a tag, the key's length and key, and for a

@@ -163,13 +163,14 @@ fn write_format(dir: &Path) -> Result<(), StoreError> {
     sync_dir(dir).map_err(io)
 }
 
+/// Makes the directory's entries (a file created, renamed or removed in it) durable.
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 // std cannot open a directory as a `File` on Windows: there the rename itself is not synced.
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
