@@ -70,6 +70,9 @@ pub struct Config {
     pub parent: Option<SocketAddr>,
     /// The password the parent wants (`--parent-password`; by default this node's own).
     pub parent_password: Option<String>,
+    /// The longest a client waits for the parent's answer before it gets an error
+    /// (`--parent-timeout`).
+    pub parent_timeout: std::time::Duration,
     /// The memory tier's capacity.
     pub capacity: Capacity,
     /// The memory tier's eviction algorithm (a `pliant-cache` spec).
@@ -102,6 +105,10 @@ pub struct Config {
     pub balancer: Option<crate::cluster::balancer::BalancerConfig>,
 }
 
+/// How long a tier waits for its parent by default: Redis's `cluster-node-timeout` default
+/// (15,000 ms, redis.conf), the time after which Redis Cluster takes a silent node for failed.
+pub const DEFAULT_PARENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Time between policy decisions by default: ParSplice's `PerfDelay`, the interval the studies'
 /// policies decided at.
 pub const DEFAULT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -113,6 +120,7 @@ impl Default for Config {
             store: Some(PathBuf::from("pliant-data")),
             parent: None,
             parent_password: None,
+            parent_timeout: DEFAULT_PARENT_TIMEOUT,
             capacity: Capacity::Keys(u64::MAX),
             algo: "lru".into(),
             durability: Durability::default(),
@@ -165,6 +173,8 @@ pub struct Settings {
     pub parent: Option<SocketAddr>,
     /// `--parent-password`.
     pub parent_password: Option<String>,
+    /// `--parent-timeout`.
+    pub parent_timeout: Option<String>,
     /// `--capacity`.
     pub capacity: Option<String>,
     /// `--algo`.
@@ -297,6 +307,7 @@ impl Settings {
             no_store: self.no_store.or(fallback.no_store),
             parent: self.parent.or(fallback.parent),
             parent_password: self.parent_password.or(fallback.parent_password),
+            parent_timeout: self.parent_timeout.or(fallback.parent_timeout),
             capacity: self.capacity.or(fallback.capacity),
             algo: self.algo.or(fallback.algo),
             durability: self.durability.or(fallback.durability),
@@ -408,6 +419,19 @@ impl Settings {
             None => d.policy.interval,
             Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("interval", e))?,
         };
+        let parent_timeout = match &self.parent_timeout {
+            None => d.parent_timeout,
+            Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("parent-timeout", e))?,
+        };
+        if parent_timeout.is_zero() {
+            return Err(bad("parent-timeout", "must be more than 0".into()));
+        }
+        if self.parent_timeout.is_some() && self.parent.is_none() {
+            return Err(bad(
+                "parent-timeout",
+                "given without parent: only a tier waits for a parent".into(),
+            ));
+        }
         let paths = match self.policy {
             None => Vec::new(),
             Some(OneOrMany::One(p)) => vec![p],
@@ -486,6 +510,7 @@ impl Settings {
                 .parent_password
                 .filter(|p| !p.is_empty())
                 .or_else(|| requirepass.clone()),
+            parent_timeout,
             capacity,
             algo,
             durability,
@@ -610,6 +635,34 @@ mod tests {
         .expect("resolves");
         assert_eq!(c.store, None);
         assert_eq!(c.parent_password.as_deref(), Some("secret"));
+        assert_eq!(c.parent_timeout, DEFAULT_PARENT_TIMEOUT);
+    }
+
+    #[test]
+    fn a_parent_timeout_is_a_positive_duration_for_a_tier_only() {
+        let tier = |t: &str| Settings {
+            parent: Some("127.0.0.1:7000".parse().expect("addr")),
+            parent_timeout: Some(t.into()),
+            ..Settings::default()
+        };
+        assert_eq!(
+            tier("500ms").resolve().expect("resolves").parent_timeout,
+            std::time::Duration::from_millis(500)
+        );
+        let field = |e: ConfigError| e.to_string();
+        assert!(field(tier("0s").resolve().expect_err("zero")).contains("parent-timeout"));
+        assert!(
+            field(tier("soon").resolve().expect_err("not a duration")).contains("parent-timeout")
+        );
+        let no_parent = Settings {
+            parent_timeout: Some("1s".into()),
+            ..Settings::default()
+        };
+        let e = field(no_parent.resolve().expect_err("no parent"));
+        assert!(
+            e.contains("parent-timeout") && e.contains("without parent"),
+            "{e}"
+        );
     }
 
     #[test]

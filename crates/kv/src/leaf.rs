@@ -56,20 +56,30 @@ pub(crate) async fn run(
         }
         // No tracking connection to send a ticket's acknowledgement on: the write is
         // acknowledged here, once the parent has, and the batch's replies wait for the rest.
-        if let Some(acked) = acked
-            && acked.await.is_err()
-        {
-            return written(
-                Frame::error("ERR parent connection lost before it acknowledged the write"),
-                0,
-            );
+        if let Some(acked) = acked {
+            match up.within("acknowledge the write", acked).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    return written(
+                        Frame::error("ERR parent connection lost before it acknowledged the write"),
+                        0,
+                    );
+                }
+                Err(e) => {
+                    return written(
+                        Frame::error(format!("ERR {e}; it may or may not have been applied")),
+                        0,
+                    );
+                }
+            }
         }
         return written(reply, 0);
     }
     if matches!(spec.name, "keys" | "scan" | "dbsize") {
         node.count_command();
-        return match up.call(args.to_vec(), None).await {
-            Ok(reply) => reply,
+        return match up.within("answer", up.call(args.to_vec(), None)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => Frame::error(format!("ERR {e}")),
             Err(e) => Frame::error(format!("ERR {e}")),
         };
     }
@@ -166,11 +176,17 @@ async fn read(
         }
         for (k, pending) in replies {
             let v = match pending {
-                Ok(rx) => rx.await.map_or_else(
-                    |_| Err(format!("parent {}: connection lost", up.addr())),
-                    |f| fetched(&f),
-                ),
-                Err(joined) => joined.wait().await,
+                Ok(rx) => match up.within("answer a fetch", rx).await {
+                    Ok(r) => r.map_or_else(
+                        |_| Err(format!("parent {}: connection lost", up.addr())),
+                        |f| fetched(&f),
+                    ),
+                    Err(e) => Err(e),
+                },
+                Err(joined) => up
+                    .within("answer a fetch", joined.wait())
+                    .await
+                    .unwrap_or_else(Err),
             };
             match v {
                 Ok(v) => {
@@ -197,13 +213,17 @@ async fn write(
     now: u64,
 ) -> Frame {
     let (reply, acked) = write_deferred(node, up, session, spec, args, now).await;
-    if let Some(acked) = acked
-        && acked.await.is_err()
-    {
-        return Frame::error(format!(
-            "ERR parent {}: connection lost before it acknowledged the write",
-            up.addr()
-        ));
+    if let Some(acked) = acked {
+        match up.within("acknowledge the write", acked).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                return Frame::error(format!(
+                    "ERR parent {}: connection lost before it acknowledged the write",
+                    up.addr()
+                ));
+            }
+            Err(e) => return Frame::error(format!("ERR {e}; it may or may not have been applied")),
+        }
     }
     reply
 }
@@ -248,9 +268,16 @@ async fn write_deferred(
             }
         })
     };
-    let (reply, acked) = match up.write_deferred(args.to_vec(), then).await {
-        Ok(r) => r,
-        Err(e) => (Frame::error(format!("ERR {e}")), None),
+    let (reply, acked) = match up
+        .within("answer the write", up.write_deferred(args.to_vec(), then))
+        .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => (Frame::error(format!("ERR {e}")), None),
+        Err(e) => (
+            Frame::error(format!("ERR {e}; it may or may not have been applied")),
+            None,
+        ),
     };
     track(&mut Ctx::new(node, session, now), spec, args);
     (reply, acked)

@@ -109,6 +109,7 @@ impl Server {
             let up = Arc::new(crate::upstream::Upstream::new(
                 parent,
                 config.parent_password.clone(),
+                config.parent_timeout,
                 Arc::downgrade(&node),
             ));
             // Connect now, so a wrong address or password stops the start, not the first read.

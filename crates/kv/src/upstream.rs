@@ -58,6 +58,8 @@ struct Call {
 pub struct Upstream {
     addr: SocketAddr,
     password: Option<String>,
+    /// `--parent-timeout`.
+    timeout: std::time::Duration,
     node: Weak<Node>,
     conn: tokio::sync::Mutex<Option<(mpsc::UnboundedSender<Call>, Arc<Acks>)>>,
 }
@@ -122,10 +124,16 @@ impl std::fmt::Debug for Upstream {
 
 impl Upstream {
     /// The parent at `addr`, for `node`; connects on the first request.
-    pub fn new(addr: SocketAddr, password: Option<String>, node: Weak<Node>) -> Self {
+    pub fn new(
+        addr: SocketAddr,
+        password: Option<String>,
+        timeout: std::time::Duration,
+        node: Weak<Node>,
+    ) -> Self {
         Self {
             addr,
             password,
+            timeout,
             node,
             conn: tokio::sync::Mutex::new(None),
         }
@@ -134,6 +142,25 @@ impl Upstream {
     /// The parent's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Waits for `answer`, something the parent sends, at most `--parent-timeout`; after that
+    /// the caller's client gets this error (`what` says what it was waiting for). What the
+    /// parent sends later is still handled as if the client had waited: a fetched value is
+    /// kept, a write's reply updates memory.
+    pub async fn within<T>(
+        &self,
+        what: &str,
+        answer: impl std::future::Future<Output = T>,
+    ) -> Result<T, String> {
+        tokio::time::timeout(self.timeout, answer)
+            .await
+            .map_err(|_| {
+                format!(
+                    "parent {} did not {what} within {:?} (--parent-timeout)",
+                    self.addr, self.timeout
+                )
+            })
     }
 
     /// Sends a request; `then` runs in the reader when its reply arrives (or with an error

@@ -146,6 +146,76 @@ fn concurrent_misses_of_one_key_make_one_parent_request() {
     );
 }
 
+/// A parent that stops answering (SIGSTOP) does not hang a leaf's clients: after
+/// `--parent-timeout` a read gets an error naming the parent and the timeout, a write one saying
+/// it may or may not have been applied, and once the parent answers again the fetch that timed
+/// out is kept (no second request) and the write is there.
+#[test]
+fn a_parent_that_stops_answering_gets_its_leaf_s_clients_an_error_after_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (parent, leaf) = store_and_leaf(dir.path(), &["--parent-timeout", "1s"]);
+    let _: () = cmd(&mut parent.client(), &["SET", "state:1", "payload"]);
+    let mut c = leaf.client();
+    let pid = parent.child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("run kill");
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let read = redis::cmd("GET")
+        .arg("state:1")
+        .query::<Option<String>>(&mut c);
+    let read_took = started.elapsed();
+    let started = Instant::now();
+    let write = redis::cmd("SET")
+        .arg("state:2")
+        .arg("new")
+        .query::<()>(&mut c);
+    let write_took = started.elapsed();
+    signal("-CONT");
+    let read = read
+        .expect_err("a read while the parent is stopped")
+        .to_string();
+    assert!(
+        read.contains(&format!(
+            "parent {} did not answer a fetch within 1s",
+            parent.addr
+        )),
+        "{read}"
+    );
+    let write = write
+        .expect_err("a write while the parent is stopped")
+        .to_string();
+    assert!(
+        write.contains("may or may not have been applied"),
+        "{write}"
+    );
+    for took in [read_took, write_took] {
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+    assert_eq!(get(&mut c, "state:1").as_deref(), Some("payload"));
+    assert_eq!(
+        stats(&mut c)["parent_requests"],
+        1,
+        "the fetch that timed out was kept"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&mut parent.client(), "state:2").as_deref() != Some("new") {
+        assert!(
+            Instant::now() < deadline,
+            "the write sent before the timeout never landed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A put of a key the leaf holds with the same value is redundant and goes no further; one with
 /// another value goes through.
 #[test]

@@ -55,6 +55,12 @@ pub struct Args {
     /// node's own password].
     #[arg(long, value_name = "PASSWORD")]
     parent_password: Option<String>,
+    /// How long a client of this tier waits for the parent's answer before it gets an error
+    /// (10s, 500ms or seconds); a write that times out may or may not have been applied, and a
+    /// fetch that times out is still kept when it arrives [default: 15s, Redis's
+    /// cluster-node-timeout].
+    #[arg(long, value_name = "DURATION")]
+    parent_timeout: Option<String>,
     /// Memory tier capacity: bytes (64MiB, 1GB), keys (10000keys) or unlimited [default: unlimited].
     #[arg(long, value_name = "SIZE")]
     capacity: Option<String>,
@@ -142,6 +148,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             .parent_password
             .clone()
             .or_else(|| std::env::var("PLIANT_PARENT_PASSWORD").ok()),
+        parent_timeout: a.parent_timeout.clone(),
         capacity: a.capacity.clone(),
         algo: a.algo.clone(),
         durability: a.durability.clone(),
