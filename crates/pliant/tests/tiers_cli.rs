@@ -27,6 +27,15 @@ fn store_and_leaf(dir: &Path, leaf_args: &[&str]) -> (Node, Node) {
     (parent, leaf)
 }
 
+/// Sends `sig` (`-STOP`, `-CONT`) to the process `pid`.
+fn signal(pid: &str, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .expect("run kill");
+    assert!(ok.success(), "kill {sig} {pid}");
+}
+
 fn stats(c: &mut redis::Connection) -> serde_json::Value {
     let text: String = cmd(c, &["PLIANT.STATS"]);
     serde_json::from_str(&text).expect("PLIANT.STATS is JSON")
@@ -107,14 +116,7 @@ fn concurrent_misses_of_one_key_make_one_parent_request() {
     let mut clients: Vec<redis::Connection> = (0..readers).map(|_| leaves[0].client()).collect();
 
     let pid = parent.child.id().to_string();
-    let signal = |sig: &str| {
-        let ok = Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("run kill");
-        assert!(ok.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    signal(&pid, "-STOP");
     let threads: Vec<_> = clients
         .drain(..)
         .map(|mut c| std::thread::spawn(move || get(&mut c, "state:42")))
@@ -123,7 +125,7 @@ fn concurrent_misses_of_one_key_make_one_parent_request() {
     let waiting = stats_until(&mut admin, "readers joining the fetch", |s| {
         s["coalesced"].as_u64() == Some(readers - 1)
     });
-    signal("-CONT");
+    signal(&pid, "-CONT");
     for t in threads {
         assert_eq!(t.join().expect("reader").as_deref(), Some("payload"));
     }
@@ -157,14 +159,7 @@ fn a_parent_that_stops_answering_gets_its_leaf_s_clients_an_error_after_the_time
     let _: () = cmd(&mut parent.client(), &["SET", "state:1", "payload"]);
     let mut c = leaf.client();
     let pid = parent.child.id().to_string();
-    let signal = |sig: &str| {
-        let ok = Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("run kill");
-        assert!(ok.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    signal(&pid, "-STOP");
     let started = Instant::now();
     let read = redis::cmd("GET")
         .arg("state:1")
@@ -176,7 +171,7 @@ fn a_parent_that_stops_answering_gets_its_leaf_s_clients_an_error_after_the_time
         .arg("new")
         .query::<()>(&mut c);
     let write_took = started.elapsed();
-    signal("-CONT");
+    signal(&pid, "-CONT");
     let read = read
         .expect_err("a read while the parent is stopped")
         .to_string();
@@ -636,17 +631,10 @@ fn a_plain_client_s_pliant_write_waits_for_the_tiers() {
     let _: () = cmd(&mut p, &["SET", "k", "old"]);
     assert_eq!(get(&mut leaves[0].client(), "k").as_deref(), Some("old"));
     let pid = leaves[0].child.id().to_string();
-    let signal = |sig: &str| {
-        let ok = Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("run kill");
-        assert!(ok.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    signal(&pid, "-STOP");
     let reply: (String, i64) = cmd(&mut p, &["PLIANT.WRITE", "SET", "k", "new"]);
     let cut_off = stats(&mut p)["tiers_cut_off"].clone();
-    signal("-CONT");
+    signal(&pid, "-CONT");
     assert_eq!(reply, ("OK".to_string(), 0));
     assert_eq!(
         cut_off, 1,
