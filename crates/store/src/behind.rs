@@ -102,14 +102,16 @@ type PendingWrite = (Vec<u8>, Option<Vec<u8>>);
 
 /// A [`FjallStore`] with its writes logged and applied behind (see the module doc).
 #[derive(Debug)]
-pub struct WriteBehind {
-    shared: Arc<Shared>,
+pub struct WriteBehind<S: Store + 'static = FjallStore> {
+    shared: Arc<Shared<S>>,
     applier: Option<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
-struct Shared {
-    tree: FjallStore,
+struct Shared<S> {
+    tree: S,
+    /// The directory errors name: the store directory (or, over another store, the log's).
+    dir: PathBuf,
     log_dir: PathBuf,
     opts: WriteBehindOptions,
     state: Mutex<State>,
@@ -137,21 +139,44 @@ struct State {
     buf: Vec<u8>,
 }
 
-impl WriteBehind {
+impl WriteBehind<FjallStore> {
     /// Opens the store directory `dir` (see [`FjallStore::open`], which also replays what a
     /// crash left in the log) with its writes applied behind.
     pub fn open(dir: &Path, opts: WriteBehindOptions) -> Result<Self, StoreError> {
-        Self::over(FjallStore::open(dir)?, opts)
+        Self::fjall(FjallStore::open(dir)?, opts)
     }
 
     /// A write-behind store in a fresh temporary directory, removed when it is dropped.
     pub fn temporary(opts: WriteBehindOptions) -> Result<Self, StoreError> {
-        Self::over(FjallStore::temporary()?, opts)
+        Self::fjall(FjallStore::temporary()?, opts)
     }
 
-    fn over(tree: FjallStore, opts: WriteBehindOptions) -> Result<Self, StoreError> {
-        let log_dir = tree.dir().join(LOG_DIR);
-        let store_dir = tree.dir().to_path_buf();
+    fn fjall(tree: FjallStore, opts: WriteBehindOptions) -> Result<Self, StoreError> {
+        let (dir, log_dir) = (tree.dir().to_path_buf(), tree.dir().join(LOG_DIR));
+        Self::start(tree, dir, log_dir, opts)
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+}
+
+impl<S: Store + 'static> WriteBehind<S> {
+    /// Writes behind over any store, with the log in `log_dir`: first replays what the log
+    /// holds into `tree` (as [`FjallStore::open`] does for its own directory). For tests that
+    /// make the store under the log fail ([`crate::FaultyStore`]).
+    pub fn over(tree: S, log_dir: &Path, opts: WriteBehindOptions) -> Result<Self, StoreError> {
+        recover(&tree, log_dir, log_dir)?;
+        Self::start(tree, log_dir.to_path_buf(), log_dir.to_path_buf(), opts)
+    }
+
+    fn start(
+        tree: S,
+        store_dir: PathBuf,
+        log_dir: PathBuf,
+        opts: WriteBehindOptions,
+    ) -> Result<Self, StoreError> {
         let io = |action| {
             let dir = store_dir.clone();
             move |source| StoreError::Io {
@@ -162,7 +187,9 @@ impl WriteBehind {
         };
         if !log_dir.is_dir() {
             fs::create_dir_all(&log_dir).map_err(io("creating the log directory"))?;
-            sync_dir(&store_dir).map_err(io("syncing the store directory"))?;
+            if let Some(parent) = log_dir.parent() {
+                sync_dir(parent).map_err(io("syncing the log directory's parent"))?;
+            }
         }
         // Opening the tree replayed and removed every segment; numbering goes on from the
         // highest one seen anyway, so a segment that survived is never appended to.
@@ -173,6 +200,7 @@ impl WriteBehind {
         let log = create_segment(&log_dir, segment).map_err(io("creating a log segment"))?;
         let shared = Arc::new(Shared {
             tree,
+            dir: store_dir.clone(),
             log_dir,
             opts,
             state: Mutex::new(State {
@@ -200,11 +228,6 @@ impl WriteBehind {
             shared,
             applier: Some(applier),
         })
-    }
-
-    /// The store directory.
-    pub fn dir(&self) -> &Path {
-        self.shared.tree.dir()
     }
 
     /// Stops the applier with whatever is pending left only in the log, as a killed process
@@ -235,7 +258,7 @@ impl WriteBehind {
     fn merged<'a>(
         &'a self,
         within: impl Fn(&[u8]) -> bool,
-        iter: impl FnOnce(&'a FjallStore) -> Entries<'a>,
+        iter: impl FnOnce(&'a S) -> Entries<'a>,
     ) -> Entries<'a> {
         let st = self.lock();
         let mut over: Pending = Pending::default();
@@ -268,21 +291,21 @@ impl WriteBehind {
     }
 }
 
-impl Drop for WriteBehind {
+impl<S: Store + 'static> Drop for WriteBehind<S> {
     fn drop(&mut self) {
         // The applier applies what is pending before it exits.
         self.stop();
     }
 }
 
-impl Shared {
+impl<S: Store> Shared<S> {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn failed(&self, why: &str) -> StoreError {
         StoreError::Backend {
-            dir: self.tree.dir().to_path_buf(),
+            dir: self.dir.clone(),
             action: "writing behind (an earlier write failed; writes are refused until the store is reopened)",
             source: why.to_string().into(),
         }
@@ -290,7 +313,7 @@ impl Shared {
 
     fn io(&self, action: &'static str) -> impl Fn(std::io::Error) -> StoreError + '_ {
         move |source| StoreError::Io {
-            dir: self.tree.dir().to_path_buf(),
+            dir: self.dir.clone(),
             action,
             source,
         }
@@ -380,7 +403,7 @@ impl Shared {
     }
 }
 
-impl Store for WriteBehind {
+impl<S: Store + 'static> Store for WriteBehind<S> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         match self.lookup(key, Clone::clone)? {
             Some(v) => Ok(v),
@@ -552,18 +575,21 @@ pub(crate) struct Recovered {
     pub torn_bytes: u64,
 }
 
-/// Replays the log segments of `tree`'s directory into it, in order, up to the first damaged
-/// record; syncs the tree; removes the segments.
-pub(crate) fn recover(tree: &FjallStore) -> Result<Recovered, StoreError> {
-    let log_dir = tree.dir().join(LOG_DIR);
+/// Replays the log segments in `log_dir` into `tree`, in order, up to the first damaged record;
+/// syncs the tree; removes the segments. Errors name `dir`.
+pub(crate) fn recover(
+    tree: &dyn Store,
+    log_dir: &Path,
+    dir: &Path,
+) -> Result<Recovered, StoreError> {
     let io = |action| {
         move |source| StoreError::Io {
-            dir: tree.dir().to_path_buf(),
+            dir: dir.to_path_buf(),
             action,
             source,
         }
     };
-    let list = match segments(&log_dir) {
+    let list = match segments(log_dir) {
         Ok(l) => l,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Recovered::default()),
         Err(e) => return Err(io("listing the log")(e)),
@@ -609,7 +635,7 @@ pub(crate) fn recover(tree: &FjallStore) -> Result<Recovered, StoreError> {
     // Left the other way, an older segment could be replayed over a newer value.
     for (_, path) in &list {
         fs::remove_file(path).map_err(io("removing a replayed log segment"))?;
-        sync_dir(&log_dir).map_err(io("syncing the log directory"))?;
+        sync_dir(log_dir).map_err(io("syncing the log directory"))?;
     }
     Ok(found)
 }

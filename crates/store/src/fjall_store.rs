@@ -77,7 +77,11 @@ impl FjallStore {
             _temporary: None,
         };
         // Writes a `WriteBehind` acknowledged but had not applied when the process stopped.
-        crate::behind::recover(&store)?;
+        crate::behind::recover(
+            &store,
+            &store.dir().join(crate::behind::LOG_DIR),
+            store.dir(),
+        )?;
         Ok(store)
     }
 

@@ -8,8 +8,8 @@
 //! - [`FjallStore`]: fjall (an LSM tree) in a *store directory* that carries a format version and
 //!   a lock (see [`FjallStore::open`]); a second opener, in this process or another, gets
 //!   [`StoreError::Locked`] naming the directory.
-//! - [`WriteBehind`]: a [`FjallStore`] whose writes are acknowledged once appended to a log of
-//!   its own and reach the tree once a second, coalesced (what `pliant serve --store` runs: an
+//! - [`WriteBehind`]: a [`FjallStore`] (or, for tests, any store) whose writes are acknowledged
+//!   once appended to a log of its own and reach the tree once a second, coalesced (what `pliant serve --store` runs: an
 //!   LSM tree's memtable costs a pipelined write several times an append).
 //! - [`MemStore`]: a `BTreeMap` behind a lock, for simulations and tests; nothing is durable.
 //! - [`FaultyStore`]: wraps any store and, on a test's command, fails the n-th write, fails

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pliant_store::{
-    ALL, Batch, FORMAT_FILE, FORMAT_VERSION, FjallStore, Store, WriteBehind, WriteBehindOptions,
+    ALL, Batch, FORMAT_FILE, FORMAT_VERSION, FaultyStore, FjallStore, MemStore, Store, StoreError,
+    WriteBehind, WriteBehindOptions,
 };
 
 fn scratch() -> (tempfile::TempDir, PathBuf) {
@@ -260,4 +261,41 @@ fn zeros_where_a_record_should_be_end_the_replay() {
         replayed(&[log]),
         Model::from([(b"a".to_vec(), b"1".to_vec())])
     );
+}
+
+#[test]
+fn a_store_that_fails_under_the_log_refuses_later_writes_and_loses_nothing_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let log = tmp.path().join("log");
+    let tree = FaultyStore::new(MemStore::new());
+    let faults = tree.faults();
+    // The applier's first write into the store fails.
+    faults.fail_write(1);
+    let s = WriteBehind::over(tree, &log, quick()).expect("open");
+    s.put(b"a", b"1").expect("acknowledged: it is in the log");
+    // The applier fails within a few of its 5-ms rounds; from then on writes are refused.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match s.put(b"b", b"2") {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the failure never showed"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    assert!(matches!(refused, StoreError::Backend { .. }), "{refused}");
+    assert!(
+        s.sync().is_err(),
+        "a sync after the failure does not pretend"
+    );
+    // Reads go on: what was acknowledged is served from the writes not yet in the store.
+    assert_eq!(s.get(b"a").expect("get"), Some(b"1".to_vec()));
+    drop(s);
+    // The log kept everything acknowledged: a store under it again gets it all.
+    let again = WriteBehind::over(MemStore::new(), &log, never()).expect("reopen");
+    assert_eq!(again.get(b"a").expect("get"), Some(b"1".to_vec()));
 }
