@@ -558,10 +558,11 @@ fn write_items(out: &mut Vec<u8>, ty: u8, items: &[Frame], proto: Protocol) {
 /// The most arguments a request may have for [`peek_keys`] to look past it.
 const PEEK_MAX_ARGS: usize = 64;
 
-/// Where the first argument (after the command's name) is, in each of the first `max` whole multibulk
-/// requests in `buf`, in order: the keys a pipeline is about to read or write, found without
-/// parsing the requests for real (anything unusual, such as an inline command or a length
-/// that is not a plain number, ends the look ahead; the real parse will deal with it).
+/// Where the first argument (after the command's name) is, in each of the first `max` whole
+/// multibulk requests in `buf`, in order: the keys a pipeline is about to read or write, found
+/// without parsing the requests for real (anything unusual, such as an inline command or a
+/// length that is not a plain number, ends the look ahead; the real parse will deal with it).
+/// Returns how many whole requests it walked.
 pub fn peek_keys(buf: &[u8], max: usize, mut key: impl FnMut(Range<usize>)) -> usize {
     // A number and its `\r\n` starting at `at`.
     fn number(buf: &[u8], at: usize) -> Option<(usize, usize)> {

@@ -1131,15 +1131,18 @@ impl Keyspace {
         self.tier.cache()
     }
 
+    /// The most keys [`warm`](Self::warm) looks up at once.
+    pub const WARM_MAX: usize = 64;
+
     /// Brings what reading `keys` will touch (the algorithm's index, the slot, the entry's
     /// block) into the CPU's caches, for all of them at once, before a pipeline's commands run
     /// one after the other. Each of those is a cache miss when keys are many; run command by
     /// command they are paid one after another, while here the loads of different keys do not
     /// depend on each other and the CPU overlaps them.
-    pub fn warm(&self, keys: &[&[u8]]) {
-        let mut slots = [0u32; 64];
+    pub fn warm<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let mut slots = [0u32; Self::WARM_MAX];
         let mut n = 0;
-        for k in keys.iter().take(slots.len()) {
+        for k in keys.into_iter().take(Self::WARM_MAX) {
             if let Some(s) = self.cache().slot(self.id_of(k)) {
                 slots[n] = s;
                 n += 1;

@@ -56,32 +56,20 @@ pub(crate) async fn run(
         }
         // No tracking connection to send a ticket's acknowledgement on: the write is
         // acknowledged here, once the parent has, and the batch's replies wait for the rest.
-        if let Some(acked) = acked {
-            match up.within("acknowledge the write", acked).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    return written(
-                        Frame::error("ERR parent connection lost before it acknowledged the write"),
-                        0,
-                    );
-                }
-                Err(e) => {
-                    return written(
-                        Frame::error(format!("ERR {e}; it may or may not have been applied")),
-                        0,
-                    );
-                }
-            }
+        if let Some(acked) = acked
+            && let Err(e) = acknowledged(up, acked).await
+        {
+            return written(e, 0);
         }
         return written(reply, 0);
     }
     if matches!(spec.name, "keys" | "scan" | "dbsize") {
         node.count_command();
-        return match up.within("answer", up.call(args.to_vec(), None)).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => Frame::error(format!("ERR {e}")),
-            Err(e) => Frame::error(format!("ERR {e}")),
-        };
+        return up
+            .within("answer", up.call(args.to_vec(), None))
+            .await
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| Frame::error(format!("ERR {e}")));
     }
     if spec.keys_of(args).next().is_none() {
         return run_here(&mut Ctx::new(node, session, now), spec, args);
@@ -213,19 +201,35 @@ async fn write(
     now: u64,
 ) -> Frame {
     let (reply, acked) = write_deferred(node, up, session, spec, args, now).await;
-    if let Some(acked) = acked {
-        match up.within("acknowledge the write", acked).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                return Frame::error(format!(
-                    "ERR parent {}: connection lost before it acknowledged the write",
-                    up.addr()
-                ));
-            }
-            Err(e) => return Frame::error(format!("ERR {e}; it may or may not have been applied")),
-        }
+    if let Some(acked) = acked
+        && let Err(e) = acknowledged(up, acked).await
+    {
+        return e;
     }
     reply
+}
+
+/// Waits, at most `--parent-timeout`, for the parent to acknowledge a write; the error reply if
+/// it does not.
+async fn acknowledged(
+    up: &Upstream,
+    acked: tokio::sync::oneshot::Receiver<()>,
+) -> Result<(), Frame> {
+    match up.within("acknowledge the write", acked).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Frame::error(format!(
+            "ERR parent {}: connection lost before it acknowledged the write",
+            up.addr()
+        ))),
+        Err(e) => Err(unsure(&e)),
+    }
+}
+
+/// The reply to a write whose answer did not come in time.
+fn unsure(timed_out: &str) -> Frame {
+    Frame::error(format!(
+        "ERR {timed_out}; it may or may not have been applied"
+    ))
 }
 
 /// [`write`] without waiting for the parent's acknowledgement: the reply, and what resolves once
@@ -274,10 +278,7 @@ async fn write_deferred(
     {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => (Frame::error(format!("ERR {e}")), None),
-        Err(e) => (
-            Frame::error(format!("ERR {e}; it may or may not have been applied")),
-            None,
-        ),
+        Err(e) => (unsure(&e), None),
     };
     track(&mut Ctx::new(node, session, now), spec, args);
     (reply, acked)

@@ -293,10 +293,9 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
 /// (a pipeline): see [`Keyspace::warm`].
 fn warm(node: &Node, buf: &[u8], ahead: &mut Vec<std::ops::Range<usize>>) {
     ahead.clear();
-    let n = crate::frame::peek_keys(buf, 64, |k| ahead.push(k));
+    let n = crate::frame::peek_keys(buf, Keyspace::WARM_MAX, |k| ahead.push(k));
     if n > 1 {
-        let keys: Vec<&[u8]> = ahead.iter().map(|r| &buf[r.clone()]).collect();
-        node.keyspace().warm(&keys);
+        node.keyspace().warm(ahead.iter().map(|r| &buf[r.clone()]));
     }
 }
 

@@ -38,7 +38,7 @@
 //!   write is refused with the first error (reads go on, from the maps and the tree), and the
 //!   segments stay for the next open to replay.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::ops::Bound;
@@ -96,9 +96,6 @@ impl Default for WriteBehindOptions {
 // Keys are the clients' to choose, so the hasher is seeded at random (against collision
 // floods); the map's order is never seen: its keys are distinct, so any order applies the same.
 type Pending = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
-
-/// A key and its last pending value (`None`: deleted).
-type PendingWrite = (Vec<u8>, Option<Vec<u8>>);
 
 /// A [`FjallStore`] with its writes logged and applied behind (see the module doc).
 #[derive(Debug)]
@@ -261,33 +258,29 @@ impl<S: Store + 'static> WriteBehind<S> {
         iter: impl FnOnce(&'a S) -> Entries<'a>,
     ) -> Entries<'a> {
         let st = self.lock();
-        let mut over: Pending = Pending::default();
-        for (k, v) in st.applying.iter().chain(st.active.iter()) {
-            if within(k) {
-                over.insert(k.clone(), v.clone());
-            }
-        }
+        // The active writes come after the ones being applied, and replace them.
+        let over: BTreeMap<Vec<u8>, Option<Vec<u8>>> = st
+            .applying
+            .iter()
+            .chain(st.active.iter())
+            .filter(|(k, _)| within(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let tree = iter(&self.shared.tree);
         drop(st);
-        let mut over: Vec<_> = over.into_iter().collect();
-        over.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Box::new(Merge {
             tree: tree.peekable(),
             over: over.into_iter().peekable(),
         })
     }
 
-    fn lookup<T>(
-        &self,
-        key: &[u8],
-        found: impl Fn(&Option<Vec<u8>>) -> T,
-    ) -> Result<Option<T>, StoreError> {
+    /// What `found` makes of `key`'s pending write, if it has one (`None` in it: deleted).
+    fn lookup<T>(&self, key: &[u8], found: impl Fn(&Option<Vec<u8>>) -> T) -> Option<T> {
         let st = self.lock();
-        Ok(st
-            .active
+        st.active
             .get(key)
             .or_else(|| st.applying.get(key))
-            .map(found))
+            .map(found)
     }
 }
 
@@ -405,14 +398,14 @@ impl<S: Store> Shared<S> {
 
 impl<S: Store + 'static> Store for WriteBehind<S> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.lookup(key, Clone::clone)? {
+        match self.lookup(key, Clone::clone) {
             Some(v) => Ok(v),
             None => self.shared.tree.get(key),
         }
     }
 
     fn value_len(&self, key: &[u8]) -> Result<Option<usize>, StoreError> {
-        match self.lookup(key, |v| v.as_ref().map(Vec::len))? {
+        match self.lookup(key, |v| v.as_ref().map(Vec::len)) {
             Some(n) => Ok(n),
             None => self.shared.tree.value_len(key),
         }
@@ -538,7 +531,7 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
 /// The tree's entries with the pending writes laid over them, both in key order.
 struct Merge<'a> {
     tree: std::iter::Peekable<Entries<'a>>,
-    over: std::iter::Peekable<std::vec::IntoIter<PendingWrite>>,
+    over: std::iter::Peekable<std::collections::btree_map::IntoIter<Vec<u8>, Option<Vec<u8>>>>,
 }
 
 impl Iterator for Merge<'_> {

@@ -9,8 +9,9 @@
 //!   a lock (see [`FjallStore::open`]); a second opener, in this process or another, gets
 //!   [`StoreError::Locked`] naming the directory.
 //! - [`WriteBehind`]: a [`FjallStore`] (or, for tests, any store) whose writes are acknowledged
-//!   once appended to a log of its own and reach the tree once a second, coalesced (what `pliant serve --store` runs: an
-//!   LSM tree's memtable costs a pipelined write several times an append).
+//!   once appended to a log of its own and reach the tree once a second, coalesced (what
+//!   `pliant serve --store` runs: an LSM tree's memtable costs a pipelined write several times
+//!   an append).
 //! - [`MemStore`]: a `BTreeMap` behind a lock, for simulations and tests; nothing is durable.
 //! - [`FaultyStore`]: wraps any store and, on a test's command, fails the n-th write, fails
 //!   syncs, or holds an operation until the test releases it ([`Faults`]).
@@ -19,7 +20,8 @@
 //!
 //! Dependencies: `fjall` (the LSM store, pure Rust; it sets the workspace's minimum Rust,
 //! 1.90); `tempfile` (temporary stores, and the format file written by rename); `thiserror`
-//! (the typed error); `crc` (the write-behind log's record checksums); `foldhash` (its map of pending writes). The directory lock is std's `File::try_lock` (`flock`/`LockFileEx`).
+//! (the typed error); `crc` (the write-behind log's record checksums); `foldhash` (its map of
+//! pending writes). The directory lock is std's `File::try_lock` (`flock`/`LockFileEx`).
 
 mod behind;
 mod dir;
