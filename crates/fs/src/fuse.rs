@@ -466,13 +466,12 @@ impl PliantFuse {
     /// `writeback` rolls one back. The answer waits under `pliant.policy.result`.
     fn control_set(&self, verb: &str, value: &[u8]) -> Result<String, String> {
         use crate::policy::Trigger;
-        match verb {
-            "policy.evict" | "policy.writeback" => {
-                let which = if verb.ends_with("evict") {
-                    Trigger::Evict
-                } else {
-                    Trigger::Writeback
-                };
+        if verb == "policy.rollback" {
+            let which: Trigger = String::from_utf8_lossy(value).trim().parse()?;
+            return self.core.rollback_policy(which);
+        }
+        match verb.strip_prefix("policy.").map(str::parse::<Trigger>) {
+            Some(Ok(which)) => {
                 #[derive(serde::Deserialize)]
                 struct Load {
                     name: String,
@@ -488,10 +487,6 @@ impl PliantFuse {
                 });
                 let source = pliant_policy::PolicySource::functions(l.name, l.code);
                 self.core.load_policy(which, source, params)
-            }
-            "policy.rollback" => {
-                let which: Trigger = String::from_utf8_lossy(value).trim().parse()?;
-                self.core.rollback_policy(which)
             }
             _ => Err(format!("{CONTROL_PREFIX}{verb}: no such control")),
         }

@@ -329,12 +329,12 @@ pub fn load_policy(
     code: &str,
     params: Option<Vec<String>>,
 ) -> Result<String, ControlError> {
-    let verb = match which {
-        crate::policy::Trigger::Evict => "policy.evict",
-        crate::policy::Trigger::Writeback => "policy.writeback",
-    };
     let value = serde_json::json!({"name": name, "code": code, "params": params});
-    set_verb(mountpoint, verb, value.to_string().as_bytes())
+    set_verb(
+        mountpoint,
+        &format!("policy.{}", which.as_str()),
+        value.to_string().as_bytes(),
+    )
 }
 
 /// Goes back to the policy that decided `which` before the last swap.
@@ -342,11 +342,7 @@ pub fn rollback_policy(
     mountpoint: &Path,
     which: crate::policy::Trigger,
 ) -> Result<String, ControlError> {
-    let w = match which {
-        crate::policy::Trigger::Evict => "evict",
-        crate::policy::Trigger::Writeback => "writeback",
-    };
-    set_verb(mountpoint, "policy.rollback", w.as_bytes())
+    set_verb(mountpoint, "policy.rollback", which.as_str().as_bytes())
 }
 
 fn set_verb(path: &Path, v: &str, value: &[u8]) -> Result<String, ControlError> {

@@ -37,14 +37,23 @@ pub enum Trigger {
     Writeback,
 }
 
+impl Trigger {
+    /// Its name on the command line and in the mount's control verbs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Evict => "evict",
+            Self::Writeback => "writeback",
+        }
+    }
+}
+
 impl std::str::FromStr for Trigger {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "evict" => Ok(Self::Evict),
-            "writeback" => Ok(Self::Writeback),
-            _ => Err(format!("{s:?}: expected evict or writeback")),
-        }
+        [Self::Evict, Self::Writeback]
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| format!("{s:?}: expected evict or writeback"))
     }
 }
 
