@@ -48,6 +48,7 @@ if [ ! -e /dev/fuse ]; then
     exit 1
   fi
   echo "tools/test.sh: no /dev/fuse here: the pliant fs mount tests will skip" >&2
+  no_fuse=true
 fi
 
 if $all_features; then
@@ -61,6 +62,26 @@ if $all_features; then
   need etcd-server command -v etcd
 fi
 
+# A test that skips its checks (the data in ../shared missing, outside CI) appends one line to
+# this file (pliant_testdata::skip), since the test harness hides what a passing test prints.
+skips=$(mktemp "${TMPDIR:-/tmp}/pliant-skips.XXXXXX")
+trap 'rm -f "$skips"' EXIT
+export PLIANT_SKIP_LOG=$skips
+
 # PKG_CONFIG=false makes every pkg-config probe fail, so a build script that quietly links a
 # system library instead of building its vendored copy breaks here rather than on a user's machine.
-PKG_CONFIG=false cargo test --workspace --locked "$@"
+status=0
+PKG_CONFIG=false cargo test --workspace --locked "$@" || status=$?
+
+# How many tests passed without checking anything, and why; the exit status stays cargo test's.
+n=$(wc -l <"$skips")
+if [ "$n" -eq 0 ]; then
+  echo "tools/test.sh: no test skipped its checks"
+else
+  echo "tools/test.sh: $n tests skipped their checks (they passed without checking anything):"
+  sed 's/^/  /' "$skips"
+fi
+if [ -n "${no_fuse:-}" ]; then
+  echo "tools/test.sh: and the pliant fs mount tests skipped (no /dev/fuse; not counted above)"
+fi
+exit "$status"
