@@ -1,7 +1,8 @@
 //! The real ParSplice d100K WorkManager trace (`../shared/traces/parsplice/d100K/rank4.csv.gz`)
 //! through LRU at 100, 10,000 and 100,000 keys and through the two-phase policy: the exact
 //! counts of the README's table. In CI the trace must be there; elsewhere the test says it
-//! skipped.
+//! skipped. The LRU counts are also libCacheSim's on the same trace (`libcachesim.rs`); the
+//! two-phase counts have no outside reference (libCacheSim has no resizing policy).
 
 use std::path::PathBuf;
 
