@@ -19,9 +19,13 @@
 //!
 //! **Candidates.** Evaluating every server for every bucket costs `O(B·S)`. Servers are kept in an
 //! ordered set by their current `P`; only the `k` lowest (default 16) and the bucket's own
-//! server are evaluated, since `P` is convex and increasing in load, data and transfers, so the
-//! cheapest destinations are among the least penalised servers. Cost: `O(B·(k + log S))` after an
-//! `O(B log B)` sort. With `k ≥ S` the choice is exact; the tests compare both.
+//! server are evaluated. This is a heuristic on top of the greedy one, not an exact shortcut:
+//! `P` is a sum of terms in different quantities, and a server's current `P` does not order
+//! what one more bucket adds to it (a server with little load and much data has a high `P` but
+//! adds least for a bucket of high load and little data), so the cheapest destination can lie
+//! outside the `k` lowest. Cost: `O(B·(k + log S))` after an `O(B log B)` sort. With `k ≥ S` every
+//! server is evaluated; [`crate::candidates`] measures how often and by how much the two differ
+//! (`cargo bench -p pliant-scale --bench candidates`), and the tests build a case where they do.
 //!
 //! Moves are handed to the caller as they are decided, so transfers can start before planning
 //! ends.

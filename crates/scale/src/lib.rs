@@ -8,6 +8,8 @@
 //! - [`heuristic`]: the Pufferscale heuristic, streaming moves as it decides them;
 //! - [`exact`] (cargo feature `exact`): a mixed-integer model of the same problem for small
 //!   instances (the baseline), and the heuristic-versus-optimum comparison;
+//! - [`candidates`]: how often evaluating only the `k` least-penalised servers changes a plan
+//!   against evaluating every server, and by how much;
 //! - [`emulate`]: the paper's emulation at scale, every scenario and strategy in parallel, and
 //!   planning time as the cluster grows (`pliant bench scale`).
 //!
@@ -17,6 +19,7 @@
 //! comparison's instances in parallel; `rand`, `rand_distr`, `rand_pcg` for seeded emulation;
 //! `serde` and `serde_json` for cluster files and results; `thiserror`.
 
+pub mod candidates;
 pub mod emulate;
 #[cfg(feature = "exact")]
 pub mod exact;
