@@ -7,10 +7,19 @@ binary, runs `pliant demo --json` for every run the README shows, and prints eac
 markdown under the line the README puts above it. `--check` compares them cell by cell with the
 tables in README.md, so anyone can see that the README's numbers reproduce.
 
+Two more tables come from `pliant demo --only auto --no-front --auto-efficiency E` (`auto` and
+the unlimited cache it is measured against, nothing else: its row is the same as in the full run):
+`goals` ("`auto`'s goals, measured": `auto` at its default 0.96 on every run above, with when it
+armed and its window at the end) and `objectives` (how `auto` moves with its one number: E = 0.90,
+0.96 and 0.99 on the model's default run and both replays). Twelve short runs for both, about
+two and a half minutes on a 2-core machine.
+
 Run from anywhere (it works in the repository root); Python 3 standard library only:
-    python3 tools/readme_tables.py                   # print every table
-    python3 tools/readme_tables.py --only g1m-4.2h   # one run
-    python3 tools/readme_tables.py --check           # exit 1, with a diff, if README.md differs
+    python3 tools/readme_tables.py                     # print every table
+    python3 tools/readme_tables.py --only g1m-4.2h     # one run
+    python3 tools/readme_tables.py --only objectives   # the objective table alone
+    python3 tools/readme_tables.py --check             # exit 1, with a diff, if README.md differs
+    python3 tools/readme_tables.py --binary PATH       # run this build instead of building one
 
 The replays need ../shared/traces/parsplice; without it they are skipped (with a message),
 unless CI=true, when that is an error.
@@ -41,6 +50,30 @@ RUNS = {
     "d1M": (["--trace", f"{TRACES}/d1M/rank4.csv.gz"], "d1M rank4 ("),
     "d100K": (["--trace", f"{TRACES}/d100K/rank4.csv.gz"], "d100K rank4 ("),
 }
+
+
+# Tables made from several runs: name: the start of the README's line above the table.
+TABLES = {
+    "goals": "Issue 10's goals for `auto` with nothing set by hand",
+    "objectives": "How the results move with the one number `auto` is given",
+}
+# The goal table's row labels, in the README's order (every run of RUNS).
+GOAL_ROWS = {
+    "g100k-2.5h": "model, growth 100,000, 2.5 h",
+    "g100k-4.2h": "model, growth 100,000, 4.2 h",
+    "g1m-2.5h": "model, growth 1,000,000, 2.5 h",
+    "g1m-4.2h": "model, growth 1,000,000, 4.2 h",
+    "d1M": "d1M rank4 replayed",
+    "d100K": "d100K rank4 replayed",
+}
+# The objective table: its objectives (rows) and runs (columns, with their headings).
+OBJECTIVES = (0.90, 0.96, 0.99)
+OBJECTIVE_RUNS = {
+    "g100k-2.5h": "model g100K 2.5 h",
+    "d100K": "d100K replayed",
+    "d1M": "d1M replayed",
+}
+DEFAULT_EFFICIENCY = 0.96  # pliant_tier::auto::EFFICIENCY
 
 
 def replay(name):
@@ -187,11 +220,75 @@ def check(name, head, lines, readme):
     return False
 
 
-def run(name):
-    """Runs `pliant demo --json` for `name` and returns its JSON."""
-    binary = os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR", "target"), "release", "pliant")
+def auto_row(data):
+    return next(r for r in data["policies"] if r["policy"] == "auto")
+
+
+def efficiency_cell(e, objective):
+    """`auto`'s efficiency; with two decimals too where one rounds it up onto its objective."""
+    cell = f"{100 * e:.1f}%"
+    if round(100 * e, 1) >= round(100 * objective, 1) > 100 * e:
+        cell += f" ({100 * e:.2f}%)"
+    return cell
+
+
+def goals_table(results):
+    """The lines of the table of `auto`'s goals: its row of every run."""
+    lines = ["| run | efficiency | final | peak | mean | armed at | window at the end |",
+             "|---|---|---|---|---|---|---|"]
+    for name, label in GOAL_ROWS.items():
+        a = auto_row(results[name])
+        armed = f"{a['auto_armed_s']:,.0f} s" if a.get("auto_armed_s") is not None else "never"
+        window = f"{a['auto_window_s']:,.0f} s" if a.get("auto_window_s") is not None else "-"
+        lines.append(f"| {label} | {efficiency_cell(a['efficiency'], DEFAULT_EFFICIENCY)} | "
+                     f"{pct(a['memory_fraction'])} | {pct(a['peak_fraction'])} | "
+                     f"{pct(a['mean_fraction'])} | {armed} | {window} |")
+    return lines
+
+
+def objectives_table(results):
+    """The lines of the objective table; `results[(name, objective)]` is an `--only auto` run."""
+    lines = ["| objective | " + " | ".join(OBJECTIVE_RUNS.values()) + " |",
+             "|---" * (len(OBJECTIVE_RUNS) + 1) + "|"]
+    for i, objective in enumerate(OBJECTIVES):
+        cells = []
+        for j, name in enumerate(OBJECTIVE_RUNS):
+            a = auto_row(results[(name, objective)])
+            # The table's first cell says what its numbers are; the others are read by it.
+            final, mean = ("% final", "% mean") if i == j == 0 else ("%", "%")
+            cells.append(f"{100 * a['efficiency']:.1f}% at {100 * a['memory_fraction']:.2f}{final}, "
+                         f"{100 * a['mean_fraction']:.2f}{mean} (W {a['auto_window_s']:,.0f} s)")
+        lines.append(f"| {100 * objective:.0f}% | " + " | ".join(cells) + " |")
+    return lines
+
+
+def check_table(name, lines, readme):
+    """Prints whether README.md has this many-run table; True when it does."""
+    found = [(h, t) for h, t in readme.items() if h.startswith(TABLES[name])]
+    if len(found) != 1:
+        print(f"{name}: {len(found)} tables in README.md under a line starting {TABLES[name]!r}")
+        return False
+    if cells_of(found[0][1]) == cells_of(lines):
+        print(f"{name}: matches README.md")
+        return True
+    print(f"{name}: differs from README.md")
+    print("\n".join(difflib.unified_diff(found[0][1], lines, "README.md", "generated",
+                                         lineterm="", n=1)))
+    return False
+
+
+BINARY = None  # --binary, else the release build of this checkout
+
+
+def run(name, objective=None):
+    """Runs `pliant demo --json` for `name` and returns its JSON; with an objective, `auto`
+    alone (and the unlimited cache it is measured against) at that efficiency objective."""
+    binary = BINARY or os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR", "target"),
+                                    "release", "pliant")
+    extra = [] if objective is None else \
+        ["--only", "auto", "--no-front", "--auto-efficiency", f"{objective:.2f}"]
     with tempfile.TemporaryDirectory() as report:
-        cmd = [binary, "demo", *RUNS[name][0], "--json", "--report", report]
+        cmd = [binary, "demo", *RUNS[name][0], *extra, "--json", "--report", report]
         print(f"{name}: {' '.join(cmd[1:-2])} …", file=sys.stderr, flush=True)
         try:
             p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
@@ -207,8 +304,10 @@ def run(name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=RUNS, metavar="NAME",
-                    help="run only NAME, one of: " + ", ".join(RUNS))
+    ap.add_argument("--only", choices=[*RUNS, *TABLES], metavar="NAME",
+                    help="make only NAME, one of: " + ", ".join([*RUNS, *TABLES]))
+    ap.add_argument("--binary", metavar="PATH",
+                    help="the pliant binary to run (default: build this checkout's release)")
     ap.add_argument("--json-dir", metavar="DIR",
                     help="also keep each run's JSON as DIR/NAME.json")
     ap.add_argument("--check", action="store_true",
@@ -216,29 +315,55 @@ def main():
                     "exit 1 and print a diff when they differ")
     a = ap.parse_args()
 
-    names = [a.only] if a.only else list(RUNS)
-    if not os.path.isdir(os.path.join(ROOT, TRACES)) and any(map(replay, names)):
+    global BINARY
+    BINARY = a.binary
+    wanted = [a.only] if a.only else [*RUNS, *TABLES]
+    have_traces = os.path.isdir(os.path.join(ROOT, TRACES))
+    if not have_traces and (any(n in RUNS and replay(n) for n in wanted)
+                            or any(n in TABLES for n in wanted)):
         msg = f"{os.path.normpath(os.path.join(ROOT, TRACES))} is missing"
         if os.environ.get("CI") == "true":
             sys.exit(f"{msg}: the replays cannot run (CI=true)")
-        print(f"{msg}: skipping the replays", file=sys.stderr)
-        names = [n for n in names if not replay(n)]
-    if not names:
+        print(f"{msg}: skipping the replays and the tables made from them", file=sys.stderr)
+        wanted = [n for n in wanted if n in RUNS and not replay(n)]
+    if not wanted:
         return 0
-    try:
-        subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True,
-                       stdout=sys.stderr, timeout=BUILD_TIMEOUT)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        sys.exit(f"cargo build --release failed: {e}")
+    if not BINARY:
+        try:
+            subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True,
+                           stdout=sys.stderr, timeout=BUILD_TIMEOUT)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            sys.exit(f"cargo build --release failed: {e}")
 
     readme = readme_tables() if a.check else None
     ok = True
-    for name in names:
-        data = run(name)
-        if a.json_dir:
-            os.makedirs(a.json_dir, exist_ok=True)
-            with open(os.path.join(a.json_dir, f"{name}.json"), "w", encoding="utf-8") as f:
-                json.dump(data, f)
+    results = {}
+
+    def result(key):
+        if key not in results:
+            name, objective = key if isinstance(key, tuple) else (key, None)
+            results[key] = run(name, objective)
+            if a.json_dir:
+                os.makedirs(a.json_dir, exist_ok=True)
+                suffix = "" if objective is None else f"-auto-{objective:.2f}"
+                with open(os.path.join(a.json_dir, f"{name}{suffix}.json"), "w",
+                          encoding="utf-8") as f:
+                    json.dump(results[key], f)
+        return results[key]
+
+    for name in wanted:
+        if name in TABLES:
+            if name == "goals":
+                lines = goals_table({n: result((n, DEFAULT_EFFICIENCY)) for n in GOAL_ROWS})
+            else:
+                lines = objectives_table({(n, o): result((n, o))
+                                          for o in OBJECTIVES for n in OBJECTIVE_RUNS})
+            if a.check:
+                ok &= check_table(name, lines, readme)
+            else:
+                print("\n".join([f"{TABLES[name]} …", ""] + lines + [""]), flush=True)
+            continue
+        data = result(name)
         head, lines = header(name, data), table(data)
         if a.check:
             ok &= check(name, head, lines, readme)
