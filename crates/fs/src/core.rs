@@ -26,12 +26,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::backing::{self, BackingDir};
 use crate::clock::Clock;
 use crate::config::{EvictionUnit, FsConfig, FsyncMode};
 use crate::journal::{self, Header, Journal, Record};
@@ -134,6 +135,8 @@ impl State {
 
 pub(crate) struct Inner {
     pub(crate) cfg: FsConfig,
+    /// The backing directory, reached beneath its root's descriptor only (see `backing`).
+    tree: BackingDir,
     data_dir: PathBuf,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
@@ -147,6 +150,10 @@ pub(crate) struct Inner {
     progress: Condvar,
     evicting: Mutex<()>,
     stop: AtomicBool,
+    /// Background flushes asked for and done (`request_flush`), and whether one runs.
+    flush_asked: AtomicU64,
+    flush_done: AtomicU64,
+    flusher: Mutex<bool>,
     /// The eviction policy's target: cached bytes to evict down to (`policy::NONE`: none).
     pub(crate) evict_to: AtomicU64,
     /// The write-back policy's target: dirty bytes to write back down to.
@@ -266,6 +273,59 @@ pub struct HintReport {
     pub files: u64,
     /// Bytes it copied up, wrote back or dropped.
     pub bytes: u64,
+    /// Files under the path the caller may not read (`preload`, `invalidate`) or write
+    /// (`evict`, `writeback`), and directories it may not list: left alone.
+    #[serde(default)]
+    pub skipped: u64,
+}
+
+/// Who asks for a hint. The kernel checks the path a hint names; the files a hint reaches
+/// under a directory are the daemon's to check, with the same rule the kernel applies to the
+/// mount (`default_permissions`: the mode bits of owner, group and others; ACLs are not
+/// consulted, as they are not through the mount).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The user id.
+    pub uid: u32,
+    /// The primary group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// Permission bits as `access(2)` names them.
+pub mod want {
+    /// `R_OK`.
+    pub const READ: u32 = 4;
+    /// `W_OK`.
+    pub const WRITE: u32 = 2;
+    /// `X_OK`: execute a file, search a directory.
+    pub const EXEC: u32 = 1;
+}
+
+impl Caller {
+    /// Root (or the daemon itself): may read and write everything.
+    pub fn root() -> Self {
+        Self::default()
+    }
+
+    /// Whether the caller may access a file with metadata `m` for the bits of `wanted`.
+    pub fn may(&self, m: &std::fs::Metadata, wanted: u32) -> bool {
+        let mode = m.mode();
+        if self.uid == 0 {
+            // Root reads and writes anything, and searches a directory; it executes a file
+            // only if someone may.
+            return wanted & want::EXEC == 0 || m.is_dir() || mode & 0o111 != 0;
+        }
+        let bits = if self.uid == m.uid() {
+            mode >> 6
+        } else if self.gid == m.gid() || self.groups.contains(&m.gid()) {
+            mode >> 3
+        } else {
+            mode
+        } & 7;
+        bits & wanted == wanted
+    }
 }
 
 /// The cache.
@@ -355,7 +415,8 @@ impl FsCache {
                 .map_err(|_| OpenError::Locked(cfg.cache_dir.clone()))?;
         let data_dir = cfg.cache_dir.join("data");
         let journal_path = cfg.cache_dir.join(journal::FILE);
-        let recovery = recover(&cfg, &data_dir, &journal_path)?;
+        let tree = BackingDir::open_root(&cfg.backing).map_err(at(&cfg.backing))?;
+        let recovery = recover(&cfg, &tree, &data_dir, &journal_path)?;
         if data_dir.exists() {
             std::fs::remove_dir_all(&data_dir).map_err(at(&data_dir))?;
         }
@@ -370,6 +431,7 @@ impl FsCache {
         let threads = cfg.writeback_threads;
         let inner = Arc::new(Inner {
             cfg,
+            tree,
             data_dir,
             clock,
             state: Mutex::new(State {
@@ -393,6 +455,9 @@ impl FsCache {
             progress: Condvar::new(),
             evicting: Mutex::new(()),
             stop: AtomicBool::new(false),
+            flush_asked: AtomicU64::new(0),
+            flush_done: AtomicU64::new(0),
+            flusher: Mutex::new(false),
             started: Instant::now(),
             workers: Mutex::new(Vec::new()),
             evict_to: AtomicU64::new(crate::policy::NONE),
@@ -429,19 +494,19 @@ impl FsCache {
         &self.inner.cfg
     }
 
-    fn full(&self, rel: &Path) -> PathBuf {
-        self.inner.cfg.backing.join(rel)
+    fn tree(&self) -> &BackingDir {
+        &self.inner.tree
     }
 
     /// Attributes of `rel` (the root is `""`), corrected for data only the cache has.
     pub fn getattr(&self, rel: &Path) -> io::Result<Attr> {
         let Some(entry) = self.inner.entry(rel) else {
-            return Ok(Attr::from_meta(&std::fs::symlink_metadata(self.full(rel))?));
+            return Ok(Attr::from_meta(&self.tree().symlink_metadata(rel)?));
         };
         // The backing file is looked at under the file's lock: a write-back completing between
         // the two would otherwise show the backing file's old size as the file's.
         let d = lock(&entry.data);
-        let meta = std::fs::symlink_metadata(self.full(rel))?;
+        let meta = self.tree().symlink_metadata(rel)?;
         let mut attr = Attr::from_meta(&meta);
         if attr.is_file() && (d.dirty_bytes > 0 || d.seen == (attr.size, attr.mtime)) {
             attr.size = d.size;
@@ -466,15 +531,17 @@ impl FsCache {
         exclusive: bool,
         owner: Option<(u32, u32)>,
     ) -> io::Result<Handle> {
-        let full = self.full(rel);
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).mode(mode);
-        if exclusive {
-            o.create_new(true);
-        } else {
-            o.create(true);
+        let f = self.tree().open(
+            rel,
+            backing::Open {
+                create: Some(exclusive),
+                mode,
+                ..backing::Open::READ_WRITE
+            },
+        )?;
+        if !f.metadata()?.is_file() {
+            return Err(errno(nix::errno::Errno::EISDIR));
         }
-        let f = o.open(&full)?;
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
         }
@@ -588,24 +655,18 @@ impl FsCache {
         }
         match self.inner.entry(rel) {
             Some(e) => self.inner.truncate_entry(&e, size),
-            None => OpenOptions::new()
-                .write(true)
-                .open(self.full(rel))?
-                .set_len(size),
+            None => self.tree().open(rel, backing::Open::WRITE)?.set_len(size),
         }
     }
 
     /// Sets permissions.
     pub fn chmod(&self, rel: &Path, mode: u32) -> io::Result<()> {
-        std::fs::set_permissions(
-            self.full(rel),
-            std::os::unix::fs::PermissionsExt::from_mode(mode & 0o7777),
-        )
+        self.tree().chmod(rel, mode)
     }
 
     /// Sets the owner (without following a symbolic link).
     pub fn chown(&self, rel: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
-        std::os::unix::fs::lchown(self.full(rel), uid, gid)
+        self.tree().chown(rel, uid, gid)
     }
 
     /// Sets access and modification times (`None` leaves one alone); the cache remembers a
@@ -616,7 +677,6 @@ impl FsCache {
         atime: Option<SystemTime>,
         mtime: Option<SystemTime>,
     ) -> io::Result<()> {
-        let full = self.full(rel);
         let ts = |t: Option<SystemTime>| match t {
             None => nix::sys::time::TimeSpec::UTIME_OMIT,
             Some(t) => {
@@ -624,18 +684,11 @@ impl FsCache {
                 nix::sys::time::TimeSpec::new(d.as_secs() as i64, d.subsec_nanos() as i64)
             }
         };
-        nix::sys::stat::utimensat(
-            nix::fcntl::AT_FDCWD,
-            &full,
-            &ts(atime),
-            &ts(mtime),
-            nix::sys::stat::UtimensatFlags::NoFollowSymlink,
-        )
-        .map_err(errno)?;
+        self.tree().set_times(rel, &ts(atime), &ts(mtime))?;
         if let (Some(t), Some(entry)) = (mtime, self.inner.entry(rel)) {
             let mut d = lock(&entry.data);
             d.mtime = t;
-            if let Ok(m) = std::fs::metadata(&full) {
+            if let Ok(m) = self.tree().metadata(rel) {
                 d.seen = (m.size(), Attr::from_meta(&m).mtime);
             }
         }
@@ -644,63 +697,46 @@ impl FsCache {
 
     /// Makes a directory.
     pub fn mkdir(&self, rel: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
-        let full = self.full(rel);
-        std::fs::DirBuilder::new()
-            .mode(mode & 0o7777)
-            .create(&full)?;
+        self.tree().mkdir(rel, mode & 0o7777)?;
         if let Some((uid, gid)) = owner {
-            std::os::unix::fs::lchown(&full, Some(uid), Some(gid))?;
+            self.tree().chown(rel, Some(uid), Some(gid))?;
         }
         Ok(())
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, rel: &Path) -> io::Result<()> {
-        std::fs::remove_dir(self.full(rel))
+        self.tree().rmdir(rel)
     }
 
     /// Makes a symbolic link at `rel` pointing at `target`.
     pub fn symlink(&self, rel: &Path, target: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
-        let full = self.full(rel);
-        std::os::unix::fs::symlink(target, &full)?;
+        self.tree().symlink(rel, target)?;
         if let Some((uid, gid)) = owner {
-            std::os::unix::fs::lchown(&full, Some(uid), Some(gid))?;
+            self.tree().chown(rel, Some(uid), Some(gid))?;
         }
         Ok(())
     }
 
     /// Reads a symbolic link.
     pub fn readlink(&self, rel: &Path) -> io::Result<PathBuf> {
-        std::fs::read_link(self.full(rel))
+        self.tree().readlink(rel)
     }
 
     /// Lists a directory (without `.` and `..`).
     pub fn readdir(&self, rel: &Path) -> io::Result<Vec<DirEntry>> {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir(self.full(rel))? {
-            let e = e?;
-            let ft = e.file_type()?;
-            let kind = if ft.is_dir() {
-                libc_mode::S_IFDIR
-            } else if ft.is_symlink() {
-                libc_mode::S_IFLNK
-            } else if ft.is_file() {
-                libc_mode::S_IFREG
-            } else {
-                e.metadata()?.mode() & libc_mode::S_IFMT
-            };
-            out.push(DirEntry {
-                name: e.file_name(),
-                kind,
-            });
-        }
-        Ok(out)
+        Ok(self
+            .tree()
+            .read_dir(rel)?
+            .into_iter()
+            .map(|(name, kind)| DirEntry { name, kind })
+            .collect())
     }
 
     /// Removes a file; its cached data goes (dirty data included: there is nowhere to write
     /// it), or goes when its last handle closes.
     pub fn unlink(&self, rel: &Path) -> io::Result<()> {
-        std::fs::remove_file(self.full(rel))?;
+        self.tree().unlink(rel)?;
         self.inner.detach(rel);
         Ok(())
     }
@@ -715,17 +751,10 @@ impl FsCache {
         // between must not have the next mount write their data back under the old names
         // (where another file may be by then).
         self.inner.journal_moves(from, to, exchange)?;
-        let done = nix::fcntl::renameat2(
-            nix::fcntl::AT_FDCWD,
-            &self.full(from),
-            nix::fcntl::AT_FDCWD,
-            &self.full(to),
-            rflags,
-        );
-        if let Err(e) = done {
+        if let Err(e) = self.tree().rename(from, to, rflags) {
             // Nothing moved: the journal gets the old paths back.
             let _ = self.inner.journal_moves(to, from, exchange);
-            return Err(errno(e));
+            return Err(e);
         }
         self.inner.renamed(
             from,
@@ -737,39 +766,33 @@ impl FsCache {
 
     /// Reads an extended attribute of the backing path.
     pub fn getxattr(&self, rel: &Path, name: &std::ffi::OsStr) -> io::Result<Option<Vec<u8>>> {
-        xattr::get_deref(self.full(rel), name).or_else(|e| {
-            // A symbolic link's own attributes, as lgetxattr does.
-            if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
-                xattr::get(self.full(rel), name)
-            } else {
-                Err(e)
-            }
-        })
+        self.tree().getxattr(rel, name)
     }
 
     /// Sets an extended attribute of the backing path.
     pub fn setxattr(&self, rel: &Path, name: &std::ffi::OsStr, value: &[u8]) -> io::Result<()> {
-        xattr::set(self.full(rel), name, value)
+        self.tree().setxattr(rel, name, value)
     }
 
     /// Lists extended attributes of the backing path.
     pub fn listxattr(&self, rel: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        Ok(xattr::list(self.full(rel))?.collect())
+        self.tree().listxattr(rel)
     }
 
     /// Removes an extended attribute of the backing path.
     pub fn removexattr(&self, rel: &Path, name: &std::ffi::OsStr) -> io::Result<()> {
-        xattr::remove(self.full(rel), name)
+        self.tree().removexattr(rel, name)
     }
 
     /// The backing file system's numbers.
     pub fn statfs(&self) -> io::Result<nix::sys::statvfs::Statvfs> {
-        nix::sys::statvfs::statvfs(&self.inner.cfg.backing).map_err(errno)
+        self.tree().statfs()
     }
 
-    /// `pliant fs preload`: copies every extent of the files at or under `rel` into the cache.
-    pub fn preload(&self, rel: &Path) -> io::Result<HintReport> {
-        self.for_files(rel, &mut |c, p, r| {
+    /// `pliant fs preload`: copies every extent of the files at or under `rel` that `caller`
+    /// may read into the cache.
+    pub fn preload(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.for_files(rel, caller, want::READ, &mut |c, p, r| {
             let h = c.open(p)?;
             let res = c.inner.preload_entry(&h.0);
             c.release(h);
@@ -780,21 +803,22 @@ impl FsCache {
         })
     }
 
-    /// `pliant fs evict`: writes back and drops the cached data of the files at or under `rel`.
-    pub fn evict(&self, rel: &Path) -> io::Result<HintReport> {
-        self.for_cached(rel, |i, e| i.evict_extents(e, None))
+    /// `pliant fs evict`: writes back and drops the cached data of the files at or under `rel`
+    /// that `caller` may write.
+    pub fn evict(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.for_cached(rel, caller, want::WRITE, |i, e| i.evict_extents(e, None))
     }
 
-    /// `pliant fs writeback`: writes the dirty data of the files at or under `rel` back, and
-    /// syncs them in the backing directory.
-    pub fn writeback(&self, rel: &Path) -> io::Result<HintReport> {
-        self.for_cached(rel, |i, e| i.writeback_file(e, true))
+    /// `pliant fs writeback`: writes the dirty data of the files at or under `rel` that
+    /// `caller` may write back, and syncs them in the backing directory.
+    pub fn writeback(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.for_cached(rel, caller, want::WRITE, |i, e| i.writeback_file(e, true))
     }
 
-    /// `pliant fs invalidate`: drops the clean cached data of the files at or under `rel` (after
-    /// their backing copies changed); dirty data stays.
-    pub fn invalidate(&self, rel: &Path) -> io::Result<HintReport> {
-        self.for_cached(rel, |i, e| i.invalidate_entry(e))
+    /// `pliant fs invalidate`: drops the clean cached data of the files at or under `rel` that
+    /// `caller` may read (after their backing copies changed); dirty data stays.
+    pub fn invalidate(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.for_cached(rel, caller, want::READ, |i, e| i.invalidate_entry(e))
     }
 
     /// Runs `f` on the cached files at or under `rel` (files the cache holds nothing of are
@@ -802,9 +826,11 @@ impl FsCache {
     fn for_cached(
         &self,
         rel: &Path,
+        caller: &Caller,
+        wanted: u32,
         f: impl Fn(&Inner, &FileEntry) -> io::Result<u64>,
     ) -> io::Result<HintReport> {
-        self.for_files(rel, &mut |c, p, r| {
+        self.for_files(rel, caller, wanted, &mut |c, p, r| {
             if let Some(e) = c.inner.entry(p) {
                 r.bytes += f(&c.inner, &e)?;
                 r.files += 1;
@@ -813,20 +839,37 @@ impl FsCache {
         })
     }
 
+    /// Runs `f` on the regular files at or under `rel` that `caller` may access for
+    /// `wanted`, descending only into directories it may list and search. A file named
+    /// directly that it may not access is an error (`EACCES`); under a directory, it is
+    /// skipped and counted.
     fn for_files(
         &self,
         rel: &Path,
+        caller: &Caller,
+        wanted: u32,
         f: &mut dyn FnMut(&Self, &Path, &mut HintReport) -> io::Result<()>,
     ) -> io::Result<HintReport> {
         let mut report = HintReport::default();
         let mut stack = vec![rel.to_path_buf()];
         while let Some(p) = stack.pop() {
-            let meta = std::fs::symlink_metadata(self.full(&p))?;
+            let meta = self.tree().symlink_metadata(&p)?;
             if meta.is_dir() {
-                for e in std::fs::read_dir(self.full(&p))? {
-                    stack.push(p.join(e?.file_name()));
+                if !caller.may(&meta, want::READ | want::EXEC) {
+                    report.skipped += 1;
+                    continue;
+                }
+                for (name, _) in self.tree().read_dir(&p)? {
+                    stack.push(p.join(name));
                 }
             } else if meta.is_file() {
+                if !caller.may(&meta, wanted) {
+                    if p == rel {
+                        return Err(errno(nix::errno::Errno::EACCES));
+                    }
+                    report.skipped += 1;
+                    continue;
+                }
                 f(self, &p, &mut report)?;
             }
         }
@@ -837,6 +880,14 @@ impl FsCache {
     /// second; returns once nothing is dirty. Failed write-backs are retried (and logged).
     pub fn flush(&self, progress: &mut dyn FnMut(u64)) {
         self.inner.flush(progress);
+    }
+
+    /// Asks for a flush in the background and returns at once: the caller (a FUSE request
+    /// thread) must not be held for the minutes a large flush takes. Returns the flush's
+    /// number; it is done once [`FsStats::flush_done`] reaches it. Asks made while a flush
+    /// runs are served by one more flush after it, which covers what they wrote before asking.
+    pub fn request_flush(&self) -> io::Result<u64> {
+        Inner::request_flush(&self.inner)
     }
 
     /// The counters.
@@ -928,7 +979,7 @@ impl FsCache {
             }
             if dd == 0
                 && let Some(p) = &d.path
-                && let Ok(m) = std::fs::metadata(inner.cfg.backing.join(p))
+                && let Ok(m) = inner.tree.metadata(p)
             {
                 let backing = (m.size(), Attr::from_meta(&m).mtime);
                 if backing != d.seen || m.size() != d.size {
@@ -971,9 +1022,7 @@ impl FsCache {
                     .as_ref()
                     .and_then(|f| f.metadata().ok())
                     .map(|m| (m.ino(), m.size(), m.nlink()));
-                let path_ino = std::fs::metadata(self.full(rel))
-                    .ok()
-                    .map(|m| (m.ino(), m.size()));
+                let path_ino = self.tree().metadata(rel).ok().map(|m| (m.ino(), m.size()));
                 format!(
                     "fd {fd_ino:?} path {path_ino:?} id {} size {} backing_size {} seen {:?} dirty {} open {} extents {:?}",
                     e.id,
@@ -1006,7 +1055,12 @@ impl Drop for FsCache {
 }
 
 /// Writes back what the journal of an unfinished mount names; then the caller starts afresh.
-fn recover(cfg: &FsConfig, data_dir: &Path, journal_path: &Path) -> Result<Recovery, OpenError> {
+fn recover(
+    cfg: &FsConfig,
+    tree: &BackingDir,
+    data_dir: &Path,
+    journal_path: &Path,
+) -> Result<Recovery, OpenError> {
     let Some(replay) = Journal::replay(journal_path).map_err(at(journal_path))? else {
         return Ok(Recovery::default());
     };
@@ -1049,12 +1103,17 @@ fn recover(cfg: &FsConfig, data_dir: &Path, journal_path: &Path) -> Result<Recov
         };
         let dst_path = cfg.backing.join(&p.path);
         // The file may have been removed behind the cache's back; what fsync acknowledged is
-        // written anyway.
-        let dst = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&dst_path)
+        // written anyway. Beneath the tree's root only: a directory on the way that became a
+        // symbolic link since fails the mount (naming the path) rather than writing elsewhere.
+        let dst = tree
+            .open(
+                &p.path,
+                backing::Open {
+                    create: Some(false),
+                    mode: 0o600,
+                    ..backing::Open::WRITE
+                },
+            )
             .map_err(at(&dst_path))?;
         for &i in &p.extents {
             let start = i * ext;
@@ -1121,23 +1180,23 @@ impl Inner {
     }
 
     fn open_entry(&self, rel: &Path, created: Option<File>) -> io::Result<Arc<FileEntry>> {
-        let full = self.cfg.backing.join(rel);
+        let full = self.tree.display(rel);
         let existing = self.entry(rel);
         let open_backing = || -> io::Result<(File, bool)> {
-            match OpenOptions::new().read(true).write(true).open(&full) {
+            match self.tree.open(rel, backing::Open::READ_WRITE) {
                 Ok(f) => Ok((f, true)),
                 Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EACCES as i32) => {
-                    Ok((File::open(&full)?, false))
+                    Ok((self.tree.open(rel, backing::Open::READ)?, false))
                 }
                 Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EROFS as i32) => {
-                    Ok((File::open(&full)?, false))
+                    Ok((self.tree.open(rel, backing::Open::READ)?, false))
                 }
                 Err(e) => Err(e),
             }
         };
         if let Some(entry) = existing {
             let mut d = lock(&entry.data);
-            let meta = std::fs::metadata(&full)?;
+            let meta = self.tree.metadata(rel)?;
             let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
             if now_seen != d.seen {
                 if d.pinned > 0 {
@@ -1268,12 +1327,7 @@ impl Inner {
             return Ok(f.clone());
         }
         let path = d.path.as_ref().ok_or(errno(nix::errno::Errno::ENOENT))?;
-        let f = Arc::new(
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.cfg.backing.join(path))?,
-        );
+        let f = Arc::new(self.tree.open(path, backing::Open::READ_WRITE)?);
         d.backing = Some(f.clone());
         d.backing_writable = true;
         Ok(f)
@@ -1793,7 +1847,7 @@ impl Inner {
         }
         let dropped = self.drop_extents_locked(entry, &mut d, |_, x| !x.dirty)?;
         if let Some(p) = d.path.clone() {
-            let meta = std::fs::metadata(self.cfg.backing.join(p))?;
+            let meta = self.tree.metadata(&p)?;
             d.backing_size = meta.size();
             d.seen = (meta.size(), Attr::from_meta(&meta).mtime);
             if d.dirty_bytes == 0 {
@@ -2149,13 +2203,44 @@ impl Inner {
         }
     }
 
+    fn request_flush(self: &Arc<Self>) -> io::Result<u64> {
+        let mut running = lock(&self.flusher);
+        let asked = self.flush_asked.fetch_add(1, Relaxed) + 1;
+        if !*running {
+            let inner = self.clone();
+            std::thread::Builder::new()
+                .name("pliant-fs-flush".into())
+                .spawn(move || {
+                    loop {
+                        let target = inner.flush_asked.load(Relaxed);
+                        if inner.stop.load(Relaxed) {
+                            break;
+                        }
+                        inner.flush(&mut |_| {});
+                        if !inner.stop.load(Relaxed) {
+                            inner.flush_done.fetch_max(target, Relaxed);
+                        }
+                        let mut running = lock(&inner.flusher);
+                        if inner.flush_done.load(Relaxed) >= inner.flush_asked.load(Relaxed) {
+                            *running = false;
+                            return;
+                        }
+                    }
+                    *lock(&inner.flusher) = false;
+                })?;
+            *running = true;
+        }
+        Ok(asked)
+    }
+
     fn flush(&self, progress: &mut dyn FnMut(u64)) {
         lock(&self.state).flushing += 1;
         self.work.notify_all();
         loop {
             let dirty = self.dirty.load(Relaxed);
             progress(dirty);
-            if dirty == 0 {
+            // Stopped: no write-back thread is left to bring it down.
+            if dirty == 0 || self.stop.load(Relaxed) {
                 break;
             }
             let s = lock(&self.state);
@@ -2164,7 +2249,7 @@ impl Inner {
         // Written back means durable in the backing file system, not in its page cache: after
         // an unmount the job's data must survive the node. Before the journal's `Clean`
         // records become durable, not after.
-        if let Ok(dir) = File::open(&self.cfg.backing)
+        if let Ok(dir) = self.tree.open_dir(Path::new(""))
             && let Err(e) = nix::unistd::syncfs(&dir)
         {
             tracing::error!(error = %e, "syncing the backing file system");
@@ -2219,6 +2304,8 @@ impl Inner {
             evict_policy: names.0,
             writeback_policy: names.1,
             policy_errors: c.policy_errors.load(Relaxed),
+            flush_asked: self.flush_asked.load(Relaxed),
+            flush_done: self.flush_done.load(Relaxed),
         }
     }
 }

@@ -3,13 +3,23 @@
 //! `pliant fs` reaches the mount through.
 //!
 //! ## Control through extended attributes
-//! `getxattr(PATH, "pliant.<verb>")` on any path inside the mount runs a verb and returns JSON:
-//! `stats` (on any path: the mount's [`FsStats`]), `preload`, `evict`, `writeback`,
-//! `invalidate` (on the files at or under PATH: a [`HintReport`]), `flush` (write everything
-//! back) and `discard` (drop dirty data at unmount). It is a read: whoever may read a path may
-//! hint about it, and no one needs a socket or a pid file. A `getxattr` asking only for the size
-//! runs the verb and keeps the answer for the same process's next call, so the usual two-call
-//! pattern runs a verb once. The names never reach the backing directory and are not listed.
+//! No one needs a socket or a pid file: the verbs are extended attribute names under
+//! `pliant.`, which never reach the backing directory and are not listed. Each verb has a rule
+//! by whom it affects (docs/security.md):
+//!
+//! - `getxattr(PATH, "pliant.<verb>")`, a read, for verbs that touch only what the caller may
+//!   touch: `stats` (the mount's [`FsStats`]), `preload` and `invalidate` (of clean copies) on
+//!   the files at or under PATH that the caller may read, `evict` and `writeback` on those it
+//!   may write (a [`HintReport`]; the kernel checks PATH itself, the core each file under it).
+//! - `setxattr(MOUNT, "pliant.<verb>", VALUE)`, for verbs that change the mount for every
+//!   user, its owner's or root's only (`EPERM` otherwise): `flush` (start writing everything
+//!   back, in the background: a FUSE request thread is not held for it), `discard` (drop dirty
+//!   data at the unmount), `policy.*` (swap or roll back a policy). The answer waits for the
+//!   same process under `getxattr("pliant.result")`.
+//!
+//! A `getxattr` asking only for the size runs the verb and keeps the answer for the same
+//! process's next call (a bounded number of them), so the usual two-call pattern runs a verb
+//! once.
 //!
 //! ## Security
 //! The kernel checks permissions (`default_permissions`) against the backing directory's modes
@@ -38,6 +48,56 @@ use crate::core::{Attr, FsCache, Handle, libc_mode, lock};
 
 /// The attribute names `pliant fs` uses.
 pub const CONTROL_PREFIX: &str = "pliant.";
+
+/// Answers kept for a later call of the same process (size probes, `setxattr` results). Any
+/// user who may read a file can ask, so they are bounded: past this, the oldest go (a process
+/// that lost its answer asks again).
+const KEPT_ANSWERS: usize = 256;
+
+/// A map that keeps its `cap` newest insertions.
+#[derive(Debug)]
+struct Bounded<K, V> {
+    map: HashMap<K, V>,
+    order: std::collections::VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
+    fn new(cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: std::collections::VecDeque::new(),
+            cap,
+        }
+    }
+
+    fn insert(&mut self, k: K, v: V) {
+        if self.map.insert(k.clone(), v).is_none() {
+            self.order.push_back(k);
+        }
+        while self.map.len() > self.cap {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.map.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn remove(&mut self, k: &K) -> Option<V> {
+        let v = self.map.remove(k)?;
+        if let Some(i) = self.order.iter().position(|o| o == k) {
+            self.order.remove(i);
+        }
+        Some(v)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 /// How long the kernel may trust attributes and names. Short: the backing directory can change
 /// behind the cache's back, and revalidation on open is only as good as the attributes it sees.
@@ -242,11 +302,11 @@ pub struct PliantFuse {
     access: Access,
     traversal: Mutex<HashMap<(u32, u32), bool>>,
     /// Answers of control verbs asked for their size first, by (pid, inode, name).
-    pending: Mutex<HashMap<(u32, u64, OsString), Vec<u8>>>,
-    /// Set by the `discard` verb: the unmount drops dirty data.
+    pending: Mutex<Bounded<(u32, u64, OsString), Vec<u8>>>,
+    /// Set by the owner's `discard` verb: the unmount drops dirty data.
     pub discard: Arc<AtomicBool>,
-    /// Answers of policy swaps, by the asking process.
-    results: Mutex<HashMap<u32, (bool, String)>>,
+    /// Answers of the owner's `setxattr` verbs, by the asking process.
+    results: Mutex<Bounded<u32, (bool, String)>>,
     /// Directory listings of open directories, by handle.
     listings: Mutex<HashMap<u64, Listing>>,
     /// Asked for: use kernel passthrough for reads of fully cached files.
@@ -317,9 +377,9 @@ impl PliantFuse {
             next_fh: AtomicU64::new(1),
             access,
             traversal: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Bounded::new(KEPT_ANSWERS)),
             discard: Arc::new(AtomicBool::new(false)),
-            results: Mutex::new(HashMap::new()),
+            results: Mutex::new(Bounded::new(KEPT_ANSWERS)),
             listings: Mutex::new(HashMap::new()),
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
@@ -461,11 +521,27 @@ impl PliantFuse {
         Ok(all)
     }
 
-    /// `setxattr(MOUNT, "pliant.policy.evict"|"pliant.policy.writeback", {"name", "code",
-    /// "params": ["k=v", …]})` swaps a policy; `"pliant.policy.rollback"` with `evict` or
-    /// `writeback` rolls one back. The answer waits under `pliant.policy.result`.
+    /// The owner's verbs. `setxattr(MOUNT, "pliant.policy.evict"|"pliant.policy.writeback",
+    /// {"name", "code", "params": ["k=v", …]})` swaps a policy; `"pliant.policy.rollback"`
+    /// with `evict` or `writeback` rolls one back; `"pliant.flush"` starts a flush (the answer
+    /// names its number, done once `stats` shows `flush_done` there); `"pliant.discard"` has
+    /// the unmount drop dirty data. The answer waits under `pliant.result`.
     fn control_set(&self, verb: &str, value: &[u8]) -> Result<String, String> {
         use crate::policy::Trigger;
+        match verb {
+            "flush" => {
+                return self
+                    .core
+                    .request_flush()
+                    .map(|n| format!("flush {n} started"))
+                    .map_err(|e| format!("starting a flush: {e}"));
+            }
+            "discard" => {
+                self.discard.store(true, Relaxed);
+                return Ok("dirty data is dropped at the unmount".into());
+            }
+            _ => {}
+        }
         if verb == "policy.rollback" {
             let which: Trigger = String::from_utf8_lossy(value).trim().parse()?;
             return self.core.rollback_policy(which);
@@ -492,28 +568,34 @@ impl PliantFuse {
         }
     }
 
-    fn control(&self, path: &Path, verb: &str, pid: u32) -> Result<Vec<u8>, Errno> {
+    /// The verbs of `getxattr`: none changes anything the caller could not change itself.
+    fn control(&self, path: &Path, verb: &str, req: &Request) -> Result<Vec<u8>, Errno> {
         let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|_| Errno::EIO);
+        let caller = || crate::core::Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+            groups: groups_of(req.pid()),
+        };
+        let pid = req.pid();
         match verb {
             "stats" => json(serde_json::to_vec(&self.core.stats())),
-            "preload" => json(serde_json::to_vec(&self.core.preload(path).map_err(err)?)),
-            "evict" => json(serde_json::to_vec(&self.core.evict(path).map_err(err)?)),
-            "writeback" => json(serde_json::to_vec(&self.core.writeback(path).map_err(err)?)),
-            "invalidate" => json(serde_json::to_vec(
-                &self.core.invalidate(path).map_err(err)?,
+            "preload" => json(serde_json::to_vec(
+                &self.core.preload(path, &caller()).map_err(err)?,
             )),
-            "flush" => {
-                self.core.flush(&mut |_| {});
-                json(serde_json::to_vec(&self.core.stats()))
-            }
-            "discard" => {
-                self.discard.store(true, Relaxed);
-                Ok(b"{\"discard\":true}".to_vec())
-            }
-            "policy.result" => {
+            "evict" => json(serde_json::to_vec(
+                &self.core.evict(path, &caller()).map_err(err)?,
+            )),
+            "writeback" => json(serde_json::to_vec(
+                &self.core.writeback(path, &caller()).map_err(err)?,
+            )),
+            "invalidate" => json(serde_json::to_vec(
+                &self.core.invalidate(path, &caller()).map_err(err)?,
+            )),
+            // `policy.result`: the name before the answer covered every owner's verb.
+            "result" | "policy.result" => {
                 let (ok, message) = lock(&self.results)
                     .remove(&pid)
-                    .unwrap_or((false, "no policy change asked by this process".into()));
+                    .unwrap_or((false, "nothing was asked by this process".into()));
                 json(serde_json::to_vec(
                     &serde_json::json!({"ok": ok, "message": message}),
                 ))
@@ -949,7 +1031,7 @@ impl Filesystem for PliantFuse {
         reply: ReplyEmpty,
     ) {
         if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
-            // Swapping a policy changes the mount for everyone: its owner's (or root's) call.
+            // These verbs change the mount for everyone: its owner's (or root's) call.
             if req.uid() != 0 && req.uid() != self.access.owner {
                 return reply.error(Errno::EPERM);
             }
@@ -984,7 +1066,7 @@ impl Filesystem for PliantFuse {
                 {
                     return Ok(v);
                 }
-                let v = self.control(&p, &String::from_utf8_lossy(verb), req.pid())?;
+                let v = self.control(&p, &String::from_utf8_lossy(verb), req)?;
                 if size == 0 {
                     lock(&self.pending).insert(key, v.clone());
                 }
@@ -1093,5 +1175,25 @@ impl Filesystem for PliantFuse {
             }
             Err(e) => reply.error(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bounded;
+
+    #[test]
+    fn kept_answers_are_bounded_and_the_oldest_go_first() {
+        let mut b = Bounded::new(3);
+        for i in 0..10u32 {
+            b.insert(i, i * 10);
+        }
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.remove(&6), None);
+        assert_eq!(b.remove(&9), Some(90));
+        b.insert(7, 1);
+        b.insert(10, 100);
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.remove(&7), Some(1), "a key set again keeps its place");
     }
 }

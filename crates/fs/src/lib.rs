@@ -17,6 +17,7 @@
 //! `pliant-policy` (the Lua policies that decide when to evict and write back), `pliant-cache`
 //! (sizes as users write them).
 
+mod backing;
 pub mod clock;
 pub mod config;
 pub mod core;
@@ -32,7 +33,7 @@ mod window;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{EvictionUnit, FsConfig, FsyncMode};
-pub use crate::core::{Attr, DirEntry, FsCache, Handle, HintReport, OpenError, Recovery};
+pub use crate::core::{Attr, Caller, DirEntry, FsCache, Handle, HintReport, OpenError, Recovery};
 pub use crate::mount::{Hint, MountOptions, MountReport, UnmountReport};
 pub use crate::policy::{Policies, Trigger};
 pub use crate::stats::FsStats;

@@ -28,6 +28,22 @@ pub struct MountOptions {
     pub passthrough: bool,
     /// Serve the counters in Prometheus's text format on this address.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Allow `metrics` on an address other than loopback: the endpoint has no authentication.
+    pub unsafe_no_auth: bool,
+}
+
+impl MountOptions {
+    /// Checks what can be checked before anything starts (the CLI calls it before it spawns
+    /// the daemon, so the error reaches the user rather than the daemon's log).
+    pub fn check(&self) -> Result<(), MountError> {
+        if let Some(addr) = self.metrics
+            && !addr.ip().is_loopback()
+            && !self.unsafe_no_auth
+        {
+            return Err(MountError::MetricsNotLoopback(addr));
+        }
+        Ok(())
+    }
 }
 
 /// Why a mount failed or ended badly.
@@ -40,6 +56,11 @@ pub enum MountError {
     /// The mount point is not a directory.
     #[error("mount point {0}: not a directory")]
     Mountpoint(PathBuf),
+    /// `--metrics` on a non-loopback address without `--unsafe-no-auth`.
+    #[error(
+        "--metrics {0}: refusing to serve the mount's counters off this machine: the endpoint has no authentication (file names are not in it, but its sizes and rates are). Bind 127.0.0.1, or pass --unsafe-no-auth if a firewall already keeps everyone else out"
+    )]
+    MetricsNotLoopback(std::net::SocketAddr),
     /// `--allow-other` by an ordinary user.
     #[error("--allow-other: only root may let other users into a mount it serves")]
     AllowOther,
@@ -82,6 +103,7 @@ pub fn run_foreground(
     ready: impl FnOnce(&Recovery),
 ) -> Result<MountReport, MountError> {
     use nix::sys::signal::{SigSet, Signal};
+    opts.check()?;
     if !opts.mountpoint.is_dir() {
         return Err(MountError::Mountpoint(opts.mountpoint.clone()));
     }
@@ -357,15 +379,15 @@ fn set_verb(path: &Path, v: &str, value: &[u8]) -> Result<String, ControlError> 
             return Err(ControlError::Failed {
                 path: path.to_path_buf(),
                 verb: v.into(),
-                source: std::io::Error::other(
-                    "only the mount's owner or root may change its policies",
-                ),
+                source: std::io::Error::other(format!(
+                    "only the mount's owner or root may use {CONTROL_PREFIX}{v}: it changes the mount for every user"
+                )),
             });
         }
         Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTSUP as i32) => {
             return Err(ControlError::NotPliant(path.to_path_buf()));
         }
-        // EINVAL: the daemon refused; its reason waits under `policy.result`.
+        // EINVAL: the daemon refused; its reason waits under `result`.
         Err(e) if e.raw_os_error() != Some(nix::errno::Errno::EINVAL as i32) => {
             return Err(ControlError::Failed {
                 path: path.to_path_buf(),
@@ -375,7 +397,7 @@ fn set_verb(path: &Path, v: &str, value: &[u8]) -> Result<String, ControlError> 
         }
         _ => {}
     }
-    let a: Answer = json(path, v, &verb(path, "policy.result")?)?;
+    let a: Answer = json(path, v, &verb(path, "result")?)?;
     if a.ok {
         Ok(a.message)
     } else {
@@ -436,25 +458,25 @@ pub fn unmount(
     let before = stats(mountpoint)?;
     let start = Instant::now();
     if discard {
-        verb(mountpoint, "discard")?;
+        set_verb(mountpoint, "discard", b"")?;
     } else {
-        let mp = mountpoint.to_path_buf();
-        let flusher = std::thread::spawn(move || verb(&mp, "flush"));
-        // Checked every 10 ms (the flush time is reported), progress every 200 ms.
+        set_verb(mountpoint, "flush", b"")?;
+        // Read after the ask: a number at least ours (asks only grow).
+        let asked = stats(mountpoint)?.flush_asked;
+        // Checked every 10 ms (the flush time is reported), progress every 200 ms. A daemon
+        // that dies ends the wait with the error of the next `stats`.
         let mut n = 0u32;
-        while !flusher.is_finished() {
-            if n.is_multiple_of(20)
-                && let Ok(s) = stats(mountpoint)
-            {
+        loop {
+            let s = stats(mountpoint)?;
+            if s.flush_done >= asked {
+                break;
+            }
+            if n.is_multiple_of(20) {
                 progress(s.dirty_bytes, before.dirty_bytes);
             }
             n += 1;
             std::thread::sleep(Duration::from_millis(10));
         }
-        flusher.join().map_err(|_| ControlError::Unmount {
-            path: mountpoint.to_path_buf(),
-            message: "the flush thread panicked".into(),
-        })??;
         progress(0, before.dirty_bytes);
     }
     let flush_secs = start.elapsed().as_secs_f64();

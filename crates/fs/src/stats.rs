@@ -85,4 +85,10 @@ pub struct FsStats {
     pub writeback_policy: String,
     /// Decisions a policy failed to make (its last targets stood).
     pub policy_errors: u64,
+    /// Background flushes asked for (`pliant fs unmount`, through the owner's `pliant.flush`).
+    #[serde(default)]
+    pub flush_asked: u64,
+    /// The last of them done: everything dirty when it was asked is in the backing directory.
+    #[serde(default)]
+    pub flush_done: u64,
 }

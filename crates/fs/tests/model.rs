@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pliant_fs::{EvictionUnit, FsCache, FsConfig, FsyncMode, Handle, SystemClock};
+use pliant_fs::{Caller, EvictionUnit, FsCache, FsConfig, FsyncMode, Handle, SystemClock};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 
@@ -206,12 +206,14 @@ impl World {
             }
             Op::Evict(f) => {
                 if self.model.contains_key(&f) {
-                    self.fs().evict(&path(f)).expect("evict");
+                    self.fs().evict(&path(f), &Caller::root()).expect("evict");
                 }
             }
             Op::Writeback(f) => {
                 if self.model.contains_key(&f) {
-                    self.fs().writeback(&path(f)).expect("writeback");
+                    self.fs()
+                        .writeback(&path(f), &Caller::root())
+                        .expect("writeback");
                 }
             }
             Op::Remount => {

@@ -844,3 +844,243 @@ fn a_policy_swapped_on_a_running_mount_decides_at_once() {
     assert_eq!(m.stats()["writeback_policy"], "fs-writeback-watermarks");
     m.unmount();
 }
+
+/// Runs python3 `code` as `uid` (primary group the same, no other groups): what another user
+/// of an `--allow-other` mount can do. The system's python3: a per-user one (pyenv under
+/// /root) is out of another user's reach.
+fn python_as(uid: u32, code: &str) -> std::process::Output {
+    assert!(
+        Path::new("/usr/bin/python3").exists(),
+        "/usr/bin/python3 is needed (package python3)"
+    );
+    Command::new("setpriv")
+        .args([
+            format!("--reuid={uid}"),
+            format!("--regid={uid}"),
+            "--clear-groups".into(),
+        ])
+        .args(["/usr/bin/python3", "-c", code])
+        .output()
+        .expect("setpriv python3")
+}
+
+/// A reader could once arm the sticky discard with one `getxattr` and have the next stop of
+/// the daemon (SIGTERM from an epilog, `umount`) drop every user's unwritten data. Now the
+/// verbs that change the mount for everyone are the owner's `setxattr`s, and the hints check
+/// each file against the caller.
+#[test]
+fn a_reader_cannot_arm_discard_and_sigterm_keeps_the_owners_data() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: the two-user test runs as root"
+        );
+        eprintln!("skipped: needs root to mount with --allow-other and switch users");
+        return;
+    }
+    let Some(mut m) = mount_with(&["--capacity", "64MiB", "--allow-other"]) else {
+        return;
+    };
+    let bob = 60_002u32;
+    for p in [m.dir.path(), m.backing.as_path()] {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // A directory of bob's own, where the kernel lets him set attributes: the daemon must
+    // refuse the owner's verbs there itself.
+    fs::create_dir(m.backing.join("bobs")).expect("mkdir");
+    std::os::unix::fs::chown(m.backing.join("bobs"), Some(bob), Some(bob)).expect("chown");
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(m.at("data"), &data).expect("write");
+    assert!(m.stats()["dirty_bytes"].as_u64().expect("dirty") > 0);
+    let mnt = m.mnt.to_str().expect("utf-8").to_string();
+    let script = format!(
+        r#"
+import errno, json, os
+def get(p, v):
+    try:
+        return json.loads(os.getxattr(p, "pliant." + v))
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def put(p, v):
+    try:
+        os.setxattr(p, "pliant." + v, b"")
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+m = "{mnt}"
+print(json.dumps({{
+    "get_discard": get(m + "/data", "discard"),
+    "get_flush": get(m + "/data", "flush"),
+    "set_discard": put(m + "/bobs", "discard"),
+    "set_flush": put(m + "/bobs", "flush"),
+    "evict": get(m + "/data", "evict"),
+    "writeback": get(m + "/data", "writeback"),
+    "evict_dir": get(m, "evict"),
+    "preload": get(m + "/data", "preload"),
+}}))
+"#
+    );
+    let out = python_as(bob, &script);
+    let tried: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(tried["get_discard"], "ENODATA", "{tried}");
+    assert_eq!(tried["get_flush"], "ENODATA", "{tried}");
+    assert_eq!(tried["set_discard"], "EPERM", "{tried}");
+    assert_eq!(tried["set_flush"], "EPERM", "{tried}");
+    assert_eq!(tried["evict"], "EACCES", "{tried}");
+    assert_eq!(tried["writeback"], "EACCES", "{tried}");
+    assert_eq!(tried["evict_dir"]["files"], 0, "{tried}");
+    assert!(tried["evict_dir"]["skipped"].as_u64() >= Some(1), "{tried}");
+    // A reader may preload what it may read.
+    assert_eq!(tried["preload"]["files"], 1, "{tried}");
+    assert_eq!(m.stats()["flush_asked"], 0, "bob started a flush");
+    assert!(m.stats()["dirty_bytes"].as_u64().expect("dirty") > 0);
+    // The daemon stopped as an epilog or init system would: the owner's data reaches the
+    // backing directory.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(m.pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.pid as i32), None).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon outlived SIGTERM by 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    m.done = true;
+    assert!(
+        fs::read(m.backing.join("data")).expect("backing copy") == data,
+        "the owner's unwritten data was dropped"
+    );
+}
+
+/// `flush` writes back for as long as the backing store needs: a FUSE request thread must not
+/// be held for it. Over a backing store that takes seconds, the owner's ask returns while the
+/// data is still dirty, the mount keeps serving, and the flush ends by itself.
+#[test]
+fn a_flush_returns_at_once_and_holds_no_request_thread() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let (slow_dir, slow_mnt) = (top.path().join("slow-dir"), top.path().join("slow-mnt"));
+    fs::create_dir(&slow_dir).expect("mkdir");
+    fs::create_dir(&slow_mnt).expect("mkdir");
+    // 4 MiB at 1 MB/s: seconds of write-back, whatever the machine's load.
+    let mut slow = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(["bench", "slow-fs"])
+        .arg(&slow_dir)
+        .arg(&slow_mnt)
+        .args(["--stream-rate", "1MB", "--threads", "4"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("slow-fs");
+    let slow_pid = nix::unistd::Pid::from_raw(slow.id() as i32);
+    let stop_slow = |slow: &mut std::process::Child| {
+        let _ = nix::mount::umount2(&slow_mnt, nix::mount::MntFlags::MNT_DETACH);
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&slow_mnt)
+            .output();
+        let _ = nix::sys::signal::kill(slow_pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = slow.wait();
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fs::read_to_string("/proc/self/mountinfo")
+        .map(|m| !m.contains(slow_mnt.to_str().expect("utf-8")))
+        .unwrap_or(true)
+    {
+        if std::time::Instant::now() > deadline {
+            stop_slow(&mut slow);
+            panic!("slow-fs did not mount within 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mnt = top.path().join("mnt");
+    fs::create_dir(&mnt).expect("mkdir");
+    let cache = top.path().join("cache");
+    let p = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let mounted = pliant(
+        &[
+            "fs",
+            "mount",
+            &p(&slow_mnt),
+            &p(&mnt),
+            "--cache-dir",
+            &p(&cache),
+            "--capacity",
+            "64MiB",
+        ],
+        top.path(),
+    );
+    if !mounted.status.success() {
+        stop_slow(&mut slow);
+        panic!("mount: {}", String::from_utf8_lossy(&mounted.stderr));
+    }
+    let stat = || json(&pliant(&["fs", "stat", &p(&mnt), "--json"], top.path()));
+    let data = vec![9u8; 4 << 20];
+    fs::write(mnt.join("big"), &data).expect("write");
+    let asked = xattr::set(&mnt, "pliant.flush", b"");
+    let after = stat();
+    let served = fs::metadata(mnt.join("big")).map(|m| m.len());
+    // Ends by itself (bounded: 4 MiB at 1 MB/s, with room for a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut done = after.clone();
+    while done["flush_done"].as_u64() < after["flush_asked"].as_u64()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        done = stat();
+    }
+    let unmounted = pliant(&["fs", "unmount", &p(&mnt)], top.path());
+    stop_slow(&mut slow);
+    asked.expect("the owner's flush");
+    assert_eq!(after["flush_asked"], 1, "{after}");
+    assert_eq!(
+        after["flush_done"], 0,
+        "the ask waited for the flush: {after}"
+    );
+    assert!(after["dirty_bytes"].as_u64() > Some(0), "{after}");
+    assert_eq!(served.expect("stat during the flush"), 4 << 20);
+    assert_eq!(done["flush_done"], 1, "the flush did not end: {done}");
+    assert_eq!(done["dirty_bytes"], 0, "{done}");
+    ok(&unmounted);
+    assert!(fs::read(slow_dir.join("big")).expect("backing copy") == data);
+}
+
+#[test]
+fn metrics_off_loopback_are_refused_without_unsafe_no_auth() {
+    let top = tempfile::tempdir().expect("tempdir");
+    for d in ["b", "m"] {
+        fs::create_dir(top.path().join(d)).expect("mkdir");
+    }
+    let e = err(&pliant(
+        &[
+            "fs",
+            "mount",
+            "b",
+            "m",
+            "--cache-dir",
+            "c",
+            "--capacity",
+            "8MiB",
+            "--metrics",
+            "0.0.0.0:0",
+        ],
+        top.path(),
+    ));
+    assert!(e.contains("--unsafe-no-auth"), "{e}");
+    assert!(e.contains("0.0.0.0:0"), "{e}");
+    assert!(
+        !top.path().join("c").exists(),
+        "refused after creating the cache directory"
+    );
+}

@@ -189,10 +189,14 @@ pub struct MountArgs {
     /// writes always go through the daemon, which tracks what is dirty.
     #[arg(long)]
     no_passthrough: bool,
-    /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`; bind a loopback address
-    /// unless the network is trusted).
+    /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
+    /// authentication: an address other than loopback needs --unsafe-no-auth.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// Let --metrics listen on an address other than loopback (a firewall must keep everyone
+    /// else out).
+    #[arg(long)]
+    unsafe_no_auth: bool,
     /// Stay in the foreground (the daemon itself); Ctrl-C or SIGTERM unmounts after writing back.
     #[arg(long)]
     foreground: bool,
@@ -312,15 +316,17 @@ fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
 
 fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(a)?;
+    let opts = MountOptions {
+        cache: cfg,
+        mountpoint: a.mountpoint.clone(),
+        allow_other: a.allow_other,
+        fuse_threads: a.fuse_threads,
+        passthrough: !a.no_passthrough,
+        metrics: a.metrics,
+        unsafe_no_auth: a.unsafe_no_auth,
+    };
+    opts.check()?;
     if a.foreground {
-        let opts = MountOptions {
-            cache: cfg,
-            mountpoint: a.mountpoint.clone(),
-            allow_other: a.allow_other,
-            fuse_threads: a.fuse_threads,
-            passthrough: !a.no_passthrough,
-            metrics: a.metrics,
-        };
         let report = pliant_fs::mount::run_foreground(&opts, |rec| {
             if rec.files > 0 {
                 eprintln!(
@@ -471,7 +477,9 @@ fn hint(a: &HintArgs, kind: Hint) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
     for p in &a.paths {
         let r = pliant_fs::mount::hint(p, kind)?;
-        reports.push(serde_json::json!({"path": p, "files": r.files, "bytes": r.bytes}));
+        reports.push(
+            serde_json::json!({"path": p, "files": r.files, "bytes": r.bytes, "skipped": r.skipped}),
+        );
         if !a.json.json {
             let verb = match kind {
                 Hint::Preload => "copied up",
@@ -485,6 +493,16 @@ fn hint(a: &HintArgs, kind: Hint) -> anyhow::Result<ExitCode> {
                 r.files,
                 human(r.bytes)
             );
+            if r.skipped > 0 {
+                let may = match kind {
+                    Hint::Preload | Hint::Invalidate => "read",
+                    Hint::Evict | Hint::Writeback => "write",
+                };
+                println!(
+                    "  {} files or directories left alone: you may not {may} them",
+                    r.skipped
+                );
+            }
         }
     }
     if a.json.json {
