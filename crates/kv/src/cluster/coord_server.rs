@@ -145,10 +145,15 @@ async fn connection(
             .unwrap_or_default();
         let frame = match (name.as_slice(), authenticated) {
             (b"AUTH", _) => {
-                let given = args.last().map(|p| p.as_ref());
-                let ok = args.len() >= 2
-                    && args.len() <= 3
-                    && password.is_some_and(|p| given == Some(p.as_bytes()));
+                let ok = match (password, &args[1..]) {
+                    (Some(p), [given]) => crate::node::same_password(p, given),
+                    (Some(p), [user, given]) => {
+                        // The password is compared whatever the user: the time says nothing.
+                        let pass_ok = crate::node::same_password(p, given);
+                        pass_ok & (user.as_ref() == b"default")
+                    }
+                    _ => false,
+                };
                 authenticated |= ok;
                 match (password, ok) {
                     (None, _) => {
@@ -352,6 +357,71 @@ mod tests {
             id: format!("{i:040x}"),
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
         }
+    }
+
+    /// A store with `password` served on a free loopback port: its address, and what stops it.
+    async fn start(
+        password: &str,
+    ) -> (std::net::SocketAddr, impl std::future::Future<Output = ()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(
+            listener,
+            Arc::new(Embedded::new()),
+            Some(password.into()),
+            None,
+            stop_rx,
+        ));
+        let stop = async move {
+            let _ = stop_tx.send(true);
+            server.await.expect("server");
+        };
+        (addr, stop)
+    }
+
+    /// Sends `bytes`, half-closes, and returns all that comes back until the close (at most
+    /// 10 s). A server that closes early cuts the sending short, and may reset the connection:
+    /// what it said before still counts.
+    async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> String {
+        let talk = async {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            if s.write_all(bytes).await.is_ok() {
+                let _ = s.shutdown().await;
+            }
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out).await;
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        tokio::time::timeout(Duration::from_secs(10), talk)
+            .await
+            .expect("an answer and a close within 10 s")
+    }
+
+    /// AUTH takes the password alone or with the user `default`, compared by the node's
+    /// constant-time compare ([`crate::node::same_password`]): a prefix, an extension or
+    /// another user is refused.
+    #[tokio::test]
+    async fn the_coordination_store_takes_exactly_its_password() {
+        let (addr, stop) = start("s3cret").await;
+        let welcome = "+OK\r\n+PONG\r\n";
+        let refused = "-WRONGPASS invalid username-password pair or user is disabled.\r\n-NOAUTH Authentication required.\r\n";
+        for (auth, reply) in [
+            ("AUTH s3cret", welcome),
+            ("AUTH default s3cret", welcome),
+            ("AUTH admin s3cret", refused),
+            ("AUTH s3cre", refused),
+            ("AUTH s3cret!", refused),
+            ("AUTH \"\"", refused),
+            ("AUTH S3CRET", refused),
+        ] {
+            assert_eq!(
+                exchange(addr, format!("{auth}\r\nPING\r\n").as_bytes()).await,
+                reply,
+                "{auth}"
+            );
+        }
+        stop.await;
     }
 
     #[tokio::test]
