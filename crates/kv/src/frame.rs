@@ -40,7 +40,24 @@ pub struct Limits {
     /// Longest line, bytes: an inline command, a simple string, or a length header (Redis's
     /// `PROTO_INLINE_MAX_SIZE`, 64 KiB).
     pub max_inline: usize,
+    /// Whether the client has yet to give a password the server wants. A request array may then
+    /// claim at most [`UNAUTHENTICATED_MAX_ARGS`] arguments of at most
+    /// [`UNAUTHENTICATED_MAX_BULK`] bytes each ("unauthenticated multibulk length",
+    /// "unauthenticated bulk length"), as in Redis since 6.2.6 (CVE-2021-32675): otherwise a
+    /// client that never authenticates could make the server hold `max_bulk` bytes per
+    /// connection while they arrive, since authentication is checked only once a request is
+    /// whole. The claim is refused as soon as its header line is in, before any of its data.
+    /// Requests only: replies come from servers the caller chose, and an inline request is
+    /// bounded by `max_inline` already.
+    pub unauthenticated: bool,
 }
+
+/// Most arguments of a request before the client has authenticated (Redis's bound).
+pub const UNAUTHENTICATED_MAX_ARGS: usize = 10;
+
+/// Longest argument of a request before the client has authenticated, bytes (Redis's bound:
+/// room for any password).
+pub const UNAUTHENTICATED_MAX_BULK: usize = 16 * 1024;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -49,6 +66,7 @@ impl Default for Limits {
             max_elements: 1_048_576,
             max_depth: 32,
             max_inline: 64 * 1024,
+            unauthenticated: false,
         }
     }
 }
@@ -135,8 +153,11 @@ impl Frame {
     /// a bulk length over `limits.max_bulk`, negative or malformed ("invalid bulk length"); a
     /// line longer than `limits.max_inline` ("too big inline request", "too big mbulk count
     /// string", "too big bulk count string"); unbalanced quotes ("unbalanced quotes in
-    /// request"). Stricter than Redis: a bulk string must be followed by `\r\n` ("invalid bulk
-    /// terminator"), and a header line must end in `\r\n`, not `\r` alone.
+    /// request"); under `limits.unauthenticated`, more than [`UNAUTHENTICATED_MAX_ARGS`]
+    /// arguments ("unauthenticated multibulk length") or one longer than
+    /// [`UNAUTHENTICATED_MAX_BULK`] ("unauthenticated bulk length"). Stricter than Redis: a bulk
+    /// string must be followed by `\r\n` ("invalid bulk terminator"), and a header line must
+    /// end in `\r\n`, not `\r` alone.
     ///
     /// Every strict prefix of a valid request is [`FrameError::Incomplete`]. Nothing is
     /// allocated until the whole request is in `buf`, and one call takes time linear in `buf`;
@@ -786,7 +807,11 @@ fn request_header(buf: &[u8], limits: &Limits) -> Result<(usize, usize), FrameEr
         // As in Redis, every non-positive count is an empty request.
         return Ok((cr + 2, 0));
     }
-    Ok((cr + 2, within(count, limits.max_elements, BAD_COUNT)?))
+    let count = within(count, limits.max_elements, BAD_COUNT)?;
+    if limits.unauthenticated && count > UNAUTHENTICATED_MAX_ARGS {
+        return Err(protocol("unauthenticated multibulk length"));
+    }
+    Ok((cr + 2, count))
 }
 
 /// Reads the bulk string of a request at `pos`: its data, and where the next one starts.
@@ -808,6 +833,9 @@ fn request_arg(
     }
     let (len, cr) = length_line(buf, pos + 1, limits, "too big bulk count string", BAD_LEN)?;
     let len = within(len, limits.max_bulk, BAD_LEN)?;
+    if limits.unauthenticated && len > UNAUTHENTICATED_MAX_BULK {
+        return Err(protocol("unauthenticated bulk length"));
+    }
     let data = cr + 2;
     let end = blob_end(buf, data, len)?;
     Ok((data..end, end + 2))

@@ -35,6 +35,7 @@ pub fn fuzz_frames(count: u64, seed: u64, progress: &dyn Fn(u64)) -> FuzzReport 
         max_elements: 1 << 10,
         max_depth: 8,
         max_inline: 1 << 10,
+        ..Limits::default()
     };
     let mut r = FuzzReport::default();
     let mut buf = Vec::new();

@@ -302,9 +302,15 @@ fn warm(node: &Node, buf: &[u8], ahead: &mut Vec<std::ops::Range<usize>>) {
 /// Reads requests, runs each complete one, and writes the replies of everything read in one go
 /// (a pipeline gets its replies in one write, and under `always` one sync).
 async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<()> {
-    let limits = Limits {
+    let authenticated = Limits {
         max_bulk: node.max_value_size(),
         ..Limits::default()
+    };
+    // Chosen per request, not per connection: the request after an AUTH in a pipeline gets the
+    // full limits.
+    let unauthenticated = Limits {
+        unauthenticated: true,
+        ..authenticated
     };
     let mut session = Session {
         id,
@@ -326,7 +332,12 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
             warm(node, &buf, &mut ahead);
         }
         loop {
-            match cursor.request(&buf, &limits) {
+            let limits = if session.authenticated {
+                &authenticated
+            } else {
+                &unauthenticated
+            };
+            match cursor.request(&buf, limits) {
                 Ok((request, used)) => {
                     args.clear();
                     match request {
@@ -422,3 +433,4 @@ async fn next_push(
         None => std::future::pending().await,
     }
 }
+

@@ -421,6 +421,58 @@ fn hostile_counts_and_lengths_fail_at_once() {
     );
 }
 
+/// Before AUTH (Redis's fix of CVE-2021-32675): more than 10 arguments, or one over 16 KiB, is
+/// refused as soon as its header line is in, before any of its data; within those bounds a
+/// request reads as any other.
+#[test]
+fn unauthenticated_requests_are_refused_at_the_header_of_a_large_claim() {
+    use pliant_kv::frame::{UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK};
+    let limits = Limits {
+        unauthenticated: true,
+        ..Limits::default()
+    };
+    let request = |b: &[u8]| Frame::parse_request(b, &limits);
+    assert_eq!(
+        request(format!("*{}\r\n", UNAUTHENTICATED_MAX_ARGS + 1).as_bytes()),
+        Err(err("unauthenticated multibulk length"))
+    );
+    assert_eq!(
+        request(format!("*1\r\n${}\r\n", UNAUTHENTICATED_MAX_BULK + 1).as_bytes()),
+        Err(err("unauthenticated bulk length"))
+    );
+    assert_eq!(
+        request(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000000\r\n"),
+        Err(err("unauthenticated bulk length"))
+    );
+    // At the bounds: a request like any other.
+    let most: Vec<Vec<u8>> = (0..UNAUTHENTICATED_MAX_ARGS)
+        .map(|i| vec![b'a' + i as u8; UNAUTHENTICATED_MAX_BULK])
+        .collect();
+    let mut bytes = format!("*{}\r\n", most.len()).into_bytes();
+    for a in &most {
+        bytes.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    let refs: Vec<&[u8]> = most.iter().map(Vec::as_slice).collect();
+    assert_eq!(request(&bytes), Ok((args(&refs), bytes.len())));
+    // What no client may send gets the same words as before, as in Redis.
+    assert_eq!(
+        request(b"*1000000000\r\n"),
+        Err(err("invalid multibulk length"))
+    );
+    assert_eq!(
+        request(b"*1\r\n$4294967296\r\n"),
+        Err(err("invalid bulk length"))
+    );
+    // Replies are not requests; inline requests are bounded by their line.
+    assert_eq!(
+        Frame::parse(b"*11\r\n", &limits),
+        Err(FrameError::Incomplete)
+    );
+    assert!(request(b"MSET a 1 b 2 c 3 d 4 e 5 f 6\r\n").is_ok());
+}
+
 #[test]
 fn claimed_lengths_cost_nothing_until_their_bytes_arrive() {
     let limits = Limits::default();
@@ -855,7 +907,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(bytes in resp_ish_bytes()) {
-        let tight = Limits { max_bulk: 8, max_elements: 4, max_depth: 3, max_inline: 12 };
+        let tight = Limits { max_bulk: 8, max_elements: 4, max_depth: 3, max_inline: 12, ..Limits::default() };
         for limits in [Limits::default(), tight] {
             check_outcome(Reader::Reply, &bytes, &limits)?;
             check_outcome(Reader::Request, &bytes, &limits)?;

@@ -271,6 +271,175 @@ fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Sends `bytes` on a new connection, half-closes it first if `shut_write`, and returns all that
+/// comes back until the node closes the connection (EOF or reset). Fails if the node neither
+/// answers nor closes within 10 s: a test of a close that never comes must not wait for ever.
+fn until_closed(addr: SocketAddr, bytes: &[u8], shut_write: bool) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(bytes).expect("send");
+    if shut_write {
+        s.shutdown(std::net::Shutdown::Write).expect("half-close");
+    }
+    read_until_closed(&mut s)
+}
+
+/// What `s` receives until the node closes it; fails on a read timeout (no answer, no close).
+fn read_until_closed(s: &mut TcpStream) -> String {
+    use std::io::ErrorKind;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    // At most 10 s per read, and a bounded number of reads.
+    for _ in 0..10_000 {
+        match s.read(&mut buf) {
+            Ok(0) => return String::from_utf8_lossy(&out).into_owned(),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return String::from_utf8_lossy(&out).into_owned();
+            }
+            Err(e) => panic!(
+                "no close within 10 s ({e}) after {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    panic!("more than 10 000 reads before the close");
+}
+
+const UNAUTH_MULTIBULK: &str = "-ERR Protocol error: unauthenticated multibulk length\r\n";
+const UNAUTH_BULK: &str = "-ERR Protocol error: unauthenticated bulk length\r\n";
+
+/// Before AUTH, on a node with a password, a request of more than 10 arguments or with one over
+/// 16 KiB gets Redis's protocol error (CVE-2021-32675) as soon as its header is in, and the
+/// connection is closed; within those bounds, after AUTH, and on a node without a password,
+/// requests are as before.
+#[test]
+fn unauthenticated_client_cannot_claim_more_than_ten_arguments_or_a_16_kib_bulk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--requirepass", "s3cret"]);
+    for (bytes, reply) in [
+        (&b"*11\r\n"[..], UNAUTH_MULTIBULK),
+        (b"*1000\r\n$4\r\nMSET\r\n", UNAUTH_MULTIBULK),
+        (b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16385\r\n", UNAUTH_BULK),
+        // Not even a password that long: no AUTH is waited for.
+        (b"*2\r\n$4\r\nAUTH\r\n$100000000\r\nguess", UNAUTH_BULK),
+    ] {
+        assert_eq!(
+            until_closed(node.addr, bytes, false),
+            reply,
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+
+    // Within the bounds a request is refused for want of the password, not closed; after AUTH
+    // (in the same pipeline) large ones are served.
+    let encode = |args: &[Vec<u8>]| {
+        use pliant_kv::frame::{Frame, Protocol};
+        let mut out = Vec::new();
+        Frame::Array(args.iter().map(|a| Frame::bulk(a.clone())).collect())
+            .write(Protocol::Resp2, &mut out);
+        out
+    };
+    let mget: Vec<Vec<u8>> = std::iter::once(b"MGET".to_vec())
+        .chain((0..9).map(|i| format!("k{i}").into_bytes()))
+        .collect();
+    let mset: Vec<Vec<u8>> = std::iter::once(b"MSET".to_vec())
+        .chain((0..40).map(|i| format!("k{i}").into_bytes()))
+        .collect();
+    let big = vec![b"SET".to_vec(), b"big".to_vec(), vec![b'v'; 100_000]];
+    let mut pipeline = encode(&mget);
+    pipeline.extend(encode(&[b"GET".to_vec(), vec![b'k'; 16 * 1024]]));
+    pipeline.extend_from_slice(b"AUTH s3cret\r\n");
+    pipeline.extend(encode(&mset));
+    pipeline.extend(encode(&big));
+    pipeline.extend_from_slice(b"STRLEN big\r\nQUIT\r\n");
+    let noauth = "-NOAUTH Authentication required.\r\n";
+    assert_eq!(
+        until_closed(node.addr, &pipeline, false),
+        format!("{noauth}{noauth}+OK\r\n+OK\r\n+OK\r\n:100000\r\n+OK\r\n")
+    );
+
+    // Without a password every client is authenticated: no such bounds.
+    let open = Node::start(dir.path(), &["--no-store"]);
+    let mut pipeline = encode(&mset);
+    pipeline.extend(encode(&big));
+    pipeline.extend_from_slice(b"QUIT\r\n");
+    assert_eq!(
+        until_closed(open.addr, &pipeline, false),
+        "+OK\r\n+OK\r\n+OK\r\n"
+    );
+}
+
+/// The hole Redis closed with CVE-2021-32675: a client that never authenticates claimed a
+/// 100 MB value and sent it, and the node buffered it as it arrived (8 MiB on each of 200
+/// connections here, 1.6 GB, before the request was whole and its NOAUTH due). Now each is
+/// refused at the header and closed, and the node's resident memory stays flat.
+#[test]
+fn unauthenticated_client_cannot_make_the_node_buffer_a_large_bulk() {
+    use std::io::ErrorKind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--requirepass", "s3cret"]);
+    let pid = node.child.id();
+    assert_eq!(
+        until_closed(node.addr, b"AUTH s3cret\r\nPING\r\nQUIT\r\n", false),
+        "+OK\r\n+PONG\r\n+OK\r\n"
+    );
+    let before = rss(pid);
+    const CONNECTIONS: usize = 200;
+    const SENT: usize = 8 << 20;
+    const BOUND: u64 = 64 << 20;
+    let chunk = vec![b'x'; 64 << 10];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut connections = Vec::with_capacity(CONNECTIONS);
+    for i in 1..=CONNECTIONS {
+        let mut s = TcpStream::connect(node.addr).expect("connect");
+        s.set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut sent = 0;
+        let mut closed = s
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000000\r\n")
+            .is_err();
+        while !closed && sent < SENT {
+            match s.write_all(&chunk) {
+                Ok(()) => sent += chunk.len(),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    panic!("connection {i}: the node neither read nor closed for 10 s ({e})")
+                }
+                Err(_) => closed = true,
+            }
+        }
+        connections.push((s, closed, sent));
+        let grown = rss(pid).saturating_sub(before);
+        assert!(
+            grown < BOUND,
+            "after {i} unauthenticated connections sent up to 8 MiB each, the node's RSS grew by {} MiB",
+            grown >> 20
+        );
+        assert!(Instant::now() < deadline, "{i} connections in 120 s");
+    }
+    for (i, (mut s, closed, sent)) in connections.into_iter().enumerate() {
+        assert!(
+            closed,
+            "connection {}: the node took all {sent} bytes of an unauthenticated bulk",
+            i + 1
+        );
+        assert_eq!(
+            read_until_closed(&mut s),
+            UNAUTH_BULK,
+            "connection {}",
+            i + 1
+        );
+    }
+    assert_eq!(
+        until_closed(node.addr, b"AUTH s3cret\r\nPING\r\nQUIT\r\n", false),
+        "+OK\r\n+PONG\r\n+OK\r\n"
+    );
+}
+
 #[test]
 fn hostile_frames_get_protocol_errors_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -41,6 +41,7 @@ const LIMITS: Limits = Limits {
     max_elements: 8,
     max_depth: 1,
     max_inline: 4096,
+    unauthenticated: false,
 };
 
 /// What a supervisor (`pliant cluster up`) is asked to do with node processes.
@@ -110,10 +111,14 @@ async fn connection(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let limits = LIMITS;
     let mut buf = BytesMut::with_capacity(4096);
     let mut authenticated = password.is_none();
     loop {
+        // As a node's clients: before AUTH, no UPDATE-sized requests (see `Limits`).
+        let limits = Limits {
+            unauthenticated: !authenticated,
+            ..LIMITS
+        };
         let args = loop {
             match Frame::parse_request(&buf, &limits) {
                 Ok((frame, used)) => {
@@ -396,6 +401,35 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), talk)
             .await
             .expect("an answer and a close within 10 s")
+    }
+
+    /// As a node's clients (CVE-2021-32675): before AUTH no argument over 16 KiB is waited for,
+    /// however much of it comes; after it, an UPDATE of 100 KiB is read.
+    #[tokio::test]
+    async fn an_unauthenticated_client_cannot_make_the_coordination_store_buffer_a_large_bulk() {
+        let (addr, stop) = start("pw").await;
+        let mut claim =
+            b"*4\r\n$12\r\nPLIANT.COORD\r\n$6\r\nUPDATE\r\n$1\r\n0\r\n$16000000\r\n".to_vec();
+        assert_eq!(
+            exchange(addr, &claim).await,
+            "-ERR Protocol error: unauthenticated bulk length\r\n"
+        );
+        claim.extend(std::iter::repeat_n(b'{', 1 << 20));
+        assert_eq!(
+            exchange(addr, &claim).await,
+            "-ERR Protocol error: unauthenticated bulk length\r\n"
+        );
+        let mut update =
+            b"AUTH pw\r\n*4\r\n$12\r\nPLIANT.COORD\r\n$6\r\nUPDATE\r\n$1\r\n0\r\n$102400\r\n"
+                .to_vec();
+        update.extend(std::iter::repeat_n(b'{', 102_400));
+        update.extend_from_slice(b"\r\n");
+        let reply = exchange(addr, &update).await;
+        assert!(
+            reply.starts_with("+OK\r\n-ERR ") && !reply.contains("Protocol error"),
+            "{reply:?}"
+        );
+        stop.await;
     }
 
     /// AUTH takes the password alone or with the user `default`, compared by the node's
