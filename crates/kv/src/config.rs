@@ -87,9 +87,11 @@ pub struct Config {
     pub policy: crate::policy::PolicyConfig,
     /// The password clients must give (AUTH, or HELLO … AUTH) before any other command.
     pub requirepass: Option<String>,
-    /// Serve an address other than loopback without a password (refused otherwise).
+    /// Serve an address other than loopback without a password, and metrics on an address other
+    /// than loopback (both refused otherwise).
     pub unsafe_no_auth: bool,
-    /// Where to serve Prometheus metrics, if anywhere.
+    /// Where to serve Prometheus metrics, if anywhere: over HTTP without authentication, so
+    /// only on loopback unless `unsafe_no_auth`.
     pub metrics: Option<SocketAddr>,
     /// Threads serving connections (0: one per core).
     pub threads: usize,

@@ -62,6 +62,15 @@ pub enum ServeError {
         /// The address.
         addr: SocketAddr,
     },
+    /// A non-loopback metrics address: the endpoint has no authentication, so a password does
+    /// not protect it.
+    #[error(
+        "refusing to serve metrics on {addr}: the endpoint has no authentication, so anyone who can reach it could read the node's counters and its policy's decisions. Bind --metrics to 127.0.0.1, or pass --unsafe-no-auth if a firewall already keeps everyone else out"
+    )]
+    UnprotectedMetrics {
+        /// The address.
+        addr: SocketAddr,
+    },
 }
 
 /// A bound server, not yet serving.
@@ -74,10 +83,7 @@ pub struct Server {
 impl Server {
     /// Opens the store and binds the address of `config`.
     pub async fn bind(config: &Config) -> Result<Self, ServeError> {
-        if !config.bind.ip().is_loopback() && config.requirepass.is_none() && !config.unsafe_no_auth
-        {
-            return Err(ServeError::Unprotected { addr: config.bind });
-        }
+        refuse_unprotected(config)?;
         let store: Option<Arc<dyn pliant_store::Store>> = match &config.store {
             None => None,
             // Written behind: a write is acknowledged once it is in the store's log, and reaches
@@ -252,6 +258,22 @@ impl Server {
             }
         }
         Ok(())
+    }
+}
+
+/// Refuses what would let anyone who can reach the machine in: a non-loopback address without a
+/// password (Redis's protected mode, made strict), or a non-loopback metrics address, which no
+/// password protects; `--unsafe-no-auth` says a firewall already does.
+fn refuse_unprotected(config: &Config) -> Result<(), ServeError> {
+    if config.unsafe_no_auth {
+        return Ok(());
+    }
+    if !config.bind.ip().is_loopback() && config.requirepass.is_none() {
+        return Err(ServeError::Unprotected { addr: config.bind });
+    }
+    match config.metrics {
+        Some(addr) if !addr.ip().is_loopback() => Err(ServeError::UnprotectedMetrics { addr }),
+        _ => Ok(()),
     }
 }
 
@@ -434,3 +456,52 @@ async fn next_push(
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What each combination of addresses, password and `--unsafe-no-auth` is allowed, decided
+    /// before anything is bound.
+    #[test]
+    fn only_loopback_is_served_without_protection_and_metrics_have_none() {
+        let at = |a: &str| -> SocketAddr { a.parse().expect("address") };
+        let config = |bind: &str, metrics: Option<&str>, pass: bool, unsafe_no_auth: bool| Config {
+            bind: at(bind),
+            metrics: metrics.map(at),
+            requirepass: pass.then(|| "pw".to_string()),
+            unsafe_no_auth,
+            ..Config::default()
+        };
+        let refused = |c: Config| match refuse_unprotected(&c) {
+            Ok(()) => "served".to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(refused(config("127.0.0.1:0", None, false, false)), "served");
+        assert_eq!(
+            refused(config("127.0.0.1:0", Some("127.0.0.1:0"), false, false)),
+            "served"
+        );
+        assert_eq!(
+            refused(config("[::1]:0", Some("[::1]:0"), false, false)),
+            "served"
+        );
+        assert_eq!(refused(config("0.0.0.0:7000", None, true, false)), "served");
+        assert!(
+            refused(config("0.0.0.0:7000", None, false, false))
+                .starts_with("refusing to serve 0.0.0.0:7000 without a password")
+        );
+        // A password protects the protocol, not the metrics endpoint.
+        for metrics in ["0.0.0.0:9479", "[::]:9479", "10.1.2.3:9479"] {
+            let e = refused(config("127.0.0.1:0", Some(metrics), true, false));
+            assert!(
+                e.starts_with(&format!("refusing to serve metrics on {metrics}"))
+                    && e.contains("--unsafe-no-auth"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            refused(config("0.0.0.0:7000", Some("0.0.0.0:9479"), false, true)),
+            "served"
+        );
+    }
+}

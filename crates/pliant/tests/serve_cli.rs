@@ -643,6 +643,53 @@ fn a_non_loopback_address_without_a_password_is_refused() {
     );
 }
 
+/// `--metrics` serves HTTP without authentication: off loopback it is refused, with or without
+/// a password, and the error names the flag that allows it; nothing is bound meanwhile.
+#[test]
+fn the_unauthenticated_metrics_endpoint_is_refused_off_loopback() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for extra in [&[][..], &["--requirepass", "s3cret"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--no-store"])
+            .args(["--metrics", "0.0.0.0:0"])
+            .args(extra)
+            .current_dir(dir.path())
+            .env_remove("PLIANT_PASSWORD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pliant serve");
+        // A node that accepted the address would serve until stopped: give it 30 s to refuse.
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                child.kill().expect("kill");
+                child.wait().expect("reap");
+                panic!("{extra:?}: pliant serve took a non-loopback --metrics address");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(!status.success(), "{extra:?}");
+        let mut e = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut e)
+            .expect("read stderr");
+        assert!(
+            e.contains("refusing to serve metrics on 0.0.0.0:0")
+                && e.contains("--unsafe-no-auth")
+                && !e.contains("listening on"),
+            "{extra:?}: {e}"
+        );
+    }
+}
+
 #[test]
 fn pliant_admin_loads_a_policy_file_and_reads_its_log() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -93,11 +93,13 @@ pub struct Args {
     /// command; also read from PLIANT_PASSWORD. Never logged or shown by INFO.
     #[arg(long, value_name = "PASSWORD")]
     requirepass: Option<String>,
-    /// Serve a non-loopback --bind address without a password (refused otherwise).
+    /// Serve a non-loopback --bind address without a password, or --metrics on a non-loopback
+    /// address (refused otherwise).
     #[arg(long)]
     unsafe_no_auth: bool,
     /// Serve Prometheus metrics (the counters of INFO and PLIANT.STATS, policy decisions and
-    /// their time) on http://ADDR:PORT/metrics.
+    /// their time) on http://ADDR:PORT/metrics. The endpoint has no authentication: a
+    /// non-loopback address is refused unless --unsafe-no-auth is given.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
     /// Threads serving connections; 0 means one per core [default: 1].
