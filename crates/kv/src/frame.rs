@@ -791,6 +791,108 @@ mod peek_keys_tests {
     }
 }
 
+// Elements the parsers have examined on this thread: the tests measure the parsers' work by it
+// rather than by the clock, which on a shared machine says little.
+#[cfg(test)]
+thread_local! {
+    static EXAMINED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one element examined (a request's argument, a frame's token); nothing outside tests.
+#[inline]
+fn examined() {
+    #[cfg(test)]
+    EXAMINED.with(|n| n.set(n.get() + 1));
+}
+
+#[cfg(test)]
+mod work_tests {
+    use super::*;
+
+    /// Elements examined while `f` runs.
+    fn work<T>(f: impl FnOnce() -> T) -> (T, u64) {
+        let before = EXAMINED.with(|n| n.get());
+        let out = f();
+        (out, EXAMINED.with(|n| n.get()) - before)
+    }
+
+    /// A claim of 512 MiB or a million elements is looked at, not acted on: each call examines
+    /// the header and the first element claimed whatever the claim (and whatever part of the
+    /// claimed data has come), and what the cursor keeps for the next call is not sized by it.
+    #[test]
+    fn claimed_lengths_cost_nothing_until_their_bytes_arrive() {
+        let limits = Limits::default();
+        let header = format!("*1\r\n${}\r\n", limits.max_bulk);
+        let mut with_data = header.clone().into_bytes();
+        with_data.extend(std::iter::repeat_n(b'x', 1 << 20));
+        let count = format!("*{}\r\n", limits.max_elements);
+        for buf in [header.as_bytes(), &with_data, count.as_bytes()] {
+            let mut cursor = Cursor::default();
+            let (got, n) = work(|| cursor.request(buf, &limits).map(|_| ()));
+            assert_eq!(got, Err(FrameError::Incomplete));
+            assert!(n <= 2, "{n} elements examined");
+            let Resume::Request { args, .. } = &cursor.resume else {
+                panic!("the cursor keeps its place: {:?}", cursor.resume);
+            };
+            assert!(args.capacity() <= 16, "{} reserved", args.capacity());
+        }
+        let bulk = format!("${}\r\n", limits.max_bulk);
+        for buf in [bulk.as_bytes(), count.as_bytes()] {
+            let mut cursor = Cursor::default();
+            let (got, n) = work(|| cursor.parse(buf, &limits).map(|_| ()));
+            assert_eq!(got, Err(FrameError::Incomplete));
+            assert!(n <= 2, "{n} elements examined");
+            let Resume::Frame { open, .. } = &cursor.resume else {
+                panic!("the cursor keeps its place: {:?}", cursor.resume);
+            };
+            assert!(open.iter().all(|o| o.items.capacity() == 0), "{open:?}");
+        }
+    }
+
+    /// 200 000 arguments in 1 400-byte pieces: rescanning from the start at each piece would
+    /// examine some 10^8 arguments; the cursor examines each once, plus the one each piece cuts.
+    #[test]
+    fn a_cursor_reads_a_request_in_pieces_in_linear_time() {
+        let n = 200_000;
+        let mut buf = format!("*{n}\r\n").into_bytes();
+        for i in 0..n {
+            let arg = (i % 1000).to_string();
+            buf.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+        }
+        let whole = buf.len();
+        buf.extend_from_slice(b"PING\r\n");
+        let limits = Limits::default();
+        let mut cursor = Cursor::default();
+        let mut cut = 0;
+        let mut pieces = 0;
+        let ((frame, used), examined) = work(|| {
+            loop {
+                cut = (cut + 1400).min(whole);
+                pieces += 1;
+                match cursor.parse_request(&buf[..cut], &limits) {
+                    Err(FrameError::Incomplete) => assert!(cut < whole, "complete yet incomplete"),
+                    done => break done.expect("request"),
+                }
+            }
+        });
+        assert!(pieces > 1000, "{pieces} pieces");
+        assert!(
+            examined <= n as u64 + pieces + 1,
+            "{examined} elements examined for {n} arguments in {pieces} pieces"
+        );
+        assert_eq!((cut, used), (whole, whole));
+        assert!(
+            matches!(&frame, Frame::Array(args) if args.len() == n && args[n - 1] == Frame::bulk("999"))
+        );
+        // The same cursor, fresh again, reads the next request once the caller drops the used
+        // bytes.
+        assert_eq!(
+            cursor.parse_request(&buf[used..], &limits),
+            Ok((Frame::Array(vec![Frame::bulk("PING")]), 6))
+        );
+    }
+}
+
 /// A length or count that must be within `0..=limit`.
 fn within(n: i64, limit: usize, bad: &str) -> Result<usize, FrameError> {
     usize::try_from(n)
@@ -802,6 +904,7 @@ fn within(n: i64, limit: usize, bad: &str) -> Result<usize, FrameError> {
 /// Reads a request array's header: where its first bulk string starts, and how many there are.
 fn request_header(buf: &[u8], limits: &Limits) -> Result<(usize, usize), FrameError> {
     const BAD_COUNT: &str = "invalid multibulk length";
+    examined();
     let (count, cr) = length_line(buf, 1, limits, "too big mbulk count string", BAD_COUNT)?;
     if count <= 0 {
         // As in Redis, every non-positive count is an empty request.
@@ -821,6 +924,7 @@ fn request_arg(
     limits: &Limits,
 ) -> Result<(Range<usize>, usize), FrameError> {
     const BAD_LEN: &str = "invalid bulk length";
+    examined();
     match buf.get(pos) {
         None => return Err(FrameError::Incomplete),
         Some(b'$') => {}
@@ -1034,6 +1138,7 @@ fn finish(kind: Kind, items: Vec<Frame>) -> Frame {
 
 /// Reads the token at `pos`, returning it and the position after it.
 fn token(buf: &[u8], pos: usize, limits: &Limits) -> Result<(Token, usize), FrameError> {
+    examined();
     let Some(&ty) = buf.get(pos) else {
         return Err(FrameError::Incomplete);
     };
