@@ -3,7 +3,7 @@
 //! current penalty `P` does not order the servers by what one more bucket *adds* to `P`: a server
 //! holding little load but much data has a high `P` and yet the smallest increase for a bucket of
 //! high load and little data. So the cheapest destination can lie outside the `k` lowest
-//! (the crate's tests build such a case), and this module measures how often that changes a plan
+//! (the crate's tests pin seeded cases), and this module measures how often that changes a plan
 //! on generated clusters, and by how much.
 //!
 //! [`compare`] plans seeded random rescalings twice, with `k` candidates and with every server

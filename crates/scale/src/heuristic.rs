@@ -25,7 +25,7 @@
 //! adds least for a bucket of high load and little data), so the cheapest destination can lie
 //! outside the `k` lowest. Cost: `O(B·(k + log S))` after an `O(B log B)` sort. With `k ≥ S` every
 //! server is evaluated; [`crate::candidates`] measures how often and by how much the two differ
-//! (`cargo bench -p pliant-scale --bench candidates`), and the tests build a case where they do.
+//! (`cargo bench -p pliant-scale --bench candidates`), and the tests pin seeded cases where they do.
 //!
 //! Moves are handed to the caller as they are decided, so transfers can start before planning
 //! ends.
