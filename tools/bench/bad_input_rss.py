@@ -4,9 +4,10 @@
 (crates/pliant/tests/serve_cli.rs), which only checks a bound (64 MiB), run as a script that
 prints the growth.
 
-The same input as the test: 200 connections that each claim a 500 MB value, send three bytes of
-it and stall; two oversized claims as whole frames; 150 seeded random byte strings (the test's
-xorshift and alphabet) on fresh connections. Then the node must still answer a GET, and the
+The test's input as of commit dd1c62d: 200 connections that each claim a 500 MB value, send three
+bytes of it and stall; two oversized claims as whole frames; 150 seeded random byte strings (the
+test's xorshift and alphabet) on fresh connections, each read for 30 ms (the test has since come
+to half-close each and wait for its close; the bytes sent are the same). Then the node must still answer a GET, and the
 growth of its resident memory (VmRSS) since just before is printed. Python 3 standard library only.
 
     cargo build --release -p pliant
