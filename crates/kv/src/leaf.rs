@@ -37,7 +37,7 @@ pub(crate) async fn run(
         Ok(spec) => spec,
         Err(reply) => return reply,
     };
-    if spec.writes {
+    if spec.writes() {
         return write(node, up, session, spec, args, now).await;
     }
     if spec.name == "pliant.write" {

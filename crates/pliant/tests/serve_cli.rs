@@ -440,6 +440,152 @@ fn unauthenticated_client_cannot_make_the_node_buffer_a_large_bulk() {
     );
 }
 
+/// COMMAND INFO's flags and COMMAND DOCS's documentation are Redis 7.2's for Redis's commands
+/// (as `redis-cli COMMAND INFO get` shows against Redis), read over RESP3 as redis-cli reads
+/// them.
+#[test]
+fn command_info_and_docs_say_what_redis_says() {
+    use pliant_kv::frame::{Frame, Limits};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store"]);
+    let wire = until_closed(
+        node.addr,
+        b"HELLO 3\r\nCOMMAND INFO get set flushall info auth ping nosuch\r\n\
+          COMMAND DOCS get setex nosuch\r\nCOMMAND DOCS\r\nCOMMAND COUNT\r\nQUIT\r\n",
+        false,
+    );
+    let mut replies = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let (frame, used) = Frame::parse(&wire.as_bytes()[at..], &Limits::default())
+            .unwrap_or_else(|e| panic!("{e} at {at} of {wire:?}"));
+        replies.push(frame);
+        at += used;
+    }
+    assert_eq!(replies.len(), 6, "{replies:?}");
+    let text = |f: &Frame| match f {
+        Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        Frame::Simple(s) => s.clone(),
+        other => panic!("not text: {other:?}"),
+    };
+    let field = |m: &Frame, key: &str| -> Option<Frame> {
+        let Frame::Map(pairs) = m else {
+            panic!("not a map: {m:?}")
+        };
+        pairs
+            .iter()
+            .find(|(k, _)| text(k) == key)
+            .map(|(_, v)| v.clone())
+    };
+
+    let Frame::Array(infos) = &replies[1] else {
+        panic!("{:?}", replies[1])
+    };
+    let flags: Vec<(String, Vec<String>)> = infos
+        .iter()
+        .filter_map(|i| match i {
+            Frame::Array(parts) => match &parts[2] {
+                Frame::Set(f) => Some((text(&parts[0]), f.iter().map(text).collect())),
+                other => panic!("flags: {other:?}"),
+            },
+            _ => None,
+        })
+        .collect();
+    let expect =
+        |name: &str, f: &[&str]| (name.to_string(), f.iter().map(|s| s.to_string()).collect());
+    assert_eq!(
+        flags,
+        vec![
+            expect("get", &["readonly", "fast"]),
+            expect("set", &["write", "denyoom"]),
+            expect("flushall", &["write"]),
+            expect("info", &["loading", "stale"]),
+            expect(
+                "auth",
+                &[
+                    "noscript",
+                    "loading",
+                    "stale",
+                    "fast",
+                    "no_auth",
+                    "allow_busy"
+                ]
+            ),
+            expect("ping", &["fast"]),
+        ]
+    );
+    assert_eq!(
+        infos.last(),
+        Some(&Frame::Null),
+        "an unknown command is nil"
+    );
+
+    let Frame::Map(docs) = &replies[2] else {
+        panic!("{:?}", replies[2])
+    };
+    let names: Vec<String> = docs.iter().map(|(k, _)| text(k)).collect();
+    assert_eq!(names, ["get", "setex"], "an unknown command is left out");
+    let get = &docs[0].1;
+    assert_eq!(
+        field(get, "summary").map(|f| text(&f)).as_deref(),
+        Some("Returns the string value of a key.")
+    );
+    assert_eq!(
+        field(get, "since").map(|f| text(&f)).as_deref(),
+        Some("1.0.0")
+    );
+    assert_eq!(
+        field(get, "group").map(|f| text(&f)).as_deref(),
+        Some("string")
+    );
+    assert_eq!(
+        field(get, "complexity").map(|f| text(&f)).as_deref(),
+        Some("O(1)")
+    );
+    let Some(Frame::Array(args)) = field(get, "arguments") else {
+        panic!("{get:?}")
+    };
+    assert_eq!(args.len(), 1);
+    assert_eq!(
+        field(&args[0], "name").map(|f| text(&f)).as_deref(),
+        Some("key")
+    );
+    assert_eq!(
+        field(&args[0], "type").map(|f| text(&f)).as_deref(),
+        Some("key")
+    );
+    let setex = &docs[1].1;
+    assert_eq!(
+        field(setex, "doc_flags"),
+        Some(Frame::Set(vec![Frame::Simple("deprecated".into())]))
+    );
+    assert_eq!(
+        field(setex, "deprecated_since")
+            .map(|f| text(&f))
+            .as_deref(),
+        Some("2.6.12")
+    );
+
+    let Frame::Map(all) = &replies[3] else {
+        panic!("{:?}", replies[3])
+    };
+    assert_eq!(
+        replies[4],
+        Frame::Integer(all.len() as i64),
+        "every command is documented"
+    );
+    for (name, d) in all {
+        for key in ["summary", "since", "group"] {
+            assert!(
+                field(d, key).is_some_and(|v| !text(&v).is_empty()),
+                "{} has no {key}",
+                text(name)
+            );
+        }
+    }
+    assert_eq!(replies[5], Frame::ok());
+}
+
 #[test]
 fn hostile_frames_get_protocol_errors_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -20,7 +20,7 @@ pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) ->
     let cluster = ctx.node.cluster()?;
     // Before the routing: a copied key that expired here since would otherwise be sent to the
     // target with -ASK, where the copy's arrival could overwrite the write.
-    if spec.writes && spec.keys_of(args).any(|k| cluster.is_copying(k)) {
+    if spec.writes() && spec.keys_of(args).any(|k| cluster.is_copying(k)) {
         return Some(Frame::error(
             "TRYAGAIN the key is being moved to another node; try again",
         ));

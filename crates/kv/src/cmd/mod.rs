@@ -3,12 +3,15 @@
 
 mod cluster;
 mod connection;
+mod docs;
 mod keys;
 mod pliant;
 mod server;
 mod strings;
 
 use bytes::Bytes;
+
+pub use docs::{Arg, Docs, Flag, Flags};
 
 use crate::frame::{Frame, Protocol};
 use crate::keyspace::{Keyspace, Lent};
@@ -121,18 +124,22 @@ impl Drop for Ks<'_> {
 type Run = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
 
 /// A command: its name, its arity as Redis states it (negative: at least that many, the name
-/// included), whether it writes, and what runs it.
+/// included), its flags and keys as `COMMAND INFO` reports them, its documentation as `COMMAND
+/// DOCS` does (see [`docs`]), and what runs it.
 #[derive(Clone, Copy)]
 pub struct Spec {
     /// Lowercase name.
     pub name: &'static str,
     /// Arity, counting the name; negative means at least `-arity`.
     pub arity: i32,
-    /// Whether it changes keys.
-    pub writes: bool,
-    /// Where its keys are among the arguments, as `COMMAND` reports it: first, last (negative:
+    /// Its flags: [`Flag::Write`] is what makes the server commit and track after it,
+    /// [`Flag::NoAuth`] what lets it run before AUTH.
+    pub flags: Flags,
+    /// Where its keys are among the arguments, as `COMMAND INFO` reports it: first, last (negative:
     /// from the end) and step; all 0 for a command without keys.
     pub keys: (i64, i64, i64),
+    /// What `COMMAND DOCS` says of it.
+    pub docs: Docs,
     run: Run,
 }
 
@@ -140,84 +147,870 @@ const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 const ONE_KEY: (i64, i64, i64) = (1, 1, 1);
 const ALL_KEYS: (i64, i64, i64) = (1, -1, 1);
 
+/// The groups of `COMMAND DOCS`.
+const CLUSTER: &str = "cluster";
+const CONNECTION: &str = "connection";
+const GENERIC: &str = "generic";
+const SERVER: &str = "server";
+const STRING: &str = "string";
+const PLIANT: &str = "pliant";
+
+/// The version `PLIANT.*` commands came in.
+const PLIANT_SINCE: &str = "0.1.0";
+
 const fn cmd(
     name: &'static str,
     arity: i32,
-    writes: bool,
+    flags: &[Flag],
     keys: (i64, i64, i64),
     run: Run,
 ) -> Spec {
     Spec {
         name,
         arity,
-        writes,
+        flags: Flags::of(flags),
         keys,
+        docs: Docs::NONE,
         run,
     }
 }
 
-/// Every command the node answers.
+impl Spec {
+    /// Documented: its group, the version that added it, its complexity and a summary.
+    const fn doc(
+        mut self,
+        group: &'static str,
+        since: &'static str,
+        complexity: &'static str,
+        summary: &'static str,
+    ) -> Spec {
+        self.docs.group = group;
+        self.docs.since = since;
+        self.docs.complexity = complexity;
+        self.docs.summary = summary;
+        self
+    }
+
+    /// Its arguments after its name.
+    const fn args(mut self, args: &'static [Arg]) -> Spec {
+        self.docs.args = args;
+        self
+    }
+
+    /// A container of subcommands.
+    const fn container(mut self) -> Spec {
+        self.docs.container = true;
+        self
+    }
+
+    /// Deprecated since `since`, for `replaced_by`.
+    const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Spec {
+        self.docs.deprecated = Some((since, replaced_by));
+        self
+    }
+
+    /// Whether it may change keys.
+    pub fn writes(&self) -> bool {
+        self.flags.has(Flag::Write)
+    }
+}
+
+use Flag::{
+    Admin, AllowBusy, Denyoom, Fast, Loading, NoAuth, NoMulti, Noscript, Readonly, Stale, Write,
+};
+
+/// `[NX | XX | GT | LT]` of EXPIRE and PEXPIRE.
+const EXPIRE_CONDITION: Arg = Arg::one_of(
+    "condition",
+    &[
+        Arg::token("nx", "NX"),
+        Arg::token("xx", "XX"),
+        Arg::token("gt", "GT"),
+        Arg::token("lt", "LT"),
+    ],
+)
+.optional()
+.since("7.0.0");
+
+/// `[ASYNC | SYNC]` of FLUSHDB and FLUSHALL.
+const FLUSH_TYPE: Arg = Arg::one_of(
+    "async",
+    &[
+        Arg::token("async", "ASYNC").since("4.0.0"),
+        Arg::token("sync", "SYNC").since("6.2.0"),
+    ],
+)
+.optional();
+
+/// `key value expires_at_ms […]` of a slot move's batches.
+const MOVED_KEYS: &[Arg] = &[Arg::block(
+    "entry",
+    &[
+        Arg::string("key"),
+        Arg::string("value"),
+        Arg::integer("expires-at-ms"),
+    ],
+)
+.multiple()];
+
+/// Every command the node answers. The flags, summaries, versions, groups, complexities and
+/// deprecations of Redis's commands are Redis 7.2's (`src/commands.def`); their arguments are
+/// the ones this server takes, named as Redis names them (SHUTDOWN takes only NOSAVE and SAVE,
+/// and ignores both).
 pub const COMMANDS: &[Spec] = &[
-    cmd("auth", -2, false, NO_KEYS, connection::auth),
-    cmd("ping", -1, false, NO_KEYS, connection::ping),
-    cmd("echo", 2, false, NO_KEYS, connection::echo),
-    cmd("hello", -1, false, NO_KEYS, connection::hello),
-    cmd("client", -2, false, NO_KEYS, connection::client),
-    cmd("select", 2, false, NO_KEYS, connection::select),
-    cmd("quit", -1, false, NO_KEYS, connection::quit),
-    cmd("command", -1, false, NO_KEYS, server::command),
-    cmd("info", -1, false, NO_KEYS, server::info),
-    cmd("config", -2, false, NO_KEYS, server::config),
-    cmd("dbsize", 1, false, NO_KEYS, server::dbsize),
-    cmd("flushdb", -1, true, NO_KEYS, server::flush),
-    cmd("flushall", -1, true, NO_KEYS, server::flush),
-    cmd("shutdown", -1, false, NO_KEYS, server::shutdown),
-    cmd("get", 2, false, ONE_KEY, strings::get),
-    cmd("set", -3, true, ONE_KEY, strings::set),
-    cmd("setnx", 3, true, ONE_KEY, strings::setnx),
-    cmd("setex", 4, true, ONE_KEY, strings::setex),
-    cmd("psetex", 4, true, ONE_KEY, strings::psetex),
-    cmd("getset", 3, true, ONE_KEY, strings::getset),
-    cmd("getdel", 2, true, ONE_KEY, strings::getdel),
-    cmd("mget", -2, false, ALL_KEYS, strings::mget),
-    cmd("mset", -3, true, (1, -1, 2), strings::mset),
-    cmd("strlen", 2, false, ONE_KEY, strings::strlen),
-    cmd("append", 3, true, ONE_KEY, strings::append),
-    cmd("incr", 2, true, ONE_KEY, strings::incr),
-    cmd("decr", 2, true, ONE_KEY, strings::decr),
-    cmd("incrby", 3, true, ONE_KEY, strings::incrby),
-    cmd("decrby", 3, true, ONE_KEY, strings::decrby),
-    cmd("del", -2, true, ALL_KEYS, keys::del),
-    cmd("unlink", -2, true, ALL_KEYS, keys::del),
-    cmd("exists", -2, false, ALL_KEYS, keys::exists),
-    cmd("type", 2, false, ONE_KEY, keys::type_),
-    cmd("expire", -3, true, ONE_KEY, keys::expire),
-    cmd("pexpire", -3, true, ONE_KEY, keys::pexpire),
-    cmd("ttl", 2, false, ONE_KEY, keys::ttl),
-    cmd("pttl", 2, false, ONE_KEY, keys::pttl),
-    cmd("persist", 2, true, ONE_KEY, keys::persist),
-    cmd("keys", 2, false, NO_KEYS, keys::keys),
-    cmd("scan", -2, false, NO_KEYS, keys::scan),
-    cmd("cluster", -2, false, NO_KEYS, cluster::cluster),
-    cmd("asking", 1, false, NO_KEYS, cluster::asking),
-    cmd("readonly", 1, false, NO_KEYS, cluster::readonly),
-    cmd("readwrite", 1, false, NO_KEYS, cluster::readonly),
-    cmd("pliant.cluster", 1, false, NO_KEYS, cluster::pliant_cluster),
+    cmd(
+        "auth",
+        -2,
+        &[Noscript, Loading, Stale, Fast, NoAuth, AllowBusy],
+        NO_KEYS,
+        connection::auth,
+    )
+    .doc(
+        CONNECTION,
+        "1.0.0",
+        "O(N) where N is the number of passwords defined for the user",
+        "Authenticates the connection.",
+    )
+    .args(&[
+        Arg::string("username").optional().since("6.0.0"),
+        Arg::string("password"),
+    ]),
+    cmd("ping", -1, &[Fast], NO_KEYS, connection::ping)
+        .doc(
+            CONNECTION,
+            "1.0.0",
+            "O(1)",
+            "Returns the server's liveliness response.",
+        )
+        .args(&[Arg::string("message").optional()]),
+    cmd(
+        "echo",
+        2,
+        &[Loading, Stale, Fast],
+        NO_KEYS,
+        connection::echo,
+    )
+    .doc(CONNECTION, "1.0.0", "O(1)", "Returns the given string.")
+    .args(&[Arg::string("message")]),
+    cmd(
+        "hello",
+        -1,
+        &[Noscript, Loading, Stale, Fast, NoAuth, AllowBusy],
+        NO_KEYS,
+        connection::hello,
+    )
+    .doc(
+        CONNECTION,
+        "6.0.0",
+        "O(1)",
+        "Handshakes with the Redis server.",
+    )
+    .args(&[Arg::block(
+        "arguments",
+        &[
+            Arg::integer("protover"),
+            Arg::block("auth", &[Arg::string("username"), Arg::string("password")])
+                .after("AUTH")
+                .optional(),
+            Arg::string("clientname").after("SETNAME").optional(),
+        ],
+    )
+    .optional()]),
+    cmd("client", -2, &[], NO_KEYS, connection::client)
+        .doc(
+            CONNECTION,
+            "2.4.0",
+            "Depends on subcommand.",
+            "A container for client connection commands.",
+        )
+        .container(),
+    cmd(
+        "select",
+        2,
+        &[Loading, Stale, Fast],
+        NO_KEYS,
+        connection::select,
+    )
+    .doc(
+        CONNECTION,
+        "1.0.0",
+        "O(1)",
+        "Changes the selected database.",
+    )
+    .args(&[Arg::integer("index")]),
+    cmd(
+        "quit",
+        -1,
+        &[AllowBusy, Noscript, Loading, Stale, Fast, NoAuth],
+        NO_KEYS,
+        connection::quit,
+    )
+    .doc(CONNECTION, "1.0.0", "O(1)", "Closes the connection.")
+    .deprecated("7.2.0", "just closing the connection"),
+    cmd("command", -1, &[Loading, Stale], NO_KEYS, server::command).doc(
+        SERVER,
+        "2.8.13",
+        "O(N) where N is the total number of Redis commands",
+        "Returns detailed information about all commands.",
+    ),
+    cmd("info", -1, &[Loading, Stale], NO_KEYS, server::info)
+        .doc(
+            SERVER,
+            "1.0.0",
+            "O(1)",
+            "Returns information and statistics about the server.",
+        )
+        .args(&[Arg::string("section").optional().multiple()]),
+    cmd("config", -2, &[], NO_KEYS, server::config)
+        .doc(
+            SERVER,
+            "2.0.0",
+            "Depends on subcommand.",
+            "A container for server configuration commands.",
+        )
+        .container(),
+    cmd("dbsize", 1, &[Readonly, Fast], NO_KEYS, server::dbsize).doc(
+        SERVER,
+        "1.0.0",
+        "O(1)",
+        "Returns the number of keys in the database.",
+    ),
+    cmd("flushdb", -1, &[Write], NO_KEYS, server::flush)
+        .doc(
+            SERVER,
+            "1.0.0",
+            "O(N) where N is the number of keys in the selected database",
+            "Remove all keys from the current database.",
+        )
+        .args(&[FLUSH_TYPE]),
+    cmd("flushall", -1, &[Write], NO_KEYS, server::flush)
+        .doc(
+            SERVER,
+            "1.0.0",
+            "O(N) where N is the total number of keys in all databases",
+            "Removes all keys from all databases.",
+        )
+        .args(&[FLUSH_TYPE]),
+    cmd(
+        "shutdown",
+        -1,
+        &[Admin, Noscript, Loading, Stale, NoMulti, AllowBusy],
+        NO_KEYS,
+        server::shutdown,
+    )
+    .doc(
+        SERVER,
+        "1.0.0",
+        concat!(
+            "O(N) when saving, where N is the total number of keys in all ",
+            "databases when saving data, otherwise O(1)"
+        ),
+        concat!(
+            "Synchronously saves the database(s) to disk and shuts down the ",
+            "Redis server."
+        ),
+    )
+    .args(&[Arg::one_of(
+        "nosave_save",
+        &[Arg::token("nosave", "NOSAVE"), Arg::token("save", "SAVE")],
+    )
+    .optional()]),
+    cmd("get", 2, &[Readonly, Fast], ONE_KEY, strings::get)
+        .doc(
+            STRING,
+            "1.0.0",
+            "O(1)",
+            "Returns the string value of a key.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd("set", -3, &[Write, Denyoom], ONE_KEY, strings::set)
+        .doc(
+            STRING,
+            "1.0.0",
+            "O(1)",
+            concat!(
+                "Sets the string value of a key, ignoring its type. The key is ",
+                "created if it doesn't exist."
+            ),
+        )
+        .args(&[
+            Arg::key("key"),
+            Arg::string("value"),
+            Arg::one_of(
+                "condition",
+                &[Arg::token("nx", "NX"), Arg::token("xx", "XX")],
+            )
+            .optional()
+            .since("2.6.12"),
+            Arg::token("get", "GET").optional().since("6.2.0"),
+            Arg::one_of(
+                "expiration",
+                &[
+                    Arg::integer("seconds").after("EX").since("2.6.12"),
+                    Arg::integer("milliseconds").after("PX").since("2.6.12"),
+                    Arg::unix_time("unix-time-seconds")
+                        .after("EXAT")
+                        .since("6.2.0"),
+                    Arg::unix_time("unix-time-milliseconds")
+                        .after("PXAT")
+                        .since("6.2.0"),
+                    Arg::token("keepttl", "KEEPTTL").since("6.0.0"),
+                ],
+            )
+            .optional(),
+        ]),
+    cmd("setnx", 3, &[Write, Denyoom, Fast], ONE_KEY, strings::setnx)
+        .doc(
+            STRING,
+            "1.0.0",
+            "O(1)",
+            "Set the string value of a key only when the key doesn't exist.",
+        )
+        .deprecated("2.6.12", "`SET` with the `NX` argument")
+        .args(&[Arg::key("key"), Arg::string("value")]),
+    cmd("setex", 4, &[Write, Denyoom], ONE_KEY, strings::setex)
+        .doc(
+            STRING,
+            "2.0.0",
+            "O(1)",
+            concat!(
+                "Sets the string value and expiration time of a key. Creates the ",
+                "key if it doesn't exist."
+            ),
+        )
+        .deprecated("2.6.12", "`SET` with the `EX` argument")
+        .args(&[
+            Arg::key("key"),
+            Arg::integer("seconds"),
+            Arg::string("value"),
+        ]),
+    cmd("psetex", 4, &[Write, Denyoom], ONE_KEY, strings::psetex)
+        .doc(
+            STRING,
+            "2.6.0",
+            "O(1)",
+            concat!(
+                "Sets both string value and expiration time in milliseconds of a ",
+                "key. The key is created if it doesn't exist."
+            ),
+        )
+        .deprecated("2.6.12", "`SET` with the `PX` argument")
+        .args(&[
+            Arg::key("key"),
+            Arg::integer("milliseconds"),
+            Arg::string("value"),
+        ]),
+    cmd(
+        "getset",
+        3,
+        &[Write, Denyoom, Fast],
+        ONE_KEY,
+        strings::getset,
+    )
+    .doc(
+        STRING,
+        "1.0.0",
+        "O(1)",
+        concat!(
+            "Returns the previous string value of a key after setting it to a ",
+            "new value."
+        ),
+    )
+    .deprecated("6.2.0", "`SET` with the `!GET` argument")
+    .args(&[Arg::key("key"), Arg::string("value")]),
+    cmd("getdel", 2, &[Write, Fast], ONE_KEY, strings::getdel)
+        .doc(
+            STRING,
+            "6.2.0",
+            "O(1)",
+            "Returns the string value of a key after deleting the key.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd("mget", -2, &[Readonly, Fast], ALL_KEYS, strings::mget)
+        .doc(
+            STRING,
+            "1.0.0",
+            "O(N) where N is the number of keys to retrieve.",
+            "Atomically returns the string values of one or more keys.",
+        )
+        .args(&[Arg::key("key").multiple()]),
+    cmd("mset", -3, &[Write, Denyoom], (1, -1, 2), strings::mset)
+        .doc(
+            STRING,
+            "1.0.1",
+            "O(N) where N is the number of keys to set.",
+            concat!(
+                "Atomically creates or modifies the string values of one or more ",
+                "keys."
+            ),
+        )
+        .args(&[Arg::block("data", &[Arg::key("key"), Arg::string("value")]).multiple()]),
+    cmd("strlen", 2, &[Readonly, Fast], ONE_KEY, strings::strlen)
+        .doc(
+            STRING,
+            "2.2.0",
+            "O(1)",
+            "Returns the length of a string value.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd(
+        "append",
+        3,
+        &[Write, Denyoom, Fast],
+        ONE_KEY,
+        strings::append,
+    )
+    .doc(
+        STRING,
+        "2.0.0",
+        concat!(
+            "O(1). The amortized time complexity is O(1) assuming the appended ",
+            "value is small and the already present value is of any size, since ",
+            "the dynamic string library used by Redis will double the free ",
+            "space available on every reallocation."
+        ),
+        concat!(
+            "Appends a string to the value of a key. Creates the key if it ",
+            "doesn't exist."
+        ),
+    )
+    .args(&[Arg::key("key"), Arg::string("value")]),
+    cmd("incr", 2, &[Write, Denyoom, Fast], ONE_KEY, strings::incr)
+        .doc(
+            STRING,
+            "1.0.0",
+            "O(1)",
+            concat!(
+                "Increments the integer value of a key by one. Uses 0 as initial ",
+                "value if the key doesn't exist."
+            ),
+        )
+        .args(&[Arg::key("key")]),
+    cmd("decr", 2, &[Write, Denyoom, Fast], ONE_KEY, strings::decr)
+        .doc(
+            STRING,
+            "1.0.0",
+            "O(1)",
+            concat!(
+                "Decrements the integer value of a key by one. Uses 0 as initial ",
+                "value if the key doesn't exist."
+            ),
+        )
+        .args(&[Arg::key("key")]),
+    cmd(
+        "incrby",
+        3,
+        &[Write, Denyoom, Fast],
+        ONE_KEY,
+        strings::incrby,
+    )
+    .doc(
+        STRING,
+        "1.0.0",
+        "O(1)",
+        concat!(
+            "Increments the integer value of a key by a number. Uses 0 as ",
+            "initial value if the key doesn't exist."
+        ),
+    )
+    .args(&[Arg::key("key"), Arg::integer("increment")]),
+    cmd(
+        "decrby",
+        3,
+        &[Write, Denyoom, Fast],
+        ONE_KEY,
+        strings::decrby,
+    )
+    .doc(
+        STRING,
+        "1.0.0",
+        "O(1)",
+        concat!(
+            "Decrements a number from the integer value of a key. Uses 0 as ",
+            "initial value if the key doesn't exist."
+        ),
+    )
+    .args(&[Arg::key("key"), Arg::integer("decrement")]),
+    cmd("del", -2, &[Write], ALL_KEYS, keys::del)
+        .doc(
+            GENERIC,
+            "1.0.0",
+            concat!(
+                "O(N) where N is the number of keys that will be removed. When a ",
+                "key to remove holds a value other than a string, the individual ",
+                "complexity for this key is O(M) where M is the number of elements ",
+                "in the list, set, sorted set or hash. Removing a single key that ",
+                "holds a string value is O(1)."
+            ),
+            "Deletes one or more keys.",
+        )
+        .args(&[Arg::key("key").multiple()]),
+    cmd("unlink", -2, &[Write, Fast], ALL_KEYS, keys::del)
+        .doc(
+            GENERIC,
+            "4.0.0",
+            concat!(
+                "O(1) for each key removed regardless of its size. Then the command ",
+                "does O(N) work in a different thread in order to reclaim memory, ",
+                "where N is the number of allocations the deleted objects where ",
+                "composed of."
+            ),
+            "Asynchronously deletes one or more keys.",
+        )
+        .args(&[Arg::key("key").multiple()]),
+    cmd("exists", -2, &[Readonly, Fast], ALL_KEYS, keys::exists)
+        .doc(
+            GENERIC,
+            "1.0.0",
+            "O(N) where N is the number of keys to check.",
+            "Determines whether one or more keys exist.",
+        )
+        .args(&[Arg::key("key").multiple()]),
+    cmd("type", 2, &[Readonly, Fast], ONE_KEY, keys::type_)
+        .doc(
+            GENERIC,
+            "1.0.0",
+            "O(1)",
+            "Determines the type of value stored at a key.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd("expire", -3, &[Write, Fast], ONE_KEY, keys::expire)
+        .doc(
+            GENERIC,
+            "1.0.0",
+            "O(1)",
+            "Sets the expiration time of a key in seconds.",
+        )
+        .args(&[Arg::key("key"), Arg::integer("seconds"), EXPIRE_CONDITION]),
+    cmd("pexpire", -3, &[Write, Fast], ONE_KEY, keys::pexpire)
+        .doc(
+            GENERIC,
+            "2.6.0",
+            "O(1)",
+            "Sets the expiration time of a key in milliseconds.",
+        )
+        .args(&[
+            Arg::key("key"),
+            Arg::integer("milliseconds"),
+            EXPIRE_CONDITION,
+        ]),
+    cmd("ttl", 2, &[Readonly, Fast], ONE_KEY, keys::ttl)
+        .doc(
+            GENERIC,
+            "1.0.0",
+            "O(1)",
+            "Returns the expiration time in seconds of a key.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd("pttl", 2, &[Readonly, Fast], ONE_KEY, keys::pttl)
+        .doc(
+            GENERIC,
+            "2.6.0",
+            "O(1)",
+            "Returns the expiration time in milliseconds of a key.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd("persist", 2, &[Write, Fast], ONE_KEY, keys::persist)
+        .doc(
+            GENERIC,
+            "2.2.0",
+            "O(1)",
+            "Removes the expiration time of a key.",
+        )
+        .args(&[Arg::key("key")]),
+    cmd("keys", 2, &[Readonly], NO_KEYS, keys::keys)
+        .doc(
+            GENERIC,
+            "1.0.0",
+            concat!(
+                "O(N) with N being the number of keys in the database, under the ",
+                "assumption that the key names in the database and the given ",
+                "pattern have limited length."
+            ),
+            "Returns all key names that match a pattern.",
+        )
+        .args(&[Arg::pattern("pattern")]),
+    cmd("scan", -2, &[Readonly], NO_KEYS, keys::scan)
+        .doc(
+            GENERIC,
+            "2.8.0",
+            concat!(
+                "O(1) for every call. O(N) for a complete iteration, including ",
+                "enough command calls for the cursor to return back to 0. N is the ",
+                "number of elements inside the collection."
+            ),
+            "Iterates over the key names in the database.",
+        )
+        .args(&[
+            Arg::integer("cursor"),
+            Arg::pattern("pattern").after("MATCH").optional(),
+            Arg::integer("count").after("COUNT").optional(),
+            Arg::string("type").after("TYPE").optional().since("6.0.0"),
+        ]),
+    cmd("cluster", -2, &[], NO_KEYS, cluster::cluster)
+        .doc(
+            CLUSTER,
+            "3.0.0",
+            "Depends on subcommand.",
+            "A container for Redis Cluster commands.",
+        )
+        .container(),
+    cmd("asking", 1, &[Fast], NO_KEYS, cluster::asking).doc(
+        CLUSTER,
+        "3.0.0",
+        "O(1)",
+        "Signals that a cluster client is following an -ASK redirect.",
+    ),
+    cmd(
+        "readonly",
+        1,
+        &[Loading, Stale, Fast],
+        NO_KEYS,
+        cluster::readonly,
+    )
+    .doc(
+        CLUSTER,
+        "3.0.0",
+        "O(1)",
+        concat!(
+            "Enables read-only queries for a connection to a Redis Cluster ",
+            "replica node."
+        ),
+    ),
+    cmd(
+        "readwrite",
+        1,
+        &[Loading, Stale, Fast],
+        NO_KEYS,
+        cluster::readonly,
+    )
+    .doc(
+        CLUSTER,
+        "3.0.0",
+        "O(1)",
+        concat!(
+            "Enables read-write queries for a connection to a Redis Cluster ",
+            "replica node."
+        ),
+    ),
+    cmd("pliant.cluster", 1, &[], NO_KEYS, cluster::pliant_cluster).doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(N) where N is the number of members and slot ranges",
+        concat!(
+            "Returns this node's view of its cluster as JSON: itself, its ",
+            "coordination store, the slot map and the members."
+        ),
+    ),
     // A slot move's steps: keyless here, so the routing they exist to get around does not apply.
-    cmd("pliant.slotkeys", -4, false, NO_KEYS, cluster::slotkeys),
-    cmd("pliant.slotstats", 1, false, NO_KEYS, cluster::slotstats),
-    cmd("pliant.load", 1, false, NO_KEYS, cluster::load),
-    cmd("pliant.balancer", -2, false, NO_KEYS, cluster::balancer),
-    cmd("pliant.slotcount", -2, false, NO_KEYS, cluster::slotcount),
-    cmd("pliant.restore", -4, true, NO_KEYS, cluster::restore),
-    cmd("pliant.delifeq", -4, true, NO_KEYS, cluster::delifeq),
-    cmd("pliant.policy", -2, false, NO_KEYS, pliant::policy),
-    cmd("pliant.stats", 1, false, NO_KEYS, pliant::stats),
-    cmd("pliant.fetch", 2, false, ONE_KEY, pliant::fetch),
-    cmd("pliant.tier", -1, false, NO_KEYS, pliant::tier),
-    cmd("pliant.invalidated", 3, false, NO_KEYS, pliant::invalidated),
-    cmd("pliant.report", 3, false, NO_KEYS, pliant::report),
-    cmd("pliant.write", -2, false, NO_KEYS, pliant::write),
+    cmd(
+        "pliant.slotkeys",
+        -4,
+        &[Readonly],
+        NO_KEYS,
+        cluster::slotkeys,
+    )
+    .doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(N) where N is the number of keys walked",
+        concat!(
+            "Returns up to count keys of the given slots with their values and ",
+            "expiries, walking on from the token of an earlier call: what a ",
+            "slot move copies."
+        ),
+    )
+    .args(&[
+        Arg::integer("count"),
+        Arg::string("after"),
+        Arg::integer("slot").multiple(),
+    ]),
+    cmd("pliant.slotstats", 1, &[], NO_KEYS, cluster::slotstats).doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(N) where N is the number of keys",
+        concat!(
+            "Returns the keys, bytes and keyed commands of every slot this node ",
+            "has keys in or has served: what a rescale plans with."
+        ),
+    ),
+    cmd("pliant.load", 1, &[Fast], NO_KEYS, cluster::load).doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(1)",
+        concat!(
+            "Returns how many keyed commands this node has run since it ",
+            "started: what balancers read its load from."
+        ),
+    ),
+    cmd("pliant.balancer", -2, &[Admin], NO_KEYS, cluster::balancer)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(1), except LOAD, which checks the policy first",
+            concat!(
+                "Sets the cluster's balancer policy, makes the one before it ",
+                "current again, or returns what this node's balancer has decided."
+            ),
+        )
+        .args(&[Arg::one_of(
+            "subcommand",
+            &[
+                Arg::block("load", &[Arg::string("record")]).after("LOAD"),
+                Arg::token("rollback", "ROLLBACK"),
+                Arg::token("status", "STATUS"),
+                Arg::block("log", &[Arg::integer("count").optional()]).after("LOG"),
+            ],
+        )]),
+    cmd(
+        "pliant.slotcount",
+        -2,
+        &[Readonly],
+        NO_KEYS,
+        cluster::slotcount,
+    )
+    .doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(N) where N is the number of keys",
+        concat!(
+            "Returns how many keys of the given slots this node holds, counted ",
+            "in one walk: what a slot move checks before it gives the slots ",
+            "away."
+        ),
+    )
+    .args(&[Arg::integer("slot").multiple()]),
+    cmd(
+        "pliant.restore",
+        -4,
+        &[Write, Denyoom],
+        NO_KEYS,
+        cluster::restore,
+    )
+    .doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(N) where N is the number of keys given",
+        concat!(
+            "Writes a slot move's copies of keys here, whatever the slot map ",
+            "says."
+        ),
+    )
+    .args(MOVED_KEYS),
+    cmd("pliant.delifeq", -4, &[Write], NO_KEYS, cluster::delifeq)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(N) where N is the number of keys given",
+            concat!(
+                "Deletes each key given that still has the value and expiry given: ",
+                "the end of a slot move's batch at its source."
+            ),
+        )
+        .args(MOVED_KEYS),
+    cmd("pliant.policy", -2, &[Admin], NO_KEYS, pliant::policy)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(1), except LOAD, which runs the policy once first",
+            concat!(
+                "Loads a policy that sizes the memory tier, rolls back to the one ",
+                "before it, or returns its status or its latest decisions."
+            ),
+        )
+        .args(&[Arg::one_of(
+            "subcommand",
+            &[
+                Arg::block(
+                    "load",
+                    &[
+                        Arg::string("name"),
+                        Arg::string("source"),
+                        Arg::string("param").optional().multiple(),
+                    ],
+                )
+                .after("LOAD"),
+                Arg::block(
+                    "load-auto",
+                    &[
+                        Arg::token("auto", "AUTO"),
+                        Arg::string("param").optional().multiple(),
+                    ],
+                )
+                .after("LOAD"),
+                Arg::token("rollback", "ROLLBACK"),
+                Arg::token("status", "STATUS"),
+                Arg::block("log", &[Arg::integer("count").optional()]).after("LOG"),
+            ],
+        )]),
+    cmd("pliant.stats", 1, &[Fast], NO_KEYS, pliant::stats).doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(1)",
+        "Returns the node's counters as one JSON object.",
+    ),
+    cmd("pliant.fetch", 2, &[Readonly, Fast], ONE_KEY, pliant::fetch)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(1)",
+            concat!(
+                "Returns a key's value and expiry: what a child tier asks its ",
+                "parent on a miss."
+            ),
+        )
+        .args(&[Arg::key("key")]),
+    cmd("pliant.tier", -1, &[Fast], NO_KEYS, pliant::tier).doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(1)",
+        concat!(
+            "Makes this connection, which tracks keys, a child tier: writes ",
+            "that invalidate its keys wait until it has applied them."
+        ),
+    ),
+    cmd(
+        "pliant.invalidated",
+        3,
+        &[Fast],
+        NO_KEYS,
+        pliant::invalidated,
+    )
+    .doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(1)",
+        concat!(
+            "Says that a child tier's connection has applied its first n ",
+            "invalidations."
+        ),
+    )
+    .args(&[Arg::integer("client"), Arg::integer("count")]),
+    cmd("pliant.report", 3, &[Fast], NO_KEYS, pliant::report)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(N) where N is the number of metrics",
+            concat!(
+                "Records a child tier's metrics for this node's policy, and returns ",
+                "this node's own."
+            ),
+        )
+        .args(&[Arg::string("id"), Arg::string("metrics")]),
+    cmd("pliant.write", -2, &[], NO_KEYS, pliant::write)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "Depends on the command carried.",
+            concat!(
+                "Runs a write sent by a child tier, and returns its reply with the ",
+                "ticket of its acknowledgement."
+            ),
+        )
+        .args(&[
+            Arg::string("command"),
+            Arg::string("arg").optional().multiple(),
+        ]),
 ];
 
 impl Spec {
@@ -287,7 +1080,7 @@ pub fn check(session: &Session, args: &[Bytes]) -> Result<&'static Spec, Frame> 
     let Some(spec) = lookup(name) else {
         return Err(unknown(name, &args[1..]));
     };
-    if !session.authenticated && !matches!(spec.name, "auth" | "hello" | "quit") {
+    if !session.authenticated && !spec.flags.has(Flag::NoAuth) {
         return Err(Frame::error("NOAUTH Authentication required."));
     }
     let n = args.len() as i64;
@@ -300,7 +1093,7 @@ pub fn check(session: &Session, args: &[Bytes]) -> Result<&'static Spec, Frame> 
 
 /// Runs a request [`check`] passed, here.
 pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
-    if spec.writes {
+    if spec.writes() {
         ctx.session.wrote = true;
     }
     ctx.node.count_command();
@@ -316,7 +1109,7 @@ pub fn track(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) {
         return;
     }
     let id = ctx.session.id;
-    if spec.writes {
+    if spec.writes() {
         let waits = if matches!(spec.name, "flushdb" | "flushall") {
             tracking.wrote_all(id)
         } else {
@@ -395,5 +1188,63 @@ mod tests {
         }
         assert!(lookup(b"nosuchcommand").is_none());
         assert!(lookup(b"a-name-longer-than-any-command").is_none());
+    }
+
+    /// `COMMAND DOCS` never says less than Redis always says (summary, since, group), and the
+    /// arguments it lists take as many request arguments as the arity allows: the fewest they
+    /// take is the arity's least, and a fixed arity allows no more. Containers, whose
+    /// subcommands are not documented, list none.
+    #[test]
+    fn every_command_is_documented_with_arguments_that_fit_its_arity() {
+        for c in COMMANDS {
+            let d = &c.docs;
+            assert!(
+                !d.summary.is_empty() && !d.since.is_empty() && !d.group.is_empty(),
+                "{}",
+                c.name
+            );
+            assert!(!d.complexity.is_empty(), "{}", c.name);
+            if d.container {
+                assert!(d.args.is_empty() && c.arity == -2, "{}", c.name);
+                continue;
+            }
+            let (min, max) = Arg::block("all", d.args).span();
+            let least = usize::try_from(c.arity.unsigned_abs()).expect("arity") - 1;
+            assert_eq!(min, least, "{}: fewest arguments", c.name);
+            if c.arity > 0 {
+                assert_eq!(max, Some(least), "{}: most arguments", c.name);
+            }
+            // A command with keys documents a key, and one without none.
+            let keyed = d.args.iter().any(mentions_key);
+            assert_eq!(keyed, c.keys.0 != 0, "{}: key arguments", c.name);
+        }
+    }
+
+    fn mentions_key(a: &Arg) -> bool {
+        match a.kind {
+            docs::Kind::Key => true,
+            docs::Kind::OneOf(args) | docs::Kind::Block(args) => args.iter().any(mentions_key),
+            _ => false,
+        }
+    }
+
+    /// What runs before AUTH is what Redis flags `no_auth` (RESET aside, which is not here).
+    #[test]
+    fn only_auth_hello_and_quit_run_before_auth() {
+        let before: Vec<&str> = COMMANDS
+            .iter()
+            .filter(|c| c.flags.has(Flag::NoAuth))
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(before, ["auth", "hello", "quit"]);
+        let session = Session::default();
+        for c in COMMANDS {
+            let args: Vec<Bytes> = std::iter::once(Bytes::from_static(c.name.as_bytes()))
+                .chain(std::iter::repeat_n(Bytes::from_static(b"x"), 3))
+                .collect();
+            let refused =
+                matches!(check(&session, &args), Err(Frame::Error(e)) if e.starts_with("NOAUTH"));
+            assert_eq!(refused, !before.contains(&c.name), "{}", c.name);
+        }
     }
 }

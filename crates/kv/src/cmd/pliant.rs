@@ -203,7 +203,7 @@ pub(crate) fn check_write(
     args: &[Bytes],
 ) -> Result<&'static super::Spec, Frame> {
     match super::check(session, args) {
-        Ok(spec) if spec.writes => Ok(spec),
+        Ok(spec) if spec.writes() => Ok(spec),
         Ok(_) => Err(written(
             Frame::error("ERR PLIANT.WRITE takes a write command"),
             0,

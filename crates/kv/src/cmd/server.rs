@@ -9,24 +9,41 @@ use crate::config::Durability;
 use crate::frame::Frame;
 use crate::glob::glob_match;
 
-/// `COMMAND`, `COMMAND COUNT`, `COMMAND DOCS`, `COMMAND INFO name…`: enough for redis-cli's
-/// hints and for clients that ask what a server supports.
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND DOCS [name…]`, `COMMAND INFO name…`: what redis-cli's
+/// hints and clients that ask what a server supports read, from [`COMMANDS`] (see
+/// [`super::docs`] for what is and is not given).
 pub(super) fn command(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let name = |c: &super::Spec| Frame::Bulk(Bytes::from_static(c.name.as_bytes()));
     let info = |c: &super::Spec| {
-        let flags = [if c.writes { "write" } else { "readonly" }, "fast"];
         Frame::Array(vec![
-            Frame::Bulk(Bytes::from_static(c.name.as_bytes())),
+            name(c),
             Frame::Integer(i64::from(c.arity)),
-            Frame::Set(flags.iter().map(|f| Frame::Simple((*f).into())).collect()),
+            Frame::Set(
+                c.flags
+                    .names()
+                    .map(|f| Frame::Simple(f.to_owned()))
+                    .collect(),
+            ),
             Frame::Integer(c.keys.0),
             Frame::Integer(c.keys.1),
             Frame::Integer(c.keys.2),
         ])
     };
+    let docs = |c: &super::Spec| (name(c), c.docs.reply());
     match args.first().map(|a| a.to_ascii_lowercase()) {
         None => Frame::Array(COMMANDS.iter().map(info).collect()),
         Some(sub) if sub == b"count" => Frame::Integer(COMMANDS.len() as i64),
-        Some(sub) if sub == b"docs" => Frame::Map(vec![]),
+        // As Redis: every command, or those named that exist.
+        Some(sub) if sub == b"docs" && args.len() == 1 => {
+            Frame::Map(COMMANDS.iter().map(docs).collect())
+        }
+        Some(sub) if sub == b"docs" => Frame::Map(
+            args[1..]
+                .iter()
+                .filter_map(|n| super::lookup(n))
+                .map(docs)
+                .collect(),
+        ),
         Some(sub) if sub == b"info" => Frame::Array(
             args[1..]
                 .iter()
