@@ -26,7 +26,7 @@ fn fuse_available() -> bool {
             std::env::var_os("CI").is_none(),
             "CI: /dev/fuse (and, unprivileged, fusermount3 from fuse3) is needed for the fs tests"
         );
-        eprintln!("skipped: no usable /dev/fuse here");
+        pliant_testdata::skip("no usable /dev/fuse here");
     }
     present
 }
@@ -401,7 +401,7 @@ fn a_user_who_cannot_traverse_the_backing_parents_cannot_reach_it_through_the_ca
             std::env::var_os("CI").is_none(),
             "CI: the two-user test runs as root"
         );
-        eprintln!("skipped: needs root to mount with --allow-other and switch users");
+        pliant_testdata::skip("needs root to mount with --allow-other and switch users");
         return;
     }
     if !fuse_available() {
@@ -713,7 +713,7 @@ fn passthrough_reads_see_writes_through_the_daemon() {
             std::env::var_os("CI").is_none(),
             "CI: the passthrough test runs as root"
         );
-        eprintln!("skipped: FUSE passthrough needs CAP_SYS_ADMIN");
+        pliant_testdata::skip("FUSE passthrough needs CAP_SYS_ADMIN");
         return;
     }
     let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
@@ -875,7 +875,7 @@ fn a_reader_cannot_arm_discard_and_sigterm_keeps_the_owners_data() {
             std::env::var_os("CI").is_none(),
             "CI: the two-user test runs as root"
         );
-        eprintln!("skipped: needs root to mount with --allow-other and switch users");
+        pliant_testdata::skip("needs root to mount with --allow-other and switch users");
         return;
     }
     let Some(mut m) = mount_with(&["--capacity", "64MiB", "--allow-other"]) else {
