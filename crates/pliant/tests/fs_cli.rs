@@ -137,23 +137,28 @@ impl Mounted {
         v
     }
 
-    /// `kill -9` of the daemon; the dead mount is detached as an administrator would.
-    fn kill9(&mut self) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .expect("kill");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), None).is_ok() {
+    /// Sends the daemon `sig` and waits (up to `limit`) for it to exit.
+    fn stop_by(&mut self, sig: nix::sys::signal::Signal, limit: std::time::Duration) {
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+        nix::sys::signal::kill(pid, sig).expect("kill");
+        let deadline = std::time::Instant::now() + limit;
+        while nix::sys::signal::kill(pid, None).is_ok() {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the daemon outlived SIGKILL"
+                "the daemon outlived {sig} by {limit:?}"
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
         self.done = true;
+    }
+
+    /// `kill -9` of the daemon; the dead mount is detached as an administrator would.
+    fn kill9(&mut self) {
+        self.stop_by(
+            nix::sys::signal::Signal::SIGKILL,
+            std::time::Duration::from_secs(10),
+        );
+        let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
@@ -942,20 +947,10 @@ print(json.dumps({{
     assert!(m.stats()["dirty_bytes"].as_u64().expect("dirty") > 0);
     // The daemon stopped as an epilog or init system would: the owner's data reaches the
     // backing directory.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(m.pid as i32),
+    m.stop_by(
         nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.pid as i32), None).is_ok() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the daemon outlived SIGTERM by 60 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    m.done = true;
+        std::time::Duration::from_secs(60),
+    );
     assert!(
         fs::read(m.backing.join("data")).expect("backing copy") == data,
         "the owner's unwritten data was dropped"
