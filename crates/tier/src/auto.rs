@@ -44,15 +44,15 @@
 //! the burst before) is charged a fetch time, and each read inside a burst the remainder of the
 //! burst's fetch, both in the log-histogram bucket ([`BUCKETS_PER_OCTAVE`]) of the burst's
 //! reuse time. A window `W` would have cost the charges of the buckets above `W`. (Counting
-//! rereads alone, without the bursts, sized windows on the traced runs that lost 10% where 4%
-//! was allowed. With the window held fixed, the charges predict the measured waits within 10%
-//! on the d1M trace.)
+//! rereads alone, without the bursts, undercounts the waits: every read that joins a fetch
+//! waits too. The variants tried while designing this were not kept, so no figure of them is
+//! given here; docs/benchmarks.md lists what was removed and why.)
 //!
 //! The allowance is `1 − efficiency` of the clients' time, `clients × t`. The policy also
 //! measures what it actually spends: the waits of fetches of keys the cache had held, of the
 //! reads that joined them, and of reads of values that arrived late because a miss had delayed
-//! the client producing them ([`Auto::on_late_put`]; on the d100K trace these were an eighth of
-//! the spending, and leaving them out had the run end at 95.7% for a 96% objective). `W` is the shortest window whose charges over the priced period
+//! the client producing them ([`Auto::on_late_put`]; they are part of what a miss costs, though no
+//! read of the cache waited for them). `W` is the shortest window whose charges over the priced period
 //! (since the first fetch gave a price) stay within the allowed cost rate times that period;
 //! the rate is the sustainable one plus the unspent allowance spread over a time as long as the
 //! run so far (an integral controller whose gain needs no constant). Charges are a history, and
