@@ -11,7 +11,7 @@
 //! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`: a symbolic link anywhere on the way
 //! fails the operation with `ELOOP`, and so does `..` leading out. On a kernel without
 //! `openat2` (before 5.6) each component is opened with `O_NOFOLLOW` in turn, which refuses the
-//! same things. An operation on a name (unlink, rename, mkdir, readlink, …) resolves the parent
+//! same things (a link in place of a directory then as `ENOTDIR`). An operation on a name (unlink, rename, mkdir, readlink, …) resolves the parent
 //! directory that way and acts on the name inside it with the `*at` call that does not follow
 //! it, so a symbolic link the user made is itself renamed or removed, never what it points to.
 //! Calls with no `*at` form (extended attributes) go through `/proc/self/fd/N/NAME` with the
@@ -39,7 +39,6 @@ fn errno(e: Errno) -> io::Error {
 /// The root of a backing tree, held open.
 #[derive(Debug)]
 pub struct BackingDir {
-    path: PathBuf,
     root: OwnedFd,
     /// `openat2` answered `ENOSYS` once: resolve component by component from then on.
     no_openat2: AtomicBool,
@@ -100,15 +99,9 @@ impl BackingDir {
         )
         .map_err(errno)?;
         Ok(Self {
-            path: path.to_path_buf(),
             root,
             no_openat2: AtomicBool::new(false),
         })
-    }
-
-    /// `rel` joined to the root, for messages only: never opened by that name.
-    pub fn display(&self, rel: &Path) -> PathBuf {
-        self.path.join(rel)
     }
 
     /// Checks that `rel` is a plain relative path (no root, no `.` or `..`): FUSE hands the
@@ -169,9 +162,13 @@ impl BackingDir {
     }
 
     /// The directory holding `rel` (resolved as [`resolve`](Self::resolve) does) and `rel`'s
-    /// last name in it. The root itself has no parent here: `EINVAL`.
+    /// last name in it; for the root, the root and `.` (which no call follows anywhere, and
+    /// which the calls that make or remove names refuse).
     fn parent<'a>(&self, rel: &'a Path) -> io::Result<(OwnedFd, &'a OsStr)> {
-        let name = rel.file_name().ok_or(errno(Errno::EINVAL))?;
+        let Some(name) = rel.file_name() else {
+            Self::check(rel)?;
+            return Ok((self.root.try_clone()?, OsStr::new(".")));
+        };
         let dir = rel.parent().unwrap_or(Path::new(""));
         let fd = self.resolve(dir, OFlag::O_PATH | OFlag::O_DIRECTORY, 0)?;
         Ok((fd, name))
@@ -189,9 +186,6 @@ impl BackingDir {
 
     /// `lstat`: the metadata of `rel` itself (a symbolic link's own, if it is one).
     pub fn symlink_metadata(&self, rel: &Path) -> io::Result<std::fs::Metadata> {
-        if rel.as_os_str().is_empty() {
-            return File::from(self.resolve(rel, OFlag::O_PATH, 0)?).metadata();
-        }
         // O_PATH | O_NOFOLLOW on a link yields the link itself, even under RESOLVE_NO_SYMLINKS
         // (openat2(2)); the component walk does the same.
         File::from(self.resolve(rel, OFlag::O_PATH, 0)?).metadata()
@@ -243,15 +237,6 @@ impl BackingDir {
     /// have no mode of their own, and the kernel resolves links before asking the daemon).
     pub fn chmod(&self, rel: &Path, mode: u32) -> io::Result<()> {
         let mode = Mode::from_bits_truncate(mode & 0o7777);
-        if rel.as_os_str().is_empty() {
-            return nix::sys::stat::fchmodat(
-                &self.root,
-                ".",
-                mode,
-                nix::sys::stat::FchmodatFlags::FollowSymlink,
-            )
-            .map_err(errno);
-        }
         let (dir, name) = self.parent(rel)?;
         nix::sys::stat::fchmodat(
             &dir,
@@ -266,10 +251,6 @@ impl BackingDir {
     pub fn chown(&self, rel: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         let uid = uid.map(nix::unistd::Uid::from_raw);
         let gid = gid.map(nix::unistd::Gid::from_raw);
-        if rel.as_os_str().is_empty() {
-            return nix::unistd::fchownat(&self.root, ".", uid, gid, nix::fcntl::AtFlags::empty())
-                .map_err(errno);
-        }
         let (dir, name) = self.parent(rel)?;
         nix::unistd::fchownat(
             &dir,
@@ -288,11 +269,8 @@ impl BackingDir {
         atime: &nix::sys::time::TimeSpec,
         mtime: &nix::sys::time::TimeSpec,
     ) -> io::Result<()> {
-        let flag = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
-        if rel.as_os_str().is_empty() {
-            return nix::sys::stat::utimensat(&self.root, ".", atime, mtime, flag).map_err(errno);
-        }
         let (dir, name) = self.parent(rel)?;
+        let flag = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
         nix::sys::stat::utimensat(&dir, name, atime, mtime, flag).map_err(errno)
     }
 
@@ -321,60 +299,32 @@ impl BackingDir {
         Ok(out)
     }
 
-    /// Runs `f` on a path that reaches `rel` itself without following it: for the calls that
-    /// have no `*at` form. Use with the variants that do not follow the last component
-    /// (`lgetxattr`, …), except for the root, which is the descriptor's own magic link and must
-    /// be followed (`deref` true).
+    /// Runs `f` on a path that reaches `rel` itself, `/proc/self/fd/DIR/NAME`, for the calls
+    /// that have no `*at` form: used with the variants that do not follow the last component
+    /// (`lgetxattr`, …), it names exactly the entry in the directory the descriptor holds.
     fn with_proc_path<T>(
         &self,
         rel: &Path,
-        f: impl FnOnce(&Path, bool) -> io::Result<T>,
+        f: impl FnOnce(&Path) -> io::Result<T>,
     ) -> io::Result<T> {
-        if rel.as_os_str().is_empty() {
-            return f(&proc_fd(&self.root), true);
-        }
         let (dir, name) = self.parent(rel)?;
-        f(&proc_fd(&dir).join(name), false)
+        f(&proc_fd(&dir).join(name))
     }
 
     pub fn getxattr(&self, rel: &Path, name: &OsStr) -> io::Result<Option<Vec<u8>>> {
-        self.with_proc_path(rel, |p, deref| {
-            if deref {
-                xattr::get_deref(p, name)
-            } else {
-                xattr::get(p, name)
-            }
-        })
+        self.with_proc_path(rel, |p| xattr::get(p, name))
     }
 
     pub fn setxattr(&self, rel: &Path, name: &OsStr, value: &[u8]) -> io::Result<()> {
-        self.with_proc_path(rel, |p, deref| {
-            if deref {
-                xattr::set_deref(p, name, value)
-            } else {
-                xattr::set(p, name, value)
-            }
-        })
+        self.with_proc_path(rel, |p| xattr::set(p, name, value))
     }
 
     pub fn listxattr(&self, rel: &Path) -> io::Result<Vec<OsString>> {
-        self.with_proc_path(rel, |p, deref| {
-            Ok(if deref {
-                xattr::list_deref(p)?.collect()
-            } else {
-                xattr::list(p)?.collect()
-            })
-        })
+        self.with_proc_path(rel, |p| Ok(xattr::list(p)?.collect()))
     }
 
     pub fn removexattr(&self, rel: &Path, name: &OsStr) -> io::Result<()> {
-        self.with_proc_path(rel, |p, deref| {
-            if deref {
-                xattr::remove_deref(p, name)
-            } else {
-                xattr::remove(p, name)
-            }
-        })
+        self.with_proc_path(rel, |p| xattr::remove(p, name))
     }
 
     /// The file system's numbers.
@@ -450,6 +400,23 @@ mod tests {
                 .map(|(n, _)| n)
                 .collect();
             assert_eq!(names.len(), 2, "{names:?}");
+            // The root itself, through the same calls.
+            let root = Path::new("");
+            b.chmod(root, 0o750).expect("chmod root");
+            let m = std::fs::metadata(&tree).expect("stat");
+            assert_eq!(
+                std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+                0o750
+            );
+            assert!(b.symlink_metadata(root).expect("stat root").is_dir());
+            b.setxattr(root, OsStr::new("user.pliant-test"), b"1")
+                .expect("setxattr root");
+            assert_eq!(
+                b.getxattr(root, OsStr::new("user.pliant-test"))
+                    .expect("getxattr root"),
+                Some(b"1".to_vec())
+            );
+            assert!(b.unlink(root).is_err() && b.rmdir(root).is_err());
         }
         assert_eq!(std::fs::read(outside.join("f")).expect("read"), b"outside");
         let mode = std::fs::metadata(outside.join("f")).expect("stat");

@@ -309,17 +309,18 @@ impl Caller {
         Self::default()
     }
 
-    /// Whether the caller may access a file with metadata `m` for the bits of `wanted`.
-    pub fn may(&self, m: &std::fs::Metadata, wanted: u32) -> bool {
-        let mode = m.mode();
+    /// Whether the caller may access a file of `mode` (type and permission bits), owned by
+    /// `uid` and `gid`, for the bits of `wanted`.
+    pub fn may(&self, mode: u32, uid: u32, gid: u32, wanted: u32) -> bool {
         if self.uid == 0 {
             // Root reads and writes anything, and searches a directory; it executes a file
             // only if someone may.
-            return wanted & want::EXEC == 0 || m.is_dir() || mode & 0o111 != 0;
+            let dir = mode & libc_mode::S_IFMT == libc_mode::S_IFDIR;
+            return wanted & want::EXEC == 0 || dir || mode & 0o111 != 0;
         }
-        let bits = if self.uid == m.uid() {
+        let bits = if self.uid == uid {
             mode >> 6
-        } else if self.gid == m.gid() || self.groups.contains(&m.gid()) {
+        } else if self.gid == gid || self.groups.contains(&gid) {
             mode >> 3
         } else {
             mode
@@ -522,26 +523,20 @@ impl FsCache {
         self.inner.open_entry(rel, None).map(Handle)
     }
 
-    /// Creates (or, without `exclusive`, opens) a regular file in the backing directory with
-    /// `mode`, owned by `owner` when given, and opens it.
-    pub fn create(
-        &self,
-        rel: &Path,
-        mode: u32,
-        exclusive: bool,
-        owner: Option<(u32, u32)>,
-    ) -> io::Result<Handle> {
+    /// Creates a regular file in the backing directory with `mode`, owned by `owner` when
+    /// given, and opens it. Always exclusive (`EEXIST` if anything is there): a file that
+    /// appeared since the kernel looked is someone else's, which this call must neither open
+    /// past its permissions nor give to `owner`; [`FsCache::open`] is for that, after the
+    /// caller's check.
+    pub fn create(&self, rel: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<Handle> {
         let f = self.tree().open(
             rel,
             backing::Open {
-                create: Some(exclusive),
+                create: Some(true),
                 mode,
                 ..backing::Open::READ_WRITE
             },
         )?;
-        if !f.metadata()?.is_file() {
-            return Err(errno(nix::errno::Errno::EISDIR));
-        }
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
         }
@@ -840,8 +835,8 @@ impl FsCache {
     }
 
     /// Runs `f` on the regular files at or under `rel` that `caller` may access for
-    /// `wanted`, descending only into directories it may list and search. A file named
-    /// directly that it may not access is an error (`EACCES`); under a directory, it is
+    /// `wanted`, descending only into directories it may list and search. A file or directory
+    /// named directly that it may not access is an error (`EACCES`); under a directory, it is
     /// skipped and counted.
     fn for_files(
         &self,
@@ -855,7 +850,10 @@ impl FsCache {
         while let Some(p) = stack.pop() {
             let meta = self.tree().symlink_metadata(&p)?;
             if meta.is_dir() {
-                if !caller.may(&meta, want::READ | want::EXEC) {
+                if !caller.may(meta.mode(), meta.uid(), meta.gid(), want::READ | want::EXEC) {
+                    if p == rel {
+                        return Err(errno(nix::errno::Errno::EACCES));
+                    }
                     report.skipped += 1;
                     continue;
                 }
@@ -863,7 +861,7 @@ impl FsCache {
                     stack.push(p.join(name));
                 }
             } else if meta.is_file() {
-                if !caller.may(&meta, wanted) {
+                if !caller.may(meta.mode(), meta.uid(), meta.gid(), wanted) {
                     if p == rel {
                         return Err(errno(nix::errno::Errno::EACCES));
                     }
@@ -1180,7 +1178,6 @@ impl Inner {
     }
 
     fn open_entry(&self, rel: &Path, created: Option<File>) -> io::Result<Arc<FileEntry>> {
-        let full = self.tree.display(rel);
         let existing = self.entry(rel);
         let open_backing = || -> io::Result<(File, bool)> {
             match self.tree.open(rel, backing::Open::READ_WRITE) {
@@ -1203,7 +1200,7 @@ impl Inner {
                     // `seen` stays as it was, so the next open after the last passthrough
                     // close still finds the change.
                     tracing::warn!(
-                        path = %full.display(),
+                        path = %self.cfg.backing.join(rel).display(),
                         "changed in the backing directory while open in passthrough; the cached copy stays until it is closed"
                     );
                 } else if d.dirty_bytes == 0 {
@@ -1214,7 +1211,7 @@ impl Inner {
                     d.mtime = now_seen.1;
                 } else {
                     tracing::warn!(
-                        path = %full.display(),
+                        path = %self.cfg.backing.join(rel).display(),
                         "changed in the backing directory while the cache holds unwritten data; the cache's data wins"
                     );
                 }
@@ -2208,20 +2205,21 @@ impl Inner {
         let asked = self.flush_asked.fetch_add(1, Relaxed) + 1;
         if !*running {
             let inner = self.clone();
-            std::thread::Builder::new()
+            let h = std::thread::Builder::new()
                 .name("pliant-fs-flush".into())
                 .spawn(move || {
-                    loop {
+                    // Each round covers every ask made before it began.
+                    while !inner.stop.load(Relaxed) {
                         let target = inner.flush_asked.load(Relaxed);
+                        inner.flush(&mut |_| {});
                         if inner.stop.load(Relaxed) {
                             break;
                         }
-                        inner.flush(&mut |_| {});
-                        if !inner.stop.load(Relaxed) {
-                            inner.flush_done.fetch_max(target, Relaxed);
-                        }
+                        inner.flush_done.fetch_max(target, Relaxed);
+                        // Under the lock an ask takes: one made after this sees no flusher
+                        // and starts one.
                         let mut running = lock(&inner.flusher);
-                        if inner.flush_done.load(Relaxed) >= inner.flush_asked.load(Relaxed) {
+                        if target == inner.flush_asked.load(Relaxed) {
                             *running = false;
                             return;
                         }
@@ -2229,6 +2227,11 @@ impl Inner {
                     *lock(&inner.flusher) = false;
                 })?;
             *running = true;
+            // Joined with the other threads at the stop, so the cache (and its directory's
+            // lock) goes with the mount; threads of earlier rounds that ended are dropped.
+            let mut workers = lock(&self.workers);
+            workers.retain(|w| !w.is_finished());
+            workers.push(h);
         }
         Ok(asked)
     }

@@ -29,6 +29,8 @@
 //! and root is checked against them first.
 
 use std::collections::HashMap;
+
+use indexmap::IndexMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -54,48 +56,11 @@ pub const CONTROL_PREFIX: &str = "pliant.";
 /// that lost its answer asks again).
 const KEPT_ANSWERS: usize = 256;
 
-/// A map that keeps its `cap` newest insertions.
-#[derive(Debug)]
-struct Bounded<K, V> {
-    map: HashMap<K, V>,
-    order: std::collections::VecDeque<K>,
-    cap: usize,
-}
-
-impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
-    fn new(cap: usize) -> Self {
-        Self {
-            map: HashMap::new(),
-            order: std::collections::VecDeque::new(),
-            cap,
-        }
-    }
-
-    fn insert(&mut self, k: K, v: V) {
-        if self.map.insert(k.clone(), v).is_none() {
-            self.order.push_back(k);
-        }
-        while self.map.len() > self.cap {
-            match self.order.pop_front() {
-                Some(old) => {
-                    self.map.remove(&old);
-                }
-                None => break,
-            }
-        }
-    }
-
-    fn remove(&mut self, k: &K) -> Option<V> {
-        let v = self.map.remove(k)?;
-        if let Some(i) = self.order.iter().position(|o| o == k) {
-            self.order.remove(i);
-        }
-        Some(v)
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.map.len()
+/// Keeps `v` under `k` in `map`, dropping the oldest answers past [`KEPT_ANSWERS`].
+fn keep<K: std::hash::Hash + Eq, V>(map: &mut IndexMap<K, V>, k: K, v: V) {
+    map.insert(k, v);
+    while map.len() > KEPT_ANSWERS {
+        map.shift_remove_index(0);
     }
 }
 
@@ -302,11 +267,11 @@ pub struct PliantFuse {
     access: Access,
     traversal: Mutex<HashMap<(u32, u32), bool>>,
     /// Answers of control verbs asked for their size first, by (pid, inode, name).
-    pending: Mutex<Bounded<(u32, u64, OsString), Vec<u8>>>,
+    pending: Mutex<IndexMap<(u32, u64, OsString), Vec<u8>>>,
     /// Set by the owner's `discard` verb: the unmount drops dirty data.
     pub discard: Arc<AtomicBool>,
     /// Answers of the owner's `setxattr` verbs, by the asking process.
-    results: Mutex<Bounded<u32, (bool, String)>>,
+    results: Mutex<IndexMap<u32, (bool, String)>>,
     /// Directory listings of open directories, by handle.
     listings: Mutex<HashMap<u64, Listing>>,
     /// Asked for: use kernel passthrough for reads of fully cached files.
@@ -377,9 +342,9 @@ impl PliantFuse {
             next_fh: AtomicU64::new(1),
             access,
             traversal: Mutex::new(HashMap::new()),
-            pending: Mutex::new(Bounded::new(KEPT_ANSWERS)),
+            pending: Mutex::new(IndexMap::new()),
             discard: Arc::new(AtomicBool::new(false)),
-            results: Mutex::new(Bounded::new(KEPT_ANSWERS)),
+            results: Mutex::new(IndexMap::new()),
             listings: Mutex::new(HashMap::new()),
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
@@ -568,14 +533,47 @@ impl PliantFuse {
         }
     }
 
-    /// The verbs of `getxattr`: none changes anything the caller could not change itself.
-    fn control(&self, path: &Path, verb: &str, req: &Request) -> Result<Vec<u8>, Errno> {
-        let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|_| Errno::EIO);
-        let caller = || crate::core::Caller {
+    /// Who asks, for the checks the kernel cannot make.
+    fn caller(req: &Request) -> crate::core::Caller {
+        crate::core::Caller {
             uid: req.uid(),
             gid: req.gid(),
             groups: groups_of(req.pid()),
+        }
+    }
+
+    /// `create` without `O_EXCL` of a name that someone else made in the backing directory
+    /// after the kernel looked it up: an open of that file, whose permissions the kernel did
+    /// not check (it checked only the directory's). Checked here against the caller; the file
+    /// stays its owner's.
+    fn open_appeared(&self, req: &Request, p: &Path, flags: i32) -> Result<Handle, Errno> {
+        use crate::core::want;
+        let a = self.core.getattr(p).map_err(err)?;
+        let mut wanted = match flags & nix::libc::O_ACCMODE {
+            nix::libc::O_RDONLY => want::READ,
+            nix::libc::O_WRONLY => want::WRITE,
+            _ => want::READ | want::WRITE,
         };
+        if flags & nix::libc::O_TRUNC != 0 {
+            wanted |= want::WRITE;
+        }
+        if !Self::caller(req).may(a.mode, a.uid, a.gid, wanted) {
+            return Err(Errno::EACCES);
+        }
+        let h = self.core.open(p).map_err(err)?;
+        if flags & nix::libc::O_TRUNC != 0
+            && let Err(e) = self.core.truncate(p, 0)
+        {
+            self.core.release(h);
+            return Err(err(e));
+        }
+        Ok(h)
+    }
+
+    /// The verbs of `getxattr`: none changes anything the caller could not change itself.
+    fn control(&self, path: &Path, verb: &str, req: &Request) -> Result<Vec<u8>, Errno> {
+        let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|_| Errno::EIO);
+        let caller = || Self::caller(req);
         let pid = req.pid();
         match verb {
             "stats" => json(serde_json::to_vec(&self.core.stats())),
@@ -591,10 +589,9 @@ impl PliantFuse {
             "invalidate" => json(serde_json::to_vec(
                 &self.core.invalidate(path, &caller()).map_err(err)?,
             )),
-            // `policy.result`: the name before the answer covered every owner's verb.
-            "result" | "policy.result" => {
+            "result" => {
                 let (ok, message) = lock(&self.results)
-                    .remove(&pid)
+                    .shift_remove(&pid)
                     .unwrap_or((false, "nothing was asked by this process".into()));
                 json(serde_json::to_vec(
                     &serde_json::json!({"ok": ok, "message": message}),
@@ -725,7 +722,7 @@ impl Filesystem for PliantFuse {
             .and_then(|p| {
                 let h = self
                     .core
-                    .create(&p, mode & !umask & 0o7777, true, self.owner(req));
+                    .create(&p, mode & !umask & 0o7777, self.owner(req));
                 h.map(|h| self.core.release(h)).map_err(err).map(|_| p)
             });
         match res {
@@ -1038,7 +1035,7 @@ impl Filesystem for PliantFuse {
             let result = self.control_set(&String::from_utf8_lossy(verb), value);
             let ok = result.is_ok();
             let message = result.unwrap_or_else(|e| e);
-            lock(&self.results).insert(req.pid(), (ok, message));
+            keep(&mut lock(&self.results), req.pid(), (ok, message));
             return if ok {
                 reply.ok()
             } else {
@@ -1062,13 +1059,13 @@ impl Filesystem for PliantFuse {
             if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
                 let key = (req.pid(), ino.0, name.to_os_string());
                 if size > 0
-                    && let Some(v) = lock(&self.pending).remove(&key)
+                    && let Some(v) = lock(&self.pending).shift_remove(&key)
                 {
                     return Ok(v);
                 }
                 let v = self.control(&p, &String::from_utf8_lossy(verb), req)?;
                 if size == 0 {
-                    lock(&self.pending).insert(key, v.clone());
+                    keep(&mut lock(&self.pending), key, v.clone());
                 }
                 return Ok(v);
             }
@@ -1139,19 +1136,22 @@ impl Filesystem for PliantFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        const O_EXCL: i32 = 0o200;
         let res = (|| {
             self.guard(req)?;
             let p = self.child(parent, name)?;
-            let h = self
+            let h = match self
                 .core
-                .create(
-                    &p,
-                    mode & !umask & 0o7777,
-                    flags & O_EXCL != 0,
-                    self.owner(req),
-                )
-                .map_err(err)?;
+                .create(&p, mode & !umask & 0o7777, self.owner(req))
+            {
+                Ok(h) => h,
+                Err(e)
+                    if e.raw_os_error() == Some(nix::libc::EEXIST)
+                        && flags & nix::libc::O_EXCL == 0 =>
+                {
+                    self.open_appeared(req, &p, flags)?
+                }
+                Err(e) => return Err(err(e)),
+            };
             let a = self.core.getattr(&p).map_err(err)?;
             Ok((p, h, a))
         })();
@@ -1180,20 +1180,24 @@ impl Filesystem for PliantFuse {
 
 #[cfg(test)]
 mod tests {
-    use super::Bounded;
+    use super::{IndexMap, KEPT_ANSWERS, keep};
 
     #[test]
     fn kept_answers_are_bounded_and_the_oldest_go_first() {
-        let mut b = Bounded::new(3);
-        for i in 0..10u32 {
-            b.insert(i, i * 10);
+        let mut m = IndexMap::new();
+        for i in 0..KEPT_ANSWERS as u32 + 10 {
+            keep(&mut m, i, i * 10);
         }
-        assert_eq!(b.len(), 3);
-        assert_eq!(b.remove(&6), None);
-        assert_eq!(b.remove(&9), Some(90));
-        b.insert(7, 1);
-        b.insert(10, 100);
-        assert_eq!(b.len(), 3);
-        assert_eq!(b.remove(&7), Some(1), "a key set again keeps its place");
+        assert_eq!(m.len(), KEPT_ANSWERS);
+        assert_eq!(m.get(&9), None);
+        assert_eq!(m.get(&10), Some(&100));
+        keep(&mut m, 10, 1);
+        keep(&mut m, 1_000_000, 0);
+        assert_eq!(m.len(), KEPT_ANSWERS);
+        assert_eq!(
+            m.get(&10),
+            None,
+            "a key set again keeps its place, the oldest"
+        );
     }
 }

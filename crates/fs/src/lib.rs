@@ -12,8 +12,9 @@
 //!
 //! Dependencies: `fuser` (the FUSE protocol in pure Rust: no libfuse or pkg-config at build
 //! time, `fuse3`'s `fusermount3` at run time only for unprivileged mounts), `nix` (the system
-//! calls std lacks: `renameat2`, `fallocate` hole punching, `utimensat`, `flock`, `statvfs`),
+//! calls std lacks: `openat2`, the `*at` calls, `renameat2`, `utimensat`, `flock`, `statvfs`),
 //! `xattr` (extended attributes, passed to the backing directory), `crc` (journal records),
+//! `indexmap` (the answers kept for callers, bounded by dropping the oldest),
 //! `pliant-policy` (the Lua policies that decide when to evict and write back), `pliant-cache`
 //! (sizes as users write them).
 

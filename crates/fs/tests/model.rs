@@ -133,10 +133,7 @@ impl World {
         match *op {
             Op::Create(f) => {
                 if !self.model.contains_key(&f) {
-                    let h = self
-                        .fs()
-                        .create(&path(f), 0o644, true, None)
-                        .expect("create");
+                    let h = self.fs().create(&path(f), 0o644, None).expect("create");
                     self.open.insert(f, h);
                     self.model.insert(f, Vec::new());
                 }

@@ -38,9 +38,7 @@ fn the_default_policies_follow_the_watermarks() {
     let cap = cfg.capacity;
     let (fs, _) = FsCache::new(cfg, Arc::new(SystemClock)).expect("mount");
     assert_eq!(fs.stats().writeback_policy, "fs-writeback-watermarks");
-    let h = fs
-        .create(Path::new("f"), 0o644, true, None)
-        .expect("create");
+    let h = fs.create(Path::new("f"), 0o644, None).expect("create");
     // 40% of the capacity dirty: under the dirty high watermark (45%), nothing moves.
     fs.write(&h, 0, &vec![1u8; (cap * 40 / 100) as usize])
         .expect("write");
@@ -87,9 +85,7 @@ fn a_loaded_policy_writes_back_when_the_job_goes_idle() {
         ..cfg.policies
     };
     let (fs, _) = FsCache::new(cfg, Arc::new(SystemClock)).expect("mount");
-    let h = fs
-        .create(Path::new("f"), 0o644, true, None)
-        .expect("create");
+    let h = fs.create(Path::new("f"), 0o644, None).expect("create");
     fs.write(&h, 0, &vec![1u8; 10 * EXTENT as usize])
         .expect("write");
     let written = Instant::now();

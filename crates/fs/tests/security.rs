@@ -73,7 +73,7 @@ fn a_directory_swapped_for_a_symlink_does_not_lead_open_chmod_or_truncate_outsid
     assert!(fs_.chmod(f, 0o777).is_err(), "chmod followed the link");
     assert!(fs_.truncate(f, 0).is_err(), "truncate followed the link");
     assert!(fs_.getattr(f).is_err(), "stat followed the link");
-    assert!(fs_.create(Path::new("d/new"), 0o644, true, None).is_err());
+    assert!(fs_.create(Path::new("d/new"), 0o644, None).is_err());
     assert!(fs_.mkdir(Path::new("d/sub"), 0o755, None).is_err());
     assert!(fs_.unlink(f).is_err(), "unlink followed the link");
     assert!(fs_.rename(f, Path::new("moved"), 0).is_err());
@@ -194,4 +194,42 @@ fn hints_reach_only_the_files_the_caller_may_read_or_write() {
         .expect("writeback");
     assert_eq!((r.files, r.skipped), (1, 0), "{r:?}");
     assert_eq!(fs_.stats().dirty_bytes, 0);
+    // A directory named directly that bob may not list is refused, as a file is.
+    fs::create_dir(s.backing.join("shared/closed")).expect("mkdir");
+    fs::set_permissions(
+        s.backing.join("shared/closed"),
+        fs::Permissions::from_mode(0o700),
+    )
+    .expect("chmod");
+    if me == 0 {
+        std::os::unix::fs::chown(s.backing.join("shared/closed"), Some(alice), Some(alice))
+            .expect("chown");
+    }
+    let e = fs_
+        .preload(Path::new("shared/closed"), &bob)
+        .expect_err("bob may not list it");
+    assert_eq!(e.raw_os_error(), Some(nix::libc::EACCES), "{e}");
+}
+
+/// The kernel checks only the directory when it asks the daemon to create a name it did not
+/// find; a file another user made there since must not be opened or handed to the creator
+/// (the FUSE adapter then checks the caller against it and opens it as it is).
+#[test]
+fn create_never_opens_or_chowns_a_file_that_is_already_there() {
+    let s = setup();
+    let me = nix::unistd::geteuid().as_raw();
+    let alice = if me == 0 { 60_001 } else { me };
+    let theirs = owned(&s, "theirs", alice, 0o600);
+    let fs_ = mount(&s);
+    let e = fs_
+        .create(Path::new("shared/theirs"), 0o644, Some((60_002, 60_002)))
+        .expect_err("created over an existing file");
+    assert_eq!(e.raw_os_error(), Some(nix::libc::EEXIST), "{e}");
+    let m = fs::metadata(&theirs).expect("stat");
+    assert_eq!(
+        (m.uid(), m.mode() & 0o7777),
+        (alice, 0o600),
+        "the file changed hands"
+    );
+    assert_eq!(fs::read(&theirs).expect("read").len(), 2 * EXTENT as usize);
 }
