@@ -34,16 +34,14 @@ pub(super) fn command(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         None => Frame::Array(COMMANDS.iter().map(info).collect()),
         Some(sub) if sub == b"count" => Frame::Integer(COMMANDS.len() as i64),
         // As Redis: every command, or those named that exist.
-        Some(sub) if sub == b"docs" && args.len() == 1 => {
-            Frame::Map(COMMANDS.iter().map(docs).collect())
-        }
-        Some(sub) if sub == b"docs" => Frame::Map(
-            args[1..]
+        Some(sub) if sub == b"docs" => Frame::Map(match &args[1..] {
+            [] => COMMANDS.iter().map(docs).collect(),
+            names => names
                 .iter()
                 .filter_map(|n| super::lookup(n))
                 .map(docs)
                 .collect(),
-        ),
+        }),
         Some(sub) if sub == b"info" => Frame::Array(
             args[1..]
                 .iter()
