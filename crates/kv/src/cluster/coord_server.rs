@@ -460,17 +460,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_served_store_checks_passwords_leases_and_versions() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let store = Arc::new(Embedded::new());
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(serve(
-            listener,
-            store.clone(),
-            Some("pw".into()),
-            None,
-            stop_rx,
-        ));
+        let (addr, stop) = start("pw").await;
 
         let wrong = Arc::new(Remote::new(addr, Some("nope".into())));
         assert!(
@@ -515,7 +505,6 @@ mod tests {
             c.keepalive(&member(2).id).await,
             Err(CoordError::NoLease(id)) if id == member(2).id
         ));
-        let _ = stop_tx.send(true);
-        server.await.expect("server");
+        stop.await;
     }
 }
