@@ -70,17 +70,7 @@ impl Node {
 
     /// Waits (at most 30 s) for the process to exit by itself.
     fn wait(mut self) -> std::process::ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().expect("wait") {
-                return s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "pliant serve did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within_30s(&mut self.child).expect("pliant serve did not exit")
     }
 
     /// SIGKILL, as a crash.
@@ -95,6 +85,18 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// How `child` exited, if it does by itself within 30 s.
+fn exit_within_30s(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 pub(super) fn cmd<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
@@ -477,6 +479,7 @@ fn command_info_and_docs_say_what_redis_says() {
             .find(|(k, _)| text(k) == key)
             .map(|(_, v)| v.clone())
     };
+    let text_of = |m: &Frame, key: &str| field(m, key).map(|f| text(&f));
 
     let Frame::Array(infos) = &replies[1] else {
         panic!("{:?}", replies[1])
@@ -526,43 +529,28 @@ fn command_info_and_docs_say_what_redis_says() {
     let names: Vec<String> = docs.iter().map(|(k, _)| text(k)).collect();
     assert_eq!(names, ["get", "setex"], "an unknown command is left out");
     let get = &docs[0].1;
-    assert_eq!(
-        field(get, "summary").map(|f| text(&f)).as_deref(),
-        Some("Returns the string value of a key.")
-    );
-    assert_eq!(
-        field(get, "since").map(|f| text(&f)).as_deref(),
-        Some("1.0.0")
-    );
-    assert_eq!(
-        field(get, "group").map(|f| text(&f)).as_deref(),
-        Some("string")
-    );
-    assert_eq!(
-        field(get, "complexity").map(|f| text(&f)).as_deref(),
-        Some("O(1)")
-    );
+    for (key, want) in [
+        ("summary", "Returns the string value of a key."),
+        ("since", "1.0.0"),
+        ("group", "string"),
+        ("complexity", "O(1)"),
+    ] {
+        assert_eq!(text_of(get, key).as_deref(), Some(want), "get's {key}");
+    }
     let Some(Frame::Array(args)) = field(get, "arguments") else {
         panic!("{get:?}")
     };
     assert_eq!(args.len(), 1);
-    assert_eq!(
-        field(&args[0], "name").map(|f| text(&f)).as_deref(),
-        Some("key")
-    );
-    assert_eq!(
-        field(&args[0], "type").map(|f| text(&f)).as_deref(),
-        Some("key")
-    );
+    for key in ["name", "type"] {
+        assert_eq!(text_of(&args[0], key).as_deref(), Some("key"), "{key}");
+    }
     let setex = &docs[1].1;
     assert_eq!(
         field(setex, "doc_flags"),
         Some(Frame::Set(vec![Frame::Simple("deprecated".into())]))
     );
     assert_eq!(
-        field(setex, "deprecated_since")
-            .map(|f| text(&f))
-            .as_deref(),
+        text_of(setex, "deprecated_since").as_deref(),
         Some("2.6.12")
     );
 
@@ -577,7 +565,7 @@ fn command_info_and_docs_say_what_redis_says() {
     for (name, d) in all {
         for key in ["summary", "since", "group"] {
             assert!(
-                field(d, key).is_some_and(|v| !text(&v).is_empty()),
+                text_of(d, key).is_some_and(|v| !v.is_empty()),
                 "{} has no {key}",
                 text(name)
             );
@@ -807,17 +795,10 @@ fn the_unauthenticated_metrics_endpoint_is_refused_off_loopback() {
             .spawn()
             .expect("start pliant serve");
         // A node that accepted the address would serve until stopped: give it 30 s to refuse.
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break s;
-            }
-            if start.elapsed() > Duration::from_secs(30) {
-                child.kill().expect("kill");
-                child.wait().expect("reap");
-                panic!("{extra:?}: pliant serve took a non-loopback --metrics address");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = exit_within_30s(&mut child) else {
+            child.kill().expect("kill");
+            child.wait().expect("reap");
+            panic!("{extra:?}: pliant serve took a non-loopback --metrics address");
         };
         assert!(!status.success(), "{extra:?}");
         let mut e = String::new();
