@@ -363,3 +363,34 @@ fn args_reply(args: &[Arg]) -> Frame {
 fn s(text: &'static str) -> Frame {
     Frame::Bulk(Bytes::from_static(text.as_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Flag;
+
+    /// `Flag::ALL` is what `COMMAND INFO` shows: a flag missing from it would never be shown.
+    /// Declared in the same order, each at its own index, and as many as the variants (the
+    /// last one's discriminant).
+    #[test]
+    fn every_flag_is_listed_once_in_declaration_order() {
+        for (i, f) in Flag::ALL.into_iter().enumerate() {
+            assert_eq!(f as usize, i, "{}", f.name());
+        }
+        assert_eq!(Flag::ALL.len(), Flag::AllowBusy as usize + 1);
+        // Keeps the line above true: a new variant must be matched here, where it is also
+        // put last.
+        match Flag::AllowBusy {
+            Flag::Write
+            | Flag::Readonly
+            | Flag::Denyoom
+            | Flag::Admin
+            | Flag::Noscript
+            | Flag::Loading
+            | Flag::Stale
+            | Flag::Fast
+            | Flag::NoAuth
+            | Flag::NoMulti
+            | Flag::AllowBusy => {}
+        }
+    }
+}
