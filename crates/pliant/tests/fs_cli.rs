@@ -401,12 +401,7 @@ fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
 
 #[test]
 fn a_user_who_cannot_traverse_the_backing_parents_cannot_reach_it_through_the_cache() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI: the two-user test runs as root"
-        );
-        pliant_testdata::skip("needs root to mount with --allow-other and switch users");
+    if !two_users_possible() {
         return;
     }
     if !fuse_available() {
@@ -850,6 +845,19 @@ fn a_policy_swapped_on_a_running_mount_decides_at_once() {
     m.unmount();
 }
 
+/// Whether this run may mount with `--allow-other` and switch users (root); in CI it must.
+fn two_users_possible() -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: the two-user tests run as root"
+        );
+        pliant_testdata::skip("needs root to mount with --allow-other and switch users");
+        return false;
+    }
+    true
+}
+
 /// Runs python3 `code` as `uid` (primary group the same, no other groups): what another user
 /// of an `--allow-other` mount can do. The system's python3: a per-user one (pyenv under
 /// /root) is out of another user's reach.
@@ -875,12 +883,7 @@ fn python_as(uid: u32, code: &str) -> std::process::Output {
 /// each file against the caller.
 #[test]
 fn a_reader_cannot_arm_discard_and_sigterm_keeps_the_owners_data() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI: the two-user test runs as root"
-        );
-        pliant_testdata::skip("needs root to mount with --allow-other and switch users");
+    if !two_users_possible() {
         return;
     }
     let Some(mut m) = mount_with(&["--capacity", "64MiB", "--allow-other"]) else {
