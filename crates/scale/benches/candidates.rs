@@ -5,7 +5,7 @@
 
 use pliant_scale::Strategy;
 use pliant_scale::candidates::{self, Params, Report};
-use pliant_scale::emulate::Quartiles;
+use pliant_scale::emulate::{self, Quartiles};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 
@@ -62,9 +62,9 @@ fn main() {
     println!("|---|---|---:|---:|---:|---:|---:|");
     for s in Strategy::ALL {
         let mut rng = Pcg64Mcg::seed_from_u64(1);
-        let (c, next) =
+        let (c, mut next) =
             candidates::warmed(128, 8_192, (128, 2_048), 25, s, 16, &mut rng).expect("cluster");
-        let r = candidates::to_size(&c, 2_048, next, &mut rng);
+        let r = emulate::rescaling(&c, 2_048, &mut next, &mut rng);
         let b = candidates::both(&c, &r, s, 16).expect("plans");
         for (label, o, ms) in [("16", &b.with_k, b.ms.0), ("all 2,048", &b.all, b.ms.1)] {
             println!(

@@ -82,9 +82,12 @@ pub struct Report {
 /// Compares `p.k` candidates with an exhaustive search over `p.instances` seeded clusters, for
 /// every strategy. Deterministic for a given `p`.
 pub fn compare(p: &Params) -> Result<Vec<Report>, PlanError> {
-    if p.servers.0 < 2 || p.servers.1 <= p.k || p.servers.0 > p.servers.1 {
+    // The size after is drawn above k and unlike the size before, so the range needs two
+    // sizes above k (and at least the fewest servers); with one, the draw would never end.
+    let (lo, hi) = p.servers;
+    if lo < 2 || lo > hi || hi <= (p.k + 1).max(lo) {
         return Err(PlanError::Request(format!(
-            "servers {:?}: the range must allow more than k = {} servers after",
+            "servers {:?}: the range must hold two sizes above k = {} servers",
             p.servers, p.k
         )));
     }
@@ -203,24 +206,6 @@ pub fn warmed(
     Ok((c, next))
 }
 
-/// The rescaling of `c` to `to` servers: new ids from `next`, or random servers removed.
-pub fn to_size(c: &Cluster, to: usize, next: ServerId, rng: &mut Pcg64Mcg) -> Rescale {
-    let now = c.servers.len();
-    if to >= now {
-        Rescale {
-            add: (0..(to - now) as u32).map(|j| next + j).collect(),
-            remove: Vec::new(),
-        }
-    } else {
-        let mut s = c.servers.clone();
-        rand::seq::SliceRandom::shuffle(&mut s[..], rng);
-        Rescale {
-            add: Vec::new(),
-            remove: s[..now - to].to_vec(),
-        }
-    }
-}
-
 /// Instance `i`: a random cluster of `from` servers, warmed up, then one rescaling to `to`
 /// servers planned both ways.
 fn instance(p: &Params, strategy: Strategy, i: u64) -> Result<Both, PlanError> {
@@ -234,7 +219,7 @@ fn instance(p: &Params, strategy: Strategy, i: u64) -> Result<Both, PlanError> {
         }
     };
     let per = rng.random_range(p.buckets_per_server.0..=p.buckets_per_server.1);
-    let (c, next) = warmed(
+    let (c, mut next) = warmed(
         from,
         per * from.max(to),
         p.servers,
@@ -243,6 +228,6 @@ fn instance(p: &Params, strategy: Strategy, i: u64) -> Result<Both, PlanError> {
         p.k,
         &mut rng,
     )?;
-    let r = to_size(&c, to, next, &mut rng);
+    let r = emulate::rescaling(&c, to, &mut next, &mut rng);
     both(&c, &r, strategy, p.k)
 }

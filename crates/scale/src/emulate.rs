@@ -206,18 +206,11 @@ pub fn cluster(p: &Params, servers: usize, rng: &mut Pcg64Mcg) -> Result<Cluster
     })
 }
 
-/// Rescales `c` to `to` servers (new ids, or random ones removed), applies the plan, and returns
-/// the rescaling with its outcome and planning time.
-pub fn rescale(
-    c: &mut Cluster,
-    to: usize,
-    strategy: Strategy,
-    opts: PlanOptions,
-    next_id: &mut ServerId,
-    rng: &mut Pcg64Mcg,
-) -> Result<(crate::model::Outcome, f64), PlanError> {
+/// The rescaling of `c` to `to` servers: new ids from `next_id` (which moves past them), or
+/// random servers removed.
+pub fn rescaling(c: &Cluster, to: usize, next_id: &mut ServerId, rng: &mut Pcg64Mcg) -> Rescale {
     let from = c.servers.len();
-    let r = if to >= from {
+    if to >= from {
         let add: Vec<ServerId> = (0..(to - from) as u32).map(|i| *next_id + i).collect();
         *next_id += (to - from) as u32;
         Rescale {
@@ -231,7 +224,20 @@ pub fn rescale(
             add: Vec::new(),
             remove: s[..from - to].to_vec(),
         }
-    };
+    }
+}
+
+/// Rescales `c` to `to` servers ([`rescaling`]), applies the plan, and returns the rescaling's
+/// outcome and planning time.
+pub fn rescale(
+    c: &mut Cluster,
+    to: usize,
+    strategy: Strategy,
+    opts: PlanOptions,
+    next_id: &mut ServerId,
+    rng: &mut Pcg64Mcg,
+) -> Result<(crate::model::Outcome, f64), PlanError> {
+    let r = rescaling(c, to, next_id, rng);
     let t = Instant::now();
     let placement = plan(c, &r, strategy.weights(), opts, |_| {})?;
     let ms = t.elapsed().as_secs_f64() * 1e3;

@@ -4,6 +4,7 @@
 
 use pliant_scale::Strategy;
 use pliant_scale::candidates::{self, Params};
+use pliant_scale::emulate;
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 
@@ -48,8 +49,9 @@ const PIN_LDT: usize = 14;
 fn as_many_candidates_as_servers_is_the_exhaustive_search() {
     for s in Strategy::ALL {
         let mut rng = Pcg64Mcg::seed_from_u64(3);
-        let (c, next) = candidates::warmed(24, 400, (20, 40), 2, s, 16, &mut rng).expect("cluster");
-        let r = candidates::to_size(&c, 40, next, &mut rng);
+        let (c, mut next) =
+            candidates::warmed(24, 400, (20, 40), 2, s, 16, &mut rng).expect("cluster");
+        let r = emulate::rescaling(&c, 40, &mut next, &mut rng);
         let b = candidates::both(&c, &r, s, 40).expect("plans");
         assert!(b.same, "{}", s.name());
         assert_eq!(b.with_k, b.all);
@@ -57,12 +59,15 @@ fn as_many_candidates_as_servers_is_the_exhaustive_search() {
 }
 
 /// The comparison refuses a range in which the rescaled cluster cannot have more than `k`
-/// servers (the two searches would be the same by construction).
+/// servers (the two searches would be the same by construction), and one with a single size
+/// above `k`, whose draw of a size after unlike the size before would never end.
 #[test]
 fn a_range_that_never_exceeds_k_is_refused() {
-    let p = Params {
-        servers: (2, 16),
-        ..Params::default()
-    };
-    assert!(candidates::compare(&p).is_err());
+    for servers in [(2, 16), (8, 17), (20, 20)] {
+        let p = Params {
+            servers,
+            ..Params::default()
+        };
+        assert!(candidates::compare(&p).is_err(), "{servers:?}");
+    }
 }
