@@ -9,7 +9,8 @@ rank4 traces):
    the system (2.62 + trajectory / growth delay, the model's A0), for the two traced one-node runs
    (27 workers) and the measured eight-node runs (216 workers), in bins of atoms. Production is
    one function of atoms whatever the node count and policy: the runs that stopped splicing kept
-   producing at their frozen size.
+   producing at their frozen size. Under it, the share of that MD each run spliced into its
+   trajectory by 9,000 s.
 2. Per 1,000 s of each trace: reads per second at the WorkManager, MD produced per read and
    trajectory spliced per read. Every read starts a segment of about 10 ps of MD, in both runs;
    the spliced part varies.
@@ -33,6 +34,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 A0 = 2.62  # crates/parsplice/src/model.rs
+SPLICED_BY = 9000  # s: every run reached it
 RUNS_8N = {
     "unlimited": "scale-cachelimit-8n-unlimited-71994",
     "LRU 100,000": "scale-cachelimit-8n-100000-72005-LRU",
@@ -95,12 +97,13 @@ def main():
         if not os.path.isdir(d):
             sys.exit(f"{os.path.normpath(d)} is missing: this tool reads the measured runs")
 
-    series = {
-        "d1M (1 node)": production(times(f"{traces}/d1M/times.txt"), 1e6, 27),
-        "d100K (1 node)": production(times(f"{traces}/d100K/times.txt"), 1e5, 27),
+    runs = {  # name: (times.txt rows, growth delay, workers)
+        "d1M (1 node)": (times(f"{traces}/d1M/times.txt"), 1e6, 27),
+        "d100K (1 node)": (times(f"{traces}/d100K/times.txt"), 1e5, 27),
     }
     for name, run in RUNS_8N.items():
-        series[f"{name} (8 nodes)"] = production(times(f"{results}/{run}.times.txt"), 1e5, 216)
+        runs[f"{name} (8 nodes)"] = (times(f"{results}/{run}.times.txt"), 1e5, 216)
+    series = {name: production(*run) for name, run in runs.items()}
     bins = [(lo, lo + 5) for lo in range(5, 65, 5)]
     print("1. MD produced per worker, ps/s, by atoms in the system (mean over the run's "
           "100-s steps in the bin)\n")
@@ -113,6 +116,12 @@ def main():
             cells.append(f"{sum(v) / len(v):.1f}" if v else "")
         if any(cells):
             print(f"| {lo}–{hi} | " + " | ".join(cells) + " |")
+    print(f"\nTrajectory spliced of the MD produced, by {SPLICED_BY:,} s\n")
+    for name, (rows, _, _) in runs.items():
+        row = next((r for r in rows if r[0] == SPLICED_BY), None)
+        if row:
+            print(f"- {name}: {row[1] / 1e6:.2f} M of {row[2] / 1e6:.2f} M ps "
+                  f"({row[1] / row[2]:.0%})")
 
     print("\n2–3. Per 1,000 s of each rank4 trace\n")
     print("| trace | from (s) | reads/s | MD ps per read | trajectory ps per read | "
