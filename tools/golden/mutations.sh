@@ -23,6 +23,9 @@ mutations=(
   "ARC: REPLACE's tie rule without its flag (T1 holding exactly p always evicts from T1)|crates/cache/src/arc.rs|let cond3 = t1 == self.p && self.in_b2;|let cond3 = t1 == self.p;"
 )
 
+total=$(python3 -c 'import json,sys; print(sum(len(t["runs"]) for t in json.load(open(sys.argv[1]))["traces"].values()))' \
+  "$work/crates/cache/tests/data/golden.json")
+
 for m in "${mutations[@]}"; do
   IFS='|' read -r label file from to <<<"$m"
   cp "$work/$file" "$work/$file.orig"
@@ -37,8 +40,6 @@ PY
   out=$(cargo test --quiet --locked --manifest-path "$work/Cargo.toml" -p pliant-cache \
     --test integration -- golden::miss_counts_match_libcachesim_exactly 2>&1 || true)
   mv "$work/$file.orig" "$work/$file"
-  total=$(python3 -c 'import json,sys; print(sum(len(t["runs"]) for t in json.load(open(sys.argv[1]))["traces"].values()))' \
-    crates/cache/tests/data/golden.json)
   if grep -q "test result: ok" <<<"$out"; then
     n=0
   else
