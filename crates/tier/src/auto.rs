@@ -51,13 +51,14 @@
 //! The allowance is `1 − efficiency` of the clients' time, `clients × t`. The policy also
 //! measures what it actually spends: the waits of fetches of keys the cache had held, of the
 //! reads that joined them, and of reads of values that arrived late because a miss had delayed
-//! the client producing them ([`Auto::on_late_put`]; they are part of what a miss costs, though no
-//! read of the cache waited for them). `W` is the shortest window whose charges over the priced period
-//! (since the first fetch gave a price) stay within the allowed cost rate times that period;
-//! the rate is the sustainable one plus the unspent allowance spread over a time as long as the
-//! run so far (an integral controller whose gain needs no constant). Charges are a history, and
-//! when the run moves on to longer reuse times the spending overtakes them: once the run has
-//! spent its whole allowance, the window is the longest reuse time seen until it is back under.
+//! the client producing them ([`Auto::on_late_put`]; they are part of what a miss costs, though
+//! no read of the cache waited for them). `W` is the shortest window whose charges over the
+//! priced period (since the first fetch gave a price) stay within the allowed cost rate times
+//! that period; the rate is the sustainable one plus the unspent allowance spread over a time as
+//! long as the run so far (an integral controller whose gain needs no constant). Charges are a
+//! history, and when the run moves on to longer reuse times the spending overtakes them: once
+//! the run has spent its whole allowance, the window is the longest reuse time seen until it is
+//! back under.
 //!
 //! The efficiency objective is the user's ([`Auto::with_efficiency`]; [`EFFICIENCY`] by
 //! default), the one number `auto` is given: it says how much throughput memory may cost, as a
