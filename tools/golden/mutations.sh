@@ -6,14 +6,18 @@
 #   tools/golden/mutations.sh        # about a minute once the dependencies are built
 #
 # The working tree is never touched: the copy is `git archive HEAD` in a temporary directory.
-# Uses $CARGO_TARGET_DIR if set (the dependencies' builds are shared), else the copy's own.
+# It builds in `mutations/` under $CARGO_TARGET_DIR (else target/), never in the checkout's own
+# build directory: cargo names a workspace crate's artifacts by its path inside the workspace,
+# so the copy's mutated pliant-cache would replace the checkout's and look fresh to it (a later
+# `cargo test` there would run the mutated algorithm). Later runs reuse the dependencies' builds;
+# `tar -m` dates the copy's files now, so each run rebuilds the workspace's crates from them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/pliant-mutations.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-git archive HEAD | tar -x -C "$work"
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$work/target}
+git archive HEAD | tar -x -m -C "$work"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/mutations"
 
 # label|file|exact text|replacement (no | inside a field)
 mutations=(
