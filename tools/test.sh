@@ -40,8 +40,11 @@ if [ -n "$native" ]; then
 fi
 
 # `pliant fs` tests mount real FUSE file systems: /dev/fuse, and fusermount3 (package fuse3)
-# for an unprivileged mount; their mmap and fcntl checks run python3.
+# for an unprivileged mount; their mmap and fcntl checks run python3, and the two-user tests
+# the system's /usr/bin/python3 as another user (a per-user python, e.g. pyenv's under /root,
+# is out of that user's reach).
 need fuse3 command -v fusermount3
+need python3 test -x /usr/bin/python3
 if [ ! -e /dev/fuse ]; then
   if [ -n "${CI:-}" ]; then
     echo "tools/test.sh: /dev/fuse is missing: the pliant fs tests need FUSE (a container needs --device /dev/fuse)" >&2
