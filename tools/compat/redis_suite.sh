@@ -164,7 +164,7 @@ chmod +x "$src/src/redis-server"
 # (its --timeout), which would lose the tests after it: the unit then runs again without the
 # tests that hung, at most three times, and they count as failures.
 run_unit() {
-  local u=$1 f=${1//\//_} status rc attempt hung=()
+  local u=$1 f=${1//\//_} status rc attempt hung=() start=$SECONDS
   : > "$tmp/$f.hung"
   for attempt in 1 2 3 4; do
     local mode=(--host 127.0.0.1) skip=() t
@@ -195,6 +195,7 @@ run_unit() {
     echo "$t" >> "$tmp/$f.hung"
   done
   echo "$status" > "$tmp/$f.status"
+  echo $((SECONDS - start)) > "$tmp/$f.secs"
   if [ -n "$logs" ]; then
     cp "$tmp/$f.out" "$logs/$f.out"
     [ ! -f "$tmp/$f.node.log" ] || cp "$tmp/$f.node.log" "$logs/$f.node.log"
@@ -247,7 +248,8 @@ for u in units:
     # No colours under TERM=dumb; stripped anyway, in case a terminal type asks for them.
     out = re.sub(r"\x1b\[[0-9;]*m", "", open(f"{tmp}/{f}.out", errors="replace").read()).splitlines()
     status = open(f"{tmp}/{f}.status").read().strip()
-    r = {"unit": u, "status": status, "passed": 0, "failed": 0, "floor": floor[u],
+    r = {"unit": u, "status": status, "seconds": int(open(f"{tmp}/{f}.secs").read()),
+         "passed": 0, "failed": 0, "floor": floor[u],
          "excluded": [], "failures": [], "crash": None}
     i = 0
     while i < len(out):
@@ -299,10 +301,10 @@ below = [r for r in results if r["passed"] < r["floor"]]
 for r in results:
     r["below_floor"] = r in below
 
-print(f"{'unit':14} {'passed':>6} {'failed':>6} {'excluded':>8} {'floor':>5}  status", file=sys.stderr)
+print(f"{'unit':14} {'passed':>6} {'failed':>6} {'excluded':>8} {'floor':>5} {'s':>4}  status", file=sys.stderr)
 for r in results:
     note = r["status"] + (f": {r['crash']}" if r["crash"] else "")
-    print(f"{r['unit']:14} {r['passed']:>6} {r['failed']:>6} {len(r['excluded']):>8} {r['floor']:>5}  {note}"
+    print(f"{r['unit']:14} {r['passed']:>6} {r['failed']:>6} {len(r['excluded']):>8} {r['floor']:>5} {r['seconds']:>4}  {note}"
           + ("  BELOW FLOOR" if r["below_floor"] else ""), file=sys.stderr)
     for x in r["failures"]:
         print(f"    [{x['class']}] {x['test']}: {x['reason']}", file=sys.stderr)
@@ -312,13 +314,14 @@ if json_path:
         json.dump({"redis_version": upver, "debian_version": debver, "units": results}, fh, indent=1)
 
 if markdown == "1":
-    print("| unit | passed | failed | excluded by tag or mode | harness |")
-    print("|---|---:|---:|---:|---|")
+    print("| unit | passed | failed | excluded by tag or mode | seconds | harness |")
+    print("|---|---:|---:|---:|---:|---|")
     for r in results:
-        print(f"| {r['unit']} | {r['passed']} | {r['failed']} | {len(r['excluded'])} | "
+        print(f"| {r['unit']} | {r['passed']} | {r['failed']} | {len(r['excluded'])} | {r['seconds']} | "
               f"{r['status']}{': ' + r['crash'] if r['crash'] else ''} |")
     tot = lambda k: sum(r[k] for r in results)
-    print(f"| all | {tot('passed')} | {tot('failed')} | {sum(len(r['excluded']) for r in results)} | |")
+    print(f"| all | {tot('passed')} | {tot('failed')} | {sum(len(r['excluded']) for r in results)} | "
+          f"{tot('seconds')} | |")
     print()
     print("Not implemented (the command a failing test needed first, and its tests per unit):")
     print()
@@ -339,14 +342,18 @@ if markdown == "1":
                 reason = x["reason"].replace("|", "\\|")
                 print(f"- {r['unit']}, *{x['test']}*: {reason}")
     print()
-    print("Excluded (by tag, or by the run mode), per unit:")
+    print("Excluded, per unit (by the tags above, or by the run mode: `external:skip`, `singledb:skip`;")
+    print("a *block* is a whole server block of tests, counted once):")
     print()
+    tag = {"Not supported on external server": "external:skip", "Not supported on singledb": "singledb:skip"}
     for r in results:
         why = defaultdict(int)
         for x in r["excluded"]:
-            why[x["why"] + ("" if x["test"] else " (a whole server block)")] += 1
+            w = x["why"]
+            w = tag.get(w) or (w[5:-7] if w.startswith("Tag: ") and w.endswith(" denied") else w)
+            why[f"`{w}`" + ("" if x["test"] else " block")] += 1
         if why:
-            print(f"- {r['unit']}: " + "; ".join(f"{w} ×{n}" for w, n in sorted(why.items())))
+            print(f"- {r['unit']}: " + ", ".join(f"{w} {n}" for w, n in sorted(why.items())))
 
 passed = sum(r["passed"] for r in results)
 ran = passed + sum(r["failed"] for r in results)
