@@ -100,6 +100,17 @@ impl Client {
         commands.iter().map(|_| self.reply()).collect()
     }
 
+    /// Reads the next frame the node sends unasked: a pushed invalidation, or a message of a
+    /// channel the connection subscribed to.
+    pub fn read(&mut self) -> Result<Frame, ClientError> {
+        self.reply()
+    }
+
+    /// Sends bytes as they are (a pipeline written by hand, a half request).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.send(bytes)
+    }
+
     fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.stream
             .write_all(bytes)

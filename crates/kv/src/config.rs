@@ -399,6 +399,9 @@ impl Settings {
         };
         let algo = self.algo.unwrap_or(d.algo);
         pliant_cache::build(&algo, capacity).map_err(|e| bad("algo", e.to_string()))?;
+        if let Some(offline) = pliant_cache::algorithm(&algo).filter(|a| a.needs_next_access) {
+            return Err(bad("algo", offline_refused(offline.name)));
+        }
         let durability = match &self.durability {
             None => d.durability,
             Some(s) => s.parse().map_err(|e| bad("durability", e))?,
@@ -536,6 +539,20 @@ impl Settings {
     }
 }
 
+/// Why an offline algorithm (one that reads each request's next-access time, such as Belady's
+/// MIN) cannot order a live node's memory: no one knows when a live key will next be read.
+pub(crate) fn offline_refused(name: &str) -> String {
+    let online: Vec<&str> = pliant_cache::ALGORITHMS
+        .iter()
+        .filter(|a| !a.needs_next_access)
+        .map(|a| a.name)
+        .collect();
+    format!(
+        "{name} is an offline algorithm: it needs each request's next-access time, which only a recorded trace has (use it with pliant sim); a live node takes one of {}",
+        online.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,6 +624,13 @@ mod tests {
             (
                 Settings {
                     algo: Some("mru".into()),
+                    ..Settings::default()
+                },
+                "algo",
+            ),
+            (
+                Settings {
+                    algo: Some("belady".into()),
                     ..Settings::default()
                 },
                 "algo",

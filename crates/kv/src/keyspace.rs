@@ -308,6 +308,10 @@ pub struct Keyspace {
     mem: Vec<Option<Slot>>,
     /// Slots that hold a value.
     held: u64,
+    /// Of them, those whose value has an expiry, and the sum of their expiry times (unix ms):
+    /// `INFO keyspace`'s `expires` and `avg_ttl` without a walk, for a node without a store.
+    expiring: u64,
+    expiry_sum: u128,
     /// The memory tier's algorithm, the fetches from the parent under way and the tier's rules.
     tier: Tier<Fetch>,
     algo: String,
@@ -377,6 +381,8 @@ impl Keyspace {
         Ok(Self {
             mem: Vec::new(),
             held: 0,
+            expiring: 0,
+            expiry_sum: 0,
             tier: Tier::new(cache),
             algo: algo.to_string(),
             store,
@@ -453,6 +459,34 @@ impl Keyspace {
             .cache_mut()
             .resize_evicting(capacity, &mut |e: Evicted| gone.push(e));
         self.drop_evicted(gone);
+        Ok(())
+    }
+
+    /// Orders the memory tier by another algorithm, of `capacity` (which may count other units
+    /// than the current one): `CONFIG SET maxmemory-policy`, or a `maxmemory` in bytes on a
+    /// tier that counted keys. The new algorithm is built empty and every key memory holds
+    /// enters it anew, in the order of their slots: it starts without the old one's history
+    /// (recency, frequencies, ghosts), as after a restart with memory warm. Keys that no longer
+    /// fit are evicted as a resize evicts them. Refused while fetches from a parent are under
+    /// way, since they belong to the old order.
+    pub fn rebuild(&mut self, algo: &str, capacity: Capacity) -> Result<(), String> {
+        if let Some(a) = pliant_cache::algorithm(algo).filter(|a| a.needs_next_access) {
+            return Err(crate::config::offline_refused(a.name));
+        }
+        if self.fetches_under_way() > 0 {
+            return Err("fetches from the parent are under way; try again".into());
+        }
+        let built = pliant_cache::build(algo, capacity).map_err(|e| e.to_string())?;
+        let old = std::mem::take(&mut self.mem);
+        self.held = 0;
+        (self.expiring, self.expiry_sum) = (0, 0);
+        self.tier = Tier::new(Cache::new(built, capacity));
+        self.algo = algo.to_string();
+        for slot in old.into_iter().flatten() {
+            let key = slot.key().to_vec();
+            let v = slot.value();
+            self.keep(&key, v);
+        }
         Ok(())
     }
 
@@ -790,6 +824,69 @@ impl Keyspace {
         }
     }
 
+    /// The keys, those of them with an expiry, and their mean time to live in ms (what `INFO
+    /// keyspace` reports as `keys`, `expires`, `avg_ttl`). With a store, walks every key, as
+    /// [`len`](Self::len) does, and leaves out those expired; without one, memory's counters
+    /// answer at once.
+    pub fn expiry_counts(&mut self, now: u64) -> Result<(u64, u64, u64), KvError> {
+        self.commit()?;
+        let (mut keys, mut expires, mut ttl_sum) = (0u64, 0u64, 0u128);
+        let mut count = |at: Option<u64>| match at {
+            None => keys += 1,
+            Some(t) if t > now => {
+                keys += 1;
+                expires += 1;
+                ttl_sum += u128::from(t - now);
+            }
+            Some(_) => {}
+        };
+        match &self.store {
+            // Memory is every key: its counters answer at once. Keys expired and not yet
+            // deleted are counted, as Redis counts them until it deletes them; their time to
+            // live counts as none.
+            None => {
+                let avg = (self.expiry_sum / u128::from(self.expiring.max(1)))
+                    .saturating_sub(u128::from(now));
+                let avg = if self.expiring == 0 { 0 } else { avg as u64 };
+                return Ok((self.held, self.expiring, avg));
+            }
+            Some(store) => {
+                for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
+                    let (_, raw) = entry?;
+                    // The flag byte and the expiry are the encoding's first nine bytes.
+                    let at = match raw.first() {
+                        Some(1) if raw.len() >= 9 => {
+                            let mut t = [0; 8];
+                            t.copy_from_slice(&raw[1..9]);
+                            Some(u64::from_be_bytes(t))
+                        }
+                        _ => None,
+                    };
+                    count(at);
+                }
+            }
+        }
+        let avg = if expires == 0 {
+            0
+        } else {
+            (ttl_sum / u128::from(expires)) as u64
+        };
+        Ok((keys, expires, avg))
+    }
+
+    /// The bytes `key`'s entry takes in the memory tier (`MEMORY USAGE`): its block (a length
+    /// header, the key, the value, the expiry) and the slot that points to it. A key held only
+    /// in the store is counted as the entry it would be in memory. `None` if it does not exist.
+    pub fn usage(&mut self, key: &[u8], now: u64) -> Result<Option<u64>, KvError> {
+        let slot_bytes = std::mem::size_of::<Option<Slot>>() as u64;
+        if let Some(slot) = self.slot(self.id_of(key), key) {
+            return Ok(slot.live(now).then(|| slot.data.len() as u64 + slot_bytes));
+        }
+        Ok(self
+            .peek(key, now)?
+            .map(|v| Slot::new(key, &v).data.len() as u64 + slot_bytes))
+    }
+
     /// Whether there are no keys.
     pub fn is_empty(&mut self) -> Result<bool, KvError> {
         Ok(self.len()? == 0)
@@ -824,6 +921,7 @@ impl Keyspace {
             self.tier.cache_mut().remove(id);
         }
         self.held = 0;
+        (self.expiring, self.expiry_sum) = (0, 0);
     }
 
     /// Whether memory holds every one of `keys` (a tier's read of them can run at once).
@@ -1187,20 +1285,34 @@ impl Keyspace {
         if self.mem.len() <= i {
             self.mem.resize_with(i + 1, || None);
         }
-        if self.mem[i].replace(value).is_none() {
-            self.held += 1;
+        self.count_expiry(&value, true);
+        match self.mem[i].replace(value) {
+            None => self.held += 1,
+            Some(old) => self.count_expiry(&old, false),
         }
     }
 
     /// Empties slot `s`; whether it held a value.
     fn vacate(&mut self, s: u32) -> bool {
-        let held = self
-            .mem
-            .get_mut(s as usize)
-            .and_then(Option::take)
-            .is_some();
-        self.held -= u64::from(held);
-        held
+        let taken = self.mem.get_mut(s as usize).and_then(Option::take);
+        if let Some(old) = &taken {
+            self.count_expiry(old, false);
+        }
+        self.held -= u64::from(taken.is_some());
+        taken.is_some()
+    }
+
+    /// Counts a slot's expiry in (`add`) or out of [`expiring`](Self::expiring).
+    fn count_expiry(&mut self, slot: &Slot, add: bool) {
+        if let Some(t) = slot.expires_at() {
+            if add {
+                self.expiring += 1;
+                self.expiry_sum += u128::from(t);
+            } else {
+                self.expiring -= 1;
+                self.expiry_sum -= u128::from(t);
+            }
+        }
     }
 
     /// Drops `key` (whose id is `id`) from memory and the algorithm, if memory holds it.

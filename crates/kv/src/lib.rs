@@ -17,6 +17,8 @@
 //! - [`server`]: connections, pipelining, durability, the graceful stop.
 //! - [`metrics`]: Prometheus's text format on `--metrics`.
 //! - [`client`]: a blocking client for `pliant admin` and scripts.
+//! - [`clients`]: the connections a node serves (CLIENT LIST, INFO, KILL) and the invalidation
+//!   channel a CLIENT TRACKING REDIRECT target subscribes to.
 //! - [`replay`]: a trace replayed against any Redis-protocol server (`pliant replay`).
 //!
 //! Dependencies: `tokio` (the network and timers), `bytes` (values shared without copies
@@ -26,6 +28,7 @@
 //! simulator gives.
 
 pub mod client;
+pub mod clients;
 pub mod cluster;
 mod cmd;
 pub mod config;

@@ -44,7 +44,19 @@ pub struct Node {
     children: Mutex<HashMap<String, (Instant, Reported)>>,
     /// Its place in a cluster, if it belongs to one.
     cluster: std::sync::OnceLock<crate::cluster::Cluster>,
+    /// Held for reading by every command, for writing by EXEC: no other client's command runs
+    /// between a transaction's commands.
+    exec_gate: std::sync::RwLock<()>,
+    /// WATCHed keys: each with the connections watching it and the flag a change of it sets.
+    watches: Mutex<HashMap<Bytes, Vec<Watcher>>>,
+    /// Keys in `watches`: a write looks no further when none is watched.
+    watched: AtomicUsize,
+    /// The connections, for CLIENT LIST, INFO and KILL.
+    registry: crate::clients::Registry,
 }
+
+/// A connection watching a key: its id, and the flag a change of the key sets.
+type Watcher = (u64, std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 /// One node's metrics as it reports them to its parent or children: `(name, value)`.
 pub type Reported = Vec<(String, f64)>;
@@ -105,7 +117,80 @@ impl Node {
             metrics: Mutex::new(Vec::new()),
             children: Mutex::new(HashMap::new()),
             cluster: std::sync::OnceLock::new(),
+            exec_gate: std::sync::RwLock::new(()),
+            watches: Mutex::new(HashMap::new()),
+            watched: AtomicUsize::new(0),
+            registry: Default::default(),
         }
+    }
+
+    /// The connections open now (CLIENT LIST, INFO, KILL).
+    pub fn registry(&self) -> &crate::clients::Registry {
+        &self.registry
+    }
+
+    /// Held while one command runs: shared, except by EXEC (see the field).
+    pub(crate) fn exec_shared(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.exec_gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Held while a transaction's commands run (EXEC): no other command runs meanwhile.
+    pub(crate) fn exec_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.exec_gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether any connection watches any key.
+    pub(crate) fn watching(&self) -> bool {
+        self.watched.load(Ordering::Relaxed) > 0
+    }
+
+    /// Connection `id` watches `key`: `dirty` is set when the key changes.
+    pub(crate) fn watch(
+        &self,
+        id: u64,
+        key: Bytes,
+        dirty: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let mut w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        let list = w.entry(key).or_default();
+        if list.is_empty() {
+            self.watched.fetch_add(1, Ordering::Relaxed);
+        }
+        if !list.iter().any(|(c, _)| *c == id) {
+            list.push((id, dirty.clone()));
+        }
+    }
+
+    /// Connection `id` no longer watches `keys`.
+    pub(crate) fn unwatch<'a>(&self, id: u64, keys: impl Iterator<Item = &'a Bytes>) {
+        let mut w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            if let Some(list) = w.get_mut(k) {
+                list.retain(|(c, _)| *c != id);
+                if list.is_empty() {
+                    w.remove(k);
+                    self.watched.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// `keys` changed: every connection watching one of them will find its EXEC refused.
+    pub(crate) fn touch<'a>(&self, keys: impl Iterator<Item = &'a Bytes>) {
+        let w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            if let Some(list) = w.get(k) {
+                for (_, dirty) in list {
+                    dirty.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The keys watched now (a FLUSHDB touches those of them that exist).
+    pub(crate) fn watched_keys(&self) -> Vec<Bytes> {
+        let w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        w.keys().cloned().collect()
     }
 
     /// Its place in a cluster, if it belongs to one.

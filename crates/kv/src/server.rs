@@ -180,6 +180,30 @@ impl Server {
                     .map_err(|source| ServeError::Bind { addr, source })?,
             ),
         };
+        tracing::info!(
+            "listening on {}: {} memory tier of {}, {}, durability {}, at most {} clients, values up to {} bytes, {}{}",
+            listener
+                .local_addr()
+                .map_or_else(|_| config.bind.to_string(), |a| a.to_string()),
+            config.algo,
+            config.capacity,
+            match (&config.store, config.parent) {
+                (Some(p), _) => format!("store {}", p.display()),
+                (None, Some(parent)) => format!("tier of {parent}"),
+                (None, None) => "no store".to_string(),
+            },
+            config.durability,
+            config.max_clients,
+            config.max_value_size,
+            if config.requirepass.is_some() {
+                "password required"
+            } else {
+                "no password"
+            },
+            node.policy()
+                .and_then(|p| p.status().ok())
+                .map_or_else(String::new, |s| format!(", policy every {}s", s.interval_s)),
+        );
         Ok(Self {
             node,
             listener,
@@ -297,18 +321,48 @@ async fn sync_every_second(node: Arc<Node>) {
 }
 
 async fn connection(node: Arc<Node>, mut stream: TcpStream) {
+    let peer = stream.peer_addr().ok();
     let Some(id) = node.admit() else {
+        tracing::info!(
+            "refused a connection from {}: max number of clients reached",
+            shown(peer)
+        );
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
         return;
     };
     let _ = stream.set_nodelay(true);
-    if let Err(e) = serve(&node, &mut stream, id).await {
-        tracing::debug!("client {id}: {e}");
-    }
+    let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
+    let client = Arc::new(crate::clients::Client::new(
+        id,
+        peer.unwrap_or(unknown),
+        stream.local_addr().unwrap_or(unknown),
+        std::os::fd::AsRawFd::as_raw_fd(&stream),
+    ));
+    node.registry().add(client.clone());
+    tracing::info!("client {id} connected from {}", shown(peer));
+    let mut session = Session {
+        id,
+        authenticated: !node.requires_auth(),
+        client: Some(client.clone()),
+        ..Session::default()
+    };
+    let why = match serve(&node, &mut stream, &mut session, &client).await {
+        Ok(()) if client.is_killed() => "killed (CLIENT KILL)".to_string(),
+        Ok(()) => "closed".to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::info!("client {id} ({}) left: {why}", shown(peer));
+    crate::cmd::closed(&node, &mut session);
+    node.registry().remove(id);
     node.tracking().disable(id);
     node.leave();
+}
+
+/// An address for the log, or `?` if the socket could not say.
+fn shown(addr: Option<SocketAddr>) -> String {
+    addr.map_or_else(|| "?".to_string(), |a| a.to_string())
 }
 
 /// Warms the memory tier for the keys of the requests waiting in `buf` when there are several
@@ -323,7 +377,13 @@ fn warm(node: &Node, buf: &[u8], ahead: &mut Vec<std::ops::Range<usize>>) {
 
 /// Reads requests, runs each complete one, and writes the replies of everything read in one go
 /// (a pipeline gets its replies in one write, and under `always` one sync).
-async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<()> {
+async fn serve(
+    node: &Node,
+    stream: &mut TcpStream,
+    session: &mut Session,
+    client: &crate::clients::Client,
+) -> std::io::Result<()> {
+    let id = session.id;
     let authenticated = Limits {
         max_bulk: node.max_value_size(),
         ..Limits::default()
@@ -333,11 +393,6 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
     let unauthenticated = Limits {
         unauthenticated: true,
         ..authenticated
-    };
-    let mut session = Session {
-        id,
-        authenticated: !node.requires_auth(),
-        ..Session::default()
     };
     let mut stop = node.stop_signal();
     let mut buf = BytesMut::with_capacity(16 * 1024);
@@ -379,10 +434,13 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
                         continue;
                     }
                     let reply = match node.parent() {
-                        Some(up) => crate::leaf::run(node, up, &mut session, &args, now_ms()).await,
-                        None => execute(&mut Ctx::new(node, &mut session, now_ms()), &args),
+                        Some(up) => crate::leaf::run(node, up, session, &args, now_ms()).await,
+                        None => execute(&mut Ctx::new(node, session, now_ms()), &args),
                     };
                     reply.write(session.proto, &mut out);
+                    for more in session.also.drain(..) {
+                        more.write(session.proto, &mut out);
+                    }
                     // Let go of the request's bytes: the read buffer can then be reused in place.
                     args.clear();
                     if session.quit || session.shutdown {
@@ -428,12 +486,18 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
         if session.shutdown {
             node.shut_down();
         }
-        if closing {
+        if closing || client.is_killed() {
             return Ok(());
         }
         tokio::select! {
             n = stream.read_buf(&mut buf) => if n? == 0 { return Ok(()) },
             _ = stop.changed() => return Ok(()),
+            _ = client.killed() => return Ok(()),
+            Some(message) = next_message(&mut session.messages) => {
+                message.write(session.proto, &mut out);
+                stream.write_all(&out).await?;
+                out.clear();
+            }
             push = next_push(&mut session.pushes) => match push {
                 Some(Outgoing::Push(frame)) => {
                     frame.write(session.proto, &mut out);
@@ -443,6 +507,16 @@ async fn serve(node: &Node, stream: &mut TcpStream, id: u64) -> std::io::Result<
                 Some(Outgoing::Close) | None => return Ok(()),
             },
         }
+    }
+}
+
+/// The next message of the channel the connection subscribed to (never, if none).
+async fn next_message(
+    messages: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Frame>>,
+) -> Option<Frame> {
+    match messages {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

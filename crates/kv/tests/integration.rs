@@ -2,3 +2,4 @@
 //! links the whole dependency tree). Each module is one subject.
 
 mod frame;
+mod redis_commands;

@@ -11,7 +11,7 @@
 //! subcommands (its reply has Redis 6's six fields); `COMMAND DOCS`'s `history`,
 //! `reply_schema`, `display_text` and `subcommands` (CLIENT, CONFIG and CLUSTER are documented
 //! as containers, with no arguments); the flags Redis never shows (`sentinel`,
-//! `may_replicate`, …) and those of features this server lacks (`pubsub`, `blocking`,
+//! `may_replicate`, …) and those of features this server lacks (`blocking`,
 //! `movablekeys`, …: no command here has them).
 
 use bytes::Bytes;
@@ -29,6 +29,8 @@ pub enum Flag {
     Denyoom,
     /// An administrative command.
     Admin,
+    /// A publish/subscribe command.
+    Pubsub,
     /// Not allowed in scripts.
     Noscript,
     /// Allowed while the dataset loads.
@@ -47,11 +49,12 @@ pub enum Flag {
 
 impl Flag {
     /// Every flag, in the order `COMMAND INFO` lists them (Redis's).
-    const ALL: [Flag; 11] = [
+    const ALL: [Flag; 12] = [
         Flag::Write,
         Flag::Readonly,
         Flag::Denyoom,
         Flag::Admin,
+        Flag::Pubsub,
         Flag::Noscript,
         Flag::Loading,
         Flag::Stale,
@@ -68,6 +71,7 @@ impl Flag {
             Flag::Readonly => "readonly",
             Flag::Denyoom => "denyoom",
             Flag::Admin => "admin",
+            Flag::Pubsub => "pubsub",
             Flag::Noscript => "noscript",
             Flag::Loading => "loading",
             Flag::Stale => "stale",
@@ -384,6 +388,7 @@ mod tests {
             | Flag::Readonly
             | Flag::Denyoom
             | Flag::Admin
+            | Flag::Pubsub
             | Flag::Noscript
             | Flag::Loading
             | Flag::Stale

@@ -213,3 +213,82 @@ pub(super) fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Err(e) => store_error(&e),
     }
 }
+
+/// `OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key`, `OBJECT HELP`. Every value is a string:
+/// ENCODING says how Redis would hold it (`int`, `embstr` up to 44 bytes, `raw`); REFCOUNT is
+/// always 1 (values are not shared between keys). The memory tier's algorithms keep neither an
+/// access clock per key nor Redis's LFU counter, so IDLETIME and FREQ are refused by name rather
+/// than answered with a made-up number.
+pub(super) fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = args[0].to_ascii_uppercase();
+    if sub == b"HELP" && args.len() == 1 {
+        return Frame::Array(
+            [
+                "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ENCODING <key>",
+                "    Return the kind of internal representation used in order to store the value",
+                "    associated with a <key>.",
+                "FREQ <key>",
+                "    Not kept here: refused (the memory tier's algorithms keep no LFU counter).",
+                "IDLETIME <key>",
+                "    Not kept here: refused (the memory tier keeps no access time per key).",
+                "REFCOUNT <key>",
+                "    Return the number of references of the value associated with the specified",
+                "    <key> (always 1 here).",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Frame::Simple((*l).to_string()))
+            .collect(),
+        );
+    }
+    let [_, key] = args else {
+        return Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try OBJECT HELP.",
+            String::from_utf8_lossy(&args[0])
+        ));
+    };
+    if !matches!(
+        sub.as_slice(),
+        b"ENCODING" | b"FREQ" | b"IDLETIME" | b"REFCOUNT"
+    ) {
+        return Frame::error(format!(
+            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+            String::from_utf8_lossy(&args[0])
+        ));
+    }
+    let now = ctx.now;
+    let v = match ctx.ks().peek(key, now) {
+        Ok(Some(v)) => v,
+        Ok(None) => return Frame::Null,
+        Err(e) => return store_error(&e),
+    };
+    match sub.as_slice() {
+        b"ENCODING" => Frame::Bulk(Bytes::from_static(encoding(&v.data).as_bytes())),
+        b"REFCOUNT" => Frame::Integer(1),
+        b"FREQ" => Frame::error(
+            "ERR OBJECT FREQ is not kept by this server: its memory tier's algorithms keep no LFU counter",
+        ),
+        _ => Frame::error(
+            "ERR OBJECT IDLETIME is not kept by this server: its memory tier keeps no access time per key",
+        ),
+    }
+}
+
+/// Redis's encoding of a string value: `int` for a canonical 64-bit integer of at most 20
+/// characters, `embstr` for at most 44 bytes, `raw` otherwise.
+fn encoding(data: &[u8]) -> &'static str {
+    let canonical_int = data.len() <= 20
+        && std::str::from_utf8(data)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .is_some_and(|n| n.to_string().as_bytes() == data);
+    if canonical_int {
+        "int"
+    } else if data.len() <= 44 {
+        "embstr"
+    } else {
+        "raw"
+    }
+}

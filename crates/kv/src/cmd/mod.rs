@@ -5,6 +5,7 @@ mod cluster;
 mod connection;
 mod docs;
 mod keys;
+mod multi;
 mod pliant;
 mod server;
 mod strings;
@@ -43,6 +44,18 @@ pub struct Session {
     /// Set by `ASKING`: the next command may use a slot being imported here (Redis Cluster's
     /// `-ASK` redirection).
     pub asking: bool,
+    /// The transaction being queued, after MULTI.
+    pub multi: Option<multi::Multi>,
+    /// The keys it WATCHes.
+    pub watching: Option<multi::Watching>,
+    /// Its entry in the node's registry of connections (CLIENT LIST, KILL).
+    pub client: Option<std::sync::Arc<crate::clients::Client>>,
+    /// The client its invalidations go to (`CLIENT TRACKING ON REDIRECT id`).
+    pub redirect: Option<u64>,
+    /// Messages of the channel it subscribed to (`__redis__:invalidate`).
+    pub messages: Option<tokio::sync::mpsc::UnboundedReceiver<Frame>>,
+    /// Replies to send after this command's (SUBSCRIBE's, one per channel).
+    pub also: Vec<Frame>,
 }
 
 /// What a command runs with.
@@ -154,6 +167,8 @@ const GENERIC: &str = "generic";
 const SERVER: &str = "server";
 const STRING: &str = "string";
 const PLIANT: &str = "pliant";
+const TRANSACTIONS: &str = "transactions";
+const PUBSUB: &str = "pubsub";
 
 /// The version `PLIANT.*` commands came in.
 const PLIANT_SINCE: &str = "0.1.0";
@@ -216,7 +231,8 @@ impl Spec {
 }
 
 use Flag::{
-    Admin, AllowBusy, Denyoom, Fast, Loading, NoAuth, NoMulti, Noscript, Readonly, Stale, Write,
+    Admin, AllowBusy, Denyoom, Fast, Loading, NoAuth, NoMulti, Noscript, Pubsub, Readonly, Stale,
+    Write,
 };
 
 /// `[NX | XX | GT | LT]` of EXPIRE and PEXPIRE.
@@ -347,6 +363,115 @@ pub const COMMANDS: &[Spec] = &[
     )
     .doc(CONNECTION, "1.0.0", "O(1)", "Closes the connection.")
     .deprecated("7.2.0", "just closing the connection"),
+    cmd(
+        "multi",
+        1,
+        &[Noscript, Loading, Stale, Fast, AllowBusy],
+        NO_KEYS,
+        multi::multi,
+    )
+    .doc(TRANSACTIONS, "1.2.0", "O(1)", "Starts a transaction."),
+    cmd("exec", 1, &[Noscript, Loading, Stale], NO_KEYS, multi::exec).doc(
+        TRANSACTIONS,
+        "1.2.0",
+        "Depends on commands in the transaction",
+        "Executes all commands in a transaction.",
+    ),
+    cmd(
+        "discard",
+        1,
+        &[Noscript, Loading, Stale, Fast, AllowBusy],
+        NO_KEYS,
+        multi::discard,
+    )
+    .doc(
+        TRANSACTIONS,
+        "2.0.0",
+        "O(N), when N is the number of queued commands",
+        "Discards a transaction.",
+    ),
+    cmd(
+        "watch",
+        -2,
+        &[Noscript, Loading, Stale, Fast, AllowBusy],
+        ALL_KEYS,
+        multi::watch,
+    )
+    .doc(
+        TRANSACTIONS,
+        "2.2.0",
+        "O(1) for every key.",
+        "Monitors changes to keys to determine the execution of a transaction.",
+    )
+    .args(&[Arg::key("key").multiple()]),
+    cmd(
+        "unwatch",
+        1,
+        &[Noscript, Loading, Stale, Fast, AllowBusy],
+        NO_KEYS,
+        multi::unwatch,
+    )
+    .doc(
+        TRANSACTIONS,
+        "2.2.0",
+        "O(1)",
+        "Forgets about watched keys of a transaction.",
+    ),
+    cmd(
+        "subscribe",
+        -2,
+        &[Pubsub, Noscript, Loading, Stale],
+        NO_KEYS,
+        connection::subscribe,
+    )
+    .doc(
+        PUBSUB,
+        "2.0.0",
+        "O(N) where N is the number of channels to subscribe to.",
+        "Listens for messages published to channels.",
+    )
+    .args(&[Arg::string("channel").multiple()]),
+    cmd(
+        "unsubscribe",
+        -1,
+        &[Pubsub, Noscript, Loading, Stale],
+        NO_KEYS,
+        connection::unsubscribe,
+    )
+    .doc(
+        PUBSUB,
+        "2.0.0",
+        "O(N) where N is the number of channels to unsubscribe from.",
+        "Stops listening to messages posted to channels.",
+    )
+    .args(&[Arg::string("channel").optional().multiple()]),
+    cmd("wait", 3, &[Noscript], NO_KEYS, server::wait)
+        .doc(
+            GENERIC,
+            "3.0.0",
+            "O(1)",
+            concat!(
+                "Blocks until the asynchronous replication of all preceding write ",
+                "commands sent by the connection is completed."
+            ),
+        )
+        .args(&[Arg::integer("numreplicas"), Arg::integer("timeout")]),
+    cmd("object", -2, &[], (2, 2, 1), keys::object)
+        .doc(
+            GENERIC,
+            "2.2.3",
+            "Depends on subcommand.",
+            "A container for object introspection commands.",
+        )
+        .container(),
+    cmd("memory", -2, &[], (2, 2, 1), server::memory)
+        .doc(
+            SERVER,
+            "4.0.0",
+            "Depends on subcommand.",
+            "A container for memory diagnostics commands.",
+        )
+        .container(),
     cmd("command", -1, &[Loading, Stale], NO_KEYS, server::command).doc(
         SERVER,
         "2.8.13",
@@ -455,6 +580,27 @@ pub const COMMANDS: &[Spec] = &[
                         .after("PXAT")
                         .since("6.2.0"),
                     Arg::token("keepttl", "KEEPTTL").since("6.0.0"),
+                ],
+            )
+            .optional(),
+        ]),
+    cmd("getex", -2, &[Write, Fast], ONE_KEY, strings::getex)
+        .doc(
+            STRING,
+            "6.2.0",
+            "O(1)",
+            "Returns the string value of a key after setting its expiration time.",
+        )
+        .args(&[
+            Arg::key("key"),
+            Arg::one_of(
+                "expiration",
+                &[
+                    Arg::integer("seconds").after("EX"),
+                    Arg::integer("milliseconds").after("PX"),
+                    Arg::unix_time("unix-time-seconds").after("EXAT"),
+                    Arg::unix_time("unix-time-milliseconds").after("PXAT"),
+                    Arg::token("persist", "PERSIST"),
                 ],
             )
             .optional(),
@@ -1050,10 +1196,30 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
 pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     // ASKING lasts one command, whatever becomes of it.
     let asking = std::mem::take(&mut ctx.session.asking);
+    if ctx.session.multi.is_some()
+        && let Some(queued) = multi::queue(ctx, args, asking)
+    {
+        return queued;
+    }
     let spec = match check(ctx.session, args) {
         Ok(spec) => spec,
         Err(reply) => return reply,
     };
+    if let Some(c) = &ctx.session.client {
+        c.ran(spec.name);
+    }
+    if ctx.session.messages.is_some()
+        && ctx.session.proto == Protocol::Resp2
+        && !matches!(spec.name, "subscribe" | "unsubscribe" | "ping" | "quit")
+    {
+        // A RESP2 connection that subscribed reads messages, not replies, until it unsubscribes.
+        return Frame::error(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            spec.name
+        ));
+    }
+    // EXEC holds it exclusively itself.
+    let _shared = (spec.name != "exec").then(|| ctx.node.exec_shared());
     match ctx.node.cluster() {
         Some(c) if spec.keys.0 != 0 => {
             // Held from the routing decision to the end of the command, so a slot move cannot
@@ -1097,9 +1263,30 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
         ctx.session.wrote = true;
     }
     ctx.node.count_command();
+    let node = ctx.node;
+    // A FLUSHDB changes the watched keys that exist when it runs, and no others.
+    let flushed = (node.watching() && matches!(spec.name, "flushdb" | "flushall")).then(|| {
+        let mut ks = node.keyspace();
+        let now = ctx.now;
+        node.watched_keys()
+            .into_iter()
+            .filter(|k| ks.exists(k, now).unwrap_or(true))
+            .collect::<Vec<_>>()
+    });
     let reply = (spec.run)(ctx, &args[1..]);
+    if spec.writes() && node.watching() {
+        match &flushed {
+            Some(keys) => node.touch(keys.iter()),
+            None => node.touch(spec.keys_of(args)),
+        }
+    }
     track(ctx, spec, args);
     reply
+}
+
+/// What a connection leaves behind when it closes: the keys it watched.
+pub(crate) fn closed(node: &Node, session: &mut Session) {
+    multi::unwatch_all(&mut Ctx::new(node, session, 0));
 }
 
 /// Tells the tracking table what a command read or changed (see [`crate::tracking`]).
@@ -1116,7 +1303,7 @@ pub fn track(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) {
             tracking.wrote(id, spec.keys_of(args))
         };
         ctx.session.awaiting.extend(waits);
-    } else if ctx.session.pushes.is_some() {
+    } else if ctx.session.pushes.is_some() || ctx.session.redirect.is_some() {
         tracking.read(id, spec.keys_of(args));
     }
 }

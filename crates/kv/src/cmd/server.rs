@@ -68,6 +68,7 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 .any(|w| w == s || w == "all" || w == "everything" || w == "default")
     };
     let node = ctx.node;
+    let now = ctx.now;
     let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys) = {
         let mut ks = node.keyspace();
         (
@@ -76,7 +77,12 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             ks.algorithm().to_string(),
             ks.capacity(),
             ks.has_store(),
-            ks.len(),
+            // Walks every key (as DBSIZE with a store does): only when the section is shown.
+            if show("keyspace") {
+                ks.expiry_counts(now)
+            } else {
+                Ok((0, 0, 0))
+            },
         )
     };
     let mut out = String::new();
@@ -105,9 +111,10 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         );
     }
     if show("memory") {
+        let redis_algo = redis_policy(&algo);
         let _ = write!(
             out,
-            "# Memory\r\nused_memory:{mem_bytes}\r\nused_memory_rss:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{algo}\r\n\r\n",
+            "# Memory\r\nused_memory:{mem_bytes}\r\nused_memory_rss:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{redis_algo}\r\n\r\n",
             crate::node::rss_bytes().unwrap_or(0),
             match capacity {
                 pliant_cache::Capacity::Bytes(b) => b,
@@ -146,9 +153,9 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if show("keyspace") {
         out.push_str("# Keyspace\r\n");
         match keys {
-            Ok(0) => {}
-            Ok(n) => {
-                let _ = write!(out, "db0:keys={n},expires=0,avg_ttl=0\r\n");
+            Ok((0, _, _)) => {}
+            Ok((n, expires, avg_ttl)) => {
+                let _ = write!(out, "db0:keys={n},expires={expires},avg_ttl={avg_ttl}\r\n");
             }
             Err(e) => return store_error(&e),
         }
@@ -191,7 +198,16 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             };
             let settings = [
                 ("capacity", capacity.to_string()),
-                ("maxmemory-policy", algo),
+                (
+                    "maxmemory",
+                    match capacity {
+                        pliant_cache::Capacity::Bytes(b) => b.to_string(),
+                        // Unlimited, or a count of keys, which maxmemory cannot express.
+                        pliant_cache::Capacity::Keys(_) => "0".to_string(),
+                    },
+                ),
+                ("maxmemory-policy", redis_policy(&algo)),
+                ("algo", algo),
                 ("durability", node.durability().to_string()),
                 (
                     "interval",
@@ -241,6 +257,37 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                         }
                         Err(e) => return bad(e.to_string()),
                     },
+                    "maxmemory" => {
+                        let Some(c) = maxmemory(&value) else {
+                            return bad(format!(
+                                "argument must be a memory value (100mb, 1gb, 1073741824; 0 for unlimited), got '{value}'"
+                            ));
+                        };
+                        let mut ks = node.keyspace();
+                        let done = if c.units() == ks.capacity().units() {
+                            ks.resize(c)
+                        } else {
+                            // Keys to bytes or back: the algorithm is built anew in other units.
+                            let algo = ks.algorithm().to_string();
+                            ks.rebuild(&algo, c)
+                        };
+                        if let Err(why) = done {
+                            return bad(why);
+                        }
+                    }
+                    "maxmemory-policy" | "algo" => {
+                        let algo = match algorithm_of(&value) {
+                            Ok(a) => a,
+                            Err(why) => return bad(why),
+                        };
+                        let mut ks = node.keyspace();
+                        if ks.algorithm() != algo {
+                            let capacity = ks.capacity();
+                            if let Err(why) = ks.rebuild(&algo, capacity) {
+                                return bad(why);
+                            }
+                        }
+                    }
                     "interval" => match pliant_policy::parse_interval(&value) {
                         Ok(d) => match node.policy() {
                             Some(p) => p.set_interval(d),
@@ -290,4 +337,129 @@ pub(super) fn flush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 pub(super) fn shutdown(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     ctx.session.shutdown = true;
     Frame::ok()
+}
+
+/// A `maxmemory` value as Redis reads it (`100mb` is 100 MiB, `100m` 100 MB; plain bytes; 0 is
+/// unlimited), or a Pliant capacity (`64MiB`, `1000keys`, `unlimited`).
+fn maxmemory(value: &str) -> Option<pliant_cache::Capacity> {
+    let v = value.trim().to_ascii_lowercase();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(digits);
+    let redis = n.parse::<u64>().ok().and_then(|n| {
+        let m: u64 = match unit {
+            "" | "b" => 1,
+            "k" => 1000,
+            "kb" => 1 << 10,
+            "m" => 1000 * 1000,
+            "mb" => 1 << 20,
+            "g" => 1000 * 1000 * 1000,
+            "gb" => 1 << 30,
+            _ => return None,
+        };
+        n.checked_mul(m)
+    });
+    match redis {
+        Some(0) => Some(pliant_cache::Capacity::Keys(u64::MAX)),
+        Some(b) => Some(pliant_cache::Capacity::Bytes(b)),
+        None => value.parse().ok(),
+    }
+}
+
+/// The memory tier's algorithm for a `maxmemory-policy`: Redis's names where one of Pliant's
+/// algorithms is what they name (`allkeys-lru` is `lru`, `allkeys-lfu` `lfu`), or any of
+/// Pliant's algorithm specs (`s3fifo`, `sieve`, `s3fifo:small=0.2`). The others are refused by
+/// name: every key may be evicted here (no `volatile-*`), no algorithm picks at random, and a
+/// cache always evicts (`noeviction`: give `maxmemory 0` for no limit).
+fn algorithm_of(value: &str) -> Result<String, String> {
+    let v = value.trim().to_ascii_lowercase();
+    match v.as_str() {
+        "allkeys-lru" => return Ok("lru".into()),
+        "allkeys-lfu" => return Ok("lfu".into()),
+        "noeviction" => {
+            return Err(
+                "noeviction is not possible here: the memory tier always evicts (with a store, only its copy in memory); CONFIG SET maxmemory 0 removes the limit"
+                    .into(),
+            );
+        }
+        "allkeys-random" | "volatile-lru" | "volatile-lfu" | "volatile-random" | "volatile-ttl" => {
+            return Err(format!(
+                "{v} is not possible here: every key may be evicted and no algorithm picks at random; the policies are allkeys-lru, allkeys-lfu, or one of Pliant's algorithms: {}",
+                pliant_cache::algorithm_names()
+            ));
+        }
+        _ => {}
+    }
+    match pliant_cache::algorithm(&v) {
+        Some(a) if a.needs_next_access => Err(crate::config::offline_refused(a.name)),
+        // Checked by building it: its parameters too.
+        Some(_) => pliant_cache::build(&v, pliant_cache::Capacity::Keys(1))
+            .map(|_| v.clone())
+            .map_err(|e| e.to_string()),
+        None => Err(format!(
+            "unknown policy '{value}': allkeys-lru, allkeys-lfu, or one of {}",
+            pliant_cache::algorithm_names()
+        )),
+    }
+}
+
+/// The Redis name of the memory tier's algorithm where there is one (`allkeys-lru` for `lru`,
+/// `allkeys-lfu` for `lfu`), else Pliant's own.
+fn redis_policy(algo: &str) -> String {
+    match algo {
+        "lru" => "allkeys-lru".into(),
+        "lfu" => "allkeys-lfu".into(),
+        other => other.into(),
+    }
+}
+
+/// `WAIT numreplicas timeout`: there are no replicas, so 0 at once, as Redis without replicas
+/// answers (it does not wait out the timeout when none can ever acknowledge).
+pub(super) fn wait(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match (super::integer(&args[0]), super::integer(&args[1])) {
+        (Some(_), Some(t)) if t >= 0 => Frame::Integer(0),
+        (Some(_), Some(_)) => Frame::error("ERR timeout is negative"),
+        _ => super::not_an_integer(),
+    }
+}
+
+/// `MEMORY USAGE key [SAMPLES n]`: the bytes the key's entry takes in the memory tier (see
+/// [`crate::keyspace::Keyspace::usage`]); `MEMORY HELP`.
+pub(super) fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = args[0].to_ascii_uppercase();
+    match (sub.as_slice(), &args[1..]) {
+        (b"HELP", []) => Frame::Array(
+            [
+                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "USAGE <key> [SAMPLES <count>]",
+                "    Return memory in bytes used by <key> and its value (its entry in the",
+                "    memory tier: a header, the key, the value, the expiry, and its slot).",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Frame::Simple((*l).to_string()))
+            .collect(),
+        ),
+        (b"USAGE", [key, opts @ ..]) => {
+            match opts {
+                [] => {}
+                [s, n] if s.eq_ignore_ascii_case(b"samples") => {
+                    if super::integer(n).is_none() {
+                        return super::not_an_integer();
+                    }
+                }
+                _ => return syntax_error(),
+            }
+            let now = ctx.now;
+            match ctx.ks().usage(key, now) {
+                Ok(Some(n)) => Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+                Ok(None) => Frame::Null,
+                Err(e) => store_error(&e),
+            }
+        }
+        _ => Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try MEMORY HELP.",
+            String::from_utf8_lossy(&args[0])
+        )),
+    }
 }

@@ -257,3 +257,50 @@ fn add(ctx: &mut Ctx<'_>, key: &Bytes, n: i64) -> Frame {
         Err(e) => store_error(&e),
     }
 }
+
+/// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`: the value, its expiry changed as told. A
+/// time in the past deletes the key after reading it, as in Redis.
+pub(super) fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    // `None`: leave the expiry; `Some(None)`: PERSIST; `Some(Some(t))`: expire at `t`.
+    let change: Option<Option<u64>> = match &args[1..] {
+        [] => None,
+        [p] if p.eq_ignore_ascii_case(b"persist") => Some(None),
+        [unit, n] => {
+            let unit = unit.to_ascii_uppercase();
+            if !matches!(unit.as_slice(), b"EX" | b"PX" | b"EXAT" | b"PXAT") {
+                return syntax_error();
+            }
+            let Some(n) = integer(n) else {
+                return not_an_integer();
+            };
+            match deadline(&unit, n, ctx.now) {
+                Some(t) => Some(Some(t)),
+                None => return Frame::error("ERR invalid expire time in 'getex' command"),
+            }
+        }
+        _ => return syntax_error(),
+    };
+    let now = ctx.now;
+    let mut ks = ctx.node.keyspace();
+    let v = match ks.get_value(&args[0], now) {
+        Ok(Some(v)) => v,
+        Ok(None) => return Frame::Null,
+        Err(e) => return store_error(&e),
+    };
+    let done = match change {
+        None => Ok(()),
+        Some(Some(t)) if t <= now => ks.delete(&args[0], now).map(|_| ()),
+        Some(expires_at) if expires_at == v.expires_at => Ok(()),
+        Some(expires_at) => ks.set(
+            args[0].clone(),
+            Value {
+                data: v.data.clone(),
+                expires_at,
+            },
+        ),
+    };
+    match done {
+        Ok(()) => Frame::Bulk(v.data),
+        Err(e) => store_error(&e),
+    }
+}
