@@ -9,5 +9,6 @@ mod parsplice_cli;
 mod policy_cli;
 mod scale_cli;
 mod serve_cli;
+mod serve_redis_cli;
 mod sim_trace_cli;
 mod tiers_cli;
