@@ -162,7 +162,16 @@ pub fn both(c: &Cluster, r: &Rescale, strategy: Strategy, k: usize) -> Result<Bo
     let w = strategy.weights();
     let timed = |candidates| {
         let t = Instant::now();
-        let p = plan(c, r, w, PlanOptions { candidates }, |_| {});
+        let p = plan(
+            c,
+            r,
+            w,
+            PlanOptions {
+                candidates,
+                ..PlanOptions::default()
+            },
+            |_| {},
+        );
         (p, t.elapsed().as_secs_f64() * 1e3)
     };
     let (with_k, ms_k) = timed(k);
@@ -195,7 +204,10 @@ pub fn warmed(
     };
     let mut c = emulate::cluster(&params, from, rng)?;
     let mut next = from as ServerId;
-    let k = PlanOptions { candidates: k };
+    let k = PlanOptions {
+        candidates: k,
+        ..PlanOptions::default()
+    };
     for _ in 0..warmup {
         let size = rng.random_range(lo..=hi);
         emulate::rescale(&mut c, size, strategy, k, &mut next, rng)?;

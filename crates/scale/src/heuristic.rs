@@ -27,6 +27,26 @@
 //! server is evaluated; [`crate::candidates`] measures how often and by how much the two differ
 //! (`cargo bench -p pliant-scale --bench candidates`), and the tests pin seeded cases where they do.
 //!
+//! **Slots** ([`PlanOptions::slots`], what a live cluster's rescale sets). The paper balances
+//! the load and bytes the buckets hold *now*. In a hash-slot cluster the keys a server will get
+//! *next* follow the slots it owns, and most slots of a young cluster hold nothing: with
+//! `L_max` and `D_max` alone every empty slot is free to put anywhere, ties go to one server,
+//! and that server then receives most new keys (a 3-node cluster with 10,000 keys, one node
+//! added, ended with 10,495 / 1,721 / 1,753 / 2,415 slots; with all data in three hash-tagged
+//! slots, the new node got none). So the bucket count is the expected load and gets a term of
+//! its own, weighted and targeted as the load is: `C_t` = buckets / servers after (`C_i` before),
+//! `C_tw` from them as `L_tw` from `L_t`, `L_i` and divided by `W_L`; `P(k)` gains
+//! `(count_k / C_tw)³`, the fixing phase keeps a server's buckets while its count stays ≤ `C_tw`
+//! too, and the norm gains `W_L·count/ΣCount`. Strategies that ignore load (DT) ignore it too.
+//! Moves of single slots would leave a node thousands of ranges, so with `slots` the heuristic
+//! places *units*: runs of consecutive bucket ids on one server, cut at 1/32 of a server's share
+//! of buckets, at 1/16 of a server's target load or data, and around any bucket above that
+//! (which is a unit of its own, placed as the paper places a bucket). The fixing phase then goes
+//! through a server's units in id order (not by norm) and skips a unit that does not fit instead
+//! of stopping there, so what a server keeps is the start of its runs and what it gives away
+//! their ends. Without `slots` (the emulation, the exact baseline, `pliant scale plan` without
+//! `--slots`) the planner is the paper's, bucket by bucket.
+//!
 //! Moves are handed to the caller as they are decided, so transfers can start before planning
 //! ends.
 
@@ -152,28 +172,38 @@ impl Weights {
 pub struct PlanOptions {
     /// Candidate servers evaluated per bucket (besides its own); `usize::MAX` = all.
     pub candidates: usize,
+    /// Buckets are hash slots (see [the module doc](self), "Slots"): balance the bucket count of
+    /// every server as the load it will receive, and move runs of consecutive bucket ids together.
+    /// Off by default: the paper's problem, which the emulation and the exact baseline solve.
+    pub slots: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        Self { candidates: 16 }
+        Self {
+            candidates: 16,
+            slots: false,
+        }
     }
 }
 
 struct State {
     load: Vec<f64>,
     data: Vec<f64>,
+    count: Vec<f64>,
     recv: Vec<f64>,
     sent: Vec<f64>,
     dest: Vec<bool>,
     l_tw: f64,
     d_tw: f64,
+    /// `C_tw`, or `None` when bucket counts are not balanced (the paper's problem).
+    c_tw: Option<f64>,
     t_scale: f64,
 }
 
 impl State {
     #[inline]
-    fn p(&self, i: usize, load: f64, data: f64, recv: f64, sent: f64) -> f64 {
+    fn p(&self, i: usize, load: f64, data: f64, count: f64, recv: f64, sent: f64) -> f64 {
         let t = recv.max(sent) / self.t_scale;
         let transfer = 0.5 * t * t * t;
         if !self.dest[i] {
@@ -181,18 +211,105 @@ impl State {
         }
         let l = load / self.l_tw;
         let d = data / self.d_tw;
-        l * l * l + d * d * d + transfer
+        let c = self.c_tw.map_or(0.0, |c_tw| {
+            let c = count / c_tw;
+            c * c * c
+        });
+        l * l * l + d * d * d + c + transfer
     }
 
     #[inline]
     fn now(&self, i: usize) -> f64 {
-        self.p(i, self.load[i], self.data[i], self.recv[i], self.sent[i])
+        self.p(
+            i,
+            self.load[i],
+            self.data[i],
+            self.count[i],
+            self.recv[i],
+            self.sent[i],
+        )
     }
 }
 
 fn key(p: f64, i: usize) -> (u64, u32) {
     // Penalties are non-negative, where the bit pattern orders like the value.
     (p.max(0.0).to_bits(), i as u32)
+}
+
+/// What the heuristic places: one bucket, or (with [`PlanOptions::slots`]) a run of buckets with
+/// consecutive ids on one server, which moves as one.
+struct Unit {
+    /// Positions in `Cluster::buckets`, in id order.
+    members: Vec<usize>,
+    load: f64,
+    size: f64,
+    server: ServerId,
+}
+
+/// A run of slots is cut into units of at most this share of a server's slots after the
+/// rescaling: fine enough that counts balance to a few percent, coarse enough that a plan moves
+/// a few dozen ranges, not thousands of single slots.
+const RUNS_PER_SHARE: usize = 32;
+
+/// A slot holding more than this share of a server's target load or data is a unit of its own,
+/// so that the heuristic can place it (and the empty slots around it) where it fits best.
+const HEAVY_SHARE: f64 = 1.0 / 16.0;
+
+fn units(cluster: &Cluster, slots: bool, servers_after: usize, t: &Targets) -> Vec<Unit> {
+    let single = |k: usize| {
+        let b = &cluster.buckets[k];
+        Unit {
+            members: vec![k],
+            load: b.load,
+            size: b.size,
+            server: b.server,
+        }
+    };
+    if !slots {
+        return (0..cluster.buckets.len()).map(single).collect();
+    }
+    let mut order: Vec<usize> = (0..cluster.buckets.len()).collect();
+    order.sort_by_key(|&k| cluster.buckets[k].id);
+    let most = cluster
+        .buckets
+        .len()
+        .div_ceil(RUNS_PER_SHARE * servers_after)
+        .max(1);
+    let (heavy_load, heavy_size) = (t.l_t * HEAVY_SHARE, t.d_t * HEAVY_SHARE);
+    let heavy = |k: usize| {
+        let b = &cluster.buckets[k];
+        b.load > heavy_load || b.size > heavy_size
+    };
+    let mut out: Vec<Unit> = Vec::new();
+    let mut open: Option<Unit> = None;
+    let mut last_id: Option<u32> = None;
+    for k in order {
+        let b = &cluster.buckets[k];
+        let joins = open.as_ref().is_some_and(|u| {
+            u.server == b.server
+                && last_id.is_some_and(|l| l.checked_add(1) == Some(b.id))
+                && u.members.len() < most
+                && u.load + b.load <= heavy_load.max(f64::MIN_POSITIVE)
+                && u.size + b.size <= heavy_size.max(f64::MIN_POSITIVE)
+                && !heavy(k)
+        });
+        last_id = Some(b.id);
+        if joins {
+            let u = open.as_mut().expect("a unit is open");
+            u.members.push(k);
+            u.load += b.load;
+            u.size += b.size;
+            continue;
+        }
+        out.extend(open.take());
+        if heavy(k) {
+            out.push(single(k));
+        } else {
+            open = Some(single(k));
+        }
+    }
+    out.extend(open);
+    out
 }
 
 /// Plans `r` on `cluster` with `weights`, handing each move to `on_move` as soon as it is decided.
@@ -219,14 +336,30 @@ pub fn plan(
     let dest: Vec<bool> = ids.iter().map(|s| !r.remove.contains(s)).collect();
     debug_assert_eq!(dest.iter().filter(|d| **d).count(), after.len());
     let t_scale = (cluster.transfer.rate() * t_tw).max(f64::MIN_POSITIVE);
+    let buckets = cluster.buckets.len() as f64;
+    // The count's targets are the load's (it is the load a server will receive), weighted by W_L.
+    let c_tw = opts.slots.then(|| {
+        let c_t = buckets / after.len() as f64;
+        let c_i = buckets / cluster.servers.len().max(1) as f64;
+        weights
+            .targets(&Targets {
+                l_t: c_t,
+                l_i: c_i,
+                ..targets
+            })
+            .0
+            .max(f64::MIN_POSITIVE)
+    });
     let mut st = State {
         load: vec![0.0; n],
         data: vec![0.0; n],
+        count: vec![0.0; n],
         recv: vec![0.0; n],
         sent: vec![0.0; n],
         dest,
         l_tw: l_tw.max(f64::MIN_POSITIVE),
         d_tw: d_tw.max(f64::MIN_POSITIVE),
+        c_tw,
         t_scale,
     };
 
@@ -242,37 +375,55 @@ pub fn plan(
         .map(|b| b.size)
         .sum::<f64>()
         .max(f64::MIN_POSITIVE);
-    let norm = |k: usize| {
-        let b = &cluster.buckets[k];
-        let l = weights.load * b.load / total_load;
-        let d = weights.data * b.size / total_size;
-        (l * l + d * d).sqrt()
+    let units = units(cluster, opts.slots, after.len(), &targets);
+    let norm = |u: &Unit| {
+        let l = weights.load * u.load / total_load;
+        let d = weights.data * u.size / total_size;
+        let c = if opts.slots {
+            weights.load * u.members.len() as f64 / buckets.max(1.0)
+        } else {
+            0.0
+        };
+        (l * l + d * d + c * c).sqrt()
     };
-    let norms: Vec<f64> = (0..cluster.buckets.len()).map(norm).collect();
+    let norms: Vec<f64> = units.iter().map(norm).collect();
     let by_norm = |a: &usize, b: &usize| norms[*b].total_cmp(&norms[*a]).then(a.cmp(b));
 
-    // Fixing phase.
+    // Fixing phase: by decreasing norm (the paper), or for slots in id order, so that what a
+    // server keeps is the start of its runs and what it gives away their ends.
     let mut per_server: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (k, b) in cluster.buckets.iter().enumerate() {
-        per_server[index[&b.server]].push(k);
+    for (u, unit) in units.iter().enumerate() {
+        per_server[index[&unit.server]].push(u);
     }
     let mut placement: Placement = vec![ServerId::MAX; cluster.buckets.len()];
     let mut unfixed: Vec<usize> = Vec::new();
     for (i, mine) in per_server.iter_mut().enumerate() {
-        mine.sort_by(by_norm);
+        if !opts.slots {
+            mine.sort_by(by_norm);
+        }
         let mut keeping = st.dest[i];
-        for &k in mine.iter() {
-            let b = &cluster.buckets[k];
+        for &u in mine.iter() {
+            let unit = &units[u];
+            let count = unit.members.len() as f64;
+            // The paper stops at the first bucket that does not fit; slots skip it and go on,
+            // so that one heavy slot does not send every empty slot after it elsewhere.
+            if opts.slots {
+                keeping = st.dest[i];
+            }
             keeping = keeping
-                && st.load[i] + b.load <= st.l_tw
-                && st.data[i] + b.size <= st.d_tw
-                && st.data[i] + b.size <= cluster.capacity;
+                && st.load[i] + unit.load <= st.l_tw
+                && st.data[i] + unit.size <= st.d_tw
+                && st.data[i] + unit.size <= cluster.capacity
+                && st.c_tw.is_none_or(|c_tw| st.count[i] + count <= c_tw);
             if keeping {
-                st.load[i] += b.load;
-                st.data[i] += b.size;
-                placement[k] = ids[i];
+                st.load[i] += unit.load;
+                st.data[i] += unit.size;
+                st.count[i] += count;
+                for &k in &unit.members {
+                    placement[k] = ids[i];
+                }
             } else {
-                unfixed.push(k);
+                unfixed.push(u);
             }
         }
     }
@@ -284,8 +435,9 @@ pub fn plan(
         .map(|i| key(st.now(i), i))
         .collect();
     let mut pool: Vec<usize> = Vec::with_capacity(opts.candidates.min(n) + 1);
-    for k in unfixed {
-        let b = &cluster.buckets[k];
+    for u in unfixed {
+        let b = &units[u];
+        let count = b.members.len() as f64;
         let i0 = index[&b.server];
         let stay = |st: &State| -> Option<f64> {
             (st.dest[i0] && st.data[i0] + b.size <= cluster.capacity).then(|| {
@@ -293,6 +445,7 @@ pub fn plan(
                     i0,
                     st.load[i0] + b.load,
                     st.data[i0] + b.size,
+                    st.count[i0] + count,
                     st.recv[i0],
                     st.sent[i0],
                 ) - st.now(i0)
@@ -302,6 +455,7 @@ pub fn plan(
             i0,
             st.load[i0],
             st.data[i0],
+            st.count[i0],
             st.recv[i0],
             st.sent[i0] + b.size,
         ) - st.now(i0);
@@ -311,6 +465,7 @@ pub fn plan(
                     i,
                     st.load[i] + b.load,
                     st.data[i] + b.size,
+                    st.count[i] + count,
                     st.recv[i] + b.size,
                     st.sent[i],
                 ) - st.now(i)
@@ -353,22 +508,28 @@ pub fn plan(
         }
         st.load[to] += b.load;
         st.data[to] += b.size;
+        st.count[to] += count;
         if to != i0 {
             st.recv[to] += b.size;
             st.sent[i0] += b.size;
-            on_move(Move {
-                bucket: b.id,
-                from: ids[i0],
-                to: ids[to],
-                bytes: b.size,
-            });
+            for &k in &b.members {
+                let bucket = &cluster.buckets[k];
+                on_move(Move {
+                    bucket: bucket.id,
+                    from: ids[i0],
+                    to: ids[to],
+                    bytes: bucket.size,
+                });
+            }
         }
         for i in [to, i0] {
             if st.dest[i] {
                 order.insert(key(st.now(i), i));
             }
         }
-        placement[k] = ids[to];
+        for &k in &b.members {
+            placement[k] = ids[to];
+        }
     }
     Ok(placement)
 }

@@ -5,7 +5,9 @@
 //!
 //! - [`model`]: servers, buckets, objectives `L_max`, `D_max`, `T_max`, the paper's targets, and
 //!   validation of any placement;
-//! - [`heuristic`]: the Pufferscale heuristic, streaming moves as it decides them;
+//! - [`heuristic`]: the Pufferscale heuristic, streaming moves as it decides them; for hash slots
+//!   ([`PlanOptions::slots`]) it also balances every server's bucket count, the load its next
+//!   keys will bring, and moves runs of slots together (the module doc says how);
 //! - [`exact`] (cargo feature `exact`): a mixed-integer model of the same problem for small
 //!   instances (the baseline), and the heuristic-versus-optimum comparison;
 //! - [`candidates`]: how often evaluating only the `k` least-penalised servers changes a plan

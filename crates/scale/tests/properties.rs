@@ -63,10 +63,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn plans_keep_every_constraint((c, r) in instance(), k in prop::sample::select(vec![1usize, 4, 16, usize::MAX])) {
+    fn plans_keep_every_constraint((c, r) in instance(), k in prop::sample::select(vec![1usize, 4, 16, usize::MAX]), slots in any::<bool>()) {
         for s in Goal::ALL {
             let mut moves: Vec<Move> = Vec::new();
-            match plan(&c, &r, s.weights(), PlanOptions { candidates: k }, |m| moves.push(m)) {
+            match plan(&c, &r, s.weights(), PlanOptions { candidates: k, slots }, |m| moves.push(m)) {
                 Ok(p) => {
                     prop_assert!(c.validate(&r, &p).is_ok(), "{:?}", c.validate(&r, &p));
                     prop_assert!(c.check_moves(&moves, &p).is_ok());

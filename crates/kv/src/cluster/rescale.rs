@@ -270,7 +270,11 @@ async fn run(
         &cluster,
         &rescale,
         opts.weights,
-        pliant_scale::PlanOptions::default(),
+        // Slots: a node's next keys follow the slots it owns, most of which hold nothing yet.
+        pliant_scale::PlanOptions {
+            slots: true,
+            ..pliant_scale::PlanOptions::default()
+        },
         |m| moves.push(m),
     )?;
     let plan_ms = planning.elapsed().as_secs_f64() * 1e3;

@@ -56,6 +56,10 @@ pub struct PlanArgs {
     /// Candidate servers per bucket (0 = all).
     #[arg(long, default_value_t = 16)]
     candidates: usize,
+    /// The buckets are hash slots: balance every server's bucket count too (the keys it will
+    /// receive) and move runs of consecutive ids together, as a live cluster's rescale does.
+    #[arg(long)]
+    slots: bool,
     #[command(flatten)]
     output: Json,
 }
@@ -131,6 +135,7 @@ fn plan_cmd(a: &PlanArgs) -> Result<ExitCode> {
         } else {
             a.candidates
         },
+        slots: a.slots,
     };
     let mut moves: Vec<Move> = Vec::new();
     let t = std::time::Instant::now();
