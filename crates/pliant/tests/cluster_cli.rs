@@ -871,6 +871,70 @@ fn a_cluster_on_etcd_rescales_with_a_node_started_by_hand_and_notices_a_dead_one
     cluster.stop();
 }
 
+#[cfg(feature = "etcd")]
+#[test]
+fn a_cluster_up_on_etcd_starts_the_nodes_of_a_commission_and_stops_those_decommissioned() {
+    // It waited 60 s for nodes nobody started: "only 0 of 3 new nodes joined within 60 s".
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &["--nodes", "2", "--base-port", "0", "--etcd", &etcd.url],
+    );
+    let addrs = cluster.addrs();
+    set_at_owners(&addrs[0], (0..2_000).map(|i| format!("k{i}")));
+    let started = Instant::now();
+    let added = pliant_json(&[
+        "scale",
+        "commission",
+        "--cluster",
+        &addrs[0],
+        "--add",
+        "2",
+        "--window",
+        "100ms",
+        "--json",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(45), "{added}");
+    assert_eq!(added["nodes_after"], 4, "{added}");
+    let new: Vec<String> = added["added"]
+        .as_array()
+        .expect("added")
+        .iter()
+        .map(|id| id.as_str().expect("id").to_string())
+        .collect();
+    assert_eq!(new.len(), 2, "{added}");
+    // Started by the supervisor: node-2 and node-3 of its directory.
+    for i in [2, 3] {
+        let id = std::fs::read_to_string(dir.path().join(format!("node-{i}.id"))).expect("id");
+        assert!(new.contains(&id.trim().to_string()), "{new:?} {id}");
+    }
+    assert_new_keys_spread_evenly(&addrs[0], "new:", 8_000, 4);
+    // One leaves: the supervisor stops its process (nothing is left to stop by hand).
+    let removed = pliant_json(&[
+        "scale",
+        "decommission",
+        "--cluster",
+        &addrs[0],
+        "--remove",
+        &new[0],
+        "--window",
+        "100ms",
+        "--json",
+    ]);
+    assert_eq!(removed["removed"][0], new[0].as_str(), "{removed}");
+    assert_eq!(
+        removed["not_stopped"].as_array().map(Vec::len),
+        Some(0),
+        "{removed}"
+    );
+    for i in (0..2_000).step_by(97) {
+        let v: Option<String> = routed(&addrs[1], &["GET", &format!("k{i}")]);
+        assert_eq!(v.as_deref(), Some("v"));
+    }
+    cluster.stop();
+}
+
 /// Marks `slots` migrating from node `from` to node `to` in the coordination store, as a move
 /// does first (and leaves behind if it dies), and waits (at most 10 s) until `at` serves that map.
 fn mark_migrating(at: &str, slots: &[u64], from: &str, to: &str) {
@@ -1496,5 +1560,211 @@ fn a_node_stopped_with_sigterm_leaves_the_member_list_at_once() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    cluster.stop();
+}
+
+/// Every slot's owner (its address), from CLUSTER SLOTS at `addr`.
+fn slot_owners(addr: &str) -> Vec<String> {
+    let v: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut client(addr))
+        .expect("CLUSTER SLOTS");
+    let mut owners = vec![String::new(); 16_384];
+    let redis::Value::Array(ranges) = v else {
+        panic!("CLUSTER SLOTS: {v:?}");
+    };
+    for r in ranges {
+        let redis::Value::Array(r) = r else {
+            panic!("CLUSTER SLOTS row: {r:?}")
+        };
+        let int = |v: &redis::Value| match v {
+            redis::Value::Int(i) => *i as usize,
+            other => panic!("CLUSTER SLOTS: {other:?}"),
+        };
+        let redis::Value::Array(node) = &r[2] else {
+            panic!("CLUSTER SLOTS node: {:?}", r[2])
+        };
+        let ip = match &node[0] {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("CLUSTER SLOTS ip: {other:?}"),
+        };
+        let at = format!("{ip}:{}", int(&node[1]));
+        for owner in &mut owners[int(&r[0])..=int(&r[1])] {
+            owner.clone_from(&at);
+        }
+    }
+    assert!(owners.iter().all(|o| !o.is_empty()), "a slot without owner");
+    owners
+}
+
+/// SETs every key of `keys` at its slot's owner, pipelined per node (an owner that is not
+/// one answers -MOVED and fails the test).
+fn set_at_owners(addr: &str, keys: impl Iterator<Item = String>) {
+    let owners = slot_owners(addr);
+    let mut by_node: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for k in keys {
+        let slot = pliant_kv::cluster::slot::key_slot(k.as_bytes());
+        by_node
+            .entry(owners[usize::from(slot)].as_str())
+            .or_default()
+            .push(k);
+    }
+    for (node, keys) in by_node {
+        let mut c = client(node);
+        for chunk in keys.chunks(1_000) {
+            let mut p = redis::pipe();
+            for k in chunk {
+                p.cmd("SET").arg(k).arg("v").ignore();
+            }
+            let () = p
+                .query(&mut c)
+                .unwrap_or_else(|e| panic!("SET at {node}: {e}"));
+        }
+    }
+}
+
+/// Keys per node id, from `cluster status --json`.
+fn keys_by_node(addr: &str) -> std::collections::BTreeMap<String, u64> {
+    let status = pliant_json(&["cluster", "status", addr, "--json", "--window", "50ms"]);
+    status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_str().expect("id").to_string(),
+                n["keys"].as_u64().expect("keys"),
+            )
+        })
+        .collect()
+}
+
+/// Writes `n` new keys named `prefix` + i and asserts that every node of the cluster got within
+/// 10% of an even share of them: the new keys go where the slots are.
+fn assert_new_keys_spread_evenly(addr: &str, prefix: &str, n: u64, nodes: usize) {
+    let before = keys_by_node(addr);
+    set_at_owners(addr, (0..n).map(|i| format!("{prefix}{i}")));
+    let after = keys_by_node(addr);
+    assert_eq!(after.len(), nodes, "{after:?}");
+    let even = n as f64 / nodes as f64;
+    let got: Vec<u64> = after
+        .iter()
+        .map(|(id, k)| k - before.get(id).copied().unwrap_or(0))
+        .collect();
+    assert_eq!(got.iter().sum::<u64>(), n, "{got:?}");
+    for &g in &got {
+        assert!(
+            (g as f64 - even).abs() <= 0.1 * even,
+            "{prefix}: new keys per node {got:?}, even is {even:.0}"
+        );
+    }
+}
+
+#[test]
+fn after_a_commission_and_a_decommission_new_keys_spread_within_ten_percent_of_even() {
+    // The issue's run: 3 nodes, 10,000 keys, one node added (one node then took 10,495 slots
+    // and 59% of the next keys), then one removed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "3", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    set_at_owners(&addrs[0], (0..10_000).map(|i| format!("key:{i}")));
+    let added = pliant_json(&[
+        "scale",
+        "commission",
+        "--cluster",
+        &addrs[0],
+        "--add",
+        "1",
+        "--window",
+        "100ms",
+        "--json",
+    ]);
+    assert_eq!(added["nodes_after"], 4, "{added}");
+    assert_new_keys_spread_evenly(&addrs[0], "new-a:", 20_000, 4);
+
+    // A range over two owners moves each one's part (it was refused: "slots 100 and 101 have
+    // different owners").
+    let owners = slot_owners(&addrs[0]);
+    // An edge with one owner for 10 slots on either side.
+    let edge = (10..16_000)
+        .find(|&s| {
+            owners[s] != owners[s + 1]
+                && owners[s - 9..=s].iter().all(|o| *o == owners[s])
+                && owners[s + 1..=s + 10].iter().all(|o| *o == owners[s + 1])
+        })
+        .expect("an owner boundary");
+    let (first, last) = (edge - 9, edge + 10);
+    let status = pliant_json(&["cluster", "status", &addrs[0], "--json", "--window", "50ms"]);
+    let target = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| {
+            let at = n["addr"].as_str().expect("addr");
+            at != owners[edge] && at != owners[edge + 1]
+        })
+        .expect("a third node");
+    let (target_id, target_addr) = (
+        target["id"].as_str().expect("id"),
+        target["addr"].as_str().expect("addr"),
+    );
+    let range = format!("{first}-{last}");
+    let out = pliant(&[
+        "cluster", "move", &addrs[0], "--slot", &range, "--to", target_id,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One line per owner's run, naming it.
+    assert!(
+        stdout.contains(&format!("moved slots {first}-{edge} from "))
+            && stdout.contains(&format!("moved slots {}-{last} from ", edge + 1)),
+        "{stdout}"
+    );
+    // The node asked learns the map by watch, a moment after the move's last update.
+    let start = Instant::now();
+    while !slot_owners(&addrs[0])[first..=last]
+        .iter()
+        .all(|o| o == target_addr)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{range} not all at {target_addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..10_000 {
+        let k = format!("key:{i}");
+        if (first..=last).contains(&usize::from(pliant_kv::cluster::slot::key_slot(
+            k.as_bytes(),
+        ))) {
+            let v: Option<String> = redis::cmd("GET")
+                .arg(&k)
+                .query(&mut client(target_addr))
+                .expect("GET");
+            assert_eq!(v.as_deref(), Some("v"), "{k}");
+        }
+    }
+
+    let first_id = cluster.up["nodes"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let removed = pliant_json(&[
+        "scale",
+        "decommission",
+        "--cluster",
+        &addrs[1],
+        "--remove",
+        &first_id,
+        "--window",
+        "100ms",
+        "--json",
+    ]);
+    assert_eq!(removed["nodes_after"], 3, "{removed}");
+    assert_new_keys_spread_evenly(&addrs[1], "new-b:", 15_000, 3);
     cluster.stop();
 }

@@ -57,16 +57,16 @@ pub enum Supervise {
 }
 
 /// Serves `coord` on `listener` until `stop` turns true; SPAWN and RETIRE go to `supervisor`,
-/// when there is one.
+/// when there is one. Without `coord` (a cluster whose state is in etcd) only SPAWN and
+/// RETIRE are served.
 pub async fn serve(
     listener: TcpListener,
-    coord: Arc<Embedded>,
+    coord: Option<Arc<Embedded>>,
     password: Option<String>,
     supervisor: Option<tokio::sync::mpsc::Sender<Supervise>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let reaper = {
-        let coord = coord.clone();
+    let reaper = coord.clone().map(|coord| {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(REAP_EVERY);
             loop {
@@ -74,7 +74,7 @@ pub async fn serve(
                 coord.expire();
             }
         })
-    };
+    });
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -84,7 +84,7 @@ pub async fn serve(
                     let supervisor = supervisor.clone();
                     conns.spawn(async move {
                         if let Err(e) =
-                            connection(stream, &coord, password.as_deref(), supervisor, stop).await
+                            connection(stream, coord.as_deref(), password.as_deref(), supervisor, stop).await
                         {
                             tracing::debug!("coordination client: {e}");
                         }
@@ -99,13 +99,15 @@ pub async fn serve(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
-    reaper.abort();
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
     conns.abort_all();
 }
 
 async fn connection(
     mut stream: TcpStream,
-    coord: &Embedded,
+    coord: Option<&Embedded>,
     password: Option<&str>,
     supervisor: Option<tokio::sync::mpsc::Sender<Supervise>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -172,13 +174,18 @@ async fn connection(
             }
             (_, false) => Frame::error("NOAUTH Authentication required."),
             (b"PING", true) => Frame::Simple("PONG".into()),
-            (b"PLIANT.COORD", true) if sub.as_slice() == b"WATCH" => {
-                return watch(stream, coord, stop).await;
-            }
             (b"PLIANT.COORD", true) if matches!(sub.as_slice(), b"SPAWN" | b"RETIRE") => {
                 supervise(supervisor.as_ref(), &sub, &args[2.min(args.len())..]).await
             }
-            (b"PLIANT.COORD", true) => run(coord, &sub, &args[2.min(args.len())..]),
+            (b"PLIANT.COORD", true) => match coord {
+                Some(coord) if sub.as_slice() == b"WATCH" => {
+                    return watch(stream, coord, stop).await;
+                }
+                Some(coord) => run(coord, &sub, &args[2.min(args.len())..]),
+                None => Frame::error(
+                    "ERR this is a supervisor only (SPAWN, RETIRE): the cluster's state is in etcd",
+                ),
+            },
             _ => Frame::error(format!(
                 "ERR unknown command '{}' (this is a coordination store: PLIANT.COORD only)",
                 String::from_utf8_lossy(&name)
@@ -373,7 +380,7 @@ mod tests {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(serve(
             listener,
-            Arc::new(Embedded::new()),
+            Some(Arc::new(Embedded::new())),
             Some(password.into()),
             None,
             stop_rx,

@@ -9,6 +9,9 @@
 //!                         by keepalives: when the lease ends, etcd deletes the key
 //! /pliant/balancer        the balancer policy's record (BalancerRecord JSON), replaced in a
 //!                         transaction that checks it is still the one read
+//! /pliant/supervisor      ADDR:PORT where a local cluster's supervisor (`pliant cluster up
+//!                         --etcd`) takes PLIANT.COORD SPAWN and RETIRE, while it runs: a
+//!                         commission's new nodes are started there, as with the embedded store
 //! ```
 //!
 //! Nodes follow the state by one watch of the prefix; each event makes them read the state
@@ -29,6 +32,7 @@ const MAP: &str = "/pliant/map";
 const VERSION: &str = "/pliant/version";
 const MEMBERS: &str = "/pliant/members/";
 const BALANCER: &str = "/pliant/balancer";
+const SUPERVISOR: &str = "/pliant/supervisor";
 
 /// How long the watch waits before watching again after it lost etcd.
 const RETRY: Duration = Duration::from_millis(500);
@@ -39,6 +43,8 @@ pub struct Etcd {
     client: Client,
     /// The lease of each node joined through this client.
     leases: Mutex<HashMap<String, i64>>,
+    /// The cluster's password, for the supervisor's SPAWN and RETIRE.
+    password: Option<String>,
 }
 
 impl Etcd {
@@ -60,7 +66,68 @@ impl Etcd {
             endpoints: url.to_string(),
             client,
             leases: Mutex::new(HashMap::new()),
+            password: None,
         })
+    }
+
+    /// The cluster's password, which a supervisor's SPAWN and RETIRE need.
+    pub fn with_password(mut self, password: Option<String>) -> Self {
+        self.password = password;
+        self
+    }
+
+    /// Records where this cluster's supervisor takes SPAWN and RETIRE (`None`: nowhere, as it
+    /// stops).
+    pub async fn set_supervisor(
+        &self,
+        addr: Option<std::net::SocketAddr>,
+    ) -> Result<(), CoordError> {
+        let mut c = self.client.clone();
+        match addr {
+            Some(a) => c.put(SUPERVISOR, a.to_string(), None).await.map(drop),
+            None => c.delete(SUPERVISOR, None).await.map(drop),
+        }
+        .map_err(|e| self.fail(e))
+    }
+
+    /// Removes the supervisor's address if it is still `addr`.
+    pub async fn forget_supervisor(&self, addr: std::net::SocketAddr) -> Result<(), CoordError> {
+        let txn = Txn::new()
+            .when([Compare::value(
+                SUPERVISOR,
+                CompareOp::Equal,
+                addr.to_string(),
+            )])
+            .and_then([TxnOp::delete(SUPERVISOR, None)]);
+        let mut c = self.client.clone();
+        c.txn(txn).await.map(drop).map_err(|e| self.fail(e))
+    }
+
+    /// The supervisor recorded in etcd, as a client of its SPAWN and RETIRE; `None` if none
+    /// runs (nodes are started by hand), or the one recorded does not answer (a supervisor
+    /// killed before it could remove its record).
+    async fn supervisor(&self) -> Result<Option<super::remote::Remote>, CoordError> {
+        let mut c = self.client.clone();
+        let got = c.get(SUPERVISOR, None).await.map_err(|e| self.fail(e))?;
+        let Some(kv) = got.kvs().first() else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(kv.value()).into_owned();
+        let addr: std::net::SocketAddr = text.trim().parse().map_err(|_| {
+            CoordError::Refused(format!("etcd key {SUPERVISOR}: {text:?} is not ADDR:PORT"))
+        })?;
+        if tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            Ok(Some(super::remote::Remote::new(
+                addr,
+                self.password.clone(),
+            )))
+        } else {
+            tracing::warn!("the supervisor etcd names ({addr}) does not answer; ignoring it");
+            Ok(None)
+        }
     }
 
     fn fail(&self, e: etcd_client::Error) -> CoordError {
@@ -282,6 +349,24 @@ impl Coord for Arc<Etcd> {
             Err(CoordError::Refused(
                 "the balancer record kept changing under 100 attempts".into(),
             ))
+        })
+    }
+
+    fn spawn(&self, n: usize) -> BoxFuture<'_, Result<Vec<String>, CoordError>> {
+        Box::pin(async move {
+            match self.supervisor().await? {
+                Some(sv) => sv.spawn_nodes(n).await,
+                None => Err(CoordError::Refused(super::coord::NO_SUPERVISOR.into())),
+            }
+        })
+    }
+
+    fn retire<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
+        Box::pin(async move {
+            match self.supervisor().await? {
+                Some(sv) => sv.retire_node(id).await,
+                None => Err(CoordError::Refused(super::coord::NO_SUPERVISOR.into())),
+            }
         })
     }
 

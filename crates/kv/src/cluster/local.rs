@@ -5,7 +5,9 @@
 //! ```text
 //! <dir>/cluster.json   the slot map, kept across restarts (the same nodes, with the same
 //!                      stores at the same addresses, find their slots again)
-//! <dir>/coord.addr     where the coordination store listens
+//! <dir>/coord.addr     where the coordination store listens (`etcd:URL` with --etcd, where
+//!                      this process then serves only SPAWN and RETIRE, at the address it
+//!                      records in etcd)
 //! <dir>/node-<i>.id    node i's id, chosen at its first start and kept
 //! <dir>/node-<i>/      node i's store (unless the nodes run --no-store)
 //! <dir>/node-<i>.log   node i's log
@@ -42,8 +44,9 @@ pub struct LocalSpec {
     pub serve_args: Vec<String>,
     /// The cluster's password: clients' and the coordination store's.
     pub password: Option<String>,
-    /// Keep the cluster's state in etcd at this URL instead of holding it here (no supervisor
-    /// requests then: new nodes of a commission are started by hand).
+    /// Keep the cluster's state in etcd at this URL instead of holding it here. This process
+    /// still supervises the nodes: it records where it takes SPAWN and RETIRE in etcd
+    /// (`/pliant/supervisor`), so a commission's new nodes are started here too.
     pub etcd: Option<String>,
     /// The balancer policy to set in the coordination store before the nodes start (every node
     /// runs the store's policy).
@@ -126,6 +129,11 @@ pub fn up(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
             "--base-port must be 0 (pick ports) or at least 2 (the coordination store takes the port below)".into(),
         ));
     }
+    // Refused before anything is created: a build without etcd must not leave a directory.
+    #[cfg(not(feature = "etcd"))]
+    if spec.etcd.is_some() {
+        return Err(UpError::Invalid(super::NO_ETCD.into()));
+    }
     std::fs::create_dir_all(&spec.dir).map_err(io(format!("creating {}", spec.dir.display())))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -137,27 +145,31 @@ pub fn up(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
 async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (sv_tx, sv_rx) = tokio::sync::mpsc::channel(4);
+    let mut supervisor = None;
     let (coord, node_coord, server): (Arc<dyn Coord>, NodeCoord, _) = match &spec.etcd {
         Some(url) => {
-            drop(sv_tx);
-            (open_etcd(url).await?, NodeCoord::Etcd(url.clone()), None)
+            // The state is in etcd; this process still starts and stops the nodes of a
+            // commission or decommission, asked at the address it records there.
+            let listener = bind_coord(spec).await?;
+            let (coord, addr) = open_etcd(url, &listener).await?;
+            let server = tokio::spawn(super::coord_server::serve(
+                listener,
+                None,
+                spec.password.clone(),
+                Some(sv_tx),
+                stop_rx,
+            ));
+            tracing::info!("supervisor for etcd's cluster at {addr}");
+            supervisor = Some(addr);
+            (coord, NodeCoord::Etcd(url.clone()), Some(server))
         }
         None => {
             let embedded = Arc::new(Embedded::open(&spec.dir.join("cluster.json"))?);
-            let coord_port = if spec.base_port == 0 {
-                0
-            } else {
-                spec.base_port - 1
-            };
-            let listener = tokio::net::TcpListener::bind(("127.0.0.1", coord_port))
-                .await
-                .map_err(io(format!(
-                    "binding the coordination store to 127.0.0.1:{coord_port}"
-                )))?;
+            let listener = bind_coord(spec).await?;
             let addr = listener.local_addr().map_err(io("coordination address"))?;
             let server = tokio::spawn(super::coord_server::serve(
                 listener,
-                embedded.clone(),
+                Some(embedded.clone()),
                 spec.password.clone(),
                 Some(sv_tx),
                 stop_rx,
@@ -211,7 +223,25 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
     if let Some(server) = server {
         let _ = server.await;
     }
+    if let (Some(url), Some(addr)) = (&spec.etcd, supervisor) {
+        forget_supervisor(url, addr).await;
+    }
     result
+}
+
+/// The coordination store's (or, with etcd, the supervisor's) listener: the port below the
+/// nodes', or one picked free.
+async fn bind_coord(spec: &LocalSpec) -> Result<tokio::net::TcpListener, UpError> {
+    let coord_port = if spec.base_port == 0 {
+        0
+    } else {
+        spec.base_port - 1
+    };
+    tokio::net::TcpListener::bind(("127.0.0.1", coord_port))
+        .await
+        .map_err(io(format!(
+            "binding the coordination store to 127.0.0.1:{coord_port}"
+        )))
 }
 
 async fn serve_cluster(
@@ -563,15 +593,42 @@ impl NodeCoord {
     }
 }
 
+/// etcd at `url`, with the supervisor's address (`listener`'s) recorded in it.
 #[cfg(feature = "etcd")]
-async fn open_etcd(url: &str) -> Result<Arc<dyn Coord>, UpError> {
-    Ok(Arc::new(Arc::new(super::etcd::Etcd::connect(url).await?)))
+async fn open_etcd(
+    url: &str,
+    listener: &tokio::net::TcpListener,
+) -> Result<(Arc<dyn Coord>, SocketAddr), UpError> {
+    let addr = listener.local_addr().map_err(io("supervisor address"))?;
+    let etcd = super::etcd::Etcd::connect(url).await?;
+    etcd.set_supervisor(Some(addr)).await?;
+    Ok((Arc::new(Arc::new(etcd)), addr))
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn open_etcd(_: &str) -> Result<Arc<dyn Coord>, UpError> {
+async fn open_etcd(
+    _: &str,
+    _: &tokio::net::TcpListener,
+) -> Result<(Arc<dyn Coord>, SocketAddr), UpError> {
     Err(UpError::Invalid(super::NO_ETCD.into()))
 }
+
+/// Removes the supervisor's address from etcd as it stops, unless another supervisor's
+/// replaced it (a later commission then waits for nodes started by hand instead of asking a
+/// supervisor that is gone).
+#[cfg(feature = "etcd")]
+async fn forget_supervisor(url: &str, addr: SocketAddr) {
+    let forgot = match super::etcd::Etcd::connect(url).await {
+        Ok(etcd) => etcd.forget_supervisor(addr).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = forgot {
+        tracing::warn!("removing this supervisor's address from etcd: {e}");
+    }
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn forget_supervisor(_: &str, _: SocketAddr) {}
 
 fn start_node(spec: &LocalSpec, i: usize, coord: &NodeCoord) -> Result<Child, UpError> {
     let port = if spec.base_port == 0 {
@@ -650,4 +707,27 @@ fn signal_term(child: &Child) {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGTERM,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn a_build_without_etcd_refuses_etcd_before_creating_the_directory() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("cluster");
+        let spec = super::LocalSpec {
+            exe: "pliant".into(),
+            nodes: 3,
+            dir: dir.clone(),
+            base_port: 0,
+            serve_args: Vec::new(),
+            password: None,
+            etcd: Some("http://127.0.0.1:2379".into()),
+            balancer: None,
+        };
+        let e = super::up(&spec, |_| {}).expect_err("no etcd in this build");
+        assert!(e.to_string().contains("built without etcd"), "{e}");
+        assert!(!dir.exists(), "{} was created", dir.display());
+    }
 }

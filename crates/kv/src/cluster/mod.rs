@@ -46,7 +46,11 @@ pub const NO_ETCD: &str =
 pub async fn open_coord(desc: &str, password: Option<&str>) -> Result<Arc<dyn Coord>, CoordError> {
     if let Some(url) = desc.strip_prefix("etcd:") {
         #[cfg(feature = "etcd")]
-        return Ok(Arc::new(Arc::new(etcd::Etcd::connect(url).await?)));
+        return Ok(Arc::new(Arc::new(
+            etcd::Etcd::connect(url)
+                .await?
+                .with_password(password.map(str::to_string)),
+        )));
         #[cfg(not(feature = "etcd"))]
         {
             let _ = url;

@@ -74,6 +74,16 @@ pub enum MoveError {
     /// The move makes no sense with the cluster as it is (nothing was changed).
     #[error("{0}")]
     Invalid(String),
+    /// A range spanning several owners moved its first runs, then one failed.
+    #[error("moved slots {moved} to the target; then slots {failed}: {error}")]
+    Partly {
+        /// The runs moved, as FIRST-LAST, comma-separated.
+        moved: String,
+        /// The run that failed, as FIRST-LAST.
+        failed: String,
+        /// Why.
+        error: Box<MoveError>,
+    },
 }
 
 /// A connection to a node for the move's requests.
@@ -367,6 +377,81 @@ fn slot_keys(reply: Frame) -> Result<(Option<Bytes>, Vec<Entry>), String> {
         }
     }
     Ok((next, out))
+}
+
+/// `slots` cut into runs of consecutive slots with one owner each (what [`move_slots`] moves
+/// at once), in the order given.
+pub fn runs_by_owner(map: &SlotMap, slots: &[u16]) -> Result<Vec<Vec<u16>>, MoveError> {
+    let mut runs: Vec<Vec<u16>> = Vec::new();
+    let mut last: Option<(u16, &str)> = None;
+    for &slot in slots {
+        if slot >= super::SLOTS {
+            return Err(MoveError::Invalid(format!(
+                "slot {slot} does not exist (slots are 0-16383)"
+            )));
+        }
+        let owner = map
+            .owner(slot)
+            .ok_or_else(|| MoveError::Invalid(format!("slot {slot} has no owner")))?;
+        match (runs.last_mut(), last) {
+            (Some(run), Some((prev, id)))
+                if id == owner.id && prev.checked_add(1) == Some(slot) =>
+            {
+                run.push(slot);
+            }
+            _ => runs.push(vec![slot]),
+        }
+        last = Some((slot, owner.id.as_str()));
+    }
+    Ok(runs)
+}
+
+/// FIRST-LAST (or one slot) of a run.
+pub fn range_name(run: &[u16]) -> String {
+    match (run.first(), run.last()) {
+        (Some(a), Some(b)) if a != b => format!("{a}-{b}"),
+        (Some(a), _) => a.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// [`move_slots_via`] for slots that may have several owners (`cluster move --slot 100-199`
+/// over a boundary): each run of one owner moves on its own, in order; one report per run.
+/// A failure after some runs moved says which ([`MoveError::Partly`]).
+pub fn move_ranges_via(
+    node: &str,
+    password: Option<&str>,
+    slots: &[u16],
+    to: &str,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<Vec<MoveReport>, MoveError> {
+    let (_, coord, _) =
+        super::status::view(node, password).map_err(|e| MoveError::Invalid(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MoveError::Invalid(format!("starting the runtime: {e}")))?;
+    rt.block_on(async {
+        let remote = super::open_coord(&coord, password).await?;
+        let state = remote.state().await?;
+        let runs = runs_by_owner(&state.map, slots)?;
+        let mut reports: Vec<MoveReport> = Vec::new();
+        for run in &runs {
+            match move_slots(remote.as_ref(), password, run, to, progress).await {
+                Ok(r) => reports.push(r),
+                Err(e) if reports.is_empty() => return Err(e),
+                Err(e) => {
+                    let moved: Vec<String> = reports.iter().map(|r| range_name(&r.slots)).collect();
+                    return Err(MoveError::Partly {
+                        moved: moved.join(", "),
+                        failed: range_name(run),
+                        error: Box::new(e),
+                    });
+                }
+            }
+        }
+        Ok(reports)
+    })
 }
 
 /// [`move_slots`] for a caller without a runtime (`pliant cluster move`): the cluster is found

@@ -22,6 +22,8 @@ pub struct NodeStatus {
     pub reachable: bool,
     /// Slots it owns.
     pub slots: usize,
+    /// Runs of consecutive slots it owns (what a restart's banner lists, one range each).
+    pub ranges: usize,
     /// Keys it holds (`DBSIZE`).
     pub keys: Option<u64>,
     /// Bytes of keys and values in its memory tier.
@@ -113,15 +115,18 @@ pub fn status(
 ) -> Result<ClusterStatus, StatusError> {
     let (_, coord, state) = view(addr, password)?;
     let map = &state.map;
-    let mut listed: Vec<(String, String, usize)> = map
+    let mut listed: Vec<(String, String, (usize, usize))> = map
         .nodes()
         .iter()
         .enumerate()
-        .map(|(i, m)| (m.id.clone(), m.addr.to_string(), map.slots_of(i as u16)))
+        .map(|(i, m)| {
+            let slots = (map.slots_of(i as u16), map.ranges_of(i as u16).len());
+            (m.id.clone(), m.addr.to_string(), slots)
+        })
         .collect();
     for m in &state.members {
         if map.index_of(&m.id).is_none() {
-            listed.push((m.id.clone(), m.addr.to_string(), 0));
+            listed.push((m.id.clone(), m.addr.to_string(), (0, 0)));
         }
     }
     // Two samples of every node's command count, `window` apart, all nodes sampled together.
@@ -143,7 +148,7 @@ pub fn status(
     let nodes = listed
         .into_iter()
         .zip(first)
-        .map(|((id, addr, slots), before)| {
+        .map(|((id, addr, (slots, ranges)), before)| {
             let after = sample(&addr);
             let ops_per_s = match (before, &after) {
                 (Some((t0, c0, ..)), Some((t1, c1, ..))) => {
@@ -167,6 +172,7 @@ pub fn status(
                 id,
                 addr,
                 slots,
+                ranges,
             }
         })
         .collect();

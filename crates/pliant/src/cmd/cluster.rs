@@ -18,7 +18,9 @@ pub enum Command {
 /// Move hash slots to another node while clients keep reading and writing them (as
 /// `redis-cli --cluster reshard` does, with nothing lost): the slot is marked migrating, its keys
 /// are copied in batches and deleted at the source once copied unchanged (clients asking for a
-/// key already moved are sent on with -ASK), then the map gives it to the target. A move that
+/// key already moved are sent on with -ASK), then the map gives it to the target. A range whose
+/// slots have several owners moves each owner's run in turn, one line (or JSON report) each. A
+/// move that
 /// stops half way (a node or the coordination store failed) leaves every key at exactly one
 /// node; running it again finishes it.
 ///
@@ -80,7 +82,8 @@ pub struct UpArgs {
     #[arg(long, value_name = "PASSWORD")]
     requirepass: Option<String>,
     /// Keep the cluster's state in etcd at URL instead of in this process (the nodes watch it
-    /// there; a commission then waits for nodes started by hand). Needs `--features etcd`.
+    /// there; this process still starts a commission's nodes and stops a decommission's, asked
+    /// at the address it records in etcd). Needs `--features etcd`.
     #[arg(long, value_name = "URL")]
     etcd: Option<String>,
     /// Set this Mantle balancer in the coordination store, which every node runs: nodes move
@@ -152,7 +155,8 @@ fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(first <= last, "--slot {}: the range is reversed", a.slot);
     let slots: Vec<u16> = (first..=last).collect();
     let bar = indicatif::ProgressBar::new_spinner();
-    let r = pliant_kv::cluster::mover::move_slots_via(
+    // A range over several owners moves one owner's run at a time.
+    let reports = pliant_kv::cluster::mover::move_ranges_via(
         &a.addr,
         password.as_deref(),
         &slots,
@@ -160,18 +164,21 @@ fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
         &mut |k, b| bar.set_message(format!("{k} keys, {b} bytes moved")),
     );
     bar.finish_and_clear();
-    let r = r?;
-    let (keys, bytes) = (r.keys, r.bytes);
-    let reports = vec![r];
+    let reports = reports?;
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
-        let seconds: f64 = reports.iter().map(|r| r.seconds).sum();
-        println!(
-            "moved {} slot(s) to {}: {keys} keys, {bytes} bytes in {seconds:.2} s",
-            reports.len(),
-            a.to
-        );
+        for r in &reports {
+            println!(
+                "moved slots {} from {} to {}: {} keys, {} bytes in {:.2} s",
+                pliant_kv::cluster::mover::range_name(&r.slots),
+                r.from,
+                r.to,
+                r.keys,
+                r.bytes,
+                r.seconds
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -267,8 +274,8 @@ fn status(a: &StatusArgs) -> anyhow::Result<ExitCode> {
         s.version, s.slots_assigned, s.slots_migrating, s.coord
     );
     println!(
-        "{:<40}  {:<21}  {:>6}  {:>10}  {:>12}  {:>10}  state",
-        "node", "address", "slots", "keys", "memory", "ops/s"
+        "{:<40}  {:<21}  {:>6}  {:>6}  {:>10}  {:>12}  {:>10}  state",
+        "node", "address", "slots", "ranges", "keys", "memory", "ops/s"
     );
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for n in &s.nodes {
@@ -279,10 +286,11 @@ fn status(a: &StatusArgs) -> anyhow::Result<ExitCode> {
             (false, false) => "down",
         };
         println!(
-            "{:<40}  {:<21}  {:>6}  {:>10}  {:>12}  {:>10}  {state}",
+            "{:<40}  {:<21}  {:>6}  {:>6}  {:>10}  {:>12}  {:>10}  {state}",
             n.id,
             n.addr,
             n.slots,
+            n.ranges,
             opt(n.keys),
             opt(n.memory_bytes),
             n.ops_per_s.map_or("-".to_string(), |v| format!("{v:.0}")),
