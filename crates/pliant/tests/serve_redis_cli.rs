@@ -1,5 +1,6 @@
 //! `pliant serve` with real clients and its own flags: redis-py's transactional `pipeline()`
-//! (MULTI … EXEC) and WATCH, `--algo belady` refused, and what `-v` logs. Real processes on
+//! (MULTI … EXEC), WATCH and its PubSub as a CLIENT TRACKING REDIRECT target, a transaction on
+//! a cluster node, `--algo belady` refused, and what `-v` logs. Real processes on
 //! loopback ports they pick themselves, stopped by their own pids.
 
 use std::io::{BufRead, BufReader};
@@ -81,6 +82,21 @@ def incr(pipe):
     pipe.set("x", v + 1)
 assert r.transaction(incr, "x") == [True]
 assert r.get("x") == b"101"
+# RESP2 client-side caching: invalidations redirected to a connection subscribed to
+# __redis__:invalidate, through redis-py's own PubSub.
+ps = redis.Redis(port=port, socket_timeout=10).pubsub()
+ps.subscribe("__redis__:invalidate")
+assert ps.get_message(timeout=5)["type"] == "subscribe"
+sid = next(c["id"] for c in r.client_list() if "P" in c["flags"])
+tracker = redis.Redis(port=port, socket_timeout=10)
+assert tracker.execute_command("CLIENT", "TRACKING", "ON", "REDIRECT", sid) in (b"OK", True)
+r.set("ck", "1")
+assert tracker.get("ck") == b"1"
+other.set("ck", "2")
+msg = ps.get_message(timeout=5)
+assert msg and msg["type"] == "message" and msg["channel"] == b"__redis__:invalidate", msg
+assert msg["data"] == [b"ck"], msg
+ps.close()
 # RESP3 too.
 r3 = redis.Redis(port=port, protocol=3, socket_timeout=10)
 p = r3.pipeline()
