@@ -53,6 +53,30 @@ pub struct Node {
     watched: AtomicUsize,
     /// The connections, for CLIENT LIST, INFO and KILL.
     registry: crate::clients::Registry,
+    /// Per command of [`crate::COMMANDS`], by its index there: `INFO commandstats`.
+    command_stats: Vec<CommandCounters>,
+}
+
+/// One command's counters (`INFO commandstats`).
+#[derive(Debug, Default)]
+struct CommandCounters {
+    calls: AtomicU64,
+    usec: AtomicU64,
+    rejected: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// One command's counters, read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommandStats {
+    /// Times it ran.
+    pub calls: u64,
+    /// Microseconds it ran for, in all.
+    pub usec: u64,
+    /// Times it was refused before running (arity, authentication, a transaction's checks).
+    pub rejected: u64,
+    /// Times it ran and answered an error.
+    pub failed: u64,
 }
 
 /// A connection watching a key: its id, and the flag a change of the key sets.
@@ -121,7 +145,42 @@ impl Node {
             watches: Mutex::new(HashMap::new()),
             watched: AtomicUsize::new(0),
             registry: Default::default(),
+            command_stats: crate::COMMANDS
+                .iter()
+                .map(|_| CommandCounters::default())
+                .collect(),
         }
+    }
+
+    /// Counts a run of command `i` (its index in [`crate::COMMANDS`]).
+    pub(crate) fn count_call(&self, i: usize, usec: u64, failed: bool) {
+        if let Some(c) = self.command_stats.get(i) {
+            c.calls.fetch_add(1, Ordering::Relaxed);
+            c.usec.fetch_add(usec, Ordering::Relaxed);
+            if failed {
+                c.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Counts a refusal of command `i` before it ran.
+    pub(crate) fn count_rejected(&self, i: usize) {
+        if let Some(c) = self.command_stats.get(i) {
+            c.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every command's counters, in the order of [`crate::COMMANDS`].
+    pub fn command_stats(&self) -> Vec<CommandStats> {
+        self.command_stats
+            .iter()
+            .map(|c| CommandStats {
+                calls: c.calls.load(Ordering::Relaxed),
+                usec: c.usec.load(Ordering::Relaxed),
+                rejected: c.rejected.load(Ordering::Relaxed),
+                failed: c.failed.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 
     /// The connections open now (CLIENT LIST, INFO, KILL).
@@ -458,6 +517,24 @@ fn durability_code(d: Durability) -> u8 {
         Durability::EverySec => 1,
         Durability::Always => 2,
     }
+}
+
+/// CPU time of the process and of its waited-for children, seconds: user, system, children's
+/// user, children's system (Linux `/proc/self/stat`, in its fixed 100 ticks a second; `None`
+/// elsewhere).
+pub fn cpu_seconds() -> Option<(f64, f64, f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces: the fields are counted after its closing parenthesis
+    // (field 3 is the first after it; utime is 14).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|x| x.parse::<f64>().map(|t| t / 100.0))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some((*f.first()?, *f.get(1)?, *f.get(2)?, *f.get(3)?))
 }
 
 /// The process's resident set, bytes (Linux `/proc/self/statm`; `None` elsewhere).

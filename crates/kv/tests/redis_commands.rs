@@ -940,3 +940,59 @@ fn config_maxmemory_and_its_policy_map_to_the_memory_tier() {
     assert_eq!(call(&mut c, &["CONFIG", "SET", "maxmemory", "0"]), ok());
     assert_eq!(config_get(&mut c, "capacity")[0].1, "unlimited");
 }
+
+/// Redis's INFO sections as its `info-command` tests read them: `default` (or nothing) without
+/// the per-command statistics, `all` with them; CPU and replication in both.
+#[test]
+fn info_default_has_cpu_and_replication_and_all_adds_the_command_statistics() {
+    let s = Served::cache();
+    let mut c = s.client();
+    assert_eq!(call(&mut c, &["SET", "k", "text"]), ok());
+    assert!(error(&call(&mut c, &["INCR", "k"])).starts_with("ERR"));
+    assert!(error(&call(&mut c, &["GET"])).starts_with("ERR wrong number"));
+    for args in [&["INFO"][..], &["INFO", "default"]] {
+        let info = text(&call(&mut c, args));
+        for want in [
+            "used_cpu_user:",
+            "used_cpu_sys:",
+            "master_repl_offset:0",
+            "used_memory:",
+        ] {
+            assert!(info.contains(want), "{args:?} lacks {want}");
+        }
+        assert!(!info.contains("rejected_calls"), "{args:?}");
+    }
+    for args in [
+        &["INFO", "all"][..],
+        &["INFO", "everything"],
+        &["INFO", "commandSTATS"],
+    ] {
+        let info = text(&call(&mut c, args));
+        let line = |name: &str| {
+            info.lines()
+                .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+                .unwrap_or_else(|| panic!("{args:?}: no cmdstat_{name} in {info}"))
+                .to_string()
+        };
+        assert!(
+            line("set").starts_with("cmdstat_set:calls=1,usec="),
+            "{}",
+            line("set")
+        );
+        assert!(
+            line("incr").ends_with("rejected_calls=0,failed_calls=1"),
+            "{}",
+            line("incr")
+        );
+        assert!(
+            line("get").ends_with("rejected_calls=1,failed_calls=0"),
+            "{}",
+            line("get")
+        );
+    }
+    let cpu = text(&call(&mut c, &["INFO", "cpu"]));
+    assert!(
+        cpu.contains("used_cpu_user:") && !cpu.contains("used_memory"),
+        "{cpu}"
+    );
+}

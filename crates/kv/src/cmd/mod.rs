@@ -228,6 +228,21 @@ impl Spec {
     pub fn writes(&self) -> bool {
         self.flags.has(Flag::Write)
     }
+
+    /// Its index in [`COMMANDS`], found by its name (a constant's address is not one place).
+    fn index(&self) -> usize {
+        static INDEX: std::sync::OnceLock<
+            std::collections::HashMap<&'static str, usize, foldhash::fast::FixedState>,
+        > = std::sync::OnceLock::new();
+        let index = INDEX.get_or_init(|| {
+            COMMANDS
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.name, i))
+                .collect()
+        });
+        index.get(self.name).copied().unwrap_or(usize::MAX)
+    }
 }
 
 use Flag::{
@@ -1203,7 +1218,7 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     let spec = match check(ctx.session, args) {
         Ok(spec) => spec,
-        Err(reply) => return reply,
+        Err(reply) => return rejected(ctx.node, args, reply),
     };
     if let Some(c) = &ctx.session.client {
         c.ran(spec.name);
@@ -1273,7 +1288,13 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
             .filter(|k| ks.exists(k, now).unwrap_or(true))
             .collect::<Vec<_>>()
     });
+    let started = std::time::Instant::now();
     let reply = (spec.run)(ctx, &args[1..]);
+    node.count_call(
+        spec.index(),
+        started.elapsed().as_micros() as u64,
+        matches!(reply, Frame::Error(_)),
+    );
     if spec.writes() && node.watching() {
         match &flushed {
             Some(keys) => node.touch(keys.iter()),
@@ -1281,6 +1302,15 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
         }
     }
     track(ctx, spec, args);
+    reply
+}
+
+/// Counts a known command refused by [`check`] (`INFO commandstats`' `rejected_calls`), and
+/// returns the refusal.
+pub(crate) fn rejected(node: &Node, args: &[Bytes], reply: Frame) -> Frame {
+    if let Some(spec) = args.first().and_then(|n| lookup(n)) {
+        node.count_rejected(spec.index());
+    }
     reply
 }
 

@@ -82,7 +82,10 @@ pub(super) fn queue(ctx: &mut Ctx<'_>, args: &[Bytes], asking: bool) -> Option<F
     let spec = match check(ctx.session, args) {
         Ok(spec) if acts_at_once(spec) => return None,
         Ok(spec) => spec,
-        Err(reply) => return Some(flag(ctx, reply)),
+        Err(reply) => {
+            let reply = super::rejected(ctx.node, args, reply);
+            return Some(flag(ctx, reply));
+        }
     };
     if spec.flags.has(Flag::NoMulti) {
         return Some(flag(

@@ -61,12 +61,11 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         .iter()
         .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
         .collect();
-    let show = |s: &str| {
-        wanted.is_empty()
-            || wanted
-                .iter()
-                .any(|w| w == s || w == "all" || w == "everything" || w == "default")
-    };
+    // As Redis: `default` (or nothing) is every section but the per-command statistics; `all`
+    // and `everything` add them.
+    let all = wanted.iter().any(|w| w == "all" || w == "everything");
+    let default = wanted.is_empty() || wanted.iter().any(|w| w == "default");
+    let show = |s: &str| all || (default && s != "commandstats") || wanted.iter().any(|w| w == s);
     let node = ctx.node;
     let now = ctx.now;
     let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys) = {
@@ -135,6 +134,37 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             stats.keyspace_hits,
             stats.keyspace_misses,
         );
+    }
+    if show("replication") {
+        // No replicas: a master with none, as a Redis without replication reports it.
+        out.push_str(
+            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n",
+        );
+    }
+    if show("cpu") {
+        let (user, sys, cuser, csys) = crate::node::cpu_seconds().unwrap_or_default();
+        let _ = write!(
+            out,
+            "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{csys:.6}\r\nused_cpu_user_children:{cuser:.6}\r\n\r\n"
+        );
+    }
+    if show("commandstats") {
+        out.push_str("# Commandstats\r\n");
+        for (spec, s) in COMMANDS.iter().zip(node.command_stats()) {
+            if s.calls + s.rejected > 0 {
+                let per_call = if s.calls == 0 {
+                    0.0
+                } else {
+                    s.usec as f64 / s.calls as f64
+                };
+                let _ = write!(
+                    out,
+                    "cmdstat_{}:calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}\r\n",
+                    spec.name, s.calls, s.usec, s.rejected, s.failed
+                );
+            }
+        }
+        out.push_str("\r\n");
     }
     if show("persistence") {
         let _ = write!(
