@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -39,8 +39,11 @@ pub struct Client {
     /// Its file descriptor.
     pub fd: i32,
     created: Instant,
-    /// The latest command's name and when it came.
-    last: Mutex<(&'static str, Instant)>,
+    /// The latest command, by its index in [`crate::COMMANDS`] (`usize::MAX`: none yet), and
+    /// when it came, in microseconds since the connection opened: atomics, since every
+    /// command sets them.
+    last_command: AtomicUsize,
+    last_at: AtomicU64,
     name: Mutex<Option<Bytes>>,
     /// 2 or 3.
     resp: AtomicU8,
@@ -68,7 +71,8 @@ impl Client {
             laddr,
             fd,
             created: now,
-            last: Mutex::new(("NULL", now)),
+            last_command: AtomicUsize::new(usize::MAX),
+            last_at: AtomicU64::new(0),
             name: Mutex::new(None),
             resp: AtomicU8::new(2),
             multi: AtomicI64::new(-1),
@@ -81,9 +85,12 @@ impl Client {
         }
     }
 
-    /// It ran `command` now.
-    pub fn ran(&self, command: &'static str) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = (command, Instant::now());
+    /// It ran command `index` (in [`crate::COMMANDS`]) at `at`.
+    pub fn ran(&self, index: usize, at: Instant) {
+        self.last_command.store(index, Ordering::Relaxed);
+        let since = at.saturating_duration_since(self.created).as_micros();
+        self.last_at
+            .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Its name changed.
@@ -163,7 +170,14 @@ impl Client {
     /// Its line of CLIENT LIST, in Redis's format and field order (the fields of buffers this
     /// server does not keep per client are 0).
     pub fn line(&self) -> String {
-        let (cmd, at) = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let cmd = crate::COMMANDS
+            .get(self.last_command.load(Ordering::Relaxed))
+            .map_or("NULL", |c| c.name);
+        let idle = self
+            .created
+            .elapsed()
+            .as_secs()
+            .saturating_sub(self.last_at.load(Ordering::Relaxed) / 1_000_000);
         let name = self
             .name
             .lock()
@@ -201,7 +215,7 @@ impl Client {
             self.laddr,
             self.fd,
             self.age(),
-            at.elapsed().as_secs(),
+            idle,
             self.watch.load(Ordering::Relaxed),
             self.resp.load(Ordering::Relaxed),
         );

@@ -230,7 +230,7 @@ impl Spec {
     }
 
     /// Its index in [`COMMANDS`], found by its name (a constant's address is not one place).
-    fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         static INDEX: std::sync::OnceLock<
             std::collections::HashMap<&'static str, usize, foldhash::fast::FixedState>,
         > = std::sync::OnceLock::new();
@@ -1220,9 +1220,6 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(spec) => spec,
         Err(reply) => return rejected(ctx.node, args, reply),
     };
-    if let Some(c) = &ctx.session.client {
-        c.ran(spec.name);
-    }
     if ctx.session.messages.is_some()
         && ctx.session.proto == Protocol::Resp2
         && !matches!(spec.name, "subscribe" | "unsubscribe" | "ping" | "quit")
@@ -1288,10 +1285,13 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
             .filter(|k| ks.exists(k, now).unwrap_or(true))
             .collect::<Vec<_>>()
     });
-    let started = std::time::Instant::now();
+    let (index, started) = (spec.index(), std::time::Instant::now());
+    if let Some(c) = &ctx.session.client {
+        c.ran(index, started);
+    }
     let reply = (spec.run)(ctx, &args[1..]);
     node.count_call(
-        spec.index(),
+        index,
         started.elapsed().as_micros() as u64,
         matches!(reply, Frame::Error(_)),
     );
