@@ -9,6 +9,9 @@
 start_node() {
   local bin=$1 log=$2
   shift 2
+  # The log exists before the node's shell opens it: the loop below would otherwise race the
+  # background redirection, and a sed that cannot read the file ends a script under `set -e`.
+  : >"$log"
   "$bin" serve --bind 127.0.0.1:0 "$@" 2>"$log" &
   node_pid=$!
   node_addr=
