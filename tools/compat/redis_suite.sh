@@ -234,6 +234,10 @@ def reason_of(lines):
     return text if len(text) <= 240 else text[:237] + "..."
 
 def classify(reason):
+    # A test whose assertion fails between MULTI and EXEC leaves the shared connection inside
+    # MULTI; the tests after it on that connection fail with these, whatever they test.
+    if "MULTI calls can not be nested" in reason or "WATCH inside MULTI is not allowed" in reason:
+        return "follows an earlier failure", None
     m = UNKNOWN.search(reason)
     if m:
         return "not implemented", m.group(1).upper()
@@ -342,6 +346,14 @@ if markdown == "1":
                 reason = x["reason"].replace("|", "\\|")
                 print(f"- {r['unit']}, *{x['test']}*: {reason}")
     print()
+    cascade = [(r["unit"], x["test"]) for r in results for x in r["failures"]
+               if x["class"] == "follows an earlier failure"]
+    if cascade:
+        print("Follow an earlier failure (the connection was left inside MULTI by a failed test before them):")
+        print()
+        for u, t in cascade:
+            print(f"- {u}, *{t}*")
+        print()
     print("Excluded, per unit (by the tags above, or by the run mode: `external:skip`, `singledb:skip`;")
     print("a *block* is a whole server block of tests, counted once):")
     print()
