@@ -32,7 +32,24 @@ impl Capacity {
 impl std::fmt::Display for Capacity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Bytes(n) => write!(f, "{n}B"),
+            // In the largest unit that divides it, binary first, so `64MiB` reads back as
+            // written (and parses back to the same capacity).
+            Self::Bytes(n) => match [
+                (1u64 << 40, "TiB"),
+                (1 << 30, "GiB"),
+                (1 << 20, "MiB"),
+                (1 << 10, "KiB"),
+                (1_000_000_000_000, "TB"),
+                (1_000_000_000, "GB"),
+                (1_000_000, "MB"),
+                (1_000, "KB"),
+            ]
+            .into_iter()
+            .find(|&(unit, _)| *n > 0 && n % unit == 0)
+            {
+                Some((unit, name)) => write!(f, "{}{name}", n / unit),
+                None => write!(f, "{n}B"),
+            },
             Self::Keys(u64::MAX) => f.write_str("unlimited"),
             Self::Keys(n) => write!(f, "{n}keys"),
         }
@@ -401,6 +418,22 @@ mod tests {
             Capacity::Keys(u64::MAX),
         ] {
             assert_eq!(c.to_string().parse::<Capacity>().ok(), Some(c), "{c}");
+        }
+    }
+
+    /// `--capacity 64MiB` was shown as 67108864B by the service and "67.1 MB" by the CLI.
+    #[test]
+    fn a_size_shows_in_the_unit_it_was_given() {
+        for (given, shown) in [
+            ("64MiB", "64MiB"),
+            ("1GiB", "1GiB"),
+            ("500MB", "500MB"),
+            ("1536KiB", "1536KiB"),
+            ("4097", "4097B"),
+        ] {
+            let c: Capacity = given.parse().expect("size");
+            assert_eq!(c.to_string(), shown);
+            assert_eq!(shown.parse::<Capacity>().ok(), Some(c));
         }
     }
 }

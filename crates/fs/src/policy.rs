@@ -16,6 +16,7 @@
 //! A policy that fails to decide keeps its last targets for the round and the error is logged
 //! and counted; one that fails to install at mount time stops the mount.
 
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, mpsc};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use pliant_policy::{Engine, EngineConfig, MemoryStore, Metrics, Params, PolicySource};
 
+use crate::config::FsConfig;
 use crate::core::{Inner, lock};
 
 /// No target.
@@ -111,27 +113,70 @@ struct Sample {
 const ME: &str = "cache";
 
 fn metrics(inner: &Inner, last: &Sample, now: &Sample, idle_since: Instant) -> Metrics {
-    let cfg = &inner.cfg;
     let secs = now.at.duration_since(last.at).as_secs_f64().max(1e-3);
     let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+    environment(
+        &inner.cfg,
+        inner.used_bytes(),
+        inner.dirty_bytes(),
+        Rates {
+            read: rate(last.read, now.read),
+            write: rate(last.written, now.written),
+            copy_up: rate(last.copy_up, now.copy_up),
+            writeback: rate(last.writeback, now.writeback),
+        },
+        now.at.duration_since(idle_since).as_secs_f64(),
+    )
+}
+
+/// Bytes per second since the last decision.
+struct Rates {
+    read: f64,
+    write: f64,
+    copy_up: f64,
+    writeback: f64,
+}
+
+/// The one table a mount's policies read (`servers[whoami]`, `whoami` = `"cache"`).
+fn environment(cfg: &FsConfig, used: u64, dirty: u64, r: Rates, idle_secs: f64) -> Metrics {
     let mut m = Metrics::new(ME);
     for (name, v) in [
         ("capacity", cfg.capacity as f64),
-        ("used", inner.used_bytes() as f64),
-        ("dirty", inner.dirty_bytes() as f64),
+        ("used", used as f64),
+        ("dirty", dirty as f64),
         ("high", cfg.high),
         ("low", cfg.low),
         ("dirty_high", cfg.dirty_high),
         ("dirty_low", cfg.dirty_low),
-        ("read_rate", rate(last.read, now.read)),
-        ("write_rate", rate(last.written, now.written)),
-        ("copy_up_rate", rate(last.copy_up, now.copy_up)),
-        ("writeback_rate", rate(last.writeback, now.writeback)),
-        ("idle_secs", now.at.duration_since(idle_since).as_secs_f64()),
+        ("read_rate", r.read),
+        ("write_rate", r.write),
+        ("copy_up_rate", r.copy_up),
+        ("writeback_rate", r.writeback),
+        ("idle_secs", idle_secs),
     ] {
         m.set(ME, name, v);
     }
     m
+}
+
+/// What a mount's policies see, for dry-running one (`pliant policy check`): a 1 GiB cache with
+/// the default watermarks, 95% full (past `high`, so an eviction policy is asked `howmuch`) and
+/// half dirty (past `dirty_high`), busy writing, idle for no time.
+pub fn sample_environment() -> Metrics {
+    let cfg = FsConfig::new(PathBuf::new(), PathBuf::new(), 1 << 30);
+    let used = cfg.capacity / 20 * 19;
+    environment(
+        &cfg,
+        used,
+        cfg.capacity / 2,
+        Rates {
+            read: 50e6,
+            write: 200e6,
+            copy_up: 20e6,
+            writeback: 100e6,
+        },
+        0.0,
+    )
 }
 
 fn sample(inner: &Inner) -> Sample {

@@ -84,6 +84,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if !serves(&cli.command) {
+        sigpipe::default();
+    }
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(&args),
         Command::Policy(c) => cmd::policy::run(c),
@@ -103,10 +106,36 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cmd::chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+mod sigpipe {
+    #![allow(unsafe_code)]
+
+    /// Rust starts every program with SIGPIPE ignored, so `println!` into a pipe whose reader
+    /// has gone (`pliant trace stats … | head -1`) panics. A command that prints ends there as
+    /// `cat` does; a server keeps ignoring it, so a client that hangs up costs one connection an
+    /// error, not the whole server.
+    pub fn default() {
+        use nix::sys::signal::{SigHandler, Signal, signal};
+        // SAFETY: called first thing in main, before any thread exists; SIG_DFL installs no
+        // handler of ours.
+        let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    }
+}
+
+/// Whether a command serves others (sockets, a FUSE mount) rather than printing a result.
+fn serves(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Serve(_)
+            | Command::Cluster(cmd::cluster::Command::Up(_))
+            | Command::Fs(cmd::fs::Command::Mount(_))
+            | Command::Bench(cmd::bench::Command::SlowFs(_))
+    )
 }
 
 #[cfg(test)]

@@ -28,6 +28,90 @@ fn check_passes_every_shipped_policy_file() {
     );
 }
 
+/// The README's first policy example, every shipped policy file with its glob: the `fs-*`
+/// policies failed it, dry-run in a cluster of caches that has no `high` or `capacity`.
+#[test]
+fn the_readmes_policy_check_passes_the_fs_policies_in_the_fs_environment() {
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("policies"))
+        .expect("policies")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".lua"))
+        .map(|n| format!("policies/{n}"))
+        .collect();
+    files.sort();
+    files.push("policies/cephfs-greedy-spill".into());
+    let mut args = vec!["policy", "check"];
+    args.extend(files.iter().map(String::as_str));
+    let o = pliant(&args, repo());
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("fs-evict-watermarks.lua"))
+        .expect("a line for the eviction policy");
+    // 95% full past a 90% watermark: evict down to 70% of 1 GiB.
+    assert!(
+        line.contains("in fs:") && line.contains("when=true") && line.contains("howmuch=751619276"),
+        "{line}"
+    );
+    assert!(
+        out.contains("static-limit.lua (static-limit, functions) in tier:"),
+        "{out}"
+    );
+    let o = pliant(
+        &["policy", "check", "--env", "tier", "fs-evict-watermarks"],
+        repo(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "no `high` among a cache cluster's metrics"
+    );
+    assert!(stdout(&o).contains("in tier: "), "{}", stdout(&o));
+}
+
+#[test]
+fn a_syntax_error_names_its_file_and_line_once() {
+    let dir = dir_with(&[("syn.lua", "function when()\n  x = = 1\nend\n")]);
+    let o = pliant(&["policy", "check", "syn.lua"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("syn.lua:2: syntax error: "), "{out}");
+    assert_eq!(
+        out.matches("syn.lua").count(),
+        2,
+        "the FAIL line and the error: {out}"
+    );
+}
+
+#[test]
+fn a_runaway_policy_reports_the_instructions_that_stopped_it() {
+    let dir = dir_with(&[
+        ("loop.lua", "function when() while true do end end"),
+        ("m.json", r#"{"whoami": 0, "servers": {"0": {"keys": 1}}}"#),
+    ]);
+    let o = pliant(
+        &[
+            "policy",
+            "run",
+            "loop.lua",
+            "--metrics",
+            "m.json",
+            "--budget",
+            "100000",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["instructions"], 100_000, "{v}");
+    assert!(
+        v["error"].as_str().expect("error").contains("budget"),
+        "{v}"
+    );
+}
+
 #[test]
 fn check_fails_with_file_and_line() {
     let dir = dir_with(&[("bad.lua", "function when()\n  return nil + 1\nend\n")]);

@@ -56,6 +56,9 @@ pub struct Version {
     pub number: u64,
     /// The source it was compiled from.
     pub source: PolicySource,
+    /// The `params` table it was installed with: a version is its source and its parameters,
+    /// so going back to it brings both back.
+    pub params: Params,
 }
 
 struct Active {
@@ -68,7 +71,7 @@ struct Active {
 ///
 /// The service owns the engine: it updates [`Engine::metrics_mut`] and the
 /// [`Engine::timeseries`] buffer, and calls [`Engine::decide`] whenever a decision is due.
-/// [`Engine::install`] swaps in a new policy only after it compiles and every callback dry-runs
+/// [`Engine::install`] swaps in a new policy only after it compiles and a decision dry-runs
 /// cleanly against the current environment; [`Engine::activate`] and [`Engine::rollback`]
 /// switch between installed versions the same way.
 pub struct Engine {
@@ -136,6 +139,12 @@ impl Engine {
         self.params = params;
     }
 
+    /// The `params` table the next install gets: the last set, or the running version's after
+    /// [`Engine::activate`] or [`Engine::rollback`].
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
     /// The decision log.
     pub fn log(&self) -> &DecisionLog {
         &self.log
@@ -161,28 +170,34 @@ impl Engine {
         self.active.as_ref().map_or(0, |a| a.vm.used_memory())
     }
 
-    /// Compiles `source`, dry-runs every callback against the current environment (with
+    /// Compiles `source`, dry-runs a decision against the current environment (with
     /// `WRstate` writes kept off disk), and only then makes it the running policy.
     ///
     /// On error the running policy is untouched.
     pub fn install(&mut self, source: PolicySource) -> Result<u64, PolicyError> {
         let number = self.versions.len() as u64 + 1;
-        let (vm, _) = self.dry_run(&source, number)?;
-        self.versions.push(Version { number, source });
+        let (vm, _) = self.dry_run(&source, &self.params.clone(), number)?;
+        self.versions.push(Version {
+            number,
+            source,
+            params: self.params.clone(),
+        });
         self.switch_to(number, vm);
         Ok(number)
     }
 
-    /// Makes installed version `number` the running policy again, after a fresh compile and dry
-    /// run (its persisted state may have changed since).
+    /// Makes installed version `number` the running policy again, with the parameters it was
+    /// installed with, after a fresh compile and dry run (its persisted state may have changed
+    /// since).
     pub fn activate(&mut self, number: u64) -> Result<(), PolicyError> {
-        let source = self
+        let (source, params) = self
             .versions
             .iter()
             .find(|v| v.number == number)
-            .map(|v| v.source.clone())
+            .map(|v| (v.source.clone(), v.params.clone()))
             .ok_or(PolicyError::UnknownVersion(number))?;
-        let (vm, _) = self.dry_run(&source, number)?;
+        let (vm, _) = self.dry_run(&source, &params, number)?;
+        self.params = params;
         self.switch_to(number, vm);
         Ok(())
     }
@@ -195,17 +210,19 @@ impl Engine {
     }
 
     /// Checks a policy the way [`Engine::install`] does without installing it: compile plus a
-    /// dry run of every callback. Returns the dry run's decision, with `where` and `howmuch`
-    /// filled in whatever `when` said.
+    /// dry run of a decision (`load` and `when`, then `where` and `howmuch` if `when` is true).
+    /// Returns the dry run's decision.
     pub fn check(&mut self, source: &PolicySource) -> Result<Decision, PolicyError> {
-        self.dry_run(source, 0).map(|(_, d)| d)
+        self.dry_run(source, &self.params.clone(), 0)
+            .map(|(_, d)| d)
     }
 
-    /// Compiles `source` in a fresh VM and evaluates every callback against the current metrics
+    /// Compiles `source` in a fresh VM and dry-runs a decision against the current metrics
     /// with state writes kept in memory; log entries carry `version`.
     fn dry_run(
         &mut self,
         source: &PolicySource,
+        params: &Params,
         version: u64,
     ) -> Result<(Vm, Decision), PolicyError> {
         let mut vm = Vm::new(
@@ -213,7 +230,7 @@ impl Engine {
             self.config.limits,
             self.store.clone(),
             &self.series,
-            &self.params,
+            params,
         )?;
         vm.set_dry_run(true)?;
         let name: Rc<str> = Rc::from(source.name.as_str());
@@ -322,7 +339,7 @@ impl Recorder<'_> {
     }
 }
 
-/// Runs a decision's callbacks. A dry run evaluates every callback whatever `when` says.
+/// Runs a decision's callbacks: `load` and `when`, then `where` and `howmuch` if `when` is true.
 fn evaluate(
     vm: &mut Vm,
     metrics: &Metrics,
@@ -351,26 +368,26 @@ fn evaluate(
         serde_json::json!(b)
     })?;
     let (mut where_, mut howmuch) = (None, None);
-    if when || dry_run {
+    // A dry run asks what a decision would: `where` and `howmuch` only once `when` says so, as
+    // Mantle does. A policy may set in `when` what `where` reads (its targets), so running
+    // `where` after a `when` of false fails a policy that never fails in service.
+    if when {
         if chunked {
             rec.load(vm, metrics)?;
         }
         let t = Instant::now();
-        let w = rec.record(vm, Callback::Where, t, vm.eval_where(metrics), |w| {
-            serde_json::json!(w)
-        })?;
+        where_ = Some(
+            rec.record(vm, Callback::Where, t, vm.eval_where(metrics), |w| {
+                serde_json::json!(w)
+            })?,
+        );
         if chunked {
             rec.load(vm, metrics)?;
         }
         let t = Instant::now();
-        let h = rec.record(vm, Callback::HowMuch, t, vm.eval_howmuch(), |h| {
+        howmuch = rec.record(vm, Callback::HowMuch, t, vm.eval_howmuch(), |h| {
             serde_json::json!(h)
         })?;
-        // A dry run reports everything it evaluated, so `policy check` shows every answer.
-        if when || dry_run {
-            where_ = Some(w);
-            howmuch = h;
-        }
     }
     Ok(Decision {
         version,

@@ -31,6 +31,19 @@ impl std::fmt::Display for At<'_> {
     }
 }
 
+/// Shows where a syntax error is: `file:line: syntax error`, or `syntax error in file` when Lua
+/// gave no line.
+struct Within<'a>(&'a str, &'a Option<Location>);
+
+impl std::fmt::Display for Within<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(l) => write!(f, "{l}: syntax error"),
+            None => write!(f, "syntax error in {}", self.0),
+        }
+    }
+}
+
 /// Everything that can go wrong while loading, installing or evaluating a policy.
 ///
 /// Every variant that comes from running Lua names the callback and, where Lua knows it, the
@@ -60,7 +73,8 @@ pub enum PolicyError {
     #[error("not a policy: {0}")]
     Shape(String),
     /// The Lua source does not compile.
-    #[error("{}syntax error in {chunk}: {message}", At(location))]
+    // The location names the chunk already: "syn.lua:3: syntax error in syn.lua" said it twice.
+    #[error("{}: {message}", Within(chunk, location))]
     Syntax {
         /// The chunk (file) that failed.
         chunk: String,

@@ -223,17 +223,17 @@ fn decision_log_records_every_evaluation_as_json_lines() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect();
-    // Dry run: load, when, where, howmuch. Decision: load, when.
-    assert_eq!(lines.len(), 6);
-    let last = &lines[5];
+    // Dry run: load, when (false, so neither where nor howmuch). Decision: load, when.
+    assert_eq!(lines.len(), 4);
+    let last = &lines[3];
     assert_eq!(last["callback"], "when");
     assert_eq!(last["result"], false);
     assert_eq!(last["version"], 1);
     assert_eq!(last["dry_run"], false);
     assert!(last["micros"].as_f64().expect("micros") >= 0.0);
     assert!(last["instructions"].is_u64());
-    assert_eq!(lines[4]["result"], 3.0);
-    assert!(lines[..4].iter().all(|l| l["dry_run"] == true));
+    assert_eq!(lines[2]["result"], 3.0);
+    assert!(lines[..2].iter().all(|l| l["dry_run"] == true));
 }
 
 /// Regression: layout ids used to restart at 0 for every `Metrics`, so replacing the metrics with

@@ -20,7 +20,7 @@ fn failing_candidate_leaves_old_policy_serving() {
     let mut e = Engine::in_memory(cluster());
     assert_eq!(e.install(f(V1)).expect("v1"), 1);
     // Fails only in its dry run of `howmuch`, i.e. after compiling fine.
-    let bad = "function when() return false end function howmuch() error('not ready') end";
+    let bad = "function when() return true end function howmuch() error('not ready') end";
     let err = e.install(f(bad)).expect_err("candidate fails dry run");
     assert!(matches!(err, PolicyError::Runtime { .. }), "{err:?}");
     assert_eq!(e.active_version(), Some(1));
@@ -45,6 +45,41 @@ fn versions_history_and_one_call_rollback() {
     assert_eq!(e.history(), [1, 2, 1, 2]);
     assert_eq!(e.decide().expect("decide").version, 2);
     assert!(matches!(e.activate(9), Err(PolicyError::UnknownVersion(9))));
+}
+
+#[test]
+fn a_rollback_brings_back_the_old_versions_parameters() {
+    let limit = |n: f64| {
+        std::iter::once(("limit".to_string(), pliant_policy::ParamValue::Num(n)))
+            .collect::<pliant_policy::Params>()
+    };
+    let lim = "function when() return true end function howmuch() return params.limit end";
+    let mut e = Engine::in_memory(cluster());
+    e.set_params(limit(5000.0));
+    e.install(f(lim)).expect("v1");
+    e.set_params(limit(100.0));
+    e.install(f(lim)).expect("v2");
+    assert_eq!(amount(&mut e), 100.0);
+    assert_eq!(e.rollback().expect("rollback"), 1);
+    assert_eq!(amount(&mut e), 5000.0, "version 1 runs with its own limit");
+    assert_eq!(e.params(), &limit(5000.0));
+    e.activate(2).expect("forward");
+    assert_eq!(amount(&mut e), 100.0);
+    assert_eq!(e.versions()[0].params, limit(5000.0));
+}
+
+#[test]
+fn a_dry_run_asks_where_and_howmuch_only_when_when_says_so() {
+    // `when` sets what `howmuch` reads, as Mantle's policies set their targets.
+    let src = "function when() ready = servers[whoami].keys > 1e12 return ready end
+               function howmuch() if not ready then error('asked too early') end return 1 end";
+    let mut e = Engine::in_memory(cluster());
+    let d = e
+        .check(&f(src))
+        .expect("a decision would never ask howmuch here");
+    assert!(!d.when);
+    assert!(d.howmuch.is_none() && d.where_.is_none());
+    e.install(f(src)).expect("installs");
 }
 
 #[test]

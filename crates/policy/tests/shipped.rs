@@ -3,7 +3,8 @@
 use std::rc::Rc;
 
 use pliant_policy::{
-    Engine, EngineConfig, HowMuch, MemoryStore, Metrics, ParamValue, Params, ServerId, shipped,
+    Engine, EngineConfig, HowMuch, MemoryStore, Metrics, ParamValue, Params, PolicySource,
+    ServerId, shipped,
 };
 
 fn engine_with(
@@ -253,8 +254,8 @@ fn cephfs_greedy_spill_evens_a_skewed_cluster_out_and_stops() {
     );
 }
 
-/// Runs regime-fan over a series of key ids in time order; returns `(when, howmuch)` from a
-/// dry run, which evaluates `howmuch` whatever `when` says.
+/// Runs regime-fan over a series of key ids in time order; returns `(when, howmuch)`, `howmuch`
+/// from a copy whose `when` always says yes (a decision asks `howmuch` only then).
 fn fan(ids: &[f64]) -> (bool, Option<HowMuch>) {
     let store = MemoryStore::new();
     let mut e = engine_with("regime-fan", cache(0.0), &[], &store);
@@ -268,7 +269,12 @@ fn fan(ids: &[f64]) -> (bool, Option<HowMuch>) {
         .check(&shipped::get("regime-fan").expect("policy"))
         .expect("check");
     assert_eq!(e.decide().expect("decide").when, d.when);
-    (d.when, d.howmuch)
+    let asked = PolicySource::functions(
+        "regime-fan",
+        include_str!("../../../policies/regime-fan.lua").to_owned()
+            + "\nfunction when() return true end\n",
+    );
+    (d.when, e.check(&asked).expect("check").howmuch)
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The Rust fan detector and the shipped `regime-fan` Lua policy agree, and k-means finds
 //! planted regimes.
 
-use pliant_policy::{Engine, HowMuch, Metrics, shipped};
+use pliant_policy::{Engine, HowMuch, Metrics, PolicySource, shipped};
 use pliant_regime::{FanRegime, fan_span, fans, kmeans_regimes};
 
 fn lua_fan(ids: &[u64]) -> (bool, f64) {
@@ -15,7 +15,13 @@ fn lua_fan(ids: &[u64]) -> (bool, f64) {
     let d = e
         .check(&shipped::get("regime-fan").expect("shipped"))
         .expect("check");
-    let Some(HowMuch::Amount(x)) = d.howmuch else {
+    // A decision asks `howmuch` only once `when` says yes: ask a copy that always does.
+    let asked = PolicySource::functions(
+        "regime-fan",
+        include_str!("../../../policies/regime-fan.lua").to_owned()
+            + "\nfunction when() return true end\n",
+    );
+    let Some(HowMuch::Amount(x)) = e.check(&asked).expect("check").howmuch else {
         panic!("regime-fan returns a number")
     };
     (d.when, x)

@@ -16,6 +16,10 @@ pub struct Converted {
     pub records: u64,
     /// Malformed lines skipped (lenient reading only).
     pub skipped: u64,
+    /// Writes and deletes among the records: oracleGeneral has no operation field, so they are
+    /// written as plain requests, which every reader of the format (libCacheSim, `pliant sim`)
+    /// replays as reads.
+    pub writes: u64,
 }
 
 /// Converts the trace at `input` (read with `opts`) to oracleGeneral at `output`, with
@@ -40,6 +44,7 @@ pub fn convert_to_oracle_general(
     Ok(Converted {
         records: recs.len() as u64,
         skipped: rd.skipped(),
+        writes: recs.iter().filter(|r| r.op != crate::Op::Get).count() as u64,
     })
 }
 

@@ -13,6 +13,12 @@ pub trait TraceReader: Iterator<Item = Result<Record, TraceError>> + Send {
     fn skipped(&self) -> u64 {
         0
     }
+
+    /// What the reader noticed that the caller should tell the user but that did not stop it
+    /// (a last record with no line end: a text file cut short), each naming the file and line.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The format `reader` reads `path` in: `opts.format`, or guessed from the name (`*.oracleGeneral*`,
@@ -186,6 +192,8 @@ pub struct LineReader {
     parser: Parser,
     skipped: u64,
     done: bool,
+    /// The line number of a last line without its line end.
+    cut: Option<u64>,
 }
 
 impl LineReader {
@@ -199,6 +207,7 @@ impl LineReader {
             parser,
             skipped: 0,
             done: false,
+            cut: None,
         }
     }
 }
@@ -356,6 +365,12 @@ impl Iterator for LineReader {
                 Ok(0) => self.done = true,
                 Ok(_) => {
                     self.line_no += 1;
+                    // Only the last line can lack its line end, and a text file cut short
+                    // (`head -c`) ends so; a compressed stream cut short fails in the decoder.
+                    if self.line.last() != Some(&b'\n') && self.cut.is_none() {
+                        self.cut = Some(self.line_no);
+                        tracing::warn!("{}", self.warnings().join("; "));
+                    }
                     let text = match std::str::from_utf8(&self.line) {
                         Ok(t) => t.trim_end_matches(['\n', '\r']),
                         Err(_) => "\u{fffd}",
@@ -398,5 +413,18 @@ impl Iterator for LineReader {
 impl TraceReader for LineReader {
     fn skipped(&self) -> u64 {
         self.skipped
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.cut
+            .map(|line| {
+                format!(
+                    "{} line {line}: the last record has no line end, as a file cut short \
+                     ends; it was read as it stands",
+                    self.path.display()
+                )
+            })
+            .into_iter()
+            .collect()
     }
 }

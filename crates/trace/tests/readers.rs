@@ -107,6 +107,31 @@ fn malformed_line_is_an_error_with_its_line_number_unless_lenient() {
     assert_eq!(r.skipped(), 2);
 }
 
+/// `zcat t.csv.gz | head -c 20000 | gzip`: the text ends mid-record, the compressed stream is
+/// whole, and the last record (its key cut in half) was counted as if the file were complete.
+#[test]
+fn a_text_trace_cut_short_warns_naming_its_file_and_line() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(
+        d.path(),
+        "cut.csv",
+        "1,DBMemoryGet,0,5\n2,DBMemoryGet,0,140452876315\n3,DBMemoryGet,0,14045",
+    );
+    let mut r = reader(&p, &ReadOptions::default()).expect("open");
+    assert_eq!(r.by_ref().count(), 3, "read as it stands");
+    let w = r.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("cut.csv line 3") && w[0].contains("no line end"),
+        "{w:?}"
+    );
+
+    let whole = write(d.path(), "whole.csv", "1,DBMemoryGet,0,5\n");
+    let mut r = reader(&whole, &ReadOptions::default()).expect("open");
+    assert_eq!(r.by_ref().count(), 1);
+    assert!(r.warnings().is_empty());
+}
+
 #[test]
 fn oracle_general_round_trips_with_next_access() {
     let d = tempfile::tempdir().expect("tempdir");

@@ -315,13 +315,15 @@ fn cells(r: &study::Row) -> [String; 9] {
     ]
 }
 
-/// `1.5 GB`.
+/// `1.50 GiB`: binary units, the ones sizes are given in (`--capacity 64MiB` showed as
+/// "67.1 MB", a number the user never wrote).
 pub fn human(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
     let b = bytes as f64;
     match b {
-        x if x >= 1e9 => format!("{:.2} GB", x / 1e9),
-        x if x >= 1e6 => format!("{:.1} MB", x / 1e6),
-        x if x >= 1e3 => format!("{:.1} KB", x / 1e3),
+        x if x >= KIB * KIB * KIB => format!("{:.2} GiB", x / (KIB * KIB * KIB)),
+        x if x >= KIB * KIB => format!("{:.1} MiB", x / (KIB * KIB)),
+        x if x >= KIB => format!("{:.1} KiB", x / KIB),
         x => format!("{x:.0} B"),
     }
 }

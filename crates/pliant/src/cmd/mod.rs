@@ -17,3 +17,86 @@ pub mod scale;
 pub mod serve;
 pub mod sim;
 pub mod trace;
+
+/// An error and its causes on one line, each text once.
+///
+/// Errors of the libraries often show their source in their own text as well as returning it
+/// from `source()` ("store {dir}: {source}"), and a context added here may repeat the cause it
+/// wraps; printing the chain as it stands gave "store ./data: store ./data: in use … in use".
+/// So each error contributes its own words (its text less its source's, when it ends with
+/// them), a cause is printed only when the text so far does not already hold it, and a cause
+/// that holds the text before it replaces that text.
+pub fn chain(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let mut text = cause.to_string();
+        if let Some(source) = cause.source().map(ToString::to_string)
+            && let Some(own) = text.strip_suffix(source.as_str())
+            && !own.is_empty()
+        {
+            text = own.trim_end_matches([':', ' ']).to_string();
+        }
+        if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        match parts.last_mut() {
+            Some(last) if text.contains(last.as_str()) => *last = text,
+            _ => parts.push(text),
+        }
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain;
+
+    #[derive(Debug)]
+    struct Shown(&'static str, Option<std::io::Error>);
+    impl std::fmt::Display for Shown {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Shown {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_ref().map(|e| e as _)
+        }
+    }
+
+    #[derive(Debug)]
+    struct Outer(Shown);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "store ./data: {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_prints_each_text_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let e = anyhow::Error::new(io()).context(io().to_string());
+        assert_eq!(chain(&e), io().to_string());
+
+        let e =
+            anyhow::Error::new(Shown("store ./data: in use", Some(io()))).context("store ./data");
+        assert_eq!(
+            chain(&e),
+            format!("store ./data: in use: {}", io()),
+            "the context the cause repeats is dropped, the new cause kept"
+        );
+
+        let e = anyhow::Error::new(Shown("invalid gzip header", None)).context("t.csv.gz");
+        assert_eq!(chain(&e), "t.csv.gz: invalid gzip header");
+
+        // A library error that shows its source and returns it too, around one that does.
+        let inner = Shown("store ./data: in use", None);
+        let e = anyhow::Error::new(Outer(inner)).context("starting");
+        assert_eq!(chain(&e), "starting: store ./data: in use");
+    }
+}

@@ -16,7 +16,13 @@ use super::args::{Json, PolicyParams};
 /// Policy subcommands.
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Compile each policy and dry-run every callback against a sample environment.
+    /// Compile each policy and dry-run a decision against a sample environment.
+    ///
+    /// The environment is what a service gives its policies: `tier` a cluster of four caches
+    /// (what `pliant serve`, `sim` and `parsplice` give: keys, bytes, hits, rates, a time series of
+    /// reads), `fs` one file cache (what `pliant fs` gives: capacity, used, dirty, the
+    /// watermarks, rates). By default a policy passes if it runs cleanly in either, and the line
+    /// says which. `where` and `howmuch` run only when `when` says yes, as in a decision.
     ///
     /// Each FILE is a function-style policy (`name.lua`), a directory of Mantle-style chunks, or
     /// chunk files (`load.lua`, `when.lua`, `where.lua`, `howmuch.lua`, grouped by directory). The
@@ -48,8 +54,41 @@ pub struct CheckArgs {
     /// Policy files, chunk directories, or shipped policy names.
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// The sample environment to dry-run in (any: each until one runs cleanly).
+    #[arg(long, value_enum, default_value_t = Env::Any)]
+    env: Env,
     #[command(flatten)]
     common: Common,
+}
+
+/// Which service's sample environment `policy check` dry-runs a policy in.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Env {
+    /// Tier first, then fs.
+    Any,
+    /// A cluster of caches (serve, sim, parsplice).
+    Tier,
+    /// One file cache (`pliant fs`).
+    Fs,
+}
+
+impl Env {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Any => "any",
+            Self::Tier => "tier",
+            Self::Fs => "fs",
+        }
+    }
+
+    /// The environments this choice tries, in order.
+    fn each(self) -> &'static [Env] {
+        match self {
+            Self::Any => &[Self::Tier, Self::Fs],
+            Self::Tier => &[Self::Tier],
+            Self::Fs => &[Self::Fs],
+        }
+    }
 }
 
 /// Arguments of `policy run`.
@@ -136,33 +175,34 @@ fn check(a: &CheckArgs) -> Result<ExitCode> {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(" ");
-        let result = PolicySource::resolve(files)
-            .map_err(anyhow::Error::from)
-            .and_then(|src| {
-                let (metrics, ts) = pliant_tier::sample_environment();
-                let mut e = a.common.engine(Rc::new(MemoryStore::new()), metrics);
-                e.timeseries().replace(ts.with_mut(std::mem::take));
-                let d = e.check(&src)?;
-                Ok((src, d))
-            });
-        match result {
-            Ok((src, d)) => {
+        match check_one(a, files) {
+            Ok((src, env, d)) => {
                 println!(
-                    "ok    {label} ({}, {}): dry run when={} howmuch={}",
+                    "ok    {label} ({}, {}) in {}: dry run when={} where={} howmuch={}",
                     src.name,
                     src.style.name(),
+                    env.name(),
                     d.when,
-                    d.howmuch
-                        .map(|h| serde_json::to_string(&h).unwrap_or_default())
-                        .unwrap_or_else(|| "none".into())
+                    answer(d.where_.as_ref()),
+                    answer(d.howmuch.as_ref()),
                 );
             }
-            Err(e) => {
+            Err(errors) => {
                 failed += 1;
-                println!(
-                    "FAIL  {label}\n      {}",
-                    format!("{e:#}").replace('\n', "\n      ")
-                );
+                println!("FAIL  {label}");
+                let texts: Vec<(Option<Env>, String)> = errors
+                    .iter()
+                    .map(|(env, e)| (*env, super::chain(e).replace('\n', "\n      ")))
+                    .collect();
+                // An error that does not depend on the environment (a syntax error) once.
+                let same = texts.len() > 1 && texts.windows(2).all(|w| w[0].1 == w[1].1);
+                for (env, text) in texts.iter().take(if same { 1 } else { texts.len() }) {
+                    let at = match env {
+                        Some(e) if !same => format!("in {}: ", e.name()),
+                        _ => String::new(),
+                    };
+                    println!("      {at}{text}");
+                }
             }
         }
     }
@@ -171,6 +211,38 @@ fn check(a: &CheckArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A policy dry-run in each environment `--env` names until one runs it cleanly; else every
+/// environment's error (or the one error of reading the policy, with no environment).
+#[allow(clippy::type_complexity)]
+fn check_one(
+    a: &CheckArgs,
+    files: &[PathBuf],
+) -> Result<(PolicySource, Env, Decision), Vec<(Option<Env>, anyhow::Error)>> {
+    let src = PolicySource::resolve(files).map_err(|e| vec![(None, e.into())])?;
+    let mut errors = Vec::new();
+    for &env in a.env.each() {
+        let (metrics, ts) = match env {
+            Env::Fs => (pliant_fs::policy::sample_environment(), TimeSeries::new()),
+            _ => pliant_tier::sample_environment(),
+        };
+        let mut e = a.common.engine(Rc::new(MemoryStore::new()), metrics);
+        e.timeseries().replace(ts.with_mut(std::mem::take));
+        match e.check(&src) {
+            Ok(d) => return Ok((src, env, d)),
+            Err(err) => errors.push((Some(env), err.into())),
+        }
+    }
+    Err(errors)
+}
+
+/// A decision's answer as JSON, or `none` when it was not asked or gave nothing.
+fn answer<T: serde::Serialize>(v: Option<&T>) -> String {
+    v.map_or_else(
+        || "none".into(),
+        |v| serde_json::to_string(v).unwrap_or_default(),
+    )
 }
 
 fn run_once(a: &RunArgs) -> Result<ExitCode> {
@@ -238,10 +310,18 @@ fn run_json(r: &Result<Decision, pliant_policy::PolicyError>) -> serde_json::Val
             "instructions": d.instructions,
             "micros": d.micros,
         }),
-        Err(e) => serde_json::json!({
-            "when": null, "where": null, "howmuch": null,
-            "error": e.to_string(), "instructions": 0, "micros": 0,
-        }),
+        Err(e) => {
+            // A policy stopped by its budget ran all of it: the count that stopped it is news,
+            // a 0 would say it never ran. Other errors carry no count.
+            let instructions = match e {
+                pliant_policy::PolicyError::Budget { budget, .. } => serde_json::json!(budget),
+                _ => serde_json::Value::Null,
+            };
+            serde_json::json!({
+                "when": null, "where": null, "howmuch": null,
+                "error": e.to_string(), "instructions": instructions, "micros": null,
+            })
+        }
     }
 }
 

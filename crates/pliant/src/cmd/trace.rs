@@ -113,14 +113,25 @@ fn stats(a: &StatsArgs) -> Result<ExitCode> {
     if a.output.json {
         let mut v = serde_json::to_value(&s)?;
         v["skipped_lines"] = skipped.into();
+        v["warnings"] = rd.warnings().into();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("trace            {}", a.trace.display());
     println!("requests         {}", s.requests);
     println!(
-        "reads / writes   {} / {} ({} deletes)",
-        s.reads, s.writes, s.deletes
+        "reads / writes   {} / {} ({} deletes){}",
+        s.reads,
+        s.writes,
+        s.deletes,
+        // The same trace as CSV and as oracleGeneral must not look like two traces.
+        if pliant_trace::format_of(&a.trace, &a.input.options()?)?
+            == pliant_trace::Format::OracleGeneral
+        {
+            " (oracleGeneral has no operation field: every request reads)"
+        } else {
+            ""
+        }
     );
     if s.writes > 0 {
         println!("read:write       {:.1}:1", s.reads as f64 / s.writes as f64);
@@ -210,6 +221,14 @@ fn convert(a: &ConvertArgs) -> Result<ExitCode> {
             String::new()
         }
     );
+    if done.writes > 0 {
+        eprintln!(
+            "warning: {} of them were writes or deletes, written as plain requests: \
+             oracleGeneral has no operation field, so libCacheSim and `pliant sim` replay them \
+             as reads (pass --ops reads to keep only the reads)",
+            done.writes
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
