@@ -16,7 +16,10 @@
 //! being run to it as a loan ([`Keyspace::lend`]), so a command sees what was fetched for it even
 //! if memory is too small to hold it all.
 //!
-//! Expiry is lazy: an expired key is deleted when it is next touched, and never returned.
+//! Expiry is lazy: an expired key is deleted when it is next touched, and never returned. Keys
+//! with an expiry that memory holds are also swept once a second ([`Keyspace::expire_sweep`],
+//! a bounded walk), so a pure cache does not keep expired keys in its capacity (and its key
+//! count) until something reads them; keys only the store holds wait for their next touch.
 //! Times are unix milliseconds passed in by the caller, so tests choose the clock.
 //!
 //! In the store, a value is one flag byte (0: no expiry; 1: an expiry follows as a big-endian
@@ -312,6 +315,8 @@ pub struct Keyspace {
     /// `INFO keyspace`'s `expires` and `avg_ttl` without a walk, for a node without a store.
     expiring: u64,
     expiry_sum: u128,
+    /// Where the next [`expire_sweep`](Self::expire_sweep) walks memory from.
+    sweep_at: usize,
     /// The memory tier's algorithm, the fetches from the parent under way and the tier's rules.
     tier: Tier<Fetch>,
     algo: String,
@@ -383,6 +388,7 @@ impl Keyspace {
             held: 0,
             expiring: 0,
             expiry_sum: 0,
+            sweep_at: 0,
             tier: Tier::new(cache),
             algo: algo.to_string(),
             store,
@@ -872,6 +878,35 @@ impl Keyspace {
             (ttl_sum / u128::from(expires)) as u64
         };
         Ok((keys, expires, avg))
+    }
+
+    /// Active expiry: looks at up to `budget` slots of memory, on from where the last sweep
+    /// stopped, and deletes the keys among them that have expired (as a read of them would);
+    /// how many. Nothing to do, and nothing walked, when no key in memory has an expiry.
+    pub fn expire_sweep(&mut self, now: u64, budget: usize) -> Result<u64, KvError> {
+        let len = self.mem.len();
+        if self.expiring == 0 || len == 0 {
+            return Ok(0);
+        }
+        let mut i = if self.sweep_at >= len {
+            0
+        } else {
+            self.sweep_at
+        };
+        let mut gone = Vec::new();
+        for _ in 0..budget.min(len) {
+            if let Some(s) = &self.mem[i]
+                && !s.live(now)
+            {
+                gone.push(s.key().to_vec());
+            }
+            i = (i + 1) % len;
+        }
+        self.sweep_at = i;
+        for k in &gone {
+            self.expire(k)?;
+        }
+        Ok(gone.len() as u64)
     }
 
     /// The bytes `key`'s entry takes in the memory tier (`MEMORY USAGE`): its block (a length

@@ -996,3 +996,50 @@ fn info_default_has_cpu_and_replication_and_all_adds_the_command_statistics() {
         "{cpu}"
     );
 }
+
+/// Expired keys used to stay in a pure cache's memory (and DBSIZE) until something read them:
+/// Redis's multi.tcl waits for DBSIZE 0 after a TTL ends. The once-a-second sweep deletes them.
+#[test]
+fn expired_keys_leave_memory_without_being_read() {
+    let s = Served::cache();
+    let mut c = s.client();
+    let keys: Vec<String> = (0..1000).map(|i| format!("t{i}")).collect();
+    let cmds: Vec<Vec<&[u8]>> = keys
+        .iter()
+        .map(|k| vec![b"SET".as_slice(), k.as_bytes(), b"v", b"PX", b"200"])
+        .collect();
+    c.pipeline(&cmds).expect("replies");
+    assert_eq!(call(&mut c, &["SET", "stays", "v"]), ok());
+    assert_eq!(call(&mut c, &["DBSIZE"]), Frame::Integer(1001));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call(&mut c, &["DBSIZE"]) != Frame::Integer(1) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(call(&mut c, &["DBSIZE"]), Frame::Integer(1));
+    let info = text(&call(&mut c, &["INFO", "stats"]));
+    assert!(info.contains("expired_keys:1000"), "{info}");
+    assert!(!text(&call(&mut c, &["INFO", "keyspace"])).contains("expires=1,"));
+}
+
+/// The watched keys were a list searched for each new key: one WATCH of 100,000 keys took
+/// their square (5·10⁹ comparisons). A map makes it linear.
+#[test]
+fn one_watch_of_100k_keys_takes_linear_time() {
+    let s = Served::cache();
+    let mut c = s.client();
+    let keys: Vec<String> = (0..100_000).map(|i| format!("w{i}")).collect();
+    let mut args: Vec<&[u8]> = vec![b"WATCH"];
+    args.extend(keys.iter().map(|k| k.as_bytes()));
+    let started = Instant::now();
+    assert_eq!(c.call(&args).expect("reply"), ok());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let list = text(&call(&mut c, &["CLIENT", "INFO"]));
+    assert_eq!(field(list.trim_end(), "watch"), "100000");
+    assert_eq!(call(&mut s.client(), &["SET", "w99999", "x"]), ok());
+    assert_eq!(call(&mut c, &["MULTI"]), ok());
+    assert_eq!(call(&mut c, &["EXEC"]), Frame::NullArray);
+}

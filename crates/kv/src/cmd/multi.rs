@@ -64,8 +64,9 @@ impl std::fmt::Debug for Multi {
 /// What one connection watches.
 #[derive(Debug, Default)]
 pub struct Watching {
-    /// Each key, with whether it existed at WATCH and its expiry then.
-    keys: Vec<(Bytes, bool, Option<u64>)>,
+    /// Each key, with whether it existed at WATCH and its expiry then (a map: one WATCH of a
+    /// million keys costs a million lookups, not their square).
+    keys: std::collections::HashMap<Bytes, (bool, Option<u64>), foldhash::fast::FixedState>,
     bytes: usize,
     /// Set when a watched key changes (by `Node::touch`).
     dirty: Arc<AtomicBool>,
@@ -183,7 +184,7 @@ pub(super) fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         ));
     }
     for key in args {
-        if watching.keys.iter().any(|(k, _, _)| k == key) {
+        if watching.keys.contains_key(key) {
             continue;
         }
         let v = match ctx.node.keyspace().peek(key, now) {
@@ -195,7 +196,7 @@ pub(super) fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         watching.bytes += key.len() + 32;
         watching
             .keys
-            .push((key, v.is_some(), v.and_then(|v| v.expires_at)));
+            .insert(key, (v.is_some(), v.and_then(|v| v.expires_at)));
     }
     if let Some(c) = &ctx.session.client {
         c.set_watch(watching.keys.len());
@@ -211,8 +212,7 @@ pub(super) fn unwatch(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
 /// Forgets every key the connection watches (also when it closes).
 pub(crate) fn unwatch_all(ctx: &mut Ctx<'_>) {
     if let Some(w) = ctx.session.watching.take() {
-        ctx.node
-            .unwatch(ctx.session.id, w.keys.iter().map(|(k, _, _)| k));
+        ctx.node.unwatch(ctx.session.id, w.keys.keys());
     }
     if let Some(c) = &ctx.session.client {
         c.set_watch(0);
@@ -230,7 +230,7 @@ fn changed(ctx: &mut Ctx<'_>) -> Result<bool, Frame> {
     }
     let now = ctx.now;
     let mut ks = ctx.node.keyspace();
-    for (key, existed, expires_at) in &w.keys {
+    for (key, (existed, expires_at)) in &w.keys {
         if expires_at.is_some_and(|t| t <= now) {
             return Ok(true);
         }
