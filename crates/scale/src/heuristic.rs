@@ -208,7 +208,9 @@ struct State {
 
 impl State {
     #[inline]
-    fn p(&self, i: usize, load: f64, data: f64, count: f64, recv: f64, sent: f64) -> f64 {
+    /// `P(i)` with `load`, `data`, `recv`, `sent`, and `more` buckets than it holds now (the
+    /// count is read only when counts are balanced: the paper's plan reads what it did).
+    fn p(&self, i: usize, load: f64, data: f64, more: f64, recv: f64, sent: f64) -> f64 {
         let t = recv.max(sent) / self.t_scale;
         let transfer = 0.5 * t * t * t;
         if !self.dest[i] {
@@ -216,10 +218,13 @@ impl State {
         }
         let l = load / self.l_tw;
         let d = data / self.d_tw;
-        let c = self.c_tw.map_or(0.0, |c_tw| {
-            let c = count / c_tw;
-            c * c * c
-        });
+        let c = match self.c_tw {
+            None => 0.0,
+            Some(c_tw) => {
+                let c = (self.count[i] + more) / c_tw;
+                c * c * c
+            }
+        };
         l * l * l + d * d * d + c + transfer
     }
 
@@ -229,7 +234,7 @@ impl State {
             i,
             self.load[i],
             self.data[i],
-            self.count[i],
+            0.0,
             self.recv[i],
             self.sent[i],
         )
@@ -244,11 +249,26 @@ fn key(p: f64, i: usize) -> (u64, u32) {
 /// What the heuristic places: one bucket, or (with [`PlanOptions::slots`]) a run of buckets with
 /// consecutive ids on one server, which moves as one.
 struct Unit {
-    /// Positions in `Cluster::buckets`, in id order.
-    members: Vec<usize>,
+    /// Its buckets: a range of [`Units::order`].
+    members: std::ops::Range<usize>,
     load: f64,
     size: f64,
     server: ServerId,
+}
+
+/// The units, and the order of bucket positions their ranges index (one allocation for all, so
+/// that the paper's bucket-by-bucket plan costs what it did).
+struct Units {
+    /// Positions in `Cluster::buckets`: as they are, or with `slots` in id order.
+    order: Vec<usize>,
+    units: Vec<Unit>,
+}
+
+impl Units {
+    /// The bucket positions of unit `u`.
+    fn of(&self, u: &Unit) -> &[usize] {
+        &self.order[u.members.clone()]
+    }
 }
 
 /// A run of slots is cut into units of at most this share of a server's slots after the
@@ -260,20 +280,21 @@ const RUNS_PER_SHARE: usize = 32;
 /// so that the heuristic can place it (and the empty slots around it) where it fits best.
 const HEAVY_SHARE: f64 = 1.0 / 16.0;
 
-fn units(cluster: &Cluster, slots: bool, servers_after: usize, t: &Targets) -> Vec<Unit> {
-    let single = |k: usize| {
+fn units(cluster: &Cluster, slots: bool, servers_after: usize, t: &Targets) -> Units {
+    let mut order: Vec<usize> = (0..cluster.buckets.len()).collect();
+    let single = |at: usize, k: usize| {
         let b = &cluster.buckets[k];
         Unit {
-            members: vec![k],
+            members: at..at + 1,
             load: b.load,
             size: b.size,
             server: b.server,
         }
     };
     if !slots {
-        return (0..cluster.buckets.len()).map(single).collect();
+        let units = order.iter().map(|&k| single(k, k)).collect();
+        return Units { order, units };
     }
-    let mut order: Vec<usize> = (0..cluster.buckets.len()).collect();
     order.sort_by_key(|&k| cluster.buckets[k].id);
     let most = cluster
         .buckets
@@ -288,7 +309,7 @@ fn units(cluster: &Cluster, slots: bool, servers_after: usize, t: &Targets) -> V
     let mut out: Vec<Unit> = Vec::new();
     let mut open: Option<Unit> = None;
     let mut last_id: Option<u32> = None;
-    for k in order {
+    for (at, &k) in order.iter().enumerate() {
         let b = &cluster.buckets[k];
         let joins = open.as_ref().is_some_and(|u| {
             u.server == b.server
@@ -301,20 +322,20 @@ fn units(cluster: &Cluster, slots: bool, servers_after: usize, t: &Targets) -> V
         last_id = Some(b.id);
         if joins {
             let u = open.as_mut().expect("a unit is open");
-            u.members.push(k);
+            u.members.end = at + 1;
             u.load += b.load;
             u.size += b.size;
             continue;
         }
         out.extend(open.take());
         if heavy(k) {
-            out.push(single(k));
+            out.push(single(at, k));
         } else {
-            open = Some(single(k));
+            open = Some(single(at, k));
         }
     }
     out.extend(open);
-    out
+    Units { order, units: out }
 }
 
 /// Plans `r` on `cluster` with `weights`, handing each move to `on_move` as soon as it is decided.
@@ -380,7 +401,8 @@ pub fn plan(
         .map(|b| b.size)
         .sum::<f64>()
         .max(f64::MIN_POSITIVE);
-    let units = units(cluster, opts.slots, after.len(), &targets);
+    let all = units(cluster, opts.slots, after.len(), &targets);
+    let units = &all.units;
     let norm = |u: &Unit| {
         let l = weights.load * u.load / total_load;
         let d = weights.data * u.size / total_size;
@@ -424,7 +446,7 @@ pub fn plan(
                 st.load[i] += unit.load;
                 st.data[i] += unit.size;
                 st.count[i] += count;
-                for &k in &unit.members {
+                for &k in all.of(unit) {
                     placement[k] = ids[i];
                 }
             } else {
@@ -450,7 +472,7 @@ pub fn plan(
                     i0,
                     st.load[i0] + b.load,
                     st.data[i0] + b.size,
-                    st.count[i0] + count,
+                    count,
                     st.recv[i0],
                     st.sent[i0],
                 ) - st.now(i0)
@@ -460,7 +482,7 @@ pub fn plan(
             i0,
             st.load[i0],
             st.data[i0],
-            st.count[i0],
+            0.0,
             st.recv[i0],
             st.sent[i0] + b.size,
         ) - st.now(i0);
@@ -470,7 +492,7 @@ pub fn plan(
                     i,
                     st.load[i] + b.load,
                     st.data[i] + b.size,
-                    st.count[i] + count,
+                    count,
                     st.recv[i] + b.size,
                     st.sent[i],
                 ) - st.now(i)
@@ -517,7 +539,7 @@ pub fn plan(
         if to != i0 {
             st.recv[to] += b.size;
             st.sent[i0] += b.size;
-            for &k in &b.members {
+            for &k in all.of(b) {
                 let bucket = &cluster.buckets[k];
                 on_move(Move {
                     bucket: bucket.id,
@@ -532,12 +554,12 @@ pub fn plan(
                 order.insert(key(st.now(i), i));
             }
         }
-        for &k in &b.members {
+        for &k in all.of(b) {
             placement[k] = ids[to];
         }
     }
     if opts.slots {
-        even_counts(cluster, &units, &ids, &mut st, &mut placement, &mut on_move);
+        even_counts(cluster, &all, &ids, &mut st, &mut placement, &mut on_move);
     }
     Ok(placement)
 }
@@ -553,7 +575,7 @@ pub fn plan(
 /// first, then the one with the least data and load.
 fn even_counts(
     cluster: &Cluster,
-    units: &[Unit],
+    all: &Units,
     ids: &[ServerId],
     st: &mut State,
     placement: &mut Placement,
@@ -582,6 +604,7 @@ fn even_counts(
         .collect();
     let index: std::collections::HashMap<ServerId, usize> =
         ids.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    let units = &all.units;
     let mut moved = vec![false; units.len()];
     for _ in 0..units.len() {
         let by_count = |a: &&usize, b: &&usize| st.count[**a].total_cmp(&st.count[**b]);
@@ -596,8 +619,10 @@ fn even_counts(
         }
         let next_to_low = |u: &Unit| {
             let ends = [
-                cluster.buckets[u.members[0]].id.checked_sub(1),
-                cluster.buckets[*u.members.last().expect("a unit has members")]
+                cluster.buckets[all.order[u.members.start]]
+                    .id
+                    .checked_sub(1),
+                cluster.buckets[all.order[u.members.end - 1]]
                     .id
                     .checked_add(1),
             ];
@@ -613,14 +638,14 @@ fn even_counts(
                 !moved[*u]
                     && !heavy(unit)
                     && index[&unit.server] == high
-                    && placement[unit.members[0]] == ids[high]
+                    && placement[all.order[unit.members.start]] == ids[high]
                     && 2.0 * unit.members.len() as f64 <= gap
             })
             .min_by(|(_, a), (_, b)| {
                 next_to_low(b)
                     .cmp(&next_to_low(a))
                     .then(weight(a).total_cmp(&weight(b)))
-                    .then(a.members[0].cmp(&b.members[0]))
+                    .then(a.members.start.cmp(&b.members.start))
             })
             .map(|(u, _)| u);
         let Some(u) = pick else {
@@ -637,7 +662,7 @@ fn even_counts(
         st.data[low] += unit.size;
         st.sent[high] += unit.size;
         st.recv[low] += unit.size;
-        for &k in &unit.members {
+        for &k in all.of(unit) {
             let b = &cluster.buckets[k];
             placement[k] = ids[low];
             on_move(Move {
