@@ -245,9 +245,13 @@ impl Registry {
         self.lock().get(&id).cloned()
     }
 
-    /// Every connection, by id (at most `--max-clients`).
+    /// Every connection, by id (at most `--max-clients`), but those killed and still closing.
     pub fn all(&self) -> Vec<Arc<Client>> {
-        self.lock().values().cloned().collect()
+        self.lock()
+            .values()
+            .filter(|c| !c.is_killed())
+            .cloned()
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Client>>> {

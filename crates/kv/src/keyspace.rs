@@ -51,6 +51,11 @@ pub enum KvError {
     /// The cache algorithm could not be built.
     #[error("{0}")]
     Algorithm(#[from] pliant_cache::AlgorithmError),
+    /// A pure cache (no store, no parent) whose byte capacity is smaller than the entry a write
+    /// would make: it could hold it nowhere, so the write is refused (Redis's `-OOM`) rather
+    /// than acknowledged and dropped.
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    OutOfMemory,
     /// An earlier commit to the store failed; writes are refused from then on, since what is in
     /// memory could no longer be told durable.
     #[error("writes are refused since the store failed: {0}; restart the node once it is fixed")]
@@ -710,6 +715,9 @@ impl Keyspace {
         if let Some(why) = &self.failed {
             return Err(KvError::Failed(why.clone()));
         }
+        if self.would_oom(u64::from(size_of(&key, &v))) {
+            return Err(KvError::OutOfMemory);
+        }
         self.stats.writes += 1;
         if self.store.is_some() {
             self.pending.insert(key.to_vec(), Some(v.encode()));
@@ -718,6 +726,15 @@ impl Keyspace {
         self.auto_put(&key);
         self.keep(&key, v);
         Ok(())
+    }
+
+    /// Whether a write of an entry of `bytes` (key and value) would find no place at all: a pure
+    /// cache (no store, no parent) of a byte capacity below it. Anywhere else, memory evicts to
+    /// make room or the store (the parent) holds what memory cannot.
+    pub fn would_oom(&self, bytes: u64) -> bool {
+        self.store.is_none()
+            && !self.parent
+            && matches!(self.capacity(), Capacity::Bytes(b) if bytes > b)
     }
 
     /// Deletes `key`; returns whether it existed (and had not expired).

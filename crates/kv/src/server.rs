@@ -409,6 +409,11 @@ async fn serve(
     let mut args: Vec<Bytes> = Vec::new();
     let mut ahead: Vec<std::ops::Range<usize>> = Vec::new();
     loop {
+        // Killed while it waited (CLIENT KILL from another connection): nothing more it sent
+        // runs, even if its requests woke it at the same moment.
+        if client.is_killed() {
+            return Ok(());
+        }
         let mut closing = false;
         if session.authenticated {
             warm(node, &buf, &mut ahead);

@@ -640,10 +640,13 @@ fn client_list_and_info_describe_every_connection_in_redis_s_format() {
     let list = text(&call(&mut a, &["CLIENT", "LIST"]));
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 2, "{list}");
-    let (ia, ib) = (id(&mut a), {
-        // b is in MULTI: its CLIENT ID would be queued, so read it from the list.
-        field(lines[1], "id").parse::<u64>().expect("id")
-    });
+    // b is in MULTI (its CLIENT ID would be queued): its line is the one not named alpha.
+    let ia = id(&mut a);
+    let ib: u64 = lines
+        .iter()
+        .find(|l| field(l, "name") != "alpha")
+        .map(|l| field(l, "id").parse().expect("id"))
+        .expect("b");
     let la = lines
         .iter()
         .find(|l| field(l, "name") == "alpha")
@@ -1042,4 +1045,39 @@ fn one_watch_of_100k_keys_takes_linear_time() {
     assert_eq!(call(&mut s.client(), &["SET", "w99999", "x"]), ok());
     assert_eq!(call(&mut c, &["MULTI"]), ok());
     assert_eq!(call(&mut c, &["EXEC"]), Frame::NullArray);
+}
+
+/// A pure cache whose byte capacity is below an entry acknowledged its write and held it
+/// nowhere; Redis answers -OOM. Inside a transaction: refused while queuing, and at EXEC the
+/// whole transaction aborts (Redis's multi.tcl "DISCARD should not fail during OOM", "EXEC with
+/// at least one use-memory command should fail").
+#[test]
+fn a_write_a_pure_cache_can_hold_nowhere_is_refused_with_oom() {
+    let s = Served::cache();
+    let (mut c, mut admin) = (s.client(), s.client());
+    assert_eq!(call(&mut c, &["SET", "x", "value"]), ok());
+    assert_eq!(call(&mut admin, &["CONFIG", "SET", "maxmemory", "4"]), ok());
+    let oom = "OOM command not allowed when used memory > 'maxmemory'.";
+    assert_eq!(error(&call(&mut c, &["SET", "big", "value"])), oom);
+    assert_eq!(call(&mut c, &["EXISTS", "big"]), Frame::Integer(0));
+    // Fits: stored (and evicts what does not fit beside it).
+    assert_eq!(call(&mut c, &["SET", "k", "v"]), ok());
+    assert_eq!(call(&mut c, &["GET", "k"]), bulk("v"));
+    // While queuing: -OOM, and the transaction is flagged.
+    assert_eq!(call(&mut c, &["MULTI"]), ok());
+    assert_eq!(error(&call(&mut c, &["SET", "big", "value"])), oom);
+    assert_eq!(call(&mut c, &["DISCARD"]), ok());
+    // At EXEC: queued while it fitted, refused whole once it no longer does.
+    assert_eq!(call(&mut admin, &["CONFIG", "SET", "maxmemory", "0"]), ok());
+    assert_eq!(call(&mut c, &["MULTI"]), ok());
+    assert_eq!(call(&mut c, &["SET", "a", "1"]), queued());
+    assert_eq!(call(&mut c, &["SET", "big", "value"]), queued());
+    assert_eq!(call(&mut admin, &["CONFIG", "SET", "maxmemory", "4"]), ok());
+    let e = error(&call(&mut c, &["EXEC"]));
+    assert!(e.starts_with("EXECABORT") && e.contains("-OOM"), "{e}");
+    assert_eq!(call(&mut c, &["EXISTS", "a"]), Frame::Integer(0));
+    // Reads still run.
+    assert_eq!(call(&mut c, &["MULTI"]), ok());
+    assert_eq!(call(&mut c, &["GET", "k"]), queued());
+    assert_eq!(call(&mut c, &["EXEC"]), Frame::Array(vec![bulk("v")]));
 }

@@ -1379,8 +1379,25 @@ pub fn integer(arg: &[u8]) -> Option<i64> {
 
 /// The reply to a store failure: the command had no effect, and the client is told why.
 pub fn store_error(e: &crate::KvError) -> Frame {
+    if let crate::KvError::OutOfMemory = e {
+        // The client's to handle, as with Redis: not the node's failure.
+        return Frame::error(e.to_string());
+    }
     tracing::error!("{e}");
     Frame::error(format!("ERR {e}"))
+}
+
+/// Whether a write command would make an entry a pure cache of a byte capacity can hold
+/// nowhere (see [`crate::Keyspace::would_oom`]), estimated from its arguments: its keys and its
+/// longest argument (the value, for the string commands). What Redis checks before it queues a
+/// `denyoom` command, and at EXEC.
+pub(crate) fn would_oom(node: &Node, spec: &Spec, args: &[Bytes]) -> bool {
+    if !spec.flags.has(Flag::Denyoom) {
+        return false;
+    }
+    let keys: usize = spec.keys_of(args).map(|k| k.len()).sum();
+    let value = args.iter().skip(1).map(|a| a.len()).max().unwrap_or(0);
+    node.keyspace().would_oom((keys + value) as u64)
 }
 
 /// `$-1` or the value.

@@ -19,6 +19,9 @@
 //! - On a cluster node, every key of the transaction must hash to one slot (`-CROSSSLOT`
 //!   otherwise), and that slot must be served here when EXEC runs (`-MOVED`/`-ASK`/`-TRYAGAIN`
 //!   otherwise), as Redis Cluster does; either refusal discards the transaction.
+//! - A `denyoom` write that a pure cache could hold nowhere (its byte capacity, `maxmemory`, is
+//!   below the entry) is refused with `-OOM` while queuing, and at EXEC aborts the whole
+//!   transaction (`-EXECABORT … -OOM …`), as Redis does when over `maxmemory`.
 //! - A tier (`--parent`) refuses MULTI and WATCH: its writes go through to the parent one by one,
 //!   so it could not hold other clients off between them.
 //!
@@ -92,6 +95,12 @@ pub(super) fn queue(ctx: &mut Ctx<'_>, args: &[Bytes], asking: bool) -> Option<F
         return Some(flag(
             ctx,
             Frame::error("ERR Command not allowed inside a transaction"),
+        ));
+    }
+    if super::would_oom(ctx.node, spec, args) {
+        return Some(flag(
+            ctx,
+            Frame::error(crate::KvError::OutOfMemory.to_string()),
         ));
     }
     if spec.keys.0 != 0
@@ -262,6 +271,18 @@ fn exec_queued(ctx: &mut Ctx<'_>, multi: Multi) -> Frame {
         Ok(false) => {}
         Ok(true) => return Frame::NullArray,
         Err(e) => return e,
+    }
+    // As Redis: a transaction with a write that memory could hold nowhere is refused whole,
+    // before any of it runs.
+    if multi
+        .queue
+        .iter()
+        .any(|(spec, args)| super::would_oom(node, spec, args))
+    {
+        return Frame::error(format!(
+            "EXECABORT Transaction discarded because of: -{}",
+            crate::KvError::OutOfMemory
+        ));
     }
     if let Some(c) = node.cluster() {
         let mut slot = None;
