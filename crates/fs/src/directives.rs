@@ -84,6 +84,53 @@ pub struct JobDirectives {
     pub preloads: Vec<PreloadDirective>,
 }
 
+impl JobDirectives {
+    /// Checks what parsing cannot: that the cache's `pfs` is an existing directory and each
+    /// preload's path exists, as this machine sees them (what `pliant job check` and `setup`
+    /// run; `file` names the script in errors). A job whose `pfs` is missing would otherwise
+    /// pass the check at submission and fail only once it is scheduled.
+    pub fn check_paths(&self, file: &str) -> Result<(), DirectiveError> {
+        let cx = Cx { file };
+        let Some(c) = &self.cache else {
+            return Ok(());
+        };
+        let param = format!("pfs={}", c.pfs.display());
+        match std::fs::metadata(&c.pfs) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(cx.err(
+                    c.line,
+                    "#DW jobdw",
+                    Some(&param),
+                    Kind::PathNotFound,
+                    "not a directory: pfs names the directory the cache fronts",
+                ));
+            }
+            Err(e) => {
+                return Err(cx.err(
+                    c.line,
+                    "#DW jobdw",
+                    Some(&param),
+                    Kind::PathNotFound,
+                    format!("{e}: pfs names the directory the cache fronts, which must exist"),
+                ));
+            }
+        }
+        for p in &self.preloads {
+            if let Err(e) = std::fs::symlink_metadata(&p.path) {
+                return Err(cx.err(
+                    p.line,
+                    "#DW preload",
+                    Some(&format!("path={}", p.path.display())),
+                    Kind::PathNotFound,
+                    e.to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A `#DW jobdw type=cache` directive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheDirective {
@@ -175,6 +222,8 @@ pub enum DirectiveErrorKind {
     PreloadOutsidePfs,
     /// A preload in a script without a cache.
     PreloadWithoutCache,
+    /// A path the directive names that is not there (or not a directory where one is needed).
+    PathNotFound,
 }
 
 use DirectiveErrorKind as Kind;
@@ -1417,4 +1466,38 @@ mod tests {
             ("job.sh", 2, "#DW jobdw", Some("capacity=12XB"))
         );
     }
+
+    #[test]
+    fn job_check_accepted_a_pfs_that_does_not_exist() {
+        let d = ok(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=1GiB pfs=/nonexistent-pliant-pfs\n",
+        );
+        let e = d
+            .check_paths("job.sh")
+            .expect_err("a missing pfs is refused");
+        assert_eq!(e.kind, DirectiveErrorKind::PathNotFound);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("job.sh:2: #DW jobdw: pfs=/nonexistent-pliant-pfs: "),
+            "{text}"
+        );
+        // A file where the directory should be is refused too; an existing directory passes,
+        // and then a preload that is not there is named by its own line.
+        let top = tempfile::tempdir().expect("tempdir");
+        let file = top.path().join("f");
+        std::fs::write(&file, b"x").expect("file");
+        let d = ok(&format!("{MIN_HEAD}pfs={}\n", file.display()));
+        let e = d.check_paths("job.sh").expect_err("a file is not a pfs");
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        let d = ok(&format!(
+            "{MIN_HEAD}pfs={0}\n#DW preload path={0}/missing\n",
+            top.path().display()
+        ));
+        let e = d.check_paths("job.sh").expect_err("a missing preload");
+        assert_eq!((e.line, e.directive.as_str()), (3, "#DW preload"), "{e}");
+        std::fs::write(top.path().join("missing"), b"now here").expect("file");
+        assert_eq!(d.check_paths("job.sh"), Ok(()));
+    }
+
+    const MIN_HEAD: &str = "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=1GiB ";
 }
