@@ -103,6 +103,17 @@ pub(crate) struct FileEntry {
 #[derive(Debug, Clone)]
 pub struct Handle(Arc<FileEntry>);
 
+/// On whose behalf an extent is copied up (`pliant fs stat` shows the three apart).
+#[derive(Debug, Clone, Copy)]
+enum CopyUp {
+    /// A read of it.
+    Read,
+    /// A `preload` hint.
+    Preload,
+    /// A write to part of it (read-modify-write).
+    Write,
+}
+
 #[derive(Debug)]
 struct State {
     files: HashMap<u64, Arc<FileEntry>>,
@@ -277,6 +288,21 @@ pub struct HintReport {
     /// (`evict`, `writeback`), and directories it may not list: left alone.
     #[serde(default)]
     pub skipped: u64,
+    /// `preload`: files left out because they do not fit: larger than the cache holds before
+    /// eviction starts, or than what the files this preload brought in have left of that
+    /// (copying them up would only push out what is there, the preload's own files first).
+    #[serde(default)]
+    pub not_fitted: u64,
+    /// `preload`: the bytes of those files.
+    #[serde(default)]
+    pub not_fitted_bytes: u64,
+    /// `preload`: bytes of the preloaded files still in the cache when it ended.
+    #[serde(default)]
+    pub kept_bytes: u64,
+    /// `preload`: bytes of the preloaded files eviction took back before it ended (an
+    /// eviction policy that keeps less than the high watermark).
+    #[serde(default)]
+    pub dropped_bytes: u64,
 }
 
 /// Who asks for a hint. The kernel checks the path a hint names; the files a hint reaches
@@ -786,16 +812,41 @@ impl FsCache {
 
     /// `pliant fs preload`: copies every extent of the files at or under `rel` that `caller`
     /// may read into the cache.
+    /// A file that cannot fit (with the files this preload already brought in) below the
+    /// eviction threshold (`high × capacity`) is left out and counted in `not_fitted`, nothing
+    /// of it copied: copying it would only evict, the older cached files and then itself.
+    /// `kept_bytes` and `dropped_bytes` say what of the preloaded files is in the cache at the
+    /// end.
     pub fn preload(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
-        self.for_files(rel, caller, want::READ, &mut |c, p, r| {
+        let limit = (self.inner.cfg.capacity as f64 * self.inner.cfg.high) as u64;
+        let mut ours: Vec<(Arc<FileEntry>, u64)> = Vec::new();
+        let mut ours_bytes = 0u64;
+        let mut report = self.for_files(rel, caller, want::READ, &mut |c, p, r| {
             let h = c.open(p)?;
+            let size = lock(&h.0.data).size;
+            if ours_bytes.saturating_add(size) > limit {
+                c.release(h);
+                r.not_fitted += 1;
+                r.not_fitted_bytes += size;
+                return Ok(());
+            }
             let res = c.inner.preload_entry(&h.0);
+            if res.is_ok() {
+                ours_bytes += size;
+                ours.push((h.0.clone(), size));
+            }
             c.release(h);
             r.bytes += res?;
             r.files += 1;
             c.inner.maybe_evict();
             Ok(())
-        })
+        })?;
+        for (entry, size) in &ours {
+            let kept = lock(&entry.data).cached_bytes.min(*size);
+            report.kept_bytes += kept;
+            report.dropped_bytes += size - kept;
+        }
+        Ok(report)
     }
 
     /// `pliant fs evict`: writes back and drops the cached data of the files at or under `rel`
@@ -1330,8 +1381,15 @@ impl Inner {
         Ok(f)
     }
 
-    /// Copies extent `i` up from the backing file unless the cache has it; true if it had.
-    fn ensure_extent(&self, entry: &FileEntry, d: &mut FileData, i: u64) -> io::Result<bool> {
+    /// Copies extent `i` up from the backing file unless the cache has it, counting the copy
+    /// under `why`; true if it had.
+    fn ensure_extent(
+        &self,
+        entry: &FileEntry,
+        d: &mut FileData,
+        i: u64,
+        why: CopyUp,
+    ) -> io::Result<bool> {
         if d.extents.contains_key(&i) {
             return Ok(true);
         }
@@ -1343,6 +1401,11 @@ impl Inner {
             let buf = read_at_zero_filled(&src, start, have)?;
             self.cache_file(entry.id, d)?.write_all_at(&buf, start)?;
             Counters::add(&self.counters.copy_up_bytes, have);
+            match why {
+                CopyUp::Read => Counters::add(&self.counters.copy_up_read_bytes, have),
+                CopyUp::Preload => Counters::add(&self.counters.copy_up_preload_bytes, have),
+                CopyUp::Write => {}
+            }
         }
         self.insert_extent(d, i);
         Ok(false)
@@ -1429,7 +1492,7 @@ impl Inner {
         let range = self.extent_range(offset, len);
         for i in range.clone() {
             let part = (offset + len).min((i + 1) * ext) - offset.max(i * ext);
-            if self.ensure_extent(entry, &mut d, i)? {
+            if self.ensure_extent(entry, &mut d, i, CopyUp::Read)? {
                 Counters::add(&self.counters.read_hit_bytes, part);
             } else {
                 Counters::add(&self.counters.read_miss_bytes, part);
@@ -1491,7 +1554,7 @@ impl Inner {
                         self.insert_extent(&mut d, i);
                         fresh.push(i);
                     } else {
-                        self.ensure_extent(entry, &mut d, i)?;
+                        self.ensure_extent(entry, &mut d, i, CopyUp::Write)?;
                     }
                 }
             }
@@ -1714,7 +1777,7 @@ impl Inner {
         let before = d.cached_bytes;
         let range = self.extent_range(0, d.size);
         for i in range.clone() {
-            self.ensure_extent(entry, &mut d, i)?;
+            self.ensure_extent(entry, &mut d, i, CopyUp::Preload)?;
         }
         self.touch(entry, &mut d, range);
         Ok(d.cached_bytes - before)
@@ -2291,6 +2354,8 @@ impl Inner {
             },
             written_bytes: c.written_bytes.load(Relaxed),
             copy_up_bytes: c.copy_up_bytes.load(Relaxed),
+            copy_up_read_bytes: c.copy_up_read_bytes.load(Relaxed),
+            copy_up_preload_bytes: c.copy_up_preload_bytes.load(Relaxed),
             copy_up_rate: c.copy_up_bytes.load(Relaxed) as f64 / up,
             writeback_bytes: c.writeback_bytes.load(Relaxed),
             writeback_rate: c.writeback_bytes.load(Relaxed) as f64 / up,
@@ -2309,6 +2374,7 @@ impl Inner {
             policy_errors: c.policy_errors.load(Relaxed),
             flush_asked: self.flush_asked.load(Relaxed),
             flush_done: self.flush_done.load(Relaxed),
+            metrics_addr: None,
         }
     }
 }

@@ -9,6 +9,8 @@ pub(crate) struct Counters {
     pub read_miss_bytes: AtomicU64,
     pub written_bytes: AtomicU64,
     pub copy_up_bytes: AtomicU64,
+    pub copy_up_read_bytes: AtomicU64,
+    pub copy_up_preload_bytes: AtomicU64,
     pub writeback_bytes: AtomicU64,
     pub writeback_errors: AtomicU64,
     pub evicted_extents: AtomicU64,
@@ -43,16 +45,30 @@ pub struct FsStats {
     pub dirty_bytes: u64,
     /// Files with cached extents.
     pub cached_files: u64,
-    /// Bytes read that the cache held.
+    /// Bytes read through the daemon from extents the cache held when the read came. An
+    /// extent is copied up whole by the first read that touches it, so a cold sequential read
+    /// in requests of 1/8 extent counts 7/8 of its bytes here although all of them came from
+    /// the backing directory a moment earlier: `copy_up_read_bytes` says how much reads
+    /// fetched. Reads served by the kernel (its page cache, passthrough) are not seen.
     pub read_hit_bytes: u64,
-    /// Bytes read that had to be copied up first.
+    /// Bytes read through the daemon whose extent had to be copied up first (the requested
+    /// bytes, not the whole extent copied: that is in `copy_up_read_bytes`).
     pub read_miss_bytes: u64,
-    /// `read_hit_bytes / (read_hit_bytes + read_miss_bytes)`; 0 before any read.
+    /// `read_hit_bytes / (read_hit_bytes + read_miss_bytes)`: the share of read requests' bytes
+    /// that did not wait for a copy-up; 0 before any read. Not the share of read data that
+    /// came from the cache rather than the backing directory: compare `copy_up_read_bytes`.
     pub hit_ratio: f64,
     /// Bytes written by applications.
     pub written_bytes: u64,
-    /// Bytes copied from the backing directory into the cache.
+    /// Bytes copied from the backing directory into the cache: for reads, for preloads, and
+    /// for writes to part of an extent (the rest).
     pub copy_up_bytes: u64,
+    /// Of those, bytes copied up because a read needed their extent.
+    #[serde(default)]
+    pub copy_up_read_bytes: u64,
+    /// Of those, bytes copied up by `preload` hints.
+    #[serde(default)]
+    pub copy_up_preload_bytes: u64,
     /// Mean copy-up rate since the mount, bytes/s.
     pub copy_up_rate: f64,
     /// Bytes written back to the backing directory.
@@ -91,4 +107,7 @@ pub struct FsStats {
     /// The last of them done: everything dirty when it was asked is in the backing directory.
     #[serde(default)]
     pub flush_done: u64,
+    /// Where `--metrics` serves the counters (the port the system chose for `:0`).
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
 }
