@@ -279,6 +279,8 @@ pub struct PliantFuse {
     /// The kernel agreed (set at init).
     passthrough: AtomicBool,
     pt: Mutex<Passthrough>,
+    /// Where the Prometheus endpoint listens (`stats` reports it: `--metrics …:0` picks a port).
+    metrics: Option<String>,
 }
 
 impl std::fmt::Debug for PliantFuse {
@@ -349,7 +351,14 @@ impl PliantFuse {
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
             pt: Mutex::new(Passthrough::default()),
+            metrics: None,
         }
+    }
+
+    /// The address the Prometheus endpoint was bound to, reported by `stats`.
+    pub fn with_metrics(mut self, addr: Option<std::net::SocketAddr>) -> Self {
+        self.metrics = addr.map(|a| a.to_string());
+        self
     }
 
     /// Reads of files whose extents are all cached go from the kernel to the cache file
@@ -576,7 +585,11 @@ impl PliantFuse {
         let caller = || Self::caller(req);
         let pid = req.pid();
         match verb {
-            "stats" => json(serde_json::to_vec(&self.core.stats())),
+            "stats" => {
+                let mut s = self.core.stats();
+                s.metrics_addr.clone_from(&self.metrics);
+                json(serde_json::to_vec(&s))
+            }
             "preload" => json(serde_json::to_vec(
                 &self.core.preload(path, &caller()).map_err(err)?,
             )),

@@ -4,7 +4,9 @@
 //! A job's cache lives in `ROOT/<job id>/`: `mnt` (what `$DW_JOB_STRIPED_CACHE` names),
 //! `cache` (the extents and journal), `mount.log` (the daemon's log) and `job.json` (what
 //! teardown needs). Teardown of a job that has no `job.json` succeeds: Slurm calls it for jobs
-//! that were never set up, and again after a failure.
+//! that were never set up, and again after a failure. A setup that fails removes what it made
+//! (unmounting first if it got that far), and a teardown removes what a setup killed midway
+//! left behind.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -62,14 +64,36 @@ pub enum JobError {
         source: std::io::Error,
     },
     /// The mount daemon did not come up.
-    #[error("mounting {mountpoint}: {message} (log: {log})")]
+    #[error(
+        "mounting {mountpoint}: {message}{}",
+        log.as_ref().map(|l| format!(" (log: {})", l.display())).unwrap_or_default()
+    )]
     Mount {
         /// The mount point.
         mountpoint: PathBuf,
-        /// What happened.
+        /// What happened, with this attempt's last lines of the daemon's log.
         message: String,
-        /// The daemon's log.
-        log: PathBuf,
+        /// The daemon's log, unless a failed setup removed it with the job's directory.
+        log: Option<PathBuf>,
+    },
+    /// The script's directives name something that is not there.
+    #[error(transparent)]
+    Directive(#[from] crate::directives::DirectiveError),
+    /// Setup of a job that is set up already.
+    #[error("job {job_id}: already set up ({state} exists): tear it down first")]
+    AlreadySetUp {
+        /// The job id.
+        job_id: String,
+        /// Its `job.json`.
+        state: PathBuf,
+    },
+    /// Something is mounted in a job's directory that teardown cannot account for.
+    #[error("{dir}: {message}")]
+    Busy {
+        /// The job's directory.
+        dir: PathBuf,
+        /// What is there.
+        message: String,
     },
     /// Reaching the mount failed.
     #[error(transparent)]
@@ -155,12 +179,15 @@ pub fn spawn_daemon(
     log: &Path,
     timeout: Duration,
 ) -> Result<crate::FsStats, JobError> {
+    use std::io::{Read, Seek};
     use std::os::unix::process::CommandExt;
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .map_err(io(log))?;
+    // The log keeps earlier attempts' lines: an error shows only this attempt's.
+    let start = out.metadata().map_err(io(log))?.len();
     let err = out.try_clone().map_err(io(log))?;
     let mut child = std::process::Command::new(exe)
         .args(args)
@@ -172,7 +199,12 @@ pub fn spawn_daemon(
         .spawn()
         .map_err(io(exe))?;
     mount::wait_mounted(mountpoint, &mut child, timeout).map_err(|message| {
-        let tail = std::fs::read_to_string(log).unwrap_or_default();
+        let mut tail = String::new();
+        if let Ok(mut f) = std::fs::File::open(log)
+            && f.seek(std::io::SeekFrom::Start(start)).is_ok()
+        {
+            let _ = f.read_to_string(&mut tail);
+        }
         let tail: Vec<&str> = tail.lines().rev().take(5).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         JobError::Mount {
@@ -182,7 +214,7 @@ pub fn spawn_daemon(
             } else {
                 format!("{message}: {}", tail.join(" | "))
             },
-            log: log.to_path_buf(),
+            log: Some(log.to_path_buf()),
         }
     })
 }
@@ -194,11 +226,16 @@ pub struct Setup {
     pub env: Vec<(String, String)>,
     /// Bytes the preloads copied.
     pub preloaded_bytes: u64,
+    /// Files the preloads left out, and their bytes: they do not fit in the cache.
+    pub not_preloaded: (u64, u64),
     /// The mount daemon's pid.
     pub pid: u32,
 }
 
-/// Mounts the job's cache (with `exe` as the `pliant` binary), preloads, records the job.
+/// Mounts the job's cache (with `exe` as the `pliant` binary), preloads, records the job. If
+/// any of it fails, what it made is removed (the mount unmounted, its dirty data, which is only
+/// what preloads copied, dropped) and the job's directory with it: Slurm then sees a job that
+/// was never set up, and a retry starts clean.
 pub fn setup(
     exe: &Path,
     script: &str,
@@ -210,11 +247,78 @@ pub fn setup(
         .cache
         .as_ref()
         .ok_or_else(|| JobError::NoCache(script.into()))?;
+    directives.check_paths(script)?;
     let paths = JobPaths::new(root, job_id)?;
+    if paths.state.exists() {
+        return Err(JobError::AlreadySetUp {
+            job_id: job_id.into(),
+            state: paths.state.clone(),
+        });
+    }
+    setup_in(exe, directives, d, &paths, job_id).map_err(|mut e| {
+        match remove_job_dir(&paths) {
+            Ok(()) => {
+                if let JobError::Mount { log, .. } = &mut e {
+                    *log = None;
+                }
+            }
+            Err(c) => tracing::error!(error = %c, "cleaning up after a failed setup"),
+        }
+        e
+    })
+}
+
+/// Removes a job's directory, unmounting (with discard) or detaching whatever of ours is
+/// still mounted in it; refuses while anything else is, since removing the directory would
+/// reach through the mount.
+fn remove_job_dir(paths: &JobPaths) -> Result<(), JobError> {
+    if !paths.dir.exists() {
+        return Ok(());
+    }
+    mount::detach_dead(&paths.mountpoint)?;
+    if mount::stats(&paths.mountpoint).is_ok() {
+        mount::unmount(
+            &paths.mountpoint,
+            true,
+            Duration::from_secs(60),
+            &mut |_, _| {},
+        )?;
+    }
+    if is_mount_point(&paths.mountpoint) {
+        return Err(JobError::Busy {
+            dir: paths.dir.clone(),
+            message: format!(
+                "{} is a mount point of something else: left alone",
+                paths.mountpoint.display()
+            ),
+        });
+    }
+    std::fs::remove_dir_all(&paths.dir).map_err(io(&paths.dir))
+}
+
+/// True if something is mounted at `p` (its device differs from its parent's).
+fn is_mount_point(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(m), Some(Ok(parent))) = (
+        std::fs::symlink_metadata(p),
+        p.parent().map(std::fs::symlink_metadata),
+    ) else {
+        return false;
+    };
+    m.dev() != parent.dev()
+}
+
+fn setup_in(
+    exe: &Path,
+    directives: &JobDirectives,
+    d: &CacheDirective,
+    paths: &JobPaths,
+    job_id: &str,
+) -> Result<Setup, JobError> {
     for p in [&paths.mountpoint, &paths.cache_dir] {
         std::fs::create_dir_all(p).map_err(io(p))?;
     }
-    let cfg = cache_config(d, &paths);
+    let cfg = cache_config(d, paths);
     let mut args: Vec<OsString> = vec!["fs".into(), "mount".into()];
     args.extend(mount_args(&cfg, &paths.mountpoint));
     let stats = spawn_daemon(
@@ -235,12 +339,16 @@ pub fn setup(
     })?;
     std::fs::write(&paths.state, json).map_err(io(&paths.state))?;
     let mut preloaded_bytes = 0;
+    let mut not_preloaded = (0, 0);
     for p in &directives.preloads {
         let rel = p
             .path
             .strip_prefix(&d.pfs)
             .map_err(|_| JobError::PreloadOutside(p.path.clone()))?;
-        preloaded_bytes += mount::hint(&paths.mountpoint.join(rel), Hint::Preload)?.bytes;
+        let r = mount::hint(&paths.mountpoint.join(rel), Hint::Preload)?;
+        preloaded_bytes += r.bytes;
+        not_preloaded.0 += r.not_fitted;
+        not_preloaded.1 += r.not_fitted_bytes;
     }
     Ok(Setup {
         env: vec![(
@@ -248,25 +356,59 @@ pub fn setup(
             paths.mountpoint.display().to_string(),
         )],
         preloaded_bytes,
+        not_preloaded,
         pid: stats.pid,
     })
 }
 
+/// What a teardown did.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Teardown {
+    /// The cache was written back (or dropped) and unmounted; the directory removed.
+    Unmounted(Box<mount::UnmountReport>),
+    /// Set up, but no longer mounted (an earlier teardown got that far, or the daemon died
+    /// and `discard` was asked for); the directory removed.
+    NotMounted,
+    /// A setup that did not finish had left the job's directory; removed.
+    LeftoversRemoved,
+    /// The job has no directory.
+    Nothing,
+}
+
 /// Flushes (or with `discard` drops) and unmounts a job's cache, then removes its directory.
-/// `Ok(None)` when there was nothing to tear down.
 pub fn teardown(
     root: &Path,
     job_id: &str,
     discard: bool,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<Option<mount::UnmountReport>, JobError> {
+) -> Result<Teardown, JobError> {
     let paths = JobPaths::new(root, job_id)?;
     let state: JobState = match std::fs::read(&paths.state) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| JobError::Io {
             path: paths.state.clone(),
             source: std::io::Error::other(e),
         })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !paths.dir.exists() {
+                return Ok(Teardown::Nothing);
+            }
+            // A setup killed before it wrote job.json. A mount answering there may be a setup
+            // still running: left alone.
+            mount::detach_dead(&paths.mountpoint)?;
+            if mount::stats(&paths.mountpoint).is_ok() {
+                return Err(JobError::Busy {
+                    dir: paths.dir.clone(),
+                    message: format!(
+                        "a cache is mounted at {} but {} is missing: is the job's setup still running?",
+                        paths.mountpoint.display(),
+                        paths.state.display()
+                    ),
+                });
+            }
+            remove_job_dir(&paths)?;
+            return Ok(Teardown::LeftoversRemoved);
+        }
         Err(e) => {
             return Err(JobError::Io {
                 path: paths.state.clone(),
@@ -274,13 +416,16 @@ pub fn teardown(
             });
         }
     };
+    // A daemon that died leaves a mount answering ENOTCONN: detached, it is "not mounted"
+    // below, and the journal decides.
+    mount::detach_dead(&state.mountpoint)?;
     let report = match mount::stats(&state.mountpoint) {
-        Ok(_) => Some(mount::unmount(
+        Ok(_) => Teardown::Unmounted(Box::new(mount::unmount(
             &state.mountpoint,
             discard,
             Duration::from_secs(600),
             progress,
-        )?),
+        )?)),
         // Already unmounted (a teardown that failed after unmounting): only the files are left.
         Err(mount::ControlError::NotPliant(_)) => {
             let journal = paths.cache_dir.join(crate::journal::FILE);
@@ -296,10 +441,10 @@ pub fn teardown(
                         state.mountpoint.display(),
                         paths.cache_dir.display()
                     ),
-                    log: paths.log.clone(),
+                    log: Some(paths.log.clone()),
                 });
             }
-            None
+            Teardown::NotMounted
         }
         Err(e) => return Err(e.into()),
     };

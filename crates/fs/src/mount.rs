@@ -42,8 +42,114 @@ impl MountOptions {
         {
             return Err(MountError::MetricsNotLoopback(addr));
         }
+        // Compared as the kernel will resolve them, symbolic links and `..` included: a mount
+        // point inside its backing directory shows itself inside itself (b/sub/sub/… for ever,
+        // and a `find` or a preload of the top never ends); a backing or cache directory inside
+        // the mount point is reached through the mount itself once it is up (the daemon's own
+        // I/O would wait on the daemon); a cache directory inside the backing directory puts the
+        // extents and journal where every user of the mount sees (and may change) them; a mount
+        // point inside the cache directory is removed with it.
+        let places = [
+            ("backing directory", &self.cache.backing),
+            ("mount point", &self.mountpoint),
+            ("cache directory", &self.cache.cache_dir),
+        ];
+        let real: Vec<PathBuf> = places.iter().map(|(_, p)| real_path(p)).collect();
+        for (i, (inner, inner_path)) in places.iter().enumerate() {
+            for (j, (outer, outer_path)) in places.iter().enumerate() {
+                if i != j && real[i].starts_with(&real[j]) {
+                    return Err(MountError::Nested {
+                        inner,
+                        inner_path: inner_path.to_path_buf(),
+                        outer,
+                        outer_path: outer_path.to_path_buf(),
+                        same: real[i] == real[j],
+                    });
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// `p` as the kernel resolves it: the real path of its nearest existing ancestor, then the
+/// rest as written (the cache directory may not exist yet; a dead mount point cannot be
+/// resolved, its parent can).
+fn real_path(p: &Path) -> PathBuf {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(mut real) = cur.canonicalize() {
+            real.extend(rest.iter().rev());
+            return real;
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// True if `path` is the mount point of a FUSE mount whose daemon is gone: the kernel answers
+/// every request on it with ENOTCONN until it is detached.
+pub fn is_dead_mount(path: &Path) -> bool {
+    matches!(
+        std::fs::symlink_metadata(path),
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTCONN as i32)
+    )
+}
+
+/// Detaches the mount at `mountpoint` if its daemon is gone (`kill -9`, a crash): lazily, so
+/// that processes still inside it get errors rather than hold it. Root detaches it itself;
+/// an ordinary user's mount is detached by the setuid helper (`fusermount3 -u -z`). True if
+/// there was a dead mount to detach. What the dead daemon's journal holds is written back by
+/// the next mount of its cache directory.
+pub fn detach_dead(mountpoint: &Path) -> Result<bool, ControlError> {
+    if !is_dead_mount(mountpoint) {
+        return Ok(false);
+    }
+    let fail = |message: String| ControlError::Unmount {
+        path: mountpoint.to_path_buf(),
+        message,
+    };
+    match nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EPERM) => {
+            let out = ["fusermount3", "fusermount"].iter().find_map(|bin| {
+                std::process::Command::new(bin)
+                    .arg("-u")
+                    .arg("-z")
+                    .arg(mountpoint)
+                    .output()
+                    .ok()
+            });
+            match out {
+                Some(o) if o.status.success() => {}
+                Some(o) => {
+                    return Err(fail(format!(
+                        "detaching the dead mount: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    )));
+                }
+                None => {
+                    return Err(fail(
+                        "detaching the dead mount: not root, and no fusermount3 (package fuse3)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        Err(e) => return Err(fail(format!("detaching the dead mount: {e}"))),
+    }
+    Ok(true)
 }
 
 /// Why a mount failed or ended badly.
@@ -61,6 +167,25 @@ pub enum MountError {
         "--metrics {0}: refusing to serve the mount's counters off this machine: the endpoint has no authentication (file names are not in it, but its sizes and rates are). Bind 127.0.0.1, or pass --unsafe-no-auth if a firewall already keeps everyone else out"
     )]
     MetricsNotLoopback(std::net::SocketAddr),
+    /// Two of the backing directory, the mount point and the cache directory nested.
+    #[error(
+        "{inner} {} {} the {outer} {}: the backing directory, the mount point and the cache directory must not contain one another (a mount point inside its backing directory would show itself inside itself for ever; a directory inside the mount point would be reached through the mount)",
+        inner_path.display(),
+        if *same { "is" } else { "is inside" },
+        outer_path.display()
+    )]
+    Nested {
+        /// What is inside.
+        inner: &'static str,
+        /// Its path as given.
+        inner_path: PathBuf,
+        /// What it is inside.
+        outer: &'static str,
+        /// Its path as given.
+        outer_path: PathBuf,
+        /// The two are the same directory.
+        same: bool,
+    },
     /// `--allow-other` by an ordinary user.
     #[error("--allow-other: only root may let other users into a mount it serves")]
     AllowOther,
@@ -95,14 +220,38 @@ pub struct MountReport {
     pub discarded: bool,
 }
 
+/// What `run_foreground` tells its caller once the mount is up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Ready<'a> {
+    /// What the journal of an earlier crash held (written back before the mount).
+    pub recovery: &'a Recovery,
+    /// A dead mount (its daemon killed) was detached from the mount point first.
+    pub detached_dead_mount: bool,
+    /// Where `--metrics` listens: the port the system chose for `:0`.
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
 /// Mounts and serves until unmounted (by `pliant fs unmount`, `umount`, or SIGINT/SIGTERM, which
 /// unmount). Then writes every dirty extent back, unless `discard` was asked for.
 /// `ready` is called once the mount is up.
 pub fn run_foreground(
     opts: &MountOptions,
-    ready: impl FnOnce(&Recovery),
+    ready: impl FnOnce(&Ready),
 ) -> Result<MountReport, MountError> {
     use nix::sys::signal::{SigSet, Signal};
+    // A mount point left by a daemon that died answers ENOTCONN to everything: detached here
+    // (the caller has said so), its journal is then replayed below like any crash's.
+    let detached = detach_dead(&opts.mountpoint).map_err(|e| MountError::Io {
+        path: opts.mountpoint.clone(),
+        source: std::io::Error::other(match e {
+            ControlError::Unmount { message, .. } => message,
+            e => e.to_string(),
+        }),
+    })?;
+    if detached {
+        tracing::warn!(mountpoint = %opts.mountpoint.display(), "detached a dead mount (its daemon was gone)");
+    }
     opts.check()?;
     if !opts.mountpoint.is_dir() {
         return Err(MountError::Mountpoint(opts.mountpoint.clone()));
@@ -127,7 +276,26 @@ pub fn run_foreground(
             source,
         }
     })?;
-    let fs = PliantFuse::new(core.clone(), access).with_passthrough(opts.passthrough && root);
+    // Bound before the mount, so a port in use fails the mount rather than a mounted daemon;
+    // the address it got (`:0` picks one) is reported by `ready` and by `stats`.
+    let metrics = match opts.metrics {
+        Some(addr) => {
+            let listener = std::net::TcpListener::bind(addr).map_err(|source| MountError::Io {
+                path: PathBuf::from(format!("--metrics {addr}")),
+                source,
+            })?;
+            let bound = listener.local_addr().map_err(|source| MountError::Io {
+                path: PathBuf::from(format!("--metrics {addr}")),
+                source,
+            })?;
+            Some((listener, bound))
+        }
+        None => None,
+    };
+    let metrics_addr = metrics.as_ref().map(|(_, a)| *a);
+    let fs = PliantFuse::new(core.clone(), access)
+        .with_passthrough(opts.passthrough && root)
+        .with_metrics(metrics_addr);
     let discard = fs.discard.clone();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
@@ -164,11 +332,7 @@ pub fn run_foreground(
             }
         })
         .map_err(|source| MountError::Io { path: PathBuf::from("signal thread"), source })?;
-    if let Some(addr) = opts.metrics {
-        let listener = std::net::TcpListener::bind(addr).map_err(|source| MountError::Io {
-            path: PathBuf::from(addr.to_string()),
-            source,
-        })?;
+    if let Some((listener, _)) = metrics {
         // A weak reference: the unmount must get the cache back to shut it down.
         let core = Arc::downgrade(&core);
         std::thread::Builder::new()
@@ -179,7 +343,11 @@ pub fn run_foreground(
                 source,
             })?;
     }
-    ready(&recovery);
+    ready(&Ready {
+        recovery: &recovery,
+        detached_dead_mount: detached,
+        metrics: metrics_addr,
+    });
     session.run().map_err(|source| MountError::Mount {
         path: opts.mountpoint.clone(),
         source,
@@ -286,6 +454,12 @@ pub enum ControlError {
         /// What failed.
         source: std::io::Error,
     },
+    /// The mount's daemon had died (`kill -9`, a crash): the dead mount was detached, but
+    /// nothing could be written back.
+    #[error(
+        "{0}: the mount's daemon had died, so nothing could be written back; the dead mount was detached. What it had fsync'd is in its cache directory's journal: mount it again with the same --cache-dir to write that back (or remove the cache directory to drop it)"
+    )]
+    Dead(PathBuf),
     /// Unmounting failed.
     #[error("unmounting {path}: {message}")]
     Unmount {
@@ -455,6 +629,9 @@ pub fn unmount(
     wait: Duration,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<UnmountReport, ControlError> {
+    if detach_dead(mountpoint)? {
+        return Err(ControlError::Dead(mountpoint.to_path_buf()));
+    }
     let before = stats(mountpoint)?;
     let start = Instant::now();
     if discard {
@@ -484,7 +661,7 @@ pub fn unmount(
     release_mount(mountpoint)?;
     let pid = nix::unistd::Pid::from_raw(last.pid as i32);
     let deadline = Instant::now() + wait;
-    while nix::sys::signal::kill(pid, None).is_ok() {
+    while running(pid) {
         if Instant::now() > deadline {
             return Err(ControlError::Unmount {
                 path: mountpoint.to_path_buf(),
@@ -501,6 +678,23 @@ pub fn unmount(
         discarded: discard,
         stats: last,
     })
+}
+
+/// Whether process `pid` is still running. A daemon that has exited but whose parent has not
+/// reaped it yet (a harness that started it with `--foreground` and never waits) is a zombie:
+/// `kill(pid, 0)` still succeeds for it, its /proc state says `Z`.
+fn running(pid: nix::unistd::Pid) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)` (comm may hold one).
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z' | 'X')
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        // No /proc to read: the signal test, which cannot tell a zombie.
+        Err(_) => nix::sys::signal::kill(pid, None).is_ok(),
+    }
 }
 
 fn release_mount(mountpoint: &Path) -> Result<(), ControlError> {

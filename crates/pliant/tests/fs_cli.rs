@@ -108,13 +108,16 @@ fn mount_with(extra: &[&str]) -> Option<Mounted> {
 }
 
 impl Mounted {
-    fn start(&mut self) {
+    /// Mounts; returns what the command said on stderr.
+    fn start(&mut self) -> String {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        ok(&pliant(&args, self.dir.path()));
+        let out = pliant(&args, self.dir.path());
+        ok(&out);
         self.pid = self.stats()["pid"].as_u64().expect("pid") as u32;
         self.watched
             .store(self.pid, std::sync::atomic::Ordering::Relaxed);
         self.done = false;
+        crate::common::stderr(&out)
     }
 
     fn stats(&self) -> serde_json::Value {
@@ -686,12 +689,14 @@ fn unmount_of_a_path_that_is_not_a_mount_says_so() {
         d.path(),
     ));
     assert!(e.contains("not inside a pliant fs mount"), "{e}");
+    // The mount point beside the cache directory, not around it (which is refused).
+    fs::create_dir(d.path().join("m")).expect("m");
     let e = err(&pliant(
         &[
             "fs",
             "mount",
             "/nonexistent-backing",
-            d.path().to_str().expect("utf-8"),
+            "m",
             "--cache-dir",
             "c",
             "--capacity",
@@ -1081,4 +1086,427 @@ fn metrics_off_loopback_are_refused_without_unsafe_no_auth() {
         !top.path().join("c").exists(),
         "refused after creating the cache directory"
     );
+}
+
+/// After `kill -9` of the daemon the mount point answered ENOTCONN to everything: `fs mount`
+/// said "not a directory" and `fs unmount` "Transport endpoint is not connected", and only
+/// `fusermount3 -u` got out. Now both detach the dead mount, and the next mount writes back
+/// what was fsync'd from the journal.
+#[test]
+fn a_dead_mount_after_kill_9_was_stuck_until_fusermount3() {
+    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    let write_synced = |m: &Mounted, name: &str, seed: u32| {
+        let data: Vec<u8> = (0..300_000u32).map(|i| ((i + seed) % 239) as u8).collect();
+        let mut f = fs::File::create(m.at(name)).expect("create");
+        f.write_all(&data).expect("write");
+        f.sync_all().expect("fsync");
+        data
+    };
+    let first = write_synced(&m, "first", 1);
+    m.stop_by(
+        nix::sys::signal::Signal::SIGKILL,
+        std::time::Duration::from_secs(10),
+    );
+    let dead = fs::metadata(&m.mnt).expect_err("a dead mount answers with an error");
+    assert_eq!(
+        dead.raw_os_error(),
+        Some(nix::errno::Errno::ENOTCONN as i32)
+    );
+    // Unmount detaches it and says that nothing could be written back, and how to get it.
+    let e = err(&pliant(
+        &["fs", "unmount", m.mnt.to_str().expect("utf-8")],
+        m.dir.path(),
+    ));
+    assert!(
+        e.contains("daemon had died") && e.contains("detached"),
+        "{e}"
+    );
+    assert!(e.contains("--cache-dir"), "{e}");
+    assert!(m.mnt.is_dir(), "the mount point is usable again");
+    m.start();
+    assert_eq!(fs::read(m.backing.join("first")).expect("recovered"), first);
+    // Mount over a dead mount directly: detached with a note, then recovered alike.
+    let second = write_synced(&m, "second", 2);
+    m.stop_by(
+        nix::sys::signal::Signal::SIGKILL,
+        std::time::Duration::from_secs(10),
+    );
+    let said = m.start();
+    assert!(said.contains("detached"), "{said}");
+    assert_eq!(
+        fs::read(m.backing.join("second")).expect("recovered"),
+        second
+    );
+    assert_eq!(fs::read(m.at("second")).expect("through the mount"), second);
+    m.unmount();
+}
+
+/// `fs unmount` waited for the daemon with `kill(pid, 0)`, which a zombie passes: under a
+/// harness that started `--foreground` and never reaped it, the unmount hung for 600 s and
+/// then failed although everything was written back.
+#[test]
+fn unmount_hung_600_s_on_a_daemon_its_parent_had_not_reaped() {
+    if !fuse_available() {
+        return;
+    }
+    use std::io::BufRead;
+    let top = tempfile::tempdir().expect("tempdir");
+    let (b, mnt, c) = (
+        top.path().join("b"),
+        top.path().join("mnt"),
+        top.path().join("c"),
+    );
+    fs::create_dir(&b).expect("b");
+    fs::create_dir(&mnt).expect("mnt");
+    // The harness: starts the daemon, never waits for it; exits by itself after 120 s.
+    let mut harness = Command::new("python3")
+        .arg("-c")
+        .arg(concat!(
+            "import subprocess, sys, time\n",
+            "p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL,\n",
+            "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n",
+            "print(p.pid, flush=True)\n",
+            "time.sleep(120)\n",
+        ))
+        .arg(env!("CARGO_BIN_EXE_pliant"))
+        .args(["fs", "mount"])
+        .args([&b, &mnt])
+        .arg("--cache-dir")
+        .arg(&c)
+        .args(["--capacity", "8MiB", "--foreground"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(harness.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the daemon's pid");
+    let daemon: i32 = line.trim().parse().expect("a pid");
+    let watched = watchdog(std::time::Duration::from_secs(120));
+    watched.store(daemon as u32, std::sync::atomic::Ordering::Relaxed);
+    let cleanup = |harness: &mut std::process::Child| {
+        let _ = nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(daemon),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = harness.kill();
+        let _ = harness.wait();
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let o = pliant(
+            &["fs", "stat", mnt.to_str().expect("utf-8"), "--json"],
+            top.path(),
+        );
+        if o.status.success() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            cleanup(&mut harness);
+            panic!("not mounted within 30 s: {}", crate::common::stderr(&o));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let data = vec![9u8; 200_000];
+    fs::write(mnt.join("f"), &data).expect("write");
+    let started = std::time::Instant::now();
+    let mut unmount = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .args(["fs", "unmount"])
+        .arg(&mnt)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("unmount");
+    let status = loop {
+        if let Some(st) = unmount.try_wait().expect("try_wait") {
+            break Some(st);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = unmount.kill();
+            let _ = unmount.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let state = fs::read_to_string(format!("/proc/{daemon}/stat")).unwrap_or_default();
+    cleanup(&mut harness);
+    let status = status.expect("fs unmount still waiting after 60 s");
+    assert!(status.success(), "fs unmount failed");
+    assert!(
+        state
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        "the daemon was not left a zombie, so this test tests nothing: {state}"
+    );
+    assert_eq!(fs::read(b.join("f")).expect("written back"), data);
+}
+
+/// A failed `fs mount` quoted the last lines of the whole log, earlier attempts' included.
+#[test]
+fn a_failed_mount_quoted_earlier_attempts_log_lines() {
+    let top = tempfile::tempdir().expect("tempdir");
+    fs::create_dir(top.path().join("m")).expect("m");
+    fs::create_dir(top.path().join("c")).expect("c");
+    fs::write(
+        top.path().join("c/mount.log"),
+        "AN EARLIER ATTEMPT'S LINE\n".repeat(10),
+    )
+    .expect("old log");
+    let e = err(&pliant(
+        &[
+            "fs",
+            "mount",
+            "/nonexistent-pliant-backing",
+            "m",
+            "--cache-dir",
+            "c",
+            "--capacity",
+            "8MiB",
+        ],
+        top.path(),
+    ));
+    assert!(e.contains("/nonexistent-pliant-backing"), "{e}");
+    assert!(!e.contains("EARLIER"), "{e}");
+}
+
+/// A mount point inside its backing directory was mounted, and showed itself inside itself
+/// for ever (`b/sub/sub/…`). Each nesting of backing directory, mount point and cache
+/// directory is refused before anything starts, through symbolic links too.
+#[test]
+fn a_mount_point_inside_its_backing_directory_recursed_for_ever() {
+    let top = tempfile::tempdir().expect("tempdir");
+    for d in ["b/sub", "m", "other"] {
+        fs::create_dir_all(top.path().join(d)).expect("mkdir");
+    }
+    std::os::unix::fs::symlink("b", top.path().join("link")).expect("symlink");
+    let refused = |backing: &str, mnt: &str, cache: &str, want: &str| {
+        let out = pliant(
+            &[
+                "fs",
+                "mount",
+                backing,
+                mnt,
+                "--cache-dir",
+                cache,
+                "--capacity",
+                "8MiB",
+            ],
+            top.path(),
+        );
+        if out.status.success() {
+            // Mounted: undone before anything walks the tree, which would recurse for ever.
+            let _ = nix::mount::umount2(&top.path().join(mnt), nix::mount::MntFlags::MNT_DETACH);
+            let said = crate::common::stdout(&out);
+            if let Some(pid) = said
+                .split("daemon pid ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|p| p.parse::<i32>().ok())
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("{backing} {mnt} {cache}: mounted: {said}");
+        }
+        let e = crate::common::stderr(&out);
+        assert!(e.contains(want), "{backing} {mnt} {cache}: {e}");
+        assert!(e.contains("must not contain one another"), "{e}");
+    };
+    refused(
+        "b",
+        "b/sub",
+        "c",
+        "mount point b/sub is inside the backing directory b",
+    );
+    refused(
+        "b",
+        "link/sub",
+        "c",
+        "mount point link/sub is inside the backing directory b",
+    );
+    refused("b", "b", "c", "backing directory b is the mount point b");
+    refused(
+        "m/x",
+        "m",
+        "c",
+        "backing directory m/x is inside the mount point m",
+    );
+    refused(
+        "b",
+        "m",
+        "m/cache",
+        "cache directory m/cache is inside the mount point m",
+    );
+    refused(
+        "b",
+        "m",
+        "b/cache",
+        "cache directory b/cache is inside the backing directory b",
+    );
+    refused(
+        "b",
+        "other/m",
+        "other",
+        "mount point other/m is inside the cache directory other",
+    );
+    assert!(!top.path().join("c").exists() && !top.path().join("m/cache").exists());
+}
+
+/// `--metrics 127.0.0.1:0` served on a port nobody was told of.
+#[test]
+fn metrics_on_port_0_never_said_which_port_they_got() {
+    let Some(mut m) = mount_with(&["--capacity", "8MiB", "--metrics", "127.0.0.1:0"]) else {
+        return;
+    };
+    let addr = m.stats()["metrics_addr"]
+        .as_str()
+        .expect("stat reports the address")
+        .to_string();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+    let log = fs::read_to_string(m.cache.join("mount.log")).expect("log");
+    assert!(
+        log.contains(&format!("metrics on http://{addr}/metrics")),
+        "{log}"
+    );
+    let mut conn = std::net::TcpStream::connect(&addr).expect("connect to the reported port");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut body = String::new();
+    conn.read_to_string(&mut body).expect("response");
+    assert!(body.contains("pliant_fs_capacity_bytes{"), "{body}");
+    m.unmount();
+    // The parent says it too, on stderr.
+    let said = m.start();
+    assert!(said.contains("metrics on http://127.0.0.1:"), "{said}");
+    m.unmount();
+}
+
+/// `fs preload` of a file larger than the cache said "268.4 MB copied up", exited 0, and left
+/// the cache empty, having pushed out what was preloaded before. Now it is left out, the
+/// command says so and fails, and the earlier preload stays; `fs stat` tells the copy-up of
+/// preloads from that of reads.
+#[test]
+fn a_preload_bigger_than_the_cache_emptied_it_and_exited_0() {
+    let Some(mut m) = mount_with(&["--capacity", "1MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    fs::write(m.backing.join("small"), vec![1u8; 200_000]).expect("small");
+    fs::write(m.backing.join("big"), vec![2u8; 3 << 20]).expect("big");
+    let dir = m.dir.path().to_path_buf();
+    let said = ok(&pliant(
+        &["fs", "preload", m.at("small").to_str().expect("utf-8")],
+        &dir,
+    ));
+    assert!(said.contains("200.0 KB copied up"), "{said}");
+    let out = pliant(
+        &["fs", "preload", m.at("big").to_str().expect("utf-8")],
+        &dir,
+    );
+    let e = err(&out);
+    assert!(e.contains("1 files (3.1 MB) not preloaded"), "{e}");
+    assert!(crate::common::stdout(&out).contains("0 files, 0 B copied up"));
+    let s = m.stats();
+    assert_eq!(s["used_bytes"], 200_000, "the earlier preload stays: {s}");
+    assert_eq!(s["copy_up_preload_bytes"], 200_000, "{s}");
+    let text = ok(&pliant(
+        &["fs", "stat", m.mnt.to_str().expect("utf-8")],
+        &dir,
+    ));
+    assert!(text.contains("200.0 KB preloaded"), "{text}");
+    m.unmount();
+}
+
+/// A `job setup` whose mount failed left `ROOT/N/{cache,mnt,mount.log}`, and `job teardown`
+/// said "nothing mounted" and left them too; `job check` accepted a `pfs` that is not there.
+#[test]
+fn a_failed_job_setup_left_its_directory_and_teardown_left_it_too() {
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    fs::create_dir(&pfs).expect("pfs");
+    let root = top.path().join("jobs");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=1GiB pfs=/nonexistent-pliant-pfs\n",
+    )
+    .expect("script");
+    let e = err(&pliant(&["job", "check", &r(&script)], top.path()));
+    assert!(
+        e.contains("job.sh:2: #DW jobdw: pfs=/nonexistent-pliant-pfs"),
+        "{e}"
+    );
+    let e = err(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "6",
+            "--root",
+            &r(&root),
+        ],
+        top.path(),
+    ));
+    assert!(e.contains("pfs=/nonexistent-pliant-pfs"), "{e}");
+    assert!(
+        !root.join("6").exists(),
+        "refused, yet it made the job's directory"
+    );
+    if !fuse_available() {
+        return;
+    }
+    // The mount itself fails: the backing directory inside the mount point.
+    let root_in = pfs.join("jobs");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=64MiB pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let e = err(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "7",
+            "--root",
+            &r(&root_in),
+        ],
+        top.path(),
+    ));
+    assert!(e.contains("mounting"), "{e}");
+    assert!(
+        !root_in.join("7").exists(),
+        "the failed setup left its directory: {e}"
+    );
+    // What a setup killed midway leaves is removed by teardown, which says so.
+    for d in ["8/mnt", "8/cache"] {
+        fs::create_dir_all(root.join(d)).expect("leftovers");
+    }
+    fs::write(root.join("8/mount.log"), "half a setup\n").expect("log");
+    let out = pliant(
+        &["job", "teardown", "--job-id", "8", "--root", &r(&root)],
+        top.path(),
+    );
+    ok(&out);
+    assert!(
+        crate::common::stderr(&out).contains("removed"),
+        "{}",
+        crate::common::stderr(&out)
+    );
+    assert!(!root.join("8").exists());
 }

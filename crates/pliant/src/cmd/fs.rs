@@ -325,9 +325,18 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         metrics: a.metrics,
         unsafe_no_auth: a.unsafe_no_auth,
     };
-    opts.check()?;
     if a.foreground {
-        let report = pliant_fs::mount::run_foreground(&opts, |rec| {
+        let report = pliant_fs::mount::run_foreground(&opts, |ready| {
+            let rec = ready.recovery;
+            if ready.detached_dead_mount {
+                eprintln!(
+                    "{}: detached the mount of a daemon that had died",
+                    a.mountpoint.display()
+                );
+            }
+            if let Some(addr) = ready.metrics {
+                eprintln!("metrics on http://{addr}/metrics");
+            }
             if rec.files > 0 {
                 eprintln!(
                     "recovered {} extents ({} bytes) of {} files an earlier mount had not written back",
@@ -353,6 +362,15 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // Checked here too, so that the answer reaches the user rather than the daemon's log; a
+    // dead mount (its daemon killed) is detached first, as the checks cannot see through it.
+    if pliant_fs::mount::detach_dead(&a.mountpoint)? {
+        eprintln!(
+            "{}: the mount there had lost its daemon (killed?): detached it; what its journal holds is written back before the new mount serves",
+            a.mountpoint.display()
+        );
+    }
+    opts.check()?;
     std::fs::create_dir_all(&a.cache_dir).with_context(|| a.cache_dir.display().to_string())?;
     let log = a.cache_dir.join("mount.log");
     let exe = std::env::current_exe().context("finding the pliant binary")?;
@@ -367,6 +385,9 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         stats.pid,
         log.display()
     );
+    if let Some(addr) = &stats.metrics_addr {
+        eprintln!("metrics on http://{addr}/metrics");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -377,7 +398,7 @@ fn unmount(a: &UnmountArgs) -> anyhow::Result<ExitCode> {
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let report = pliant_fs::mount::unmount(
+    let report = match pliant_fs::mount::unmount(
         &a.mountpoint,
         a.discard,
         Duration::from_secs(600),
@@ -385,7 +406,16 @@ fn unmount(a: &UnmountArgs) -> anyhow::Result<ExitCode> {
             bar.set_length(total);
             bar.set_position(total.saturating_sub(dirty));
         },
-    )?;
+    ) {
+        Ok(r) => r,
+        // Dropping the data was asked for anyway: the mount is gone, which is what was wanted.
+        Err(e @ pliant_fs::mount::ControlError::Dead(_)) if a.discard => {
+            bar.finish_and_clear();
+            eprintln!("{e}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
     bar.finish_and_clear();
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -435,17 +465,27 @@ fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
         human(s.dirty_bytes),
         pct(s.dirty_bytes)
     );
+    // The ratio is of read requests' bytes that found their extent cached; what reads made
+    // the cache fetch from the backing directory is on the copy-up line, from the same reads
+    // (a read's first touch copies a whole extent up, and the next reads of it find it).
     println!(
-        "reads        {:.1}% from the cache by bytes ({} hit, {} copied up first)",
+        "reads        {} through the daemon: {:.1}% found their extent cached ({}), {} waited for a copy-up",
+        human(s.read_hit_bytes + s.read_miss_bytes),
         100.0 * s.hit_ratio,
         human(s.read_hit_bytes),
         human(s.read_miss_bytes)
     );
     println!("written      {}", human(s.written_bytes));
     println!(
-        "copy-up      {} ({}/s mean)",
+        "copy-up      {} ({}/s mean): {} for reads, {} preloaded, {} under partial writes",
         human(s.copy_up_bytes),
-        human(s.copy_up_rate as u64)
+        human(s.copy_up_rate as u64),
+        human(s.copy_up_read_bytes),
+        human(s.copy_up_preload_bytes),
+        human(
+            s.copy_up_bytes
+                .saturating_sub(s.copy_up_read_bytes + s.copy_up_preload_bytes)
+        )
     );
     println!(
         "write-back   {} ({}/s mean), {} errors retried",
@@ -475,11 +515,26 @@ fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
 
 fn hint(a: &HintArgs, kind: Hint) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
+    let mut left_out = 0;
     for p in &a.paths {
         let r = pliant_fs::mount::hint(p, kind)?;
-        reports.push(
-            serde_json::json!({"path": p, "files": r.files, "bytes": r.bytes, "skipped": r.skipped}),
-        );
+        left_out += r.not_fitted;
+        let mut v = serde_json::json!({"path": p, "files": r.files, "bytes": r.bytes, "skipped": r.skipped});
+        if kind == Hint::Preload {
+            v["kept_bytes"] = r.kept_bytes.into();
+            v["dropped_bytes"] = r.dropped_bytes.into();
+            v["not_fitted"] = r.not_fitted.into();
+            v["not_fitted_bytes"] = r.not_fitted_bytes.into();
+        }
+        reports.push(v);
+        if kind == Hint::Preload && r.not_fitted > 0 {
+            eprintln!(
+                "{}: {} files ({}) not preloaded: they do not fit below the cache's eviction threshold with what this preload brought in (copying them would only push out what is cached)",
+                p.display(),
+                r.not_fitted,
+                human(r.not_fitted_bytes)
+            );
+        }
         if !a.json.json {
             let verb = match kind {
                 Hint::Preload => "copied up",
@@ -503,12 +558,31 @@ fn hint(a: &HintArgs, kind: Hint) -> anyhow::Result<ExitCode> {
                     r.skipped
                 );
             }
+            if kind == Hint::Preload && r.files > 0 {
+                println!(
+                    "  {} of them in the cache now{}",
+                    human(r.kept_bytes),
+                    if r.dropped_bytes > 0 {
+                        format!(
+                            ", {} evicted again by the eviction policy",
+                            human(r.dropped_bytes)
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
         }
     }
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     }
-    Ok(ExitCode::SUCCESS)
+    // What was asked for is not all in the cache: a job script must not take it for done.
+    Ok(if left_out > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `pliant job …`: DataWarp job directives to a mounted cache and back.
@@ -556,6 +630,7 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
     match c {
         JobCommand::Check { script } => {
             let (name, d) = read_script(&script)?;
+            d.check_paths(&name)?;
             match &d.cache {
                 Some(c) => eprintln!(
                     "{name}: cache of {} over {} ({} preloads)",
@@ -578,6 +653,13 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             }
             let exe = std::env::current_exe().context("finding the pliant binary")?;
             let s = pliant_fs::job::setup(&exe, &name, &d, &root, &job_id)?;
+            if s.not_preloaded.0 > 0 {
+                eprintln!(
+                    "job {job_id}: {} files ({}) of the #DW preloads not preloaded: larger than the cache holds before it evicts",
+                    s.not_preloaded.0,
+                    human(s.not_preloaded.1)
+                );
+            }
             for (k, v) in &s.env {
                 println!("{k}={v}");
             }
@@ -588,8 +670,9 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             discard,
             root,
         } => {
+            use pliant_fs::job::Teardown;
             match pliant_fs::job::teardown(&root, &job_id, discard, &mut |_, _| {})? {
-                Some(r) => eprintln!(
+                Teardown::Unmounted(r) => eprintln!(
                     "job {job_id}: {} {}",
                     human(r.dirty_bytes_at_start),
                     if r.discarded {
@@ -598,7 +681,14 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
                         "written back"
                     }
                 ),
-                None => eprintln!("job {job_id}: nothing mounted"),
+                Teardown::NotMounted => {
+                    eprintln!("job {job_id}: not mounted any more; its directory removed")
+                }
+                Teardown::LeftoversRemoved => eprintln!(
+                    "job {job_id}: removed what a setup that did not finish left in {}",
+                    root.join(&job_id).display()
+                ),
+                _ => eprintln!("job {job_id}: nothing to tear down"),
             }
             Ok(ExitCode::SUCCESS)
         }
