@@ -3,7 +3,10 @@
 //! slot moves several at a time ([`super::mover`]), retire the nodes that leave.
 //!
 //! - A slot is a bucket: its size is the bytes of its keys and values, its load the keyed
-//!   commands per second its owner ran on it over the sampling window.
+//!   commands per second its owner ran on it over the sampling window. The plan is made with
+//!   `PlanOptions::slots`: a node's next keys follow the slots it owns, most of which hold
+//!   nothing in a young cluster, so every node's slot count is balanced too and runs of slots
+//!   move together (the planner's doc, "Slots", says how).
 //! - The transfer model is the network one with `s_net` measured here and now: the bytes per
 //!   second of ECHO round trips of 4 MiB to a node, which move each byte out and back as a slot
 //!   move's copy does (source → this process → target).
