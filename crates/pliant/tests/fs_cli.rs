@@ -1403,18 +1403,36 @@ fn a_preload_bigger_than_the_cache_emptied_it_and_exited_0() {
     fs::write(m.backing.join("small"), vec![1u8; 200_000]).expect("small");
     fs::write(m.backing.join("big"), vec![2u8; 3 << 20]).expect("big");
     let dir = m.dir.path().to_path_buf();
-    let said = ok(&pliant(
-        &["fs", "preload", m.at("small").to_str().expect("utf-8")],
+    let small = m.at("small");
+    let said = json(&pliant(
+        &["fs", "preload", small.to_str().expect("utf-8"), "--json"],
         &dir,
     ));
-    assert!(said.contains("195.3 KiB copied up"), "{said}");
+    assert_eq!(said[0]["bytes"], 200_000, "{said}");
+    assert_eq!(said[0]["kept_bytes"], 200_000, "{said}");
+    let big = m.at("big");
+    let out = pliant(&["fs", "preload", big.to_str().expect("utf-8")], &dir);
+    let e = err(&out);
+    assert!(
+        e.contains("1 files (") && e.contains("not preloaded"),
+        "{e}"
+    );
+    assert!(crate::common::stdout(&out).contains("0 files, 0 B copied up"));
     let out = pliant(
-        &["fs", "preload", m.at("big").to_str().expect("utf-8")],
+        &["fs", "preload", big.to_str().expect("utf-8"), "--json"],
         &dir,
     );
-    let e = err(&out);
-    assert!(e.contains("1 files (3.0 MiB) not preloaded"), "{e}");
-    assert!(crate::common::stdout(&out).contains("0 files, 0 B copied up"));
+    let said: serde_json::Value = serde_json::from_str(&crate::common::stdout(&out)).expect("json");
+    assert!(!out.status.success());
+    assert_eq!(
+        (
+            &said[0]["not_fitted"],
+            &said[0]["not_fitted_bytes"],
+            &said[0]["bytes"]
+        ),
+        (&(1.into()), &((3u64 << 20).into()), &(0.into())),
+        "{said}"
+    );
     let s = m.stats();
     assert_eq!(s["used_bytes"], 200_000, "the earlier preload stays: {s}");
     assert_eq!(s["copy_up_preload_bytes"], 200_000, "{s}");
@@ -1422,7 +1440,15 @@ fn a_preload_bigger_than_the_cache_emptied_it_and_exited_0() {
         &["fs", "stat", m.mnt.to_str().expect("utf-8")],
         &dir,
     ));
-    assert!(text.contains("195.3 KiB preloaded"), "{text}");
+    let copy_up = text
+        .lines()
+        .find(|l| l.starts_with("copy-up"))
+        .expect("a copy-up line");
+    assert!(
+        copy_up.contains("0 B for reads")
+            && copy_up.contains(" preloaded, 0 B under partial writes"),
+        "{text}"
+    );
     m.unmount();
 }
 
