@@ -14,7 +14,8 @@ use super::demo::human;
 pub enum Command {
     /// Mount BACKING at MOUNTPOINT through a write-back cache in --cache-dir.
     Mount(Box<MountArgs>),
-    /// Write every dirty extent back (progress bar), then unmount.
+    /// Write every dirty extent back (progress bar), then unmount; a dead mount (its daemon
+    /// killed) is detached, and its journal waits for the next mount of its cache directory.
     Unmount(UnmountArgs),
     /// A mount's capacity, usage, hit ratio, copy-up and write-back traffic, write window.
     Stat(StatArgs),
@@ -101,7 +102,9 @@ fn fraction(s: &str) -> Result<f64, String> {
 /// Mount BACKING at MOUNTPOINT: every path under MOUNTPOINT is the same path under BACKING,
 /// with file data kept in extents under --cache-dir and written back behind the application.
 /// Without --foreground it starts the mount daemon (log in CACHE_DIR/mount.log) and returns
-/// once the mount answers.
+/// once the mount answers. BACKING, MOUNTPOINT and --cache-dir must not contain one another. A
+/// dead mount at MOUNTPOINT (its daemon killed) is detached first, and what the cache's journal
+/// holds is written back before the new mount serves.
 ///
 /// Eviction runs from --high down to --low of the capacity; write-back from --dirty-high down
 /// to --dirty-low, and always before a dirty extent leaves. `--fsync cache` returns once the data
