@@ -218,26 +218,17 @@ fn log_ticks(chart: &Chart<'_>, x0: f64, x1: f64) -> Vec<f64> {
 }
 
 /// A tick label a few characters wide: `16Mi` for a whole number of binary units (sizes are
-/// given in them), `250k` for decimal ones, else three significant digits.
+/// given in them), `250K` for decimal ones (as `Capacity` names sizes, less its `B`), else three
+/// significant digits with a unit.
 fn tick(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() >= 1000.0 && x.abs() < 1e18 {
-        let n = x as i64;
-        for (unit, name) in [
-            (1i64 << 40, "Ti"),
-            (1 << 30, "Gi"),
-            (1 << 20, "Mi"),
-            (1 << 10, "Ki"),
-            (1_000_000_000_000, "T"),
-            (1_000_000_000, "G"),
-            (1_000_000, "M"),
-            (1_000, "k"),
-        ] {
-            if n % unit == 0 {
-                return format!("{}{name}", n / unit);
-            }
+    if x.fract() == 0.0 && (1000.0..1e18).contains(&x) {
+        let shown = pliant_cache::Capacity::Bytes(x as u64).to_string();
+        let shown = shown.trim_end_matches('B');
+        if shown.ends_with(|c: char| c.is_ascii_alphabetic()) {
+            return shown.to_string();
         }
     }
-    for (unit, name) in [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")] {
+    for (unit, name) in [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")] {
         if x.abs() >= unit {
             return format!("{}{name}", significant(x / unit));
         }
@@ -268,7 +259,7 @@ mod tests {
     #[test]
     fn sim_plot_x_labels_are_short_and_do_not_crowd() {
         assert_eq!(tick(16_777_216.0), "16Mi");
-        assert_eq!(tick(1000.0), "1k");
+        assert_eq!(tick(1000.0), "1K");
         assert_eq!(tick(1_504_318_813.0), "1.5G");
         assert_eq!(tick(0.25), "0.25");
         assert_eq!(tick(12.5), "12.5");

@@ -415,9 +415,11 @@ pub fn range_name(run: &[u16]) -> String {
     }
 }
 
-/// [`move_slots_via`] for slots that may have several owners (`cluster move --slot 100-199`
-/// over a boundary): each run of one owner moves on its own, in order; one report per run.
-/// A failure after some runs moved says which ([`MoveError::Partly`]).
+/// [`move_slots`] for a caller without a runtime (`pliant cluster move`), the cluster found
+/// through any of its nodes (`node`), which names the coordination store. The slots may have
+/// several owners (`cluster move --slot 100-199` over a boundary): each run of one owner moves
+/// on its own, in order; one report per run. A failure after some runs moved says which
+/// ([`MoveError::Partly`]).
 pub fn move_ranges_via(
     node: &str,
     password: Option<&str>,
@@ -451,26 +453,5 @@ pub fn move_ranges_via(
             }
         }
         Ok(reports)
-    })
-}
-
-/// [`move_slots`] for a caller without a runtime (`pliant cluster move`): the cluster is found
-/// through any of its nodes (`node`), which names the coordination store.
-pub fn move_slots_via(
-    node: &str,
-    password: Option<&str>,
-    slots: &[u16],
-    to: &str,
-    progress: &mut (dyn FnMut(u64, u64) + Send),
-) -> Result<MoveReport, MoveError> {
-    let (_, coord, _) =
-        super::status::view(node, password).map_err(|e| MoveError::Invalid(e.to_string()))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| MoveError::Invalid(format!("starting the runtime: {e}")))?;
-    rt.block_on(async {
-        let remote = super::open_coord(&coord, password).await?;
-        move_slots(remote.as_ref(), password, slots, to, progress).await
     })
 }
