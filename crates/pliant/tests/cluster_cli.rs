@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `pliant cluster up`.
-struct LocalCluster {
+pub(crate) struct LocalCluster {
     child: Child,
     /// What it printed once up (`--json`).
     up: serde_json::Value,
@@ -17,7 +17,7 @@ struct LocalCluster {
 
 impl LocalCluster {
     /// Starts `pliant cluster up --json --dir DIR args…` and waits (at most 60 s) for its line.
-    fn start(dir: &Path, args: &[&str]) -> Self {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pliant"))
             .args(["cluster", "up", "--json", "--dir"])
             .arg(dir)
@@ -41,7 +41,7 @@ impl LocalCluster {
         Self { child, up }
     }
 
-    fn addrs(&self) -> Vec<String> {
+    pub(crate) fn addrs(&self) -> Vec<String> {
         self.up["nodes"]
             .as_array()
             .expect("nodes")

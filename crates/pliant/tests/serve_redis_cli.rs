@@ -238,51 +238,10 @@ fn owns(c: &mut pliant_kv::client::Client, key: &str) -> bool {
 fn a_cluster_node_runs_a_transaction_in_one_slot_and_refuses_one_across_slots() {
     use pliant_kv::frame::Frame;
     let dir = tempfile::tempdir().expect("dir");
-    let mut up = Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args([
-            "cluster",
-            "up",
-            "--json",
-            "--nodes",
-            "2",
-            "--base-port",
-            "0",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start pliant cluster up");
     // Stopped by its pid whatever happens below: it stops its nodes.
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let start = std::time::Instant::now();
-            while start.elapsed() < Duration::from_secs(20) && matches!(self.0.try_wait(), Ok(None))
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let stdout = up.stdout.take().expect("stdout");
-    let _stop = Stop(up);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the cluster comes up within 60 s");
-    let json: serde_json::Value = serde_json::from_str(&line).expect("json");
-    let addr = json["nodes"][0]["addr"].as_str().expect("addr").to_string();
+    let cluster =
+        crate::cluster_cli::LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addr = cluster.addrs()[0].clone();
     let mut c = pliant_kv::client::Client::connect(&addr, None).expect("connect");
     let keys: Vec<String> = (0..200).map(|i| format!("key{i}")).collect();
     let mine: Vec<&String> = keys.iter().filter(|k| owns(&mut c, k)).take(2).collect();
