@@ -35,8 +35,8 @@
 //!   (a write that was cut off by a crash was never acknowledged), the tree is synced, and the
 //!   segments are deleted.
 //! - **Failure**: if the log cannot be written, or the applier cannot write the tree, every later
-//!   write is refused with the first error (reads go on, from the maps and the tree), and the
-//!   segments stay for the next open to replay.
+//!   write is refused with [`StoreError::Poisoned`], the first error its source (reads go on,
+//!   from the maps and the tree), and the segments stay for the next open to replay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -132,7 +132,8 @@ struct State {
     dir_dirty: bool,
     want_apply: bool,
     stop: bool,
-    failed: Option<String>,
+    /// The first failure: from then on every write and sync is refused with it as the cause.
+    failed: Option<Arc<StoreError>>,
     buf: Vec<u8>,
 }
 
@@ -232,7 +233,12 @@ impl<S: Store + 'static> WriteBehind<S> {
     /// replays it.
     #[doc(hidden)]
     pub fn abandon(mut self) {
-        self.lock().failed = Some("abandoned".into());
+        let abandoned = StoreError::Io {
+            dir: self.shared.dir.clone(),
+            action: "abandoning the store (a crash test)",
+            source: std::io::Error::other("abandoned"),
+        };
+        self.lock().failed = Some(Arc::new(abandoned));
         self.stop();
     }
 
@@ -296,11 +302,10 @@ impl<S: Store> Shared<S> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn failed(&self, why: &str) -> StoreError {
-        StoreError::Backend {
+    fn poisoned(&self, first: &Arc<StoreError>) -> StoreError {
+        StoreError::Poisoned {
             dir: self.dir.clone(),
-            action: "writing behind (an earlier write failed; writes are refused until the store is reopened)",
-            source: why.to_string().into(),
+            first: first.clone(),
         }
     }
 
@@ -345,7 +350,7 @@ impl<S: Store> Shared<S> {
             let log = match create_segment(&self.log_dir, next) {
                 Ok(f) => f,
                 Err(e) => {
-                    st.failed = Some(format!("creating log segment {next}: {e}"));
+                    st.failed = Some(Arc::new(self.io("creating a log segment")(e)));
                     self.applied_cv.notify_all();
                     return;
                 }
@@ -368,7 +373,7 @@ impl<S: Store> Shared<S> {
                 }
                 // `applying` stays: reads still find those writes, and the segment stays for
                 // the next open.
-                Err(e) => st.failed = Some(e.to_string()),
+                Err(e) => st.failed = Some(Arc::new(e)),
             }
             self.applied_cv.notify_all();
         }
@@ -442,14 +447,15 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
                 .wait(st)
                 .unwrap_or_else(|p| p.into_inner());
         }
-        if let Some(why) = &st.failed {
-            return Err(self.shared.failed(why));
+        if let Some(first) = &st.failed {
+            return Err(self.shared.poisoned(first));
         }
         let st = &mut *st;
         encode(batch, &mut st.buf);
         if let Err(e) = st.log.write_all(&st.buf) {
             // Part of the record may be in the segment: nothing after it could be replayed.
-            st.failed = Some(format!("appending to log segment {}: {e}", st.segment));
+            let kept = std::io::Error::new(e.kind(), e.to_string());
+            st.failed = Some(Arc::new(self.shared.io("appending to the log")(kept)));
             self.shared.applied_cv.notify_all();
             return Err(self.shared.io("appending to the log")(e));
         }
@@ -473,8 +479,8 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
 
     fn sync(&self) -> Result<(), StoreError> {
         let mut st = self.lock();
-        if let Some(why) = &st.failed {
-            return Err(self.shared.failed(why));
+        if let Some(first) = &st.failed {
+            return Err(self.shared.poisoned(first));
         }
         let synced = (|| {
             st.log.sync_data().map_err(|e| ("syncing the log", e))?;
@@ -497,7 +503,8 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
                 // After a failed fsync the kernel may drop the pages it could not write and
                 // report the next fsync as a success: a later write could then be acknowledged
                 // behind a hole in the log. Nothing more is acknowledged.
-                st.failed = Some(format!("{action}: {e}"));
+                let kept = std::io::Error::new(e.kind(), e.to_string());
+                st.failed = Some(Arc::new(self.shared.io(action)(kept)));
                 self.shared.applied_cv.notify_all();
                 Err(self.shared.io(action)(e))
             }

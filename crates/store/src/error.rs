@@ -18,7 +18,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// The backend failed (an I/O error inside the LSM tree, corruption, a poisoned journal).
+    /// The backend failed (an I/O error inside the LSM tree, corruption).
     /// The backend's own error is the `source()`.
     #[error("store {}: {action}: {source}", dir.display())]
     Backend {
@@ -29,6 +29,21 @@ pub enum StoreError {
         /// The backend's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An earlier write failed, so this handle refuses every write (and sync) until the store is
+    /// reopened: what it acknowledged after a lost write or a failed fsync could not be told
+    /// durable. Reads go on. `first` is the first failure, typed, and the `source()` (fjall's
+    /// own poisoned state, a [`StoreError::Backend`], when fjall is the one that refused).
+    #[error(
+        "store {}: writes refused until the store is reopened, since an earlier write failed",
+        dir.display()
+    )]
+    Poisoned {
+        /// The store directory.
+        dir: PathBuf,
+        /// The first failure (shared: every refusal carries it).
+        #[source]
+        first: std::sync::Arc<StoreError>,
     },
     /// Another handle holds the store directory: another process, or this one.
     #[error(

@@ -103,10 +103,21 @@ impl FjallStore {
     }
 
     fn err(&self, action: &'static str) -> impl Fn(fjall::Error) -> StoreError + '_ {
-        move |e| StoreError::Backend {
-            dir: self.dir.path().to_path_buf(),
-            action,
-            source: Box::new(e),
+        move |e| match e {
+            // fjall refuses every write after a failed journal fsync, as `WriteBehind` does.
+            fjall::Error::Poisoned => StoreError::Poisoned {
+                dir: self.dir.path().to_path_buf(),
+                first: std::sync::Arc::new(StoreError::Backend {
+                    dir: self.dir.path().to_path_buf(),
+                    action,
+                    source: Box::new(e),
+                }),
+            },
+            e => StoreError::Backend {
+                dir: self.dir.path().to_path_buf(),
+                action,
+                source: Box::new(e),
+            },
         }
     }
 

@@ -287,7 +287,7 @@ fn a_store_that_fails_under_the_log_refuses_later_writes_and_loses_nothing_writt
             }
         }
     };
-    assert!(matches!(refused, StoreError::Backend { .. }), "{refused}");
+    assert!(matches!(refused, StoreError::Poisoned { .. }), "{refused}");
     assert!(
         s.sync().is_err(),
         "a sync after the failure does not pretend"
@@ -298,4 +298,65 @@ fn a_store_that_fails_under_the_log_refuses_later_writes_and_loses_nothing_writt
     // The log kept everything acknowledged: a store under it again gets it all.
     let again = WriteBehind::over(MemStore::new(), &log, never()).expect("reopen");
     assert_eq!(again.get(b"a").expect("get"), Some(b"1".to_vec()));
+}
+
+/// The store's first failure, once the store refuses writes: what `Poisoned` carries, and the
+/// refusal's `source()` too.
+fn first_failure(refused: &StoreError) -> &StoreError {
+    let StoreError::Poisoned { first, .. } = refused else {
+        panic!("{refused:?} is not Poisoned");
+    };
+    let source = std::error::Error::source(refused).expect("a source");
+    assert_eq!(source.to_string(), first.to_string());
+    first
+}
+
+#[test]
+fn a_poisoned_write_behind_store_is_a_variant_callers_can_match() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let log = tmp.path().join("log");
+    let tree = FaultyStore::new(MemStore::new());
+    tree.faults().fail_write(1);
+    let s = WriteBehind::over(tree, &log, quick()).expect("open");
+    s.put(b"a", b"1").expect("acknowledged: it is in the log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match s.put(b"b", b"2") {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the failure never showed"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    // Matched as a variant, not found in a backend error's text.
+    let StoreError::Poisoned { dir, .. } = &refused else {
+        panic!("a write after the failure: {refused:?}, not Poisoned");
+    };
+    assert_eq!(dir, &log);
+    // The cause is the applier's write into the store, the fault injected, kept typed.
+    assert!(
+        matches!(
+            first_failure(&refused),
+            StoreError::Injected { op: "batch" }
+        ),
+        "{:?}",
+        first_failure(&refused)
+    );
+    // The refusal's own text names the state once; the cause is left to the chain.
+    let text = refused.to_string();
+    assert!(text.contains("reopened"), "{text}");
+    assert!(!text.contains("injected"), "{text}");
+    // A sync is refused the same way, with the same first failure.
+    let synced = s
+        .sync()
+        .expect_err("a sync after the failure does not pretend");
+    assert!(matches!(synced, StoreError::Poisoned { .. }), "{synced}");
+    assert!(matches!(
+        first_failure(&synced),
+        StoreError::Injected { .. }
+    ));
 }
