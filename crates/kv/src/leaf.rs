@@ -15,7 +15,9 @@
 
 use bytes::Bytes;
 
-use crate::cmd::{Ctx, Session, Spec, check, check_write, run as run_here, track, written};
+use crate::cmd::{
+    Ctx, Session, Spec, TierRole, check, check_write, run as run_here, track, written,
+};
 use crate::frame::Frame;
 use crate::keyspace::{Fetched, Lent, Value, Want};
 use crate::node::Node;
@@ -40,7 +42,7 @@ pub(crate) async fn run(
     if spec.writes() {
         return write(node, up, session, spec, args, now).await;
     }
-    if spec.name == "pliant.write" {
+    if spec.tier == TierRole::ChildWrite {
         // A child tier's write: forwarded up like any other, and acknowledged to the child as
         // the parent acknowledges it here (see `PLIANT.WRITE`).
         let inner = &args[1..];
@@ -243,7 +245,7 @@ async fn write_deferred(
     now: u64,
 ) -> (Frame, Option<tokio::sync::oneshot::Receiver<()>>) {
     node.count_command();
-    let put = spec.name == "set" && args.len() == 3;
+    let put = spec.tier == TierRole::Put && args.len() == 3;
     if put && node.keyspace().put_redundant(&args[1], &args[2]) {
         // Still a write as this node's own tracking clients see it: a child tier that keeps what
         // it puts is remembered as holding the key.

@@ -153,7 +153,24 @@ pub struct Spec {
     pub keys: (i64, i64, i64),
     /// What `COMMAND DOCS` says of it.
     pub docs: Docs,
+    /// What a cache tier does with it beyond what its flags say (Pliant's, not Redis's: no
+    /// `COMMAND` reply shows it).
+    pub tier: TierRole,
     run: Run,
+}
+
+/// A command's part in a cache tier (`--parent`), where that is more than forwarding a write or
+/// serving a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TierRole {
+    /// Nothing beyond its flags.
+    Plain,
+    /// In its plain form (key and value, no options) it puts a whole value: a tier keeps what
+    /// it forwards, and drops a put of the value it holds already.
+    Put,
+    /// It carries a child tier's write, acknowledged to the child as the parent acknowledges it.
+    ChildWrite,
 }
 
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
@@ -186,6 +203,7 @@ const fn cmd(
         flags: Flags::of(flags),
         keys,
         docs: Docs::NONE,
+        tier: TierRole::Plain,
         run,
     }
 }
@@ -215,6 +233,12 @@ impl Spec {
     /// A container of subcommands.
     const fn container(mut self) -> Spec {
         self.docs.container = true;
+        self
+    }
+
+    /// Its part in a cache tier.
+    const fn tier(mut self, role: TierRole) -> Spec {
+        self.tier = role;
         self
     }
 
@@ -564,6 +588,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[Arg::key("key")]),
     cmd("set", -3, &[Write, Denyoom], ONE_KEY, strings::set)
+        .tier(TierRole::Put)
         .doc(
             STRING,
             "1.0.0",
@@ -1159,6 +1184,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[Arg::string("id"), Arg::string("metrics")]),
     cmd("pliant.write", -2, &[], NO_KEYS, pliant::write)
+        .tier(TierRole::ChildWrite)
         .doc(
             PLIANT,
             PLIANT_SINCE,
