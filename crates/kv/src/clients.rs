@@ -17,9 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 use tokio::sync::{Notify, mpsc};
-
-use crate::frame::Frame;
 
 /// The channel invalidations are published on to a redirect target (Redis's).
 pub const INVALIDATE_CHANNEL: &[u8] = b"__redis__:invalidate";

@@ -1,9 +1,6 @@
 //! Pliant's live cache service: the Redis protocol (RESP2 and RESP3) over a memory tier whose
 //! order comes from a `pliant-cache` algorithm, above a persistent `pliant-store`.
 //!
-//! - [`frame`]: RESP frames, checked and parsed from bytes with limits that bound what a client
-//!   can make the server allocate, and written in the protocol the connection speaks.
-//! - [`fuzz`]: a seeded random-frame fuzzer for the parser (`pliant bench frames`).
 //! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
 //! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
 //! - [`cluster`]: hash slots, the slot map, the coordination store, and the routing of a cluster
@@ -16,24 +13,22 @@
 //! - [`policy`]: the live policy, on a thread of its own, sizing the memory tier every interval.
 //! - [`server`]: connections, pipelining, durability, the graceful stop.
 //! - [`metrics`]: Prometheus's text format on `--metrics`.
-//! - [`client`]: a blocking client for `pliant admin` and scripts.
 //! - [`clients`]: the connections a node serves (CLIENT LIST, INFO, KILL) and the invalidation
 //!   channel a CLIENT TRACKING REDIRECT target subscribes to.
 //! - [`replay`]: a trace replayed against any Redis-protocol server (`pliant replay`).
 //!
-//! Dependencies: `tokio` (the network and timers), `bytes` (values shared without copies
-//! between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
+//! The protocol (RESP frames, the client that dials a node) is `pliant-proto`'s.
+//!
+//! Dependencies: `pliant-proto` (the protocol), `tokio` (the network and timers), `bytes`
+//! (values shared without copies between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
 //! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters, the slot map), `crc` (Redis Cluster's key hash);
 //! `pliant-policy` and `pliant-tier` for the live policy, which sees the same metric names the
 //! simulator gives.
 
-pub mod client;
 pub mod clients;
 pub mod cluster;
 mod cmd;
 pub mod config;
-pub mod frame;
-pub mod fuzz;
 mod glob;
 pub mod keyspace;
 mod leaf;
@@ -44,6 +39,11 @@ pub mod replay;
 pub mod server;
 pub mod tracking;
 pub mod upstream;
+
+// Keeps `crate::frame` paths compiling in leaf, cmd/mod, cluster/balancer and policy, which
+// other work was changing when the protocol moved out; they switch to `pliant_proto::frame`
+// with their next edit and this goes. Private: users import the protocol from `pliant-proto`.
+use pliant_proto::frame;
 
 pub use cmd::{COMMANDS, Spec};
 pub use config::{Config, DEFAULT_INTERVAL, DEFAULT_PORT, Durability};

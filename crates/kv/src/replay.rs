@@ -17,10 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::{Duration, Instant};
 
+use pliant_proto::client::{Client, ClientError};
+use pliant_proto::frame::Frame;
 use pliant_trace::{Op, Record, TraceError};
-
-use crate::client::{Client, ClientError};
-use crate::frame::Frame;
 
 /// What the client does when a GET finds nothing (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

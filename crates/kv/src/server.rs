@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use pliant_proto::frame::{Cursor, Frame, FrameError, Limits, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::cmd::{Ctx, Session, execute};
 use crate::config::{Config, Durability};
-use crate::frame::{Cursor, Frame, FrameError, Limits, Request};
 use crate::keyspace::{Keyspace, KvError};
 use crate::node::{Node, now_ms};
 use crate::tracking::Outgoing;
@@ -374,7 +374,7 @@ fn shown(addr: Option<SocketAddr>) -> String {
 /// (a pipeline): see [`Keyspace::warm`].
 fn warm(node: &Node, buf: &[u8], ahead: &mut Vec<std::ops::Range<usize>>) {
     ahead.clear();
-    let n = crate::frame::peek_keys(buf, Keyspace::WARM_MAX, |k| ahead.push(k));
+    let n = pliant_proto::frame::peek_keys(buf, Keyspace::WARM_MAX, |k| ahead.push(k));
     if n > 1 {
         node.keyspace().warm(ahead.iter().map(|r| &buf[r.clone()]));
     }

@@ -32,9 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 use tokio::sync::{mpsc, watch};
-
-use crate::frame::Frame;
 
 /// How long a write waits for a tier to acknowledge an invalidation before cutting it off.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);

@@ -18,11 +18,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::{Bytes, BytesMut};
+use pliant_proto::frame::{Cursor, Frame, FrameError, Limits};
+use pliant_proto::{AsyncClient, ClientError, Dialer, encode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::frame::{Cursor, Frame, FrameError, Limits};
 use crate::node::Node;
 
 /// Why the parent could not answer.
@@ -244,41 +244,33 @@ impl Upstream {
             addr: self.addr,
             why,
         };
-        let open = || async {
-            // A parent that does not take a connection in the time a tier has to acknowledge an
-            // invalidation is as good as gone (the system's own connect timeout is minutes).
-            let s =
-                tokio::time::timeout(crate::tracking::ACK_TIMEOUT, TcpStream::connect(self.addr))
-                    .await
-                    .map_err(|_| {
-                        err(format!(
-                            "no connection within {:?}",
-                            crate::tracking::ACK_TIMEOUT
-                        ))
-                    })?
-                    .map_err(|e| err(e.to_string()))?;
-            let _ = s.set_nodelay(true);
-            Ok::<_, UpstreamError>(s)
+        // A parent that does not take a connection in the time a tier has to acknowledge an
+        // invalidation is as good as gone (the system's own connect timeout is minutes).
+        let dialer = Dialer::new(self.addr)
+            .password(self.password.as_deref())
+            .connect_timeout(crate::tracking::ACK_TIMEOUT)
+            .io_timeout(None);
+        let handshake = |command: &str, e: ClientError| match e {
+            ClientError::Auth { message, .. } => err(format!("{command} refused: {message}")),
+            e => err(e.reason()),
         };
-        let mut data = open().await?;
-        let mut control = open().await?;
-        let mut buf = BytesMut::new();
-        let mut hello: Vec<&[u8]> = vec![b"HELLO", b"3"];
-        if let Some(p) = &self.password {
-            hello.extend([b"AUTH".as_slice(), b"default", p.as_bytes()]);
-        }
+        let mut data = dialer
+            .clone()
+            .resp3()
+            .connect_async()
+            .await
+            .map_err(|e| handshake("HELLO", e))?;
         let id = {
             let mut ask = async |args: &[&[u8]]| -> Result<Frame, UpstreamError> {
-                match roundtrip(&mut data, &mut buf, args).await {
+                match data.call(args).await {
                     Ok(Frame::Error(e)) => Err(err(format!(
                         "{} refused: {e}",
                         String::from_utf8_lossy(args[0])
                     ))),
                     Ok(f) => Ok(f),
-                    Err(e) => Err(err(e)),
+                    Err(e) => Err(err(e.reason())),
                 }
             };
-            ask(&hello).await?;
             ask(&[b"CLIENT", b"TRACKING", b"ON", b"NOLOOP"]).await?;
             let Frame::Integer(id) = ask(&[b"CLIENT", b"ID"]).await? else {
                 return Err(err("CLIENT ID did not answer an integer".into()));
@@ -286,14 +278,11 @@ impl Upstream {
             ask(&[b"PLIANT.TIER"]).await?;
             id
         };
-        if let Some(p) = &self.password {
-            let mut cbuf = BytesMut::new();
-            match roundtrip(&mut control, &mut cbuf, &[b"AUTH", p.as_bytes()]).await {
-                Ok(Frame::Error(e)) => return Err(err(format!("AUTH refused: {e}"))),
-                Ok(_) => {}
-                Err(e) => return Err(err(e)),
-            }
-        }
+        let control = dialer
+            .connect_async()
+            .await
+            .map_err(|e| handshake("AUTH", e))?;
+        let (data, buf) = data.into_parts();
         let (tx, rx) = mpsc::unbounded_channel();
         let (ack_tx, ack_rx) = watch::channel(0u64);
         let acks = Arc::new(Acks::default());
@@ -504,14 +493,13 @@ fn invalidate(node: &Node, items: &[Frame]) -> Option<Vec<crate::tracking::Wait>
 
 /// Tells the parent how many invalidations this tier has applied, as that number grows (a
 /// burst of them is acknowledged once, with the latest count).
-async fn acknowledge(mut control: TcpStream, id: i64, mut applied: watch::Receiver<u64>) {
-    let mut buf = BytesMut::new();
+async fn acknowledge(mut control: AsyncClient, id: i64, mut applied: watch::Receiver<u64>) {
     while applied.changed().await.is_ok() {
         let n = *applied.borrow_and_update();
         tracing::debug!("acknowledging {n} invalidations as client {id}");
         let (id, n) = (id.to_string(), n.to_string());
         let args: [&[u8]; 3] = [b"PLIANT.INVALIDATED", id.as_bytes(), n.as_bytes()];
-        match roundtrip(&mut control, &mut buf, &args).await {
+        match control.call(&args).await {
             Ok(Frame::Error(e)) => {
                 tracing::warn!("the parent refused an acknowledgement of invalidations: {e}");
             }
@@ -521,45 +509,5 @@ async fn acknowledge(mut control: TcpStream, id: i64, mut applied: watch::Receiv
                 return;
             }
         }
-    }
-}
-
-/// Writes one request and reads its reply (pushes before it are skipped: none come before the
-/// tier has read anything).
-pub(crate) async fn roundtrip(
-    s: &mut TcpStream,
-    buf: &mut BytesMut,
-    args: &[&[u8]],
-) -> Result<Frame, String> {
-    let mut out = Vec::new();
-    encode(args, &mut out);
-    s.write_all(&out).await.map_err(|e| e.to_string())?;
-    let limits = Limits::default();
-    loop {
-        match Frame::parse(buf, &limits) {
-            Ok((Frame::Push(_), used)) => {
-                let _ = buf.split_to(used);
-            }
-            Ok((f, used)) => {
-                let _ = buf.split_to(used);
-                return Ok(f);
-            }
-            Err(FrameError::Incomplete) => {}
-            Err(FrameError::Protocol(e)) => return Err(format!("protocol error: {e}")),
-        }
-        if s.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
-            return Err("connection closed".into());
-        }
-    }
-}
-
-/// A request as a RESP array of bulk strings.
-pub(crate) fn encode(args: &[impl AsRef<[u8]>], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        let a = a.as_ref();
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
     }
 }

@@ -1,5 +1,4 @@
 //! The integration tests of `kv`, as one binary (the workspace's convention: each test binary
 //! links the whole dependency tree). Each module is one subject.
 
-mod frame;
 mod redis_commands;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pliant_cache::Capacity;
-use pliant_kv::client::Client;
-use pliant_kv::frame::Frame;
 use pliant_kv::{Config, Node, Server};
+use pliant_proto::Client;
+use pliant_proto::Frame;
 
 /// A node served on its own runtime, on a thread of its own; shut down when dropped.
 struct Served {

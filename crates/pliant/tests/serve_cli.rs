@@ -338,7 +338,7 @@ fn unauthenticated_client_cannot_claim_more_than_ten_arguments_or_a_16_kib_bulk(
     // Within the bounds a request is refused for want of the password, not closed; after AUTH
     // (in the same pipeline) large ones are served.
     let encode = |args: &[Vec<u8>]| {
-        use pliant_kv::frame::{Frame, Protocol};
+        use pliant_proto::frame::{Frame, Protocol};
         let mut out = Vec::new();
         Frame::Array(args.iter().map(|a| Frame::bulk(a.clone())).collect())
             .write(Protocol::Resp2, &mut out);
@@ -447,7 +447,7 @@ fn unauthenticated_client_cannot_make_the_node_buffer_a_large_bulk() {
 /// them.
 #[test]
 fn command_info_and_docs_say_what_redis_says() {
-    use pliant_kv::frame::{Frame, Limits};
+    use pliant_proto::frame::{Frame, Limits};
     let dir = tempfile::tempdir().expect("tempdir");
     let node = Node::start(dir.path(), &["--no-store"]);
     let wire = until_closed(

@@ -223,10 +223,10 @@ fn serve_v_logs_its_settings_and_each_connection_with_its_address() {
 }
 
 /// Whether `key` is served by the node `c` is connected to (not redirected elsewhere).
-fn owns(c: &mut pliant_kv::client::Client, key: &str) -> bool {
+fn owns(c: &mut pliant_proto::client::Client, key: &str) -> bool {
     match c.call(&[b"EXISTS", key.as_bytes()]).expect("reply") {
-        pliant_kv::frame::Frame::Integer(_) => true,
-        pliant_kv::frame::Frame::Error(e) if e.starts_with("MOVED") => false,
+        pliant_proto::frame::Frame::Integer(_) => true,
+        pliant_proto::frame::Frame::Error(e) if e.starts_with("MOVED") => false,
         other => panic!("EXISTS {key}: {other:?}"),
     }
 }
@@ -236,13 +236,13 @@ fn owns(c: &mut pliant_kv::client::Client, key: &str) -> bool {
 /// EXEC abort.
 #[test]
 fn a_cluster_node_runs_a_transaction_in_one_slot_and_refuses_one_across_slots() {
-    use pliant_kv::frame::Frame;
+    use pliant_proto::frame::Frame;
     let dir = tempfile::tempdir().expect("dir");
     // Stopped by its pid whatever happens below: it stops its nodes.
     let cluster =
         crate::cluster_cli::LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
     let addr = cluster.addrs()[0].clone();
-    let mut c = pliant_kv::client::Client::connect(&addr, None).expect("connect");
+    let mut c = pliant_proto::client::Client::connect(&addr, None).expect("connect");
     let keys: Vec<String> = (0..200).map(|i| format!("key{i}")).collect();
     let mine: Vec<&String> = keys.iter().filter(|k| owns(&mut c, k)).take(2).collect();
     let theirs = keys
@@ -250,7 +250,7 @@ fn a_cluster_node_runs_a_transaction_in_one_slot_and_refuses_one_across_slots() 
         .find(|k| !owns(&mut c, k))
         .expect("a key of the other node");
     assert_eq!(mine.len(), 2, "two keys served here");
-    let call = |c: &mut pliant_kv::client::Client, args: &[&str]| {
+    let call = |c: &mut pliant_proto::client::Client, args: &[&str]| {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         c.call(&args).expect("reply")
     };

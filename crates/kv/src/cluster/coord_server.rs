@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use pliant_proto::frame::{Frame, FrameError, Limits, Protocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::coord::{CoordError, Embedded};
 use super::map::{Member, SlotMap};
-use crate::frame::{Frame, FrameError, Limits, Protocol};
 
 /// How often lapsed leases are looked for: a few times per second, so a dead node leaves the
 /// member list within a fraction of a second of its lease's end.

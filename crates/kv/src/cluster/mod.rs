@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 use tokio::sync::watch;
 
-use crate::frame::Frame;
 pub use coord::{ClusterState, Coord, CoordError, Embedded};
 pub use map::{Member, SlotMap};
 pub use slot::{SLOTS, key_slot};
@@ -320,18 +320,15 @@ pub fn route<'a>(
 /// The map version node `addr` serves, if it answers.
 pub(crate) async fn serves(addr: std::net::SocketAddr, password: Option<&str>) -> Option<u64> {
     let ask = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let mut buf = bytes::BytesMut::new();
-        if let Some(p) = password {
-            crate::upstream::roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()])
-                .await
-                .ok()?;
-        }
-        let info = crate::upstream::roundtrip(&mut s, &mut buf, &[b"CLUSTER", b"INFO"])
+        // The whole exchange is bounded below; the dialer's own timeouts need not be.
+        let mut c = pliant_proto::Dialer::new(addr)
+            .password(password)
+            .io_timeout(None)
+            .connect_async()
             .await
             .ok()?;
-        let text = match info {
-            crate::frame::Frame::Bulk(b) | crate::frame::Frame::Verbatim(b) => b,
+        let text = match c.call(&[b"CLUSTER", b"INFO"]).await.ok()? {
+            Frame::Bulk(b) | Frame::Verbatim(b) => b,
             _ => return None,
         };
         String::from_utf8_lossy(&text)

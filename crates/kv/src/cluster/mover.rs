@@ -20,13 +20,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use tokio::net::TcpStream;
+use bytes::Bytes;
+use pliant_proto::{AsyncClient, ClientError, Dialer, Frame};
 
 use super::coord::{Coord, CoordError};
 use super::map::SlotMap;
-use crate::frame::Frame;
-use crate::upstream::roundtrip;
 
 /// Keys copied per round trip.
 pub const BATCH: usize = 256;
@@ -86,35 +84,31 @@ pub enum MoveError {
     },
 }
 
-/// A connection to a node for the move's requests.
 /// A connection to a node for a move's (or a rescale's) requests: connected within 5 s,
 /// authenticated, each reply awaited for [`Conn::call`]'s 30 s or a given time.
 pub(crate) struct Conn {
     addr: SocketAddr,
-    s: TcpStream,
-    buf: BytesMut,
+    c: AsyncClient,
 }
 
 impl Conn {
     pub(crate) async fn open(addr: SocketAddr, password: Option<&str>) -> Result<Self, MoveError> {
-        let s = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+        let c = Dialer::new(addr)
+            .password(password)
+            .connect_timeout(Duration::from_secs(5))
+            .io_timeout(Some(Duration::from_secs(30)))
+            .connect_async()
             .await
-            .map_err(|_| node(addr, "connect timed out"))?
-            .map_err(|e| node(addr, e))?;
-        let _ = s.set_nodelay(true);
-        let mut c = Self {
-            addr,
-            s,
-            buf: BytesMut::new(),
-        };
-        if let Some(p) = password {
-            c.call(&[b"AUTH", p.as_bytes()]).await?;
-        }
-        Ok(c)
+            .map_err(|e| refused(addr, e))?;
+        Ok(Self { addr, c })
     }
 
     pub(crate) async fn call(&mut self, args: &[&[u8]]) -> Result<Frame, MoveError> {
-        self.call_within(args, Duration::from_secs(30)).await
+        match self.c.call(args).await {
+            Ok(Frame::Error(e)) => Err(node(self.addr, e)),
+            Ok(f) => Ok(f),
+            Err(e) => Err(refused(self.addr, e)),
+        }
     }
 
     /// [`call`](Self::call), with the reply awaited for up to `timeout`.
@@ -123,11 +117,10 @@ impl Conn {
         args: &[&[u8]],
         timeout: Duration,
     ) -> Result<Frame, MoveError> {
-        match tokio::time::timeout(timeout, roundtrip(&mut self.s, &mut self.buf, args)).await {
-            Ok(Ok(Frame::Error(e))) => Err(node(self.addr, e)),
-            Ok(Ok(f)) => Ok(f),
-            Ok(Err(e)) => Err(node(self.addr, e)),
-            Err(_) => Err(node(self.addr, format!("no reply within {timeout:?}"))),
+        match self.c.call_within(args, timeout).await {
+            Ok(Frame::Error(e)) => Err(node(self.addr, e)),
+            Ok(f) => Ok(f),
+            Err(e) => Err(refused(self.addr, e)),
         }
     }
 
@@ -135,6 +128,11 @@ impl Conn {
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+/// A failure to reach `addr`, in the words of [`node`] (which names the node already).
+fn refused(addr: SocketAddr, e: ClientError) -> MoveError {
+    node(addr, e.reason())
 }
 
 fn node(addr: SocketAddr, why: impl std::fmt::Display) -> MoveError {

@@ -6,15 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use pliant_proto::{AsyncClient, ClientError, Dialer, Frame};
 use tokio::sync::watch;
 
 use super::coord::{BoxFuture, ClusterState, Coord, CoordError};
 use super::map::{Member, SlotMap};
-use crate::frame::{Frame, FrameError, Limits};
-use crate::upstream::{encode, roundtrip};
 
 /// How long a request to the coordination store may take (connecting included) before it
 /// counts as unreachable.
@@ -26,8 +22,8 @@ const RETRY: Duration = Duration::from_millis(500);
 /// The embedded coordination store at `addr`.
 pub struct Remote {
     addr: SocketAddr,
-    password: Option<String>,
-    conn: tokio::sync::Mutex<Option<(TcpStream, BytesMut)>>,
+    dialer: Dialer,
+    conn: tokio::sync::Mutex<Option<AsyncClient>>,
 }
 
 impl Remote {
@@ -35,7 +31,10 @@ impl Remote {
     pub fn new(addr: SocketAddr, password: Option<String>) -> Self {
         Self {
             addr,
-            password,
+            dialer: Dialer::new(addr)
+                .password(password.as_deref())
+                .connect_timeout(TIMEOUT)
+                .io_timeout(Some(TIMEOUT)),
             conn: tokio::sync::Mutex::new(None),
         }
     }
@@ -47,21 +46,17 @@ impl Remote {
         }
     }
 
-    async fn connect(&self) -> Result<(TcpStream, BytesMut), CoordError> {
-        let mut s = tokio::time::timeout(TIMEOUT, TcpStream::connect(self.addr))
-            .await
-            .map_err(|_| self.unreachable("connect timed out"))?
-            .map_err(|e| self.unreachable(e))?;
-        let _ = s.set_nodelay(true);
-        let mut buf = BytesMut::new();
-        if let Some(p) = &self.password {
-            match roundtrip(&mut s, &mut buf, &[b"AUTH", p.as_bytes()]).await {
-                Ok(Frame::Error(e)) => return Err(CoordError::Refused(e)),
-                Ok(_) => {}
-                Err(e) => return Err(self.unreachable(e)),
-            }
+    async fn connect(&self) -> Result<AsyncClient, CoordError> {
+        self.dialer.connect_async().await.map_err(|e| self.lost(e))
+    }
+
+    /// A client's failure as the store's: a refused password is the store's answer, anything
+    /// else leaves it unreachable.
+    fn lost(&self, e: ClientError) -> CoordError {
+        match e {
+            ClientError::Auth { message, .. } => CoordError::Refused(message),
+            e => self.unreachable(e.reason()),
         }
-        Ok((s, buf))
     }
 
     /// One request; a failed connection is dropped so the next request opens another.
@@ -75,20 +70,16 @@ impl Remote {
         if conn.is_none() {
             *conn = Some(self.connect().await?);
         }
-        let (s, buf) = conn.as_mut().expect("connected above");
-        match tokio::time::timeout(timeout, roundtrip(s, buf, args)).await {
-            Ok(Ok(Frame::Error(e))) if e.starts_with("NOLEASE") => Err(CoordError::NoLease(
+        let c = conn.as_mut().expect("connected above");
+        match c.call_within(args, timeout).await {
+            Ok(Frame::Error(e)) if e.starts_with("NOLEASE") => Err(CoordError::NoLease(
                 e.split(' ').nth(2).unwrap_or("").to_string(),
             )),
-            Ok(Ok(Frame::Error(e))) => Err(CoordError::Refused(e)),
-            Ok(Ok(f)) => Ok(f),
-            Ok(Err(e)) => {
+            Ok(Frame::Error(e)) => Err(CoordError::Refused(e)),
+            Ok(f) => Ok(f),
+            Err(e) => {
                 *conn = None;
-                Err(self.unreachable(e))
-            }
-            Err(_) => {
-                *conn = None;
-                Err(self.unreachable(format!("no reply within {timeout:?}")))
+                Err(self.unreachable(e.reason()))
             }
         }
     }
@@ -143,35 +134,21 @@ impl Remote {
 
     /// One WATCH connection: every state pushed goes to `tx`. Returns `Ok` once nobody watches.
     async fn watch_once(&self, tx: &watch::Sender<Arc<ClusterState>>) -> Result<(), CoordError> {
-        let (mut s, mut buf) = self.connect().await?;
-        let mut out = Vec::new();
-        encode(&[&b"PLIANT.COORD"[..], b"WATCH"], &mut out);
-        tokio::io::AsyncWriteExt::write_all(&mut s, &out)
+        let mut c = self.connect().await?;
+        c.send(&[b"PLIANT.COORD", b"WATCH"])
             .await
-            .map_err(|e| self.unreachable(e))?;
-        let limits = Limits::default();
+            .map_err(|e| self.unreachable(e.reason()))?;
         loop {
-            loop {
-                match Frame::parse(&buf, &limits) {
-                    Ok((frame, used)) => {
-                        let _ = buf.split_to(used);
-                        let state = self.pushed(frame)?;
-                        // A map older than one already seen (the store restarted from an older
-                        // file, or states crossed) never replaces it.
-                        if state.map.version() >= tx.borrow().map.version() {
-                            tx.send_replace(Arc::new(state));
-                        }
-                    }
-                    Err(FrameError::Incomplete) => break,
-                    Err(FrameError::Protocol(e)) => return Err(self.unreachable(e)),
-                }
-            }
             tokio::select! {
-                n = s.read_buf(&mut buf) => match n {
-                    Ok(0) => return Err(self.unreachable("connection closed")),
-                    Ok(_) => {}
-                    Err(e) => return Err(self.unreachable(e)),
-                },
+                frame = c.read() => {
+                    let frame = frame.map_err(|e| self.unreachable(e.reason()))?;
+                    let state = self.pushed(frame)?;
+                    // A map older than one already seen (the store restarted from an older
+                    // file, or states crossed) never replaces it.
+                    if state.map.version() >= tx.borrow().map.version() {
+                        tx.send_replace(Arc::new(state));
+                    }
+                }
                 _ = tx.closed() => return Ok(()),
             }
         }

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 use serde::Serialize;
 
 use super::coord::{ClusterState, Coord};
 use super::mover::Conn;
 use super::mover::{MoveError, MoveReport, change_map, move_slots};
-use crate::frame::Frame;
 
 /// Slots moved together, at most: enough that a map update and a walk over the source's keys
 /// serve many slots, few enough that progress shows and a failure leaves little half done.

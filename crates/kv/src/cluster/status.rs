@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use pliant_proto::client::{Client, ClientError};
+use pliant_proto::frame::Frame;
 use serde::Serialize;
 
 use super::coord::ClusterState;
-use crate::client::{Client, ClientError};
-use crate::frame::Frame;
 
 /// One node.
 #[derive(Debug, Clone, Serialize)]

@@ -5,10 +5,10 @@
 use std::fmt::Write;
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 
 use super::{Ctx, Spec, integer, store_error};
 use crate::cluster::{ClusterState, SLOTS, key_slot};
-use crate::frame::Frame;
 
 /// Redis's reply on a node that is not in a cluster.
 fn disabled() -> Frame {

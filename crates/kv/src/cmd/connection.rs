@@ -2,9 +2,9 @@
 //! TRACKING REDIRECT target needs.
 
 use bytes::Bytes;
+use pliant_proto::frame::{Frame, Protocol};
 
 use super::{Ctx, integer, syntax_error};
-use crate::frame::{Frame, Protocol};
 
 pub(super) fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if ctx.session.messages.is_some() && ctx.session.proto == Protocol::Resp2 {

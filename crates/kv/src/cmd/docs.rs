@@ -15,8 +15,7 @@
 //! `movablekeys`, …: no command here has them).
 
 use bytes::Bytes;
-
-use crate::frame::Frame;
+use pliant_proto::frame::Frame;
 
 /// A command flag, as `COMMAND INFO` names it; declared in the order Redis lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,9 @@
 //! Key commands: DEL/UNLINK, EXISTS, TYPE, EXPIRE/PEXPIRE, TTL/PTTL, PERSIST, KEYS, SCAN.
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 
 use super::{Ctx, integer, not_an_integer, store_error, syntax_error};
-use crate::frame::Frame;
 use crate::glob::glob_match;
 use crate::keyspace::Value;
 

@@ -35,12 +35,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 
 use super::{Ctx, Flag, Spec, check};
-use crate::frame::Frame;
 
 /// Most commands one transaction may queue, and most keys one connection may watch: as many as
-/// one request may carry arguments ([`crate::frame::Limits::max_elements`]).
+/// one request may carry arguments ([`pliant_proto::frame::Limits::max_elements`]).
 pub const MAX_QUEUED: usize = 1_048_576;
 
 /// A transaction being queued.

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use pliant_policy::{ParamValue, Params, PolicySource};
+use pliant_proto::frame::Frame;
 
 use super::Ctx;
-use crate::frame::Frame;
 use crate::policy::AUTO;
 
 /// `PLIANT.POLICY LOAD name <lua source> [param=value…]` | `LOAD auto [param=value…]` |

@@ -3,10 +3,10 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 
 use super::{COMMANDS, Ctx, store_error, syntax_error};
 use crate::config::Durability;
-use crate::frame::Frame;
 use crate::glob::glob_match;
 
 /// `COMMAND`, `COMMAND COUNT`, `COMMAND DOCS [name…]`, `COMMAND INFO name…`: what redis-cli's

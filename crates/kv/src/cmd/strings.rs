@@ -1,9 +1,9 @@
 //! String commands: GET, SET and its variants, MGET, MSET, STRLEN, APPEND, INCR/DECR(BY).
 
 use bytes::Bytes;
+use pliant_proto::frame::Frame;
 
 use super::{Ctx, bulk_or_null, integer, not_an_integer, store_error, syntax_error};
-use crate::frame::Frame;
 use crate::keyspace::Value;
 
 pub(super) fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use pliant_kv::client::Client;
-use pliant_kv::frame::Frame;
 use pliant_policy::PolicySource;
+use pliant_proto::client::Client;
+use pliant_proto::frame::Frame;
 
 use super::args::{Json, PolicyParams};
 

@@ -180,7 +180,7 @@ fn slow_fs(a: &SlowFsArgs) -> Result<ExitCode> {
 
 fn frames(a: &FramesArgs) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new(a.count);
-    let r = pliant_kv::fuzz::fuzz_frames(a.count, a.seed, &|n| bar.set_position(n));
+    let r = pliant_proto::fuzz::fuzz_frames(a.count, a.seed, &|n| bar.set_position(n));
     bar.finish_and_clear();
     if a.output.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

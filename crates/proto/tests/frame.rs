@@ -2,7 +2,7 @@
 //! hostile input (huge claimed lengths, deep nesting, random bytes).
 
 use bytes::Bytes;
-use pliant_kv::frame::{Cursor, Frame, FrameError, Limits, Protocol};
+use pliant_proto::frame::{Cursor, Frame, FrameError, Limits, Protocol};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -424,7 +424,7 @@ fn hostile_counts_and_lengths_fail_at_once() {
 /// request reads as any other.
 #[test]
 fn unauthenticated_requests_are_refused_at_the_header_of_a_large_claim() {
-    use pliant_kv::frame::{UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK};
+    use pliant_proto::frame::{UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK};
     let limits = Limits {
         unauthenticated: true,
         ..Limits::default()

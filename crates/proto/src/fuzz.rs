@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use crate::frame::{Cursor, Frame, FrameError, Limits};
+use crate::frame::{Cursor, Frame, FrameError, Limits, Protocol};
 
 /// What a fuzzing run saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -44,9 +44,9 @@ pub fn fuzz_frames(count: u64, seed: u64, progress: &dyn Fn(u64)) -> FuzzReport 
         let frame = random_frame(&mut rng, 0);
         frame.write(
             if rng.below(2) == 0 {
-                crate::frame::Protocol::Resp2
+                Protocol::Resp2
             } else {
-                crate::frame::Protocol::Resp3
+                Protocol::Resp3
             },
             &mut buf,
         );

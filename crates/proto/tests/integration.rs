@@ -1,0 +1,5 @@
+//! The integration tests of `proto`, as one binary (the workspace's convention: each test binary
+//! links the whole dependency tree). Each module is one subject.
+
+mod client;
+mod frame;
