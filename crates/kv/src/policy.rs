@@ -54,6 +54,63 @@ pub struct PolicyConfig {
     pub interval: Duration,
 }
 
+/// Why the node's policy thread did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LivePolicyError {
+    /// [`Policy::start`] was called outside a tokio runtime: reports to the parent are sent
+    /// from the node's.
+    #[error("the policy thread must start on the node's runtime")]
+    NoRuntime,
+    /// The thread could not be spawned.
+    #[error("cannot start the policy thread")]
+    Spawn(#[source] std::io::Error),
+    /// The thread is gone (it stopped at its start, or the node is stopping).
+    #[error("the policy thread has stopped")]
+    Stopped,
+    /// The thread did not answer within its reply timeout (an install's dry run is bounded by
+    /// the policy's instruction budget, so this is a thread stuck elsewhere).
+    #[error("the policy thread did not answer within {0:?}")]
+    NoAnswer(Duration),
+    /// The engine refused the policy (it does not compile, its dry run failed or exceeded its
+    /// budget) or could not switch to a version; the running policy stays.
+    #[error(transparent)]
+    Engine(#[from] pliant_policy::PolicyError),
+    /// A parameter of `auto` has the wrong type (its value as given, debug-printed).
+    #[error("auto: parameter {name} must be a number, not {value}")]
+    AutoParameterType {
+        /// The parameter.
+        name: String,
+        /// What was given.
+        value: String,
+    },
+    /// `auto`'s objective is outside (0, 1].
+    #[error("auto: efficiency must be in (0, 1], not {0}")]
+    AutoEfficiency(f64),
+    /// `auto` takes only `efficiency` and `seed`.
+    #[error("auto: unknown parameter {0:?} (it takes efficiency and seed)")]
+    AutoUnknownParameter(String),
+    /// A rollback with no policy running.
+    #[error("no policy is running")]
+    NothingRunning,
+    /// A rollback with only one version ever run.
+    #[error("no earlier policy to roll back to")]
+    NoEarlier,
+}
+
+/// Why a report to the parent got no metrics back (logged; the decision goes on without them).
+#[derive(Debug, thiserror::Error)]
+enum ReportError {
+    #[error("the parent did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the parent did not take the report")]
+    Upstream(#[source] crate::upstream::UpstreamError),
+    #[error("the parent answered {0}, not its metrics")]
+    Unexpected(String),
+    #[error("the parent's metrics are malformed")]
+    Malformed(#[source] serde_json::Error),
+}
+
 /// What `PLIANT.POLICY STATUS` reports.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Status {
@@ -84,14 +141,14 @@ enum Msg {
     Load {
         source: PolicySource,
         params: Params,
-        reply: SyncSender<Result<u64, String>>,
+        reply: SyncSender<Result<u64, LivePolicyError>>,
     },
     LoadAuto {
         params: Params,
-        reply: SyncSender<Result<u64, String>>,
+        reply: SyncSender<Result<u64, LivePolicyError>>,
     },
     Rollback {
-        reply: SyncSender<Result<u64, String>>,
+        reply: SyncSender<Result<u64, LivePolicyError>>,
     },
     Status {
         reply: SyncSender<Status>,
@@ -112,9 +169,9 @@ pub struct Policy {
 impl Policy {
     /// Starts the policy thread for `node`, installing `config.source` first; fails with the
     /// policy's error if that install fails.
-    pub fn start(node: Arc<Node>, config: PolicyConfig) -> Result<Self, String> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| "the policy thread must start on the node's runtime".to_string())?;
+    pub fn start(node: Arc<Node>, config: PolicyConfig) -> Result<Self, LivePolicyError> {
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| LivePolicyError::NoRuntime)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let (ready_tx, ready_rx) = sync_channel(1);
         std::thread::Builder::new()
@@ -132,15 +189,13 @@ impl Policy {
                     t.run(&rx);
                 }
             })
-            .map_err(|e| format!("cannot start the policy thread: {e}"))?;
-        ready_rx
-            .recv()
-            .map_err(|_| "the policy thread stopped".to_string())??;
+            .map_err(LivePolicyError::Spawn)?;
+        ready_rx.recv().map_err(|_| LivePolicyError::Stopped)??;
         Ok(Self { tx })
     }
 
     /// Installs `source` with `params` (the running policy stays if it fails); its version.
-    pub fn load(&self, source: PolicySource, params: Params) -> Result<u64, String> {
+    pub fn load(&self, source: PolicySource, params: Params) -> Result<u64, LivePolicyError> {
         self.ask(|reply| Msg::Load {
             source,
             params,
@@ -150,22 +205,22 @@ impl Policy {
 
     /// Makes `auto` the running policy with `params` (`efficiency`, the objective in (0, 1],
     /// and `seed`, its k-means seed); its version (versions count every load, Lua or `auto`).
-    pub fn load_auto(&self, params: Params) -> Result<u64, String> {
+    pub fn load_auto(&self, params: Params) -> Result<u64, LivePolicyError> {
         self.ask(|reply| Msg::LoadAuto { params, reply })?
     }
 
     /// Switches back to the policy that ran before; its version.
-    pub fn rollback(&self) -> Result<u64, String> {
+    pub fn rollback(&self) -> Result<u64, LivePolicyError> {
         self.ask(|reply| Msg::Rollback { reply })?
     }
 
     /// The running policy and its latest decision.
-    pub fn status(&self) -> Result<Status, String> {
+    pub fn status(&self) -> Result<Status, LivePolicyError> {
         self.ask(|reply| Msg::Status { reply })
     }
 
     /// The newest `n` entries of the decision log, one JSON object each, oldest first.
-    pub fn log(&self, n: usize) -> Result<Vec<String>, String> {
+    pub fn log(&self, n: usize) -> Result<Vec<String>, LivePolicyError> {
         self.ask(|reply| Msg::Log { n, reply })
     }
 
@@ -174,13 +229,15 @@ impl Policy {
         let _ = self.tx.send(Msg::Interval(d));
     }
 
-    fn ask<T>(&self, msg: impl FnOnce(SyncSender<T>) -> Msg) -> Result<T, String> {
+    fn ask<T>(&self, msg: impl FnOnce(SyncSender<T>) -> Msg) -> Result<T, LivePolicyError> {
         let (reply, rx) = sync_channel(1);
         self.tx
             .send(msg(reply))
-            .map_err(|_| "the policy thread has stopped".to_string())?;
-        rx.recv_timeout(REPLY_TIMEOUT)
-            .map_err(|_| "the policy thread did not answer".to_string())
+            .map_err(|_| LivePolicyError::Stopped)?;
+        rx.recv_timeout(REPLY_TIMEOUT).map_err(|e| match e {
+            RecvTimeoutError::Timeout => LivePolicyError::NoAnswer(REPLY_TIMEOUT),
+            RecvTimeoutError::Disconnected => LivePolicyError::Stopped,
+        })
     }
 }
 
@@ -289,34 +346,31 @@ impl Thread {
     }
 
     /// Installs a Lua policy (the running one stays if it fails); its version.
-    fn install(&mut self, source: PolicySource) -> Result<u64, String> {
-        let n = self.engine.install(source).map_err(|e| e.to_string())?;
+    fn install(&mut self, source: PolicySource) -> Result<u64, LivePolicyError> {
+        let n = self.engine.install(source)?;
         self.node.keyspace().stop_auto();
         Ok(self.push(Running::Lua(n)))
     }
 
     /// Makes `auto` the running policy, for the objective and seed in `params`.
-    fn start_auto(&mut self, params: &Params) -> Result<u64, String> {
+    fn start_auto(&mut self, params: &Params) -> Result<u64, LivePolicyError> {
         let num = |name: &str, default: f64| match params.get(name) {
             None => Ok(default),
             Some(pliant_policy::ParamValue::Num(x)) => Ok(*x),
-            Some(v) => Err(format!(
-                "auto: parameter {name} must be a number, not {v:?}"
-            )),
+            Some(v) => Err(LivePolicyError::AutoParameterType {
+                name: name.to_string(),
+                value: format!("{v:?}"),
+            }),
         };
         let efficiency = num("efficiency", pliant_tier::auto::EFFICIENCY)?;
         if !(efficiency > 0.0 && efficiency <= 1.0) {
-            return Err(format!(
-                "auto: efficiency must be in (0, 1], not {efficiency}"
-            ));
+            return Err(LivePolicyError::AutoEfficiency(efficiency));
         }
         if let Some(k) = params
             .keys()
             .find(|k| !matches!(k.as_str(), "efficiency" | "seed"))
         {
-            return Err(format!(
-                "auto: unknown parameter {k:?} (it takes efficiency and seed)"
-            ));
+            return Err(LivePolicyError::AutoUnknownParameter(k.clone()));
         }
         let seed = num("seed", 1.0)? as u64;
         self.run_auto(efficiency, seed);
@@ -331,15 +385,18 @@ impl Thread {
     }
 
     /// Back to the version that ran before the running one.
-    fn rollback(&mut self) -> Result<u64, String> {
+    fn rollback(&mut self) -> Result<u64, LivePolicyError> {
         if self.history.is_empty() {
-            return Err("no policy is running".into());
+            return Err(LivePolicyError::NothingRunning);
         }
-        let previous = pliant_policy::previous_version(&self.history)
-            .ok_or("no earlier policy to roll back to")?;
-        match self.version(previous).ok_or("unknown version")? {
+        let previous =
+            pliant_policy::previous_version(&self.history).ok_or(LivePolicyError::NoEarlier)?;
+        let running = self
+            .version(previous)
+            .ok_or(pliant_policy::PolicyError::UnknownVersion(previous))?;
+        match running {
             Running::Lua(n) => {
-                self.engine.activate(n).map_err(|e| e.to_string())?;
+                self.engine.activate(n)?;
                 self.node.keyspace().stop_auto();
             }
             Running::Auto { efficiency, seed } => self.run_auto(efficiency, seed),
@@ -601,7 +658,7 @@ fn report_to(
     id: String,
     own: &Reported,
     wait: Duration,
-) -> Result<(String, Reported), String> {
+) -> Result<(String, Reported), ReportError> {
     let args = vec![
         bytes::Bytes::from_static(b"PLIANT.REPORT"),
         bytes::Bytes::from(id),
@@ -616,19 +673,19 @@ fn report_to(
     });
     let reply = rx
         .recv_timeout(wait)
-        .map_err(|_| "the parent did not answer in time".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| ReportError::Timeout(wait))?
+        .map_err(ReportError::Upstream)?;
     let text = match reply {
-        crate::frame::Frame::Bulk(b) => b,
-        other => return Err(format!("unexpected reply {other:?}")),
+        pliant_proto::frame::Frame::Bulk(b) => b,
+        other => return Err(ReportError::Unexpected(format!("{other:?}"))),
     };
     #[derive(serde::Deserialize)]
     struct Reply {
         id: String,
         metrics: serde_json::Value,
     }
-    let r: Reply = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
-    let metrics = crate::node::reported_from(r.metrics).map_err(|e| e.to_string())?;
+    let r: Reply = serde_json::from_slice(&text).map_err(ReportError::Malformed)?;
+    let metrics = crate::node::reported_from(r.metrics).map_err(ReportError::Malformed)?;
     Ok((r.id, metrics))
 }
 

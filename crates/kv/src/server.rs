@@ -24,36 +24,55 @@ const DRAIN: Duration = Duration::from_secs(5);
 #[non_exhaustive]
 pub enum ServeError {
     /// The address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
     /// The runtime that serves connections could not be started.
-    #[error("cannot start the server's runtime: {0}")]
-    Runtime(std::io::Error),
+    #[error("cannot start the server's runtime")]
+    Runtime(#[source] std::io::Error),
     /// The store could not be opened or synced.
-    #[error("store {path}: {source}")]
+    #[error("store {}", path.display())]
     Store {
         /// Its directory.
         path: std::path::PathBuf,
         /// Why.
+        #[source]
         source: pliant_store::StoreError,
     },
     /// The keyspace could not be built or synced.
     #[error(transparent)]
     Keyspace(#[from] KvError),
-    /// The parent (`--parent`) could not be reached or refused this tier.
-    #[error("{0}")]
-    Parent(String),
-    /// The cluster's coordination store (`--coord`) could not be joined.
-    #[error("joining the cluster: {0}")]
-    Cluster(String),
-    /// The policy given at start did not install.
-    #[error("policy: {0}")]
-    Policy(String),
+    /// The parent (`--parent`) could not be reached or refused this tier's handshake.
+    #[error("parent {addr}")]
+    Parent {
+        /// The parent.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: crate::upstream::UpstreamError,
+    },
+    /// The parent answered the first `PING` with an error.
+    #[error("parent {addr} refused: {reply}")]
+    ParentRefused {
+        /// The parent.
+        addr: SocketAddr,
+        /// Its error reply.
+        reply: String,
+    },
+    /// The cluster's coordination store (`--coord`, `--etcd`) could not be joined.
+    #[error("joining the cluster")]
+    Cluster(#[source] crate::cluster::CoordError),
+    /// The policy given at start (`--policy`) did not install.
+    #[error("policy")]
+    Policy(#[source] crate::policy::LivePolicyError),
+    /// The balancer given at start (`--balancer`) did not start.
+    #[error("balancer")]
+    Balancer(#[source] crate::cluster::balancer::BalancerError),
     /// A non-loopback address without a password (Redis's protected mode, made strict).
     #[error(
         "refusing to serve {addr} without a password: anyone who can reach it could read and change every key. Give --requirepass (or PLIANT_PASSWORD), bind to 127.0.0.1, or pass --unsafe-no-auth if a firewall already keeps everyone else out"
@@ -120,9 +139,19 @@ impl Server {
             ));
             // Connect now, so a wrong address or password stops the start, not the first read.
             match up.call(vec![Bytes::from_static(b"PING")], None).await {
-                Ok(Frame::Error(e)) => return Err(ServeError::Parent(format!("{parent}: {e}"))),
+                Ok(Frame::Error(reply)) => {
+                    return Err(ServeError::ParentRefused {
+                        addr: parent,
+                        reply,
+                    });
+                }
                 Ok(_) => {}
-                Err(e) => return Err(ServeError::Parent(e.to_string())),
+                Err(source) => {
+                    return Err(ServeError::Parent {
+                        addr: parent,
+                        source,
+                    });
+                }
             }
             node.set_parent(up);
         }
@@ -155,7 +184,7 @@ impl Server {
                     crate::cluster::open_coord(&desc, config.requirepass.as_deref()).await?;
                 crate::cluster::Cluster::join(me, desc.clone(), coord, node.stop_signal()).await
             };
-            let cluster = join.await.map_err(|e| ServeError::Cluster(e.to_string()))?;
+            let cluster = join.await.map_err(ServeError::Cluster)?;
             node.set_cluster(cluster);
             if let Some(b) = &config.balancer {
                 let started = crate::cluster::balancer::Balancer::start(
@@ -163,7 +192,7 @@ impl Server {
                     b.clone(),
                     config.requirepass.clone(),
                 )
-                .map_err(|e| ServeError::Policy(format!("balancer: {e}")))?;
+                .map_err(ServeError::Balancer)?;
                 if let Some(c) = node.cluster() {
                     c.set_balancer(started);
                 }
@@ -586,6 +615,81 @@ mod tests {
         assert_eq!(
             refused(config("0.0.0.0:7000", Some("0.0.0.0:9479"), false, true)),
             "served"
+        );
+    }
+
+    /// A config for a pure cache on a loopback port chosen at bind time.
+    fn cache() -> Config {
+        Config {
+            bind: at("127.0.0.1:0"),
+            store: None,
+            threads: 1,
+            ..Config::default()
+        }
+    }
+
+    fn at(a: &str) -> SocketAddr {
+        a.parse().expect("address")
+    }
+
+    /// What binding `config` fails with, on a runtime of its own.
+    fn refusal(config: &Config) -> ServeError {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        match rt.block_on(Server::bind(config)) {
+            Ok(_) => panic!("the server started"),
+            Err(e) => e,
+        }
+    }
+
+    /// The bug: `ServeError::Policy` held the engine's error as a string, so a caller could
+    /// not tell a policy that does not compile from a thread that did not start.
+    #[test]
+    fn a_policy_that_fails_at_start_is_a_typed_serve_error_with_its_cause() {
+        let mut config = cache();
+        config.policy.source = Some(pliant_policy::PolicySource::functions(
+            "broken",
+            "function when( -- never closed",
+        ));
+        let e = refusal(&config);
+        let ServeError::Policy(crate::policy::LivePolicyError::Engine(engine)) = &e else {
+            panic!("{e:?}");
+        };
+        assert!(
+            matches!(engine, pliant_policy::PolicyError::Syntax { .. }),
+            "{engine:?}"
+        );
+        // The serve error's own text names the step; the engine's text comes once, as a cause.
+        assert_eq!(e.to_string(), "policy");
+        let shown = crate::error::chain(&e);
+        assert_eq!(shown, format!("policy: {engine}"));
+    }
+
+    /// The bug: `ServeError::Parent` held the connection's error as a string.
+    #[test]
+    fn a_parent_that_refuses_the_connection_is_a_typed_serve_error_with_its_cause() {
+        // A port that was free a moment ago: nothing listens on it.
+        let parent = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let mut config = cache();
+        config.parent = Some(parent);
+        let e = refusal(&config);
+        let ServeError::Parent { addr, source } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(*addr, parent);
+        assert!(
+            matches!(source, crate::upstream::UpstreamError::Connect { .. }),
+            "{source:?}"
+        );
+        let shown = crate::error::chain(&e);
+        assert!(
+            shown.starts_with(&format!("parent {parent}: "))
+                && shown.matches("parent").count() == 1,
+            "{shown}"
         );
     }
 }

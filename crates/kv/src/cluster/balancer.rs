@@ -41,8 +41,8 @@ use serde::Serialize;
 use super::coord::{BalancerRecord, Coord};
 use super::map::Member;
 use super::mover::{Conn, move_slots};
-use crate::frame::Frame;
 use crate::node::Node;
+use pliant_proto::frame::Frame;
 
 /// Time between decisions by default: Ceph's `mds_bal_interval`, the interval Mantle's
 /// balancers decide at.
@@ -158,14 +158,56 @@ struct Shared {
     log: VecDeque<Entry>,
 }
 
+/// Why the balancer did not start, or did not take a policy.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BalancerError {
+    /// The node is in no cluster.
+    #[error("a balancer moves slots between a cluster's nodes: give --coord or --etcd")]
+    NotInCluster,
+    /// The thread could not be spawned.
+    #[error("cannot start the balancer thread")]
+    Spawn(#[source] std::io::Error),
+    /// The thread is gone (it stopped at its start, or the node is stopping).
+    #[error("the balancer thread stopped")]
+    Stopped,
+    /// The thread did not answer within its reply timeout.
+    #[error("the balancer thread did not answer within {0:?}")]
+    NoAnswer(Duration),
+    /// A record whose chunks make no policy.
+    #[error("balancer {name}: {why}")]
+    Record {
+        /// The policy's name.
+        name: String,
+        /// What is wrong with its chunks.
+        why: String,
+    },
+    /// The engine refused the policy (it does not compile, or its dry run failed or exceeded
+    /// its budget); the running one stays.
+    #[error("balancer {name}")]
+    Policy {
+        /// The policy's name.
+        name: String,
+        /// The engine's error.
+        #[source]
+        source: pliant_policy::PolicyError,
+    },
+    /// The coordination store could not be reached or did not take the record.
+    #[error("coordination store")]
+    Coord(#[source] super::CoordError),
+    /// A rollback with no earlier policy in the store.
+    #[error("no earlier balancer policy to roll back to")]
+    NoEarlier,
+}
+
 /// What `PLIANT.BALANCER LOAD` and `ROLLBACK` ask of the balancer thread.
 enum Msg {
     Load {
         record: BalancerRecord,
-        reply: std::sync::mpsc::SyncSender<Result<u64, String>>,
+        reply: std::sync::mpsc::SyncSender<Result<u64, BalancerError>>,
     },
     Rollback {
-        reply: std::sync::mpsc::SyncSender<Result<u64, String>>,
+        reply: std::sync::mpsc::SyncSender<Result<u64, BalancerError>>,
     },
 }
 
@@ -194,11 +236,9 @@ impl Balancer {
         node: Arc<Node>,
         config: BalancerConfig,
         password: Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BalancerError> {
         let Some(cluster) = node.cluster() else {
-            return Err(
-                "a balancer moves slots between a cluster's nodes: give --coord or --etcd".into(),
-            );
+            return Err(BalancerError::NotInCluster);
         };
         let (me, state) = (cluster.me().id.clone(), cluster.state());
         let shared = Arc::new(Mutex::new(Shared {
@@ -219,60 +259,61 @@ impl Balancer {
                 let mut metrics = Metrics::new(ServerId::Name(me));
                 fill(&mut metrics, &state, &BTreeMap::new());
                 let flag = match &config.source {
-                    None => Ok(None),
-                    Some(source) => check(&metrics, source, &config.params)
-                        .map(|()| Some(record_of(source, &config.params))),
+                    None => None,
+                    Some(source) => match check(&metrics, source, &config.params) {
+                        Ok(()) => Some(record_of(source, &config.params)),
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    },
                 };
-                let ok = flag.is_ok();
-                let _ = ready_tx.send(flag.as_ref().map(|_| ()).map_err(Clone::clone));
-                if ok {
-                    Thread {
-                        node,
-                        engine: Engine::in_memory(metrics),
-                        installed: None,
-                        flag: flag.ok().flatten(),
-                        rx,
-                        interval: config.interval,
-                        password,
-                        shared: out,
-                        conns: HashMap::new(),
-                        seen: HashMap::new(),
-                        history: VecDeque::new(),
-                        owned: Vec::new(),
-                        slot_window: config.slot_window.max(1),
-                    }
-                    .run();
+                let _ = ready_tx.send(Ok(()));
+                Thread {
+                    node,
+                    engine: Engine::in_memory(metrics),
+                    installed: None,
+                    flag,
+                    rx,
+                    interval: config.interval,
+                    password,
+                    shared: out,
+                    conns: HashMap::new(),
+                    seen: HashMap::new(),
+                    history: VecDeque::new(),
+                    owned: Vec::new(),
+                    slot_window: config.slot_window.max(1),
                 }
+                .run();
             })
-            .map_err(|e| format!("cannot start the balancer thread: {e}"))?;
-        ready_rx
-            .recv()
-            .map_err(|_| "the balancer thread stopped".to_string())??;
+            .map_err(BalancerError::Spawn)?;
+        ready_rx.recv().map_err(|_| BalancerError::Stopped)??;
         Ok(Self { shared, tx })
     }
 
     /// Checks `record`'s policy here and makes it the cluster's (every node installs it at its
     /// next decision); its version. The running policy stays if the check fails.
-    pub fn load(&self, record: BalancerRecord) -> Result<u64, String> {
+    pub fn load(&self, record: BalancerRecord) -> Result<u64, BalancerError> {
         self.ask(|reply| Msg::Load { record, reply })
     }
 
     /// Makes the policy before the cluster's current one current again; its (new) version.
-    pub fn rollback(&self) -> Result<u64, String> {
+    pub fn rollback(&self) -> Result<u64, BalancerError> {
         self.ask(|reply| Msg::Rollback { reply })
     }
 
     fn ask(
         &self,
-        msg: impl FnOnce(std::sync::mpsc::SyncSender<Result<u64, String>>) -> Msg,
-    ) -> Result<u64, String> {
+        msg: impl FnOnce(std::sync::mpsc::SyncSender<Result<u64, BalancerError>>) -> Msg,
+    ) -> Result<u64, BalancerError> {
         let (reply, answer) = std::sync::mpsc::sync_channel(1);
         self.tx
             .send(msg(reply))
-            .map_err(|_| "the balancer thread stopped".to_string())?;
-        answer
-            .recv_timeout(REPLY_TIMEOUT)
-            .map_err(|_| format!("the balancer thread did not answer within {REPLY_TIMEOUT:?}"))?
+            .map_err(|_| BalancerError::Stopped)?;
+        answer.recv_timeout(REPLY_TIMEOUT).map_err(|e| match e {
+            std::sync::mpsc::RecvTimeoutError::Timeout => BalancerError::NoAnswer(REPLY_TIMEOUT),
+            std::sync::mpsc::RecvTimeoutError::Disconnected => BalancerError::Stopped,
+        })?
     }
 
     /// What it has done.
@@ -323,7 +364,11 @@ pub fn record_of(source: &PolicySource, params: &Params) -> BalancerRecord {
 }
 
 /// The policy and parameters a record holds.
-pub fn source_of(r: &BalancerRecord) -> Result<(PolicySource, Params), String> {
+pub fn source_of(r: &BalancerRecord) -> Result<(PolicySource, Params), BalancerError> {
+    let bad = |why: String| BalancerError::Record {
+        name: r.name.clone(),
+        why,
+    };
     let params = r
         .params
         .iter()
@@ -331,9 +376,8 @@ pub fn source_of(r: &BalancerRecord) -> Result<(PolicySource, Params), String> {
         .collect();
     if let Some(code) = r.chunks.get("main") {
         if r.chunks.len() > 1 {
-            return Err(format!(
-                "balancer {}: a policy of functions (\"main\") has no other chunks",
-                r.name
+            return Err(bad(
+                "a policy of functions (\"main\") has no other chunks".to_string()
             ));
         }
         return Ok((
@@ -347,26 +391,28 @@ pub fn source_of(r: &BalancerRecord) -> Result<(PolicySource, Params), String> {
             .into_iter()
             .find(|c| c.name() == name)
             .ok_or_else(|| {
-                format!(
-                    "balancer {}: chunk {name:?} is none of main, load, when, where, howmuch",
-                    r.name
-                )
+                bad(format!(
+                    "chunk {name:?} is none of main, load, when, where, howmuch"
+                ))
             })?;
         parts.push((cb, code.as_str()));
     }
     if parts.is_empty() {
-        return Err(format!("balancer {}: no source", r.name));
+        return Err(bad("no source".to_string()));
     }
     Ok((PolicySource::chunks(r.name.clone(), parts), params))
 }
 
 /// Installs `source` in a throwaway engine over `metrics` (which runs its dry run).
-fn check(metrics: &Metrics, source: &PolicySource, params: &Params) -> Result<(), String> {
+fn check(metrics: &Metrics, source: &PolicySource, params: &Params) -> Result<(), BalancerError> {
     let mut e = Engine::in_memory(metrics.clone());
     e.set_params(params.clone());
     e.install(source.clone())
         .map(|_| ())
-        .map_err(|e| format!("balancer {}: {e}", source.name))
+        .map_err(|e| BalancerError::Policy {
+            name: source.name.clone(),
+            source: e,
+        })
 }
 
 struct Thread {
@@ -455,12 +501,12 @@ impl Thread {
                 match rt.block_on(super::open_coord(&desc, self.password.as_deref())) {
                     Ok(c) => coord = Some(c),
                     Err(e) => {
-                        let why = format!("coordination store: {e}");
+                        let e = BalancerError::Coord(e);
                         match wake {
                             Wake::Msg(Msg::Load { reply, .. } | Msg::Rollback { reply }) => {
-                                let _ = reply.send(Err(why));
+                                let _ = reply.send(Err(e));
                             }
-                            _ => self.record(Entry::skipped(0, why)),
+                            _ => self.record(Entry::skipped(0, crate::error::chain(&e))),
                         }
                         next = tokio::time::Instant::now() + self.interval;
                         continue;
@@ -528,7 +574,10 @@ impl Thread {
             self.engine
                 .install(source)
                 .map(|_| ())
-                .map_err(|e| format!("balancer {}: {e}", record.name))
+                .map_err(|e| BalancerError::Policy {
+                    name: record.name.clone(),
+                    source: e,
+                })
         });
         let mut s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
         match installed {
@@ -543,6 +592,7 @@ impl Thread {
                 s.status.install_error = None;
             }
             Err(e) => {
+                let e = crate::error::chain(&e);
                 tracing::warn!("{e}; the policy that ran before runs on");
                 s.status.install_error = Some(e);
             }
@@ -555,17 +605,23 @@ impl Thread {
                 let checked = source_of(&record)
                     .and_then(|(source, params)| check(self.engine.metrics(), &source, &params));
                 let result = match checked {
-                    Ok(()) => coord.set_balancer(record).await.map_err(|e| e.to_string()),
+                    Ok(()) => coord
+                        .set_balancer(record)
+                        .await
+                        .map_err(BalancerError::Coord),
                     Err(e) => Err(e),
                 };
                 (result, reply)
             }
             Msg::Rollback { reply } => {
                 let result = match coord.state().await {
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(BalancerError::Coord(e)),
                     Ok(s) => match s.balancer.and_then(|b| b.previous) {
-                        None => Err("no earlier balancer policy to roll back to".to_string()),
-                        Some(prev) => coord.set_balancer(*prev).await.map_err(|e| e.to_string()),
+                        None => Err(BalancerError::NoEarlier),
+                        Some(prev) => coord
+                            .set_balancer(*prev)
+                            .await
+                            .map_err(BalancerError::Coord),
                     },
                 };
                 (result, reply)

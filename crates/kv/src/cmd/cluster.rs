@@ -228,9 +228,12 @@ pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::error("ERR this node runs no balancer");
     };
     let sub = args[0].to_ascii_uppercase();
-    let version = |r: Result<u64, String>, what: &str| match r {
+    let version = |r: Result<u64, crate::cluster::balancer::BalancerError>, what: &str| match r {
         Ok(v) => Frame::Simple(format!("OK {what} version {v}")),
-        Err(e) => Frame::error(format!("ERR balancer: {}", e.replace(['\r', '\n'], " "))),
+        Err(e) => Frame::error(format!(
+            "ERR balancer: {}",
+            crate::error::chain(&e).replace(['\r', '\n'], " ")
+        )),
     };
     match (sub.as_slice(), &args[1..]) {
         (b"LOAD", [record]) => {

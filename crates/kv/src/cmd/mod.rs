@@ -1409,6 +1409,8 @@ pub fn store_error(e: &crate::KvError) -> Frame {
         // The client's to handle, as with Redis: not the node's failure.
         return Frame::error(e.to_string());
     }
+    // The store's cause (an I/O error, the first failure of a poisoned store) is a source.
+    let e = crate::error::chain(e);
     tracing::error!("{e}");
     Frame::error(format!("ERR {e}"))
 }

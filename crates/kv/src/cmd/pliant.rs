@@ -16,9 +16,9 @@ pub(super) fn policy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::error("ERR this node runs no policy thread");
     };
     let sub = args[0].to_ascii_uppercase();
-    let reply = |r: Result<u64, String>, what: &str| match r {
+    let reply = |r: Result<u64, crate::policy::LivePolicyError>, what: &str| match r {
         Ok(v) => Frame::Simple(format!("OK {what} version {v}")),
-        Err(e) => Frame::error(format!("ERR policy: {}", one_line(&e))),
+        Err(e) => Frame::error(format!("ERR policy: {}", one_line(&e.to_string()))),
     };
     match (sub.as_slice(), &args[1..]) {
         // `auto` is the built-in policy: parameters follow its name, no source.
