@@ -29,7 +29,6 @@ pub mod clients;
 pub mod cluster;
 mod cmd;
 pub mod config;
-pub mod error;
 mod glob;
 pub mod keyspace;
 mod leaf;

@@ -498,14 +498,9 @@ async fn serve(
         }
         if session.wrote {
             // The batch's writes (and those of every client served meanwhile) reach the store as
-            // one batch before any of them is acknowledged; under `always`, synced too.
-            let mut ks = node.keyspace();
-            let done = if node.durability() == Durability::Always {
-                ks.sync()
-            } else {
-                ks.commit()
-            };
-            if let Err(e) = done {
+            // one batch before any of them is acknowledged; under `always`, synced too, by an
+            // fsync shared with the clients waiting with it, off the keyspace lock.
+            if let Err(e) = node.commit().await {
                 // Not in the store: say nothing was acknowledged by closing without the replies.
                 tracing::error!("client {id}: store failed, closing without replies: {e}");
                 return Ok(());
@@ -663,7 +658,7 @@ mod tests {
         );
         // The serve error's own text names the step; the engine's text comes once, as a cause.
         assert_eq!(e.to_string(), "policy");
-        let shown = crate::error::chain(&e);
+        let shown = pliant_proto::error::chain(&e);
         assert_eq!(shown, format!("policy: {engine}"));
     }
 
@@ -685,7 +680,7 @@ mod tests {
             matches!(source, crate::upstream::UpstreamError::Connect { .. }),
             "{source:?}"
         );
-        let shown = crate::error::chain(&e);
+        let shown = pliant_proto::error::chain(&e);
         assert!(
             shown.starts_with(&format!("parent {parent}: "))
                 && shown.matches("parent").count() == 1,

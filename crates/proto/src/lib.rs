@@ -8,6 +8,8 @@
 //!   timeouts, and opens authenticated connections (RESP3 on request): a blocking [`Client`] for
 //!   `pliant admin`, the tools and tests, an [`AsyncClient`] for the nodes' own round trips to
 //!   each other (moves, the coordination store, a tier's parent).
+//! - [`error::chain`]: an error and its causes as one line, each text once (RESP error
+//!   replies, status fields, the CLI).
 //! - [`fuzz`]: a seeded random-frame fuzzer for the parsers (`pliant bench frames`).
 //!
 //! Every place that talks to a node goes through this crate, so the control plane and the data
@@ -18,6 +20,7 @@
 //! `serde` (the fuzzer's report is printed as JSON by `pliant bench frames`).
 
 pub mod client;
+pub mod error;
 pub mod frame;
 pub mod fuzz;
 

@@ -506,7 +506,7 @@ impl Thread {
                             Wake::Msg(Msg::Load { reply, .. } | Msg::Rollback { reply }) => {
                                 let _ = reply.send(Err(e));
                             }
-                            _ => self.record(Entry::skipped(0, crate::error::chain(&e))),
+                            _ => self.record(Entry::skipped(0, pliant_proto::error::chain(&e))),
                         }
                         next = tokio::time::Instant::now() + self.interval;
                         continue;
@@ -592,7 +592,7 @@ impl Thread {
                 s.status.install_error = None;
             }
             Err(e) => {
-                let e = crate::error::chain(&e);
+                let e = pliant_proto::error::chain(&e);
                 tracing::warn!("{e}; the policy that ran before runs on");
                 s.status.install_error = Some(e);
             }

@@ -232,7 +232,7 @@ pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(v) => Frame::Simple(format!("OK {what} version {v}")),
         Err(e) => Frame::error(format!(
             "ERR balancer: {}",
-            crate::error::chain(&e).replace(['\r', '\n'], " ")
+            pliant_proto::error::chain(&e).replace(['\r', '\n'], " ")
         )),
     };
     match (sub.as_slice(), &args[1..]) {

@@ -1410,7 +1410,7 @@ pub fn store_error(e: &crate::KvError) -> Frame {
         return Frame::error(e.to_string());
     }
     // The store's cause (an I/O error, the first failure of a poisoned store) is a source.
-    let e = crate::error::chain(e);
+    let e = pliant_proto::error::chain(e);
     tracing::error!("{e}");
     Frame::error(format!("ERR {e}"))
 }

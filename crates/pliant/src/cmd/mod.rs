@@ -18,33 +18,9 @@ pub mod serve;
 pub mod sim;
 pub mod trace;
 
-/// An error and its causes on one line, each text once.
-///
-/// Errors of the libraries often show their source in their own text as well as returning it
-/// from `source()` ("store {dir}: {source}"), and a context added here may repeat the cause it
-/// wraps; printing the chain as it stands gave "store ./data: store ./data: in use … in use".
-/// So each error contributes its own words (its text less its source's, when it ends with
-/// them), a cause is printed only when the text so far does not already hold it, and a cause
-/// that holds the text before it replaces that text.
+/// An error and its causes on one line, each text once (see [`pliant_proto::error::chain`]).
 pub fn chain(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let mut text = cause.to_string();
-        if let Some(source) = cause.source().map(ToString::to_string)
-            && let Some(own) = text.strip_suffix(source.as_str())
-            && !own.is_empty()
-        {
-            text = own.trim_end_matches([':', ' ']).to_string();
-        }
-        if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
-            continue;
-        }
-        match parts.last_mut() {
-            Some(last) if text.contains(last.as_str()) => *last = text,
-            _ => parts.push(text),
-        }
-    }
-    parts.join(": ")
+    pliant_proto::error::chain(e.as_ref())
 }
 
 #[cfg(test)]
