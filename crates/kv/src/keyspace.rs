@@ -60,6 +60,10 @@ pub enum KvError {
     /// memory could no longer be told durable.
     #[error("writes are refused since the store failed: {0}; restart the node once it is fixed")]
     Failed(String),
+    /// The fsync that was to make committed writes durable failed: none of the writes it
+    /// covered may be acknowledged (the next fsync tries again).
+    #[error("store sync failed")]
+    Unsynced(#[source] Arc<StoreError>),
 }
 
 /// A value and when it expires.
@@ -335,6 +339,8 @@ pub struct Keyspace {
     unready: bool,
     /// Writes since the store was last synced.
     unsynced: bool,
+    /// Batches committed to the store so far: the sequence group commit waits on.
+    commits: u64,
     /// Store writes not yet committed (`None`: a deletion), newest per key: a pipeline's writes,
     /// and those of every client served meanwhile, go to the store as one batch ([`commit`]).
     ///
@@ -401,6 +407,7 @@ impl Keyspace {
             lent: Lent::default(),
             unready: false,
             unsynced: false,
+            commits: 0,
             pending: Default::default(),
             failed: None,
             stats: KvStats::default(),
@@ -959,6 +966,7 @@ impl Keyspace {
             store.batch(&batch)?;
             self.stats.store_writes += 1;
             self.unsynced = true;
+            self.commits += 1;
         }
         self.forget_memory();
         Ok(())
@@ -1167,6 +1175,7 @@ impl Keyspace {
         match store.batch_take(&mut batch) {
             Ok(()) => {
                 self.unsynced = true;
+                self.commits += 1;
                 Ok(())
             }
             Err(e) => {
@@ -1202,6 +1211,24 @@ impl Keyspace {
     /// Whether writes are waiting for a sync.
     pub fn unsynced(&self) -> bool {
         self.unsynced
+    }
+
+    /// Batches committed to the store so far; the latest one's sequence for group commit.
+    pub fn commits(&self) -> u64 {
+        self.commits
+    }
+
+    /// An fsync run off the lock covered every batch up to sequence `upto`.
+    pub fn synced_through(&mut self, upto: u64) {
+        self.stats.store_syncs += 1;
+        if upto >= self.commits {
+            self.unsynced = false;
+        }
+    }
+
+    /// The store, for what runs on it without the keyspace (group commit's fsync).
+    pub fn store_handle(&self) -> Option<Arc<dyn Store>> {
+        self.store.clone()
     }
 
     fn expire(&mut self, key: &[u8]) -> Result<(), KvError> {

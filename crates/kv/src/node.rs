@@ -11,6 +11,8 @@ use bytes::Bytes;
 use crate::config::{Config, Durability};
 use crate::keyspace::Keyspace;
 
+mod group_sync;
+
 /// SCAN cursors kept at once; the oldest is forgotten first (a client that comes back with it
 /// gets `ERR invalid cursor`, never a wrong key).
 const CURSORS: usize = 4096;
@@ -55,6 +57,8 @@ pub struct Node {
     registry: crate::clients::Registry,
     /// Per command of [`crate::COMMANDS`], by its index there: `INFO commandstats`.
     command_stats: Vec<CommandCounters>,
+    /// Group commit of the store's fsyncs (`--durability always`); none without a store.
+    group_sync: Option<group_sync::GroupSync>,
 }
 
 /// One command's counters (`INFO commandstats`).
@@ -119,6 +123,7 @@ impl Node {
     /// A node over `keyspace` with the run-time settings of `config`.
     pub fn new(keyspace: Keyspace, config: &Config) -> Self {
         Self {
+            group_sync: keyspace.store_handle().map(group_sync::GroupSync::new),
             keyspace: Mutex::new(keyspace),
             durability: AtomicU8::new(durability_code(config.durability)),
             max_clients: config.max_clients,
@@ -375,6 +380,26 @@ impl Node {
         // A panic while holding the lock leaves a keyspace whose every step is complete (each
         // mutation is one map operation after the store write), so it stays usable.
         self.keyspace.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits the writes waiting for the store as one batch and returns once they are as
+    /// durable as `--durability` promises: in the store's journal, and under `always` synced
+    /// too, by an fsync shared with every client waiting at the same time and run without the
+    /// keyspace lock (so the others are served meanwhile). On an error nothing may be
+    /// acknowledged.
+    pub async fn commit(&self) -> Result<(), crate::keyspace::KvError> {
+        let seq = {
+            let mut ks = self.keyspace();
+            ks.commit()?;
+            ks.commits()
+        };
+        match &self.group_sync {
+            Some(group) if self.durability() == Durability::Always && seq > 0 => group
+                .wait(seq, |upto| self.keyspace().synced_through(upto))
+                .await
+                .map_err(crate::keyspace::KvError::Unsynced),
+            _ => Ok(()),
+        }
     }
 
     /// When writes are acknowledged.
