@@ -514,6 +514,33 @@ fn info_keyspace_counts_the_keys_with_an_expiry() {
     }
 }
 
+/// Redis's expire.tcl, "… with big integer …": `SET foo bar EX 10000000000000000` was taken and
+/// PTTL then said -8446744073709551641; EXPIRE and PEXPIRE past the end of a signed 64-bit
+/// millisecond clock were taken too.
+#[test]
+fn an_expiry_past_a_64_bit_millisecond_clock_is_refused() {
+    let s = Served::cache();
+    let mut c = s.client();
+    assert_eq!(call(&mut c, &["SET", "foo", "bar"]), ok());
+    for (args, name) in [
+        (&["SET", "foo", "bar", "EX", "10000000000000000"][..], "set"),
+        (&["GETEX", "foo", "EX", "10000000000000000"], "getex"),
+        (&["EXPIRE", "foo", "9223370399119966"], "expire"),
+        (&["PEXPIRE", "foo", "9223372036854770000"], "pexpire"),
+    ] {
+        assert_eq!(
+            call(&mut c, args),
+            Frame::error(format!("ERR invalid expire time in '{name}' command")),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        call(&mut c, &["PTTL", "foo"]),
+        Frame::Integer(-1),
+        "left as it was"
+    );
+}
+
 #[test]
 fn getex_reads_the_value_and_changes_its_expiry_as_told() {
     let s = Served::cache();

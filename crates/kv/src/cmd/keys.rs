@@ -56,7 +56,12 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], ms: i64, name: &str) -> Frame {
     let Some(n) = integer(&args[1]) else {
         return not_an_integer();
     };
-    let Some(delta) = n.checked_mul(ms) else {
+    // Past a signed 64-bit count of milliseconds, in the multiplication or once now is added,
+    // Redis refuses the time (it was taken, and saturated to the end of time).
+    let Some(delta) = n
+        .checked_mul(ms)
+        .filter(|d| (ctx.now as i64).checked_add(*d).is_some())
+    else {
         return Frame::error(format!("ERR invalid expire time in '{name}' command"));
     };
     let cond = match &args[2..] {
@@ -71,7 +76,7 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], ms: i64, name: &str) -> Frame {
     }) else {
         return Frame::Integer(0);
     };
-    let at = (ctx.now as i64).saturating_add(delta);
+    let at = ctx.now as i64 + delta;
     // A key without an expiry has an infinite TTL for GT and LT.
     let current = v.expires_at.map_or(i64::MAX, |t| t as i64);
     let allowed = match cond.as_deref() {

@@ -80,7 +80,8 @@ pub(super) fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 /// When a key given `EX`/`PX`/`EXAT`/`PXAT n` at `now` expires, in unix ms; `None` if `n` is
-/// not positive or overflows (Redis refuses both).
+/// not positive or the time does not fit a signed 64-bit count of milliseconds (Redis refuses
+/// both: `SET k v EX 10000000000000000` was taken, and PTTL then said -8446744073709551641).
 fn deadline(unit: &[u8], n: i64, now: u64) -> Option<u64> {
     let n = u64::try_from(n).ok().filter(|&n| n > 0)?;
     match unit {
@@ -89,6 +90,7 @@ fn deadline(unit: &[u8], n: i64, now: u64) -> Option<u64> {
         b"EXAT" => n.checked_mul(1000),
         _ => Some(n),
     }
+    .filter(|&t| i64::try_from(t).is_ok())
 }
 
 pub(super) fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
