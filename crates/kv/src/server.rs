@@ -394,6 +394,26 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
     node.leave();
 }
 
+/// Replies a client yet to authenticate may leave unread before it is closed: Redis's 1,024
+/// bytes (`checkClientOutputBufferLimits`, networking.c).
+const UNAUTHENTICATED_OUTPUT: usize = 1024;
+
+/// Writes what the socket takes of `out` now, without waiting, and drops it from `out`; whether
+/// what is left is at most `limit` bytes.
+fn sent_within(stream: &TcpStream, out: &mut Vec<u8>, limit: usize) -> std::io::Result<bool> {
+    let mut sent = 0;
+    while sent < out.len() {
+        match stream.try_write(&out[sent..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    out.drain(..sent);
+    Ok(out.len() <= limit)
+}
+
 /// An address for the log, or `?` if the socket could not say.
 fn shown(addr: Option<SocketAddr>) -> String {
     addr.map_or_else(|| "?".to_string(), |a| a.to_string())
@@ -514,6 +534,13 @@ async fn serve(
                 .await;
         }
         if !out.is_empty() {
+            if !session.authenticated && !sent_within(stream, &mut out, UNAUTHENTICATED_OUTPUT)? {
+                // Redis's rule: a client yet to authenticate that leaves more than 1 KiB of
+                // replies untaken (pipelining SETs it is refused without reading the refusals)
+                // is closed, rather than held on a blocked write for as long as it likes.
+                tracing::info!("client {id}: closed: unauthenticated, replies left unread");
+                return Ok(());
+            }
             stream.write_all(&out).await?;
             out.clear();
         }

@@ -374,6 +374,42 @@ fn unauthenticated_client_cannot_claim_more_than_ten_arguments_or_a_16_kib_bulk(
     );
 }
 
+/// Redis's auth.tcl, "For unauthenticated clients output buffer is limited": a client that
+/// pipelines SETs without a password and never reads the refusals was held on a blocked write
+/// for as long as it liked (the suite's test hung 60 s); it is closed once more than 1 KiB of
+/// replies wait, as Redis closes it.
+#[test]
+fn an_unauthenticated_client_that_leaves_its_replies_unread_is_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--no-store", "--requirepass", "s3cret"]);
+    let mut s = TcpStream::connect(node.addr).expect("connect");
+    s.set_write_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let batch = b"SET x 5\r\n".repeat(10_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut sent = 0usize;
+    let err = loop {
+        assert!(Instant::now() < deadline, "still open after {sent} bytes");
+        match s.write_all(&batch) {
+            Ok(()) => sent += batch.len(),
+            Err(e) => break e,
+        }
+        assert!(sent < 1 << 30, "1 GiB of SETs taken without a reply read");
+    };
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ),
+        "closed by the node, not a write that timed out: {err:?} after {sent} bytes"
+    );
+    // An authenticated client may leave its replies unread for a while, as in Redis.
+    assert_eq!(
+        until_closed(node.addr, b"AUTH s3cret\r\nPING\r\nQUIT\r\n", false),
+        "+OK\r\n+PONG\r\n+OK\r\n"
+    );
+}
+
 /// The hole Redis closed with CVE-2021-32675: a client that never authenticates claimed a
 /// 100 MB value and sent it, and the node buffered it as it arrived (8 MiB on each of 200
 /// connections here, 1.6 GB, before the request was whole and its NOAUTH due). Now each is
