@@ -541,6 +541,47 @@ fn an_expiry_past_a_64_bit_millisecond_clock_is_refused() {
     );
 }
 
+/// Redis's expire.tcl, "EXPIRE with LT and XX option …", "… conflicting options …": EXPIRE took
+/// one option at most and answered a syntax error to two.
+#[test]
+fn expire_takes_its_options_together_and_names_the_conflicts() {
+    let s = Served::cache();
+    let mut c = s.client();
+    assert_eq!(call(&mut c, &["SET", "foo", "bar"]), ok());
+    // XX with LT on a key without a TTL: XX fails.
+    assert_eq!(
+        call(&mut c, &["EXPIRE", "foo", "200", "XX", "LT"]),
+        Frame::Integer(0)
+    );
+    assert_eq!(call(&mut c, &["EXPIRE", "foo", "200"]), Frame::Integer(1));
+    assert_eq!(
+        call(&mut c, &["EXPIRE", "foo", "100", "XX", "LT"]),
+        Frame::Integer(1)
+    );
+    assert_eq!(call(&mut c, &["TTL", "foo"]), Frame::Integer(100));
+    assert_eq!(
+        call(&mut c, &["EXPIRE", "foo", "300", "XX", "LT"]),
+        Frame::Integer(0)
+    );
+    let nx = "ERR NX and XX, GT or LT options at the same time are not compatible";
+    for (args, want) in [
+        (
+            &["EXPIRE", "foo", "200", "LT", "GT"][..],
+            "ERR GT and LT options at the same time are not compatible",
+        ),
+        (&["EXPIRE", "foo", "200", "NX", "GT"], nx),
+        (&["EXPIRE", "foo", "200", "NX", "LT"], nx),
+        (&["EXPIRE", "foo", "200", "NX", "XX"], nx),
+        (&["EXPIRE", "foo", "200", "AB"], "ERR Unsupported option AB"),
+        (
+            &["EXPIRE", "foo", "200", "XX", "AB"],
+            "ERR Unsupported option AB",
+        ),
+    ] {
+        assert_eq!(call(&mut c, args), Frame::error(want), "{args:?}");
+    }
+}
+
 #[test]
 fn getex_reads_the_value_and_changes_its_expiry_as_told() {
     let s = Served::cache();

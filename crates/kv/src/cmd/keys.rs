@@ -50,9 +50,31 @@ pub(super) fn pexpire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     set_expiry(ctx, args, 1, "pexpire")
 }
 
-/// `EXPIRE key n [NX|XX|GT|LT]` with `n` in units of `ms` milliseconds. A time in the past
+/// `EXPIRE key n [NX|XX|GT|LT …]` with `n` in units of `ms` milliseconds. A time in the past
 /// deletes the key, as in Redis.
 fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], ms: i64, name: &str) -> Frame {
+    // Options first, as Redis reads them: any of them, each a condition that must hold.
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &args[2..] {
+        match opt.to_ascii_uppercase().as_slice() {
+            b"NX" => nx = true,
+            b"XX" => xx = true,
+            b"GT" => gt = true,
+            b"LT" => lt = true,
+            _ => {
+                return Frame::error(format!(
+                    "ERR Unsupported option {}",
+                    String::from_utf8_lossy(opt)
+                ));
+            }
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Frame::error("ERR NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if gt && lt {
+        return Frame::error("ERR GT and LT options at the same time are not compatible");
+    }
     let Some(n) = integer(&args[1]) else {
         return not_an_integer();
     };
@@ -64,11 +86,6 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], ms: i64, name: &str) -> Frame {
     else {
         return Frame::error(format!("ERR invalid expire time in '{name}' command"));
     };
-    let cond = match &args[2..] {
-        [] => None,
-        [c] => Some(c.to_ascii_uppercase()),
-        _ => return syntax_error(),
-    };
     let mut ks = ctx.node.keyspace();
     let Some(v) = (match ks.read(&args[0], ctx.now) {
         Ok(v) => v,
@@ -79,14 +96,10 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], ms: i64, name: &str) -> Frame {
     let at = ctx.now as i64 + delta;
     // A key without an expiry has an infinite TTL for GT and LT.
     let current = v.expires_at.map_or(i64::MAX, |t| t as i64);
-    let allowed = match cond.as_deref() {
-        None => true,
-        Some(b"NX") => v.expires_at.is_none(),
-        Some(b"XX") => v.expires_at.is_some(),
-        Some(b"GT") => at > current,
-        Some(b"LT") => at < current,
-        Some(_) => return syntax_error(),
-    };
+    let allowed = (!nx || v.expires_at.is_none())
+        && (!xx || v.expires_at.is_some())
+        && (!gt || at > current)
+        && (!lt || at < current);
     if !allowed {
         return Frame::Integer(0);
     }
