@@ -16,7 +16,10 @@ start_node() {
   node_pid=$!
   node_addr=
   for _ in $(seq 1 300); do
-    node_addr=$(sed -n 's/^pliant serve: listening on \([^ ]*\).*/\1/p' "$log")
+    # The address ends at the space before the settings: a line read while the node is still
+    # writing it ("listening on 127.0.") must not pass for one (unbuffered stderr writes the
+    # line in pieces; the scan unit of tools/compat/redis_suite.sh got port "127.0.").
+    node_addr=$(sed -n 's/^pliant serve: listening on \([^ ]*\) .*/\1/p' "$log")
     [ -n "$node_addr" ] && break
     sleep 0.1
   done
