@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use pliant_proto::frame::{Cursor, Frame, FrameError, Limits, Request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::cmd::{Ctx, Session, execute};
@@ -534,15 +534,19 @@ async fn serve(
                 .await;
         }
         if !out.is_empty() {
-            if !session.authenticated && !sent_within(stream, &mut out, UNAUTHENTICATED_OUTPUT)? {
+            if session.authenticated {
+                stream.write_all(&out).await?;
+                out.clear();
+            } else if !sent_within(stream, &mut out, UNAUTHENTICATED_OUTPUT)? {
                 // Redis's rule: a client yet to authenticate that leaves more than 1 KiB of
                 // replies untaken (pipelining SETs it is refused without reading the refusals)
                 // is closed, rather than held on a blocked write for as long as it likes.
                 tracing::info!("client {id}: closed: unauthenticated, replies left unread");
                 return Ok(());
             }
-            stream.write_all(&out).await?;
-            out.clear();
+            // What is left of an unauthenticated client's replies (at most 1 KiB) waits for the
+            // socket below while its requests keep being read, as Redis keeps it: a blocked
+            // write here would hold the connection for as long as the client does not read.
         }
         if session.shutdown {
             node.shut_down();
@@ -551,7 +555,19 @@ async fn serve(
             return Ok(());
         }
         tokio::select! {
-            n = stream.read_buf(&mut buf) => if n? == 0 { return Ok(()) },
+            // Readiness, then a read that does not wait (what `read_buf` does), so that the
+            // socket's writability can be awaited beside it.
+            r = stream.readable() => {
+                r?;
+                match stream.try_read_buf(&mut buf) {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            // Only an unauthenticated client's replies wait here (see above); sent at the top.
+            w = stream.writable(), if !out.is_empty() => w?,
             _ = stop.changed() => return Ok(()),
             _ = client.killed() => return Ok(()),
             Some(message) = next_message(&mut session.messages) => {
