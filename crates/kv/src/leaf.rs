@@ -18,10 +18,10 @@ use bytes::Bytes;
 use crate::cmd::{
     Ctx, Session, Spec, TierRole, check, check_write, run as run_here, track, written,
 };
-use crate::frame::Frame;
 use crate::keyspace::{Fetched, Lent, Value, Want};
 use crate::node::Node;
 use crate::upstream::{Then, Upstream};
+use pliant_proto::frame::Frame;
 
 /// Rounds of fetching for one read: each round fetches only keys that left memory since the
 /// last (a command on one thread never needs a second).

@@ -40,11 +40,6 @@ pub mod server;
 pub mod tracking;
 pub mod upstream;
 
-// Keeps `crate::frame` paths compiling in leaf, cmd/mod, cluster/balancer and policy, which
-// other work was changing when the protocol moved out; they switch to `pliant_proto::frame`
-// with their next edit and this goes. Private: users import the protocol from `pliant-proto`.
-use pliant_proto::frame;
-
 pub use cmd::{COMMANDS, Spec};
 pub use config::{Config, DEFAULT_INTERVAL, DEFAULT_PORT, Durability};
 pub use keyspace::{Keyspace, KvError, KvStats, Value};

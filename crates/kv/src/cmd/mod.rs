@@ -14,10 +14,10 @@ use bytes::Bytes;
 
 pub use docs::{Arg, Docs, Flag, Flags};
 
-use crate::frame::{Frame, Protocol};
 use crate::keyspace::{Keyspace, Lent};
 use crate::node::Node;
 pub(crate) use pliant::{check_write, written};
+use pliant_proto::frame::{Frame, Protocol};
 
 /// One connection's state, as commands see and change it.
 #[derive(Debug, Default)]
