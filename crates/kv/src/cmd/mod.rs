@@ -253,19 +253,20 @@ impl Spec {
         self.flags.has(Flag::Write)
     }
 
-    /// Its index in [`COMMANDS`], found by its name (a constant's address is not one place).
+    /// Its index in [`COMMANDS`]: where it stands in [`TABLE`], the one copy [`lookup`] hands
+    /// out (a constant's address is not one place), found from its address, as every command
+    /// run needs it (`INFO commandstats`, CLIENT LIST's `cmd`) and a lookup by name cost a
+    /// hash of the name each time; by name for a copy from elsewhere.
     pub(crate) fn index(&self) -> usize {
-        static INDEX: std::sync::OnceLock<
-            std::collections::HashMap<&'static str, usize, foldhash::fast::FixedState>,
-        > = std::sync::OnceLock::new();
-        let index = INDEX.get_or_init(|| {
-            COMMANDS
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.name, i))
-                .collect()
-        });
-        index.get(self.name).copied().unwrap_or(usize::MAX)
+        let at = (self as *const Spec as usize).wrapping_sub(TABLE.as_ptr() as usize)
+            / std::mem::size_of::<Spec>();
+        if TABLE.get(at).is_some_and(|c| std::ptr::eq(c, self)) {
+            return at;
+        }
+        TABLE
+            .iter()
+            .position(|c| c.name == self.name)
+            .unwrap_or(usize::MAX)
     }
 }
 
@@ -307,6 +308,10 @@ const MOVED_KEYS: &[Arg] = &[Arg::block(
     ],
 )
 .multiple()];
+
+/// [`COMMANDS`] at one address: what [`lookup`] hands out, so that [`Spec::index`] can tell a
+/// command's place from where it is.
+static TABLE: &[Spec] = COMMANDS;
 
 /// Every command the node answers. The flags, summaries, versions, groups, complexities and
 /// deprecations of Redis's commands are Redis 7.2's (`src/commands.def`); their arguments are
@@ -1223,7 +1228,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     static BY_NAME: std::sync::OnceLock<
         std::collections::HashMap<&'static [u8], &'static Spec, foldhash::fast::FixedState>,
     > = std::sync::OnceLock::new();
-    let table = BY_NAME.get_or_init(|| COMMANDS.iter().map(|c| (c.name.as_bytes(), c)).collect());
+    let table = BY_NAME.get_or_init(|| TABLE.iter().map(|c| (c.name.as_bytes(), c)).collect());
     // Every name is short: lowercase it on the stack rather than allocate per request.
     let mut lower = [0u8; 24];
     let lower = lower.get_mut(..name.len())?;
@@ -1450,6 +1455,17 @@ mod tests {
         }
         assert!(lookup(b"nosuchcommand").is_none());
         assert!(lookup(b"a-name-longer-than-any-command").is_none());
+    }
+
+    /// The index a command's counters are kept under is its place in the table, whether its
+    /// spec came from `lookup` (found by address) or is a copy (found by name).
+    #[test]
+    fn a_commands_index_is_its_place_in_the_table() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            let found = lookup(c.name.as_bytes()).expect("found");
+            assert_eq!(found.index(), i, "{}", c.name);
+            assert_eq!(c.index(), i, "{}", c.name);
+        }
     }
 
     /// `COMMAND DOCS` never says less than Redis always says (summary, since, group), and the
