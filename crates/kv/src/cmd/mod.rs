@@ -56,6 +56,9 @@ pub struct Session {
     pub messages: Option<tokio::sync::mpsc::UnboundedReceiver<Frame>>,
     /// Replies to send after this command's (SUBSCRIBE's, one per channel).
     pub also: Vec<Frame>,
+    /// When the previous command of this batch ended (or the batch began): the start of the
+    /// next one's time in `INFO commandstats`, so a command costs one clock read, not two.
+    pub mark: Option<std::time::Instant>,
 }
 
 /// What a command runs with.
@@ -1316,14 +1319,19 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
             .filter(|k| ks.exists(k, now).unwrap_or(true))
             .collect::<Vec<_>>()
     });
-    let (index, started) = (spec.index(), std::time::Instant::now());
+    // The clock was 9% of a pipelined GET's profile with two reads a command: one read, the
+    // command's end, which starts the next. Its time includes reading its request.
+    let index = spec.index();
+    let started = *ctx.session.mark.get_or_insert_with(std::time::Instant::now);
     if let Some(c) = &ctx.session.client {
         c.ran(index, started);
     }
     let reply = (spec.run)(ctx, &args[1..]);
+    let ended = std::time::Instant::now();
+    ctx.session.mark = Some(ended);
     node.count_call(
         index,
-        started.elapsed().as_micros() as u64,
+        ended.saturating_duration_since(started).as_micros() as u64,
         matches!(reply, Frame::Error(_)),
     );
     if spec.writes() && node.watching() {
