@@ -42,7 +42,7 @@ pub(crate) async fn run(
     if spec.writes() {
         return write(node, up, session, spec, args, now).await;
     }
-    if spec.tier == TierRole::ChildWrite {
+    if spec.facts.tier == TierRole::ChildWrite {
         // A child tier's write: forwarded up like any other, and acknowledged to the child as
         // the parent acknowledges it here (see `PLIANT.WRITE`).
         let inner = &args[1..];
@@ -65,7 +65,7 @@ pub(crate) async fn run(
         }
         return written(reply, 0);
     }
-    if matches!(spec.name, "keys" | "scan" | "dbsize") {
+    if spec.facts.tier == TierRole::AskParent {
         node.count_command();
         return up
             .within("answer", up.call(args.to_vec(), None))
@@ -245,7 +245,7 @@ async fn write_deferred(
     now: u64,
 ) -> (Frame, Option<tokio::sync::oneshot::Receiver<()>>) {
     node.count_command();
-    let put = spec.tier == TierRole::Put && args.len() == 3;
+    let put = spec.facts.tier == TierRole::Put && args.len() == 3;
     if put && node.keyspace().put_redundant(&args[1], &args[2]) {
         // Still a write as this node's own tracking clients see it: a child tier that keeps what
         // it puts is remembered as holding the key.
@@ -263,7 +263,7 @@ async fn write_deferred(
                 ks.drop_key(&key);
             }
         })
-    } else if matches!(spec.name, "flushdb" | "flushall") {
+    } else if spec.facts.every_key {
         Box::new(|_, node| node.keyspace().forget_memory())
     } else {
         let keys: Vec<Bytes> = spec.keys_of(args).cloned().collect();

@@ -156,10 +156,37 @@ pub struct Spec {
     pub keys: (i64, i64, i64),
     /// What `COMMAND DOCS` says of it.
     pub docs: Docs,
-    /// What a cache tier does with it beyond what its flags say (Pliant's, not Redis's: no
-    /// `COMMAND` reply shows it).
-    pub tier: TierRole,
+    /// What the node must know of it beyond Redis's flags.
+    pub facts: Facts,
     run: Run,
+}
+
+/// What the node must know of a command beyond Redis's flags (Pliant's: no `COMMAND` reply
+/// shows them), kept in the table so that no code elsewhere picks a command out by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// Its part in a cache tier.
+    pub tier: TierRole,
+    /// It writes every key (FLUSHDB, FLUSHALL): watchers, trackers and tiers hear of all.
+    pub every_key: bool,
+    /// Inside MULTI it acts at once instead of being queued (EXEC, DISCARD, MULTI, WATCH and,
+    /// as in Redis, QUIT).
+    pub acts_in_multi: bool,
+    /// Allowed on a RESP2 connection that subscribed (SUBSCRIBE, UNSUBSCRIBE, PING, QUIT).
+    pub while_subscribed: bool,
+    /// It takes the transactions' gate itself, exclusively (EXEC); every other command holds
+    /// it shared while it runs.
+    pub gate_itself: bool,
+}
+
+impl Facts {
+    const NONE: Facts = Facts {
+        tier: TierRole::Plain,
+        every_key: false,
+        acts_in_multi: false,
+        while_subscribed: false,
+        gate_itself: false,
+    };
 }
 
 /// A command's part in a cache tier (`--parent`), where that is more than forwarding a write or
@@ -174,6 +201,8 @@ pub enum TierRole {
     Put,
     /// It carries a child tier's write, acknowledged to the child as the parent acknowledges it.
     ChildWrite,
+    /// It reads the whole keyspace, which a tier holds only part of: the parent answers it.
+    AskParent,
 }
 
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
@@ -206,7 +235,7 @@ const fn cmd(
         flags: Flags::of(flags),
         keys,
         docs: Docs::NONE,
-        tier: TierRole::Plain,
+        facts: Facts::NONE,
         run,
     }
 }
@@ -241,7 +270,31 @@ impl Spec {
 
     /// Its part in a cache tier.
     const fn tier(mut self, role: TierRole) -> Spec {
-        self.tier = role;
+        self.facts.tier = role;
+        self
+    }
+
+    /// It writes every key.
+    const fn every_key(mut self) -> Spec {
+        self.facts.every_key = true;
+        self
+    }
+
+    /// Inside MULTI it acts at once.
+    const fn acts_in_multi(mut self) -> Spec {
+        self.facts.acts_in_multi = true;
+        self
+    }
+
+    /// Allowed on a subscribed RESP2 connection.
+    const fn while_subscribed(mut self) -> Spec {
+        self.facts.while_subscribed = true;
+        self
+    }
+
+    /// It takes the transactions' gate itself.
+    const fn gate_itself(mut self) -> Spec {
+        self.facts.gate_itself = true;
         self
     }
 
@@ -339,6 +392,7 @@ pub const COMMANDS: &[Spec] = &[
         Arg::string("password"),
     ]),
     cmd("ping", -1, &[Fast], NO_KEYS, connection::ping)
+        .while_subscribed()
         .doc(
             CONNECTION,
             "1.0.0",
@@ -408,6 +462,8 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         connection::quit,
     )
+    .acts_in_multi()
+    .while_subscribed()
     .doc(CONNECTION, "1.0.0", "O(1)", "Closes the connection.")
     .deprecated("7.2.0", "just closing the connection"),
     cmd(
@@ -417,13 +473,17 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         multi::multi,
     )
+    .acts_in_multi()
     .doc(TRANSACTIONS, "1.2.0", "O(1)", "Starts a transaction."),
-    cmd("exec", 1, &[Noscript, Loading, Stale], NO_KEYS, multi::exec).doc(
-        TRANSACTIONS,
-        "1.2.0",
-        "Depends on commands in the transaction",
-        "Executes all commands in a transaction.",
-    ),
+    cmd("exec", 1, &[Noscript, Loading, Stale], NO_KEYS, multi::exec)
+        .acts_in_multi()
+        .gate_itself()
+        .doc(
+            TRANSACTIONS,
+            "1.2.0",
+            "Depends on commands in the transaction",
+            "Executes all commands in a transaction.",
+        ),
     cmd(
         "discard",
         1,
@@ -431,6 +491,7 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         multi::discard,
     )
+    .acts_in_multi()
     .doc(
         TRANSACTIONS,
         "2.0.0",
@@ -444,6 +505,7 @@ pub const COMMANDS: &[Spec] = &[
         ALL_KEYS,
         multi::watch,
     )
+    .acts_in_multi()
     .doc(
         TRANSACTIONS,
         "2.2.0",
@@ -471,6 +533,7 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         connection::subscribe,
     )
+    .while_subscribed()
     .doc(
         PUBSUB,
         "2.0.0",
@@ -485,6 +548,7 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         connection::unsubscribe,
     )
+    .while_subscribed()
     .doc(
         PUBSUB,
         "2.0.0",
@@ -541,13 +605,16 @@ pub const COMMANDS: &[Spec] = &[
             "A container for server configuration commands.",
         )
         .container(),
-    cmd("dbsize", 1, &[Readonly, Fast], NO_KEYS, server::dbsize).doc(
-        SERVER,
-        "1.0.0",
-        "O(1)",
-        "Returns the number of keys in the database.",
-    ),
+    cmd("dbsize", 1, &[Readonly, Fast], NO_KEYS, server::dbsize)
+        .tier(TierRole::AskParent)
+        .doc(
+            SERVER,
+            "1.0.0",
+            "O(1)",
+            "Returns the number of keys in the database.",
+        ),
     cmd("flushdb", -1, &[Write], NO_KEYS, server::flush)
+        .every_key()
         .doc(
             SERVER,
             "1.0.0",
@@ -556,6 +623,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[FLUSH_TYPE]),
     cmd("flushall", -1, &[Write], NO_KEYS, server::flush)
+        .every_key()
         .doc(
             SERVER,
             "1.0.0",
@@ -913,6 +981,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[Arg::key("key")]),
     cmd("keys", 2, &[Readonly], NO_KEYS, keys::keys)
+        .tier(TierRole::AskParent)
         .doc(
             GENERIC,
             "1.0.0",
@@ -925,6 +994,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[Arg::pattern("pattern")]),
     cmd("scan", -2, &[Readonly], NO_KEYS, keys::scan)
+        .tier(TierRole::AskParent)
         .doc(
             GENERIC,
             "2.8.0",
@@ -1256,7 +1326,7 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     if ctx.session.messages.is_some()
         && ctx.session.proto == Protocol::Resp2
-        && !matches!(spec.name, "subscribe" | "unsubscribe" | "ping" | "quit")
+        && !spec.facts.while_subscribed
     {
         // A RESP2 connection that subscribed reads messages, not replies, until it unsubscribes.
         return Frame::error(format!(
@@ -1265,7 +1335,7 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         ));
     }
     // EXEC holds it exclusively itself.
-    let _shared = (spec.name != "exec").then(|| ctx.node.exec_shared());
+    let _shared = (!spec.facts.gate_itself).then(|| ctx.node.exec_shared());
     match ctx.node.cluster() {
         Some(c) if spec.keys.0 != 0 => {
             // Held from the routing decision to the end of the command, so a slot move cannot
@@ -1311,7 +1381,7 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
     ctx.node.count_command();
     let node = ctx.node;
     // A FLUSHDB changes the watched keys that exist when it runs, and no others.
-    let flushed = (node.watching() && matches!(spec.name, "flushdb" | "flushall")).then(|| {
+    let flushed = (node.watching() && spec.facts.every_key).then(|| {
         let mut ks = node.keyspace();
         let now = ctx.now;
         node.watched_keys()
@@ -1366,7 +1436,7 @@ pub fn track(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) {
     }
     let id = ctx.session.id;
     if spec.writes() {
-        let waits = if matches!(spec.name, "flushdb" | "flushall") {
+        let waits = if spec.facts.every_key {
             tracking.wrote_all(id)
         } else {
             tracking.wrote(id, spec.keys_of(args))
@@ -1463,6 +1533,37 @@ mod tests {
         }
         assert!(lookup(b"nosuchcommand").is_none());
         assert!(lookup(b"a-name-longer-than-any-command").is_none());
+    }
+
+    /// What the node knows of a command beyond Redis's flags is in the table: the commands
+    /// that were picked out by name in leaf.rs, multi.rs and here.
+    #[test]
+    fn the_facts_once_matched_by_name_are_in_the_table() {
+        let with = |f: fn(&Facts) -> bool| {
+            let mut names: Vec<&str> = COMMANDS
+                .iter()
+                .filter(|c| f(&c.facts))
+                .map(|c| c.name)
+                .collect();
+            names.sort_unstable();
+            names
+        };
+        assert_eq!(with(|f| f.every_key), ["flushall", "flushdb"]);
+        assert_eq!(
+            with(|f| f.acts_in_multi),
+            ["discard", "exec", "multi", "quit", "watch"]
+        );
+        assert_eq!(
+            with(|f| f.while_subscribed),
+            ["ping", "quit", "subscribe", "unsubscribe"]
+        );
+        assert_eq!(with(|f| f.gate_itself), ["exec"]);
+        assert_eq!(
+            with(|f| f.tier == TierRole::AskParent),
+            ["dbsize", "keys", "scan"]
+        );
+        assert_eq!(with(|f| f.tier == TierRole::Put), ["set"]);
+        assert_eq!(with(|f| f.tier == TierRole::ChildWrite), ["pliant.write"]);
     }
 
     /// The index a command's counters are kept under is its place in the table, whether its

@@ -78,7 +78,7 @@ pub struct Watching {
 /// The commands that are never queued: they act on the transaction itself (QUIT, too, acts at
 /// once in Redis).
 fn acts_at_once(spec: &Spec) -> bool {
-    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit")
+    spec.facts.acts_in_multi
 }
 
 /// Queues a request of a connection in a transaction; `None` when it is one that runs at once.
