@@ -20,7 +20,7 @@ use crate::cmd::{
 };
 use crate::keyspace::{Fetched, Lent, Value, Want};
 use crate::node::Node;
-use crate::upstream::{Then, Upstream};
+use crate::upstream::{Then, Upstream, UpstreamError};
 use pliant_proto::frame::Frame;
 
 /// Rounds of fetching for one read: each round fetches only keys that left memory since the
@@ -70,7 +70,7 @@ pub(crate) async fn run(
         return up
             .within("answer", up.call(args.to_vec(), None))
             .await
-            .and_then(|r| r.map_err(|e| e.to_string()))
+            .and_then(|r| r)
             .unwrap_or_else(|e| Frame::error(format!("ERR {e}")));
     }
     if spec.keys_of(args).next().is_none() {
@@ -171,12 +171,12 @@ async fn read(
                         |_| Err(format!("parent {}: connection lost", up.addr())),
                         |f| fetched(&f),
                     ),
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.to_string()),
                 },
                 Err(joined) => up
                     .within("answer a fetch", joined.wait())
                     .await
-                    .unwrap_or_else(Err),
+                    .unwrap_or_else(|e| Err(e.to_string())),
             };
             match v {
                 Ok(v) => {
@@ -228,7 +228,7 @@ async fn acknowledged(
 }
 
 /// The reply to a write whose answer did not come in time.
-fn unsure(timed_out: &str) -> Frame {
+fn unsure(timed_out: &UpstreamError) -> Frame {
     Frame::error(format!(
         "ERR {timed_out}; it may or may not have been applied"
     ))

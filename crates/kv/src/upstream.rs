@@ -43,6 +43,17 @@ pub enum UpstreamError {
         /// The parent.
         addr: SocketAddr,
     },
+    /// The parent did not answer within `--parent-timeout`: what was asked may or may not have
+    /// been applied.
+    #[error("parent {addr} did not {what} within {after:?} (--parent-timeout)")]
+    TimedOut {
+        /// The parent.
+        addr: SocketAddr,
+        /// What the tier waited for ("answer a fetch").
+        what: &'static str,
+        /// `--parent-timeout`.
+        after: std::time::Duration,
+    },
 }
 
 /// What runs in the reader when a request's reply arrives, before anything later is read.
@@ -150,16 +161,15 @@ impl Upstream {
     /// kept, a write's reply updates memory.
     pub async fn within<T>(
         &self,
-        what: &str,
+        what: &'static str,
         answer: impl std::future::Future<Output = T>,
-    ) -> Result<T, String> {
+    ) -> Result<T, UpstreamError> {
         tokio::time::timeout(self.timeout, answer)
             .await
-            .map_err(|_| {
-                format!(
-                    "parent {} did not {what} within {:?} (--parent-timeout)",
-                    self.addr, self.timeout
-                )
+            .map_err(|_| UpstreamError::TimedOut {
+                addr: self.addr,
+                what,
+                after: self.timeout,
             })
     }
 
