@@ -179,6 +179,15 @@ pub struct Facts {
     pub gate_itself: bool,
 }
 
+/// The yes-or-no [`Facts`], named for the table (`.with(Fact::EveryKey)`).
+#[derive(Clone, Copy)]
+enum Fact {
+    EveryKey,
+    ActsInMulti,
+    WhileSubscribed,
+    GateItself,
+}
+
 impl Facts {
     const NONE: Facts = Facts {
         tier: TierRole::Plain,
@@ -274,27 +283,14 @@ impl Spec {
         self
     }
 
-    /// It writes every key.
-    const fn every_key(mut self) -> Spec {
-        self.facts.every_key = true;
-        self
-    }
-
-    /// Inside MULTI it acts at once.
-    const fn acts_in_multi(mut self) -> Spec {
-        self.facts.acts_in_multi = true;
-        self
-    }
-
-    /// Allowed on a subscribed RESP2 connection.
-    const fn while_subscribed(mut self) -> Spec {
-        self.facts.while_subscribed = true;
-        self
-    }
-
-    /// It takes the transactions' gate itself.
-    const fn gate_itself(mut self) -> Spec {
-        self.facts.gate_itself = true;
+    /// One of its [`Facts`] holds.
+    const fn with(mut self, fact: Fact) -> Spec {
+        match fact {
+            Fact::EveryKey => self.facts.every_key = true,
+            Fact::ActsInMulti => self.facts.acts_in_multi = true,
+            Fact::WhileSubscribed => self.facts.while_subscribed = true,
+            Fact::GateItself => self.facts.gate_itself = true,
+        }
         self
     }
 
@@ -392,7 +388,7 @@ pub const COMMANDS: &[Spec] = &[
         Arg::string("password"),
     ]),
     cmd("ping", -1, &[Fast], NO_KEYS, connection::ping)
-        .while_subscribed()
+        .with(Fact::WhileSubscribed)
         .doc(
             CONNECTION,
             "1.0.0",
@@ -462,8 +458,8 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         connection::quit,
     )
-    .acts_in_multi()
-    .while_subscribed()
+    .with(Fact::ActsInMulti)
+    .with(Fact::WhileSubscribed)
     .doc(CONNECTION, "1.0.0", "O(1)", "Closes the connection.")
     .deprecated("7.2.0", "just closing the connection"),
     cmd(
@@ -473,11 +469,11 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         multi::multi,
     )
-    .acts_in_multi()
+    .with(Fact::ActsInMulti)
     .doc(TRANSACTIONS, "1.2.0", "O(1)", "Starts a transaction."),
     cmd("exec", 1, &[Noscript, Loading, Stale], NO_KEYS, multi::exec)
-        .acts_in_multi()
-        .gate_itself()
+        .with(Fact::ActsInMulti)
+        .with(Fact::GateItself)
         .doc(
             TRANSACTIONS,
             "1.2.0",
@@ -491,7 +487,7 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         multi::discard,
     )
-    .acts_in_multi()
+    .with(Fact::ActsInMulti)
     .doc(
         TRANSACTIONS,
         "2.0.0",
@@ -505,7 +501,7 @@ pub const COMMANDS: &[Spec] = &[
         ALL_KEYS,
         multi::watch,
     )
-    .acts_in_multi()
+    .with(Fact::ActsInMulti)
     .doc(
         TRANSACTIONS,
         "2.2.0",
@@ -533,7 +529,7 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         connection::subscribe,
     )
-    .while_subscribed()
+    .with(Fact::WhileSubscribed)
     .doc(
         PUBSUB,
         "2.0.0",
@@ -548,7 +544,7 @@ pub const COMMANDS: &[Spec] = &[
         NO_KEYS,
         connection::unsubscribe,
     )
-    .while_subscribed()
+    .with(Fact::WhileSubscribed)
     .doc(
         PUBSUB,
         "2.0.0",
@@ -614,7 +610,7 @@ pub const COMMANDS: &[Spec] = &[
             "Returns the number of keys in the database.",
         ),
     cmd("flushdb", -1, &[Write], NO_KEYS, server::flush)
-        .every_key()
+        .with(Fact::EveryKey)
         .doc(
             SERVER,
             "1.0.0",
@@ -623,7 +619,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[FLUSH_TYPE]),
     cmd("flushall", -1, &[Write], NO_KEYS, server::flush)
-        .every_key()
+        .with(Fact::EveryKey)
         .doc(
             SERVER,
             "1.0.0",
