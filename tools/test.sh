@@ -53,6 +53,12 @@ if [ ! -e /dev/fuse ]; then
   echo "tools/test.sh: no /dev/fuse here: the pliant fs mount tests will skip" >&2
 fi
 
+# The serve tests drive a node with real clients: redis-cli, and redis-py in target/compat-venv
+# (the same environment tools/compat/*.sh use), made here so a clean clone's first run has it.
+# shellcheck source=tools/lib/clients.sh
+. tools/lib/clients.sh
+need_redis_py
+
 if $all_features; then
   # `exact` builds HiGHS from source: cmake, and libclang for its generated bindings.
   need cmake command -v cmake

@@ -21,7 +21,17 @@ need_redis_py() {
   need_apt redis-tools redis-cli
   local venv=target/compat-venv
   if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv" 2>/dev/null || { need_apt python3-venv true; python3 -m venv "$venv"; }
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+      # Debian splits venv (ensurepip) into python3-venv; a half-made directory would fail again.
+      rm -rf "$venv"
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      else
+        echo "$(basename "$0"): needs python3's venv module (Debian package python3-venv)" >&2
+        exit 1
+      fi
+      python3 -m venv "$venv"
+    fi
   fi
   "$venv/bin/python" -c 'import redis' 2>/dev/null || "$venv/bin/pip" install -q 'redis>=5,<7'
   py=$venv/bin/python
