@@ -33,6 +33,9 @@ use pliant_cache::{Cache, Capacity, Evicted, Request};
 use pliant_store::{Store, StoreError};
 use pliant_tier::{Auto, AutoState, CacheView, InFlight, Read, Tier};
 
+mod store_reads;
+pub use store_reads::{Joined, Reading, StoreWant};
+
 /// Why a keyspace operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -348,6 +351,10 @@ pub struct Keyspace {
     pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>,
     /// Why writes are refused, once a commit failed.
     failed: Option<String>,
+    /// Store reads done off the lock for the commands about to run, and those under way.
+    off_lock: store_reads::StoreReads,
+    /// How long the store read behind the latest loan took (`auto` prices the miss with it).
+    loan_waited: Option<f64>,
     stats: KvStats,
     /// `(unix seconds, key id)` of reads since a policy last took them; `None` when no policy
     /// asks for them.
@@ -410,6 +417,8 @@ impl Keyspace {
             commits: 0,
             pending: Default::default(),
             failed: None,
+            off_lock: store_reads::StoreReads::default(),
+            loan_waited: None,
             stats: KvStats::default(),
             reads: None,
             auto: None,
@@ -628,9 +637,15 @@ impl Keyspace {
         // A read the store served waited for it as a tier's miss waits for its parent: `auto`
         // prices misses with that wait.
         let (store_reads, started) = (self.stats.store_reads, std::time::Instant::now());
+        self.loan_waited = None;
         let v = self.count_read(key, id, now);
         if self.stats.store_reads > store_reads {
-            self.auto_wait(started.elapsed().as_secs_f64(), true);
+            // Read off the lock before the command ran: the wait is that read's.
+            let waited = self
+                .loan_waited
+                .take()
+                .unwrap_or_else(|| started.elapsed().as_secs_f64());
+            self.auto_wait(waited, true);
         }
         v
     }
@@ -675,14 +690,13 @@ impl Keyspace {
             return Ok(self.lent_value(key).filter(|v| v.live(now)));
         }
         self.stats.misses += 1;
-        let found = match &self.store {
-            None => None,
-            Some(store) => {
-                self.stats.store_reads += 1;
-                Self::stored(&self.pending, store.as_ref(), key)?
-                    .map(|raw| Value::decode(key, raw))
-                    .transpose()?
-            }
+        let found = if self.store.is_some() {
+            self.stats.store_reads += 1;
+            self.stored(key, id, true)?
+                .map(|raw| Value::decode(key, raw))
+                .transpose()?
+        } else {
+            None
         };
         // The miss is an access of the key as the algorithm sees it: one that keeps ghosts
         // (S3-FIFO, ARC) learns of it, as in the simulator's `access`.
@@ -706,11 +720,11 @@ impl Keyspace {
         if let Some(slot) = self.slot(self.id_of(key), key) {
             return Ok(Some(slot.value()).filter(|v| v.live(now)));
         }
-        let Some(store) = &self.store else {
+        if self.store.is_none() {
             return Ok(self.lent_value(key).filter(|v| v.live(now)));
-        };
+        }
         self.stats.store_reads += 1;
-        let raw = Self::stored(&self.pending, store.as_ref(), key)?;
+        let raw = self.stored(key, self.id_of(key), false)?;
         match raw {
             None => Ok(None),
             Some(raw) => Ok(Some(Value::decode(key, raw)?).filter(|v| v.live(now))),
@@ -729,6 +743,7 @@ impl Keyspace {
         if self.store.is_some() {
             self.pending.insert(key.to_vec(), Some(v.encode()));
             self.stats.store_writes += 1;
+            self.off_lock.written(self.id_of(&key));
         }
         self.auto_put(&key);
         self.keep(&key, v);
@@ -762,11 +777,11 @@ impl Keyspace {
             self.expire(key)?;
             return Ok(false);
         }
-        let Some(store) = &self.store else {
+        if self.store.is_none() {
             return Ok(self.lent_value(key).is_some_and(|v| v.live(now)));
-        };
+        }
         self.stats.store_reads += 1;
-        let raw = Self::stored(&self.pending, store.as_ref(), key)?;
+        let raw = self.stored(key, self.id_of(key), false)?;
         match raw {
             None => Ok(false),
             Some(raw) => {
@@ -963,6 +978,7 @@ impl Keyspace {
             for k in &keys {
                 batch.delete(k);
             }
+            self.off_lock.flushed();
             store.batch(&batch)?;
             self.stats.store_writes += 1;
             self.unsynced = true;
@@ -1243,6 +1259,7 @@ impl Keyspace {
         if self.store.is_some() {
             self.pending.insert(key.to_vec(), None);
             self.stats.store_writes += 1;
+            self.off_lock.written(self.id_of(key));
         }
         self.drop_key(key);
         Ok(())
@@ -1292,16 +1309,45 @@ impl Keyspace {
         }
     }
 
-    /// What the store holds for `key` once the writes not yet committed are counted.
-    fn stored(
-        pending: &std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>,
-        store: &dyn Store,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>, KvError> {
-        match pending.get(key) {
-            Some(p) => Ok(p.clone()),
-            None => Ok(store.get(key)?),
+    /// What the store holds for `key` (whose id is `id`) once the writes not yet committed are
+    /// counted: from them, from a loan read off the lock (taken when the caller keeps the value in
+    /// memory), or, with neither, from the store itself, under the lock.
+    fn stored(&mut self, key: &[u8], id: u64, take: bool) -> Result<Option<Vec<u8>>, KvError> {
+        if let Some(p) = self.pending.get(key) {
+            return Ok(p.clone());
         }
+        if let Some((raw, seconds)) = self.off_lock.loan(key, id, take) {
+            self.loan_waited = Some(seconds);
+            return Ok(raw);
+        }
+        match &self.store {
+            Some(store) => Ok(store.get(key)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Where a command's read of `key` stands before it runs on a node over a store (see
+    /// [`store_reads`]): ready, joining a store read under way, or to be read by the caller off
+    /// the lock and handed back with [`store_read`](Self::store_read).
+    pub fn store_want(&mut self, key: &Bytes) -> StoreWant {
+        if self.store.is_none() || self.parent {
+            return StoreWant::Ready;
+        }
+        let id = self.id_of(key);
+        if self.slot(id, key).is_some()
+            || self.pending.contains_key(key.as_ref())
+            || self.off_lock.has_loan(key, id)
+        {
+            return StoreWant::Ready;
+        }
+        self.off_lock.want(key)
+    }
+
+    /// The store read `r` ended: what it found and in how many seconds, or `None` if it failed
+    /// (the command then reads the store itself and answers its error).
+    pub fn store_read(&mut self, r: Reading, found: Option<(Option<Vec<u8>>, f64)>) {
+        let id = self.id_of(r.key());
+        self.off_lock.finished(r, id, found);
     }
 
     fn cache(&self) -> &Cache {
@@ -1601,6 +1647,56 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A store read done off the lock is the store's value when the read began: a write of the
+    /// key (a set, a delete, a flush) while it ran makes it stale, and a command then never sees
+    /// it (it reads the value the write left).
+    #[test]
+    fn a_store_read_that_a_write_overtook_is_never_served() {
+        let key = Bytes::from_static(b"k");
+        let over_store = || {
+            let store: Arc<dyn Store> = Arc::new(MemStore::new());
+            let mut k = Keyspace::new("lru", Capacity::Keys(10), Some(store)).expect("keyspace");
+            k.set(key.clone(), Value::new("old")).expect("set");
+            k.commit().expect("commit");
+            k.forget_memory();
+            k
+        };
+        let read = |k: &mut Keyspace| match k.store_want(&key) {
+            StoreWant::Read(r) => r,
+            w => panic!("a key only the store holds is read off the lock, not {w:?}"),
+        };
+        let old = Some((Some(Value::new("old").encode()), 0.0));
+        type Write = fn(&mut Keyspace, &Bytes);
+        let writes: [(&str, Write); 3] = [
+            ("set", |k, key| {
+                k.set(key.clone(), Value::new("new")).expect("set")
+            }),
+            ("delete", |k, key| {
+                assert!(k.delete(key, 0).expect("delete"));
+            }),
+            ("flush", |k, _| k.flush().expect("flush")),
+        ];
+        for (name, write) in writes {
+            let mut k = over_store();
+            let r = read(&mut k);
+            write(&mut k, &key);
+            k.commit().expect("commit");
+            k.forget_memory();
+            k.store_read(r, old.clone());
+            let expected = (name == "set").then(|| Bytes::from_static(b"new"));
+            assert_eq!(k.get(&key, 0).expect("get"), expected, "after a {name}");
+        }
+        // Nothing overtook it: the command is lent it.
+        let mut k = over_store();
+        let r = read(&mut k);
+        k.store_read(r, old.clone());
+        assert!(matches!(k.store_want(&key), StoreWant::Ready));
+        assert_eq!(
+            k.get(&key, 0).expect("get"),
+            Some(Bytes::from_static(b"old"))
+        );
     }
 
     /// A pipeline's writes go to the store as one batch; a failed batch takes its keys out of

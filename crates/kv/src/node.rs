@@ -12,6 +12,7 @@ use crate::config::{Config, Durability};
 use crate::keyspace::Keyspace;
 
 mod group_sync;
+mod read_ahead;
 
 /// SCAN cursors kept at once; the oldest is forgotten first (a client that comes back with it
 /// gets `ERR invalid cursor`, never a wrong key).
@@ -59,6 +60,8 @@ pub struct Node {
     command_stats: Vec<CommandCounters>,
     /// Group commit of the store's fsyncs (`--durability always`); none without a store.
     group_sync: Option<group_sync::GroupSync>,
+    /// The store below memory, if any: what [`read_ahead`](Node::read_ahead) reads off the lock.
+    store: Option<std::sync::Arc<dyn pliant_store::Store>>,
 }
 
 /// One command's counters (`INFO commandstats`).
@@ -124,6 +127,7 @@ impl Node {
     pub fn new(keyspace: Keyspace, config: &Config) -> Self {
         Self {
             group_sync: keyspace.store_handle().map(group_sync::GroupSync::new),
+            store: keyspace.store_handle(),
             keyspace: Mutex::new(keyspace),
             durability: AtomicU8::new(durability_code(config.durability)),
             max_clients: config.max_clients,
@@ -380,6 +384,11 @@ impl Node {
         // A panic while holding the lock leaves a keyspace whose every step is complete (each
         // mutation is one map operation after the store write), so it stays usable.
         self.keyspace.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a persistent store is below memory.
+    pub fn has_store(&self) -> bool {
+        self.store.is_some()
     }
 
     /// Commits the writes waiting for the store as one batch and returns once they are as

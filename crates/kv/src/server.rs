@@ -507,7 +507,19 @@ async fn serve(
                     let reply = match node.parent() {
                         // A tier's request may wait for its parent: its time is read afresh.
                         Some(up) => crate::leaf::run(node, up, session, &args, now_ms()).await,
-                        None => execute(&mut Ctx::new(node, session, now(session)), &args),
+                        None => {
+                            // Over a store, the keys a command reads that memory lacks are read
+                            // first, off the keyspace lock: one client's disk read stalls no
+                            // other client (a command queued in MULTI reads when EXEC runs it).
+                            if node.has_store()
+                                && session.multi.is_none()
+                                && let Ok(spec) = crate::cmd::check(session, &args)
+                                && spec.reads_keys(&args)
+                            {
+                                node.read_ahead(spec.keys_of(&args)).await;
+                            }
+                            execute(&mut Ctx::new(node, session, now(session)), &args)
+                        }
                     };
                     reply.write(session.proto, &mut out);
                     for more in session.also.drain(..) {

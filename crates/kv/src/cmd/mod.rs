@@ -177,6 +177,22 @@ pub struct Facts {
     /// It takes the transactions' gate itself, exclusively (EXEC); every other command holds
     /// it shared while it runs.
     pub gate_itself: bool,
+    /// Whether it replaces what its keys held without reading it: a node over a store then
+    /// reads nothing of them before it runs.
+    pub overwrites: Overwrites,
+}
+
+/// Whether a write reads what its keys held ([`Facts::overwrites`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Overwrites {
+    /// It may read them (every command that is not a plain overwrite).
+    No,
+    /// It never reads them (MSET, SETEX).
+    Always,
+    /// It does not read them unless one of these options comes after its key and value (SET:
+    /// NX, XX, GET and KEEPTTL need the old value; EX and PX do not).
+    Unless(&'static [&'static str]),
 }
 
 /// The yes-or-no [`Facts`], named for the table (`.with(Fact::EveryKey)`).
@@ -195,6 +211,7 @@ impl Facts {
         acts_in_multi: false,
         while_subscribed: false,
         gate_itself: false,
+        overwrites: Overwrites::No,
     };
 }
 
@@ -283,6 +300,12 @@ impl Spec {
         self
     }
 
+    /// Whether it replaces what its keys held without reading it ([`Facts::overwrites`]).
+    const fn overwrites(mut self, o: Overwrites) -> Spec {
+        self.facts.overwrites = o;
+        self
+    }
+
     /// One of its [`Facts`] holds.
     const fn with(mut self, fact: Fact) -> Spec {
         match fact {
@@ -298,6 +321,18 @@ impl Spec {
     const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Spec {
         self.docs.deprecated = Some((since, replaced_by));
         self
+    }
+
+    /// Whether running it, with these arguments (its name first), may read what its keys hold.
+    pub fn reads_keys(&self, args: &[Bytes]) -> bool {
+        match self.facts.overwrites {
+            Overwrites::No => true,
+            Overwrites::Always => false,
+            Overwrites::Unless(options) => args
+                .iter()
+                .skip(3)
+                .any(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes()))),
+        }
     }
 
     /// Whether it may change keys.
@@ -661,6 +696,7 @@ pub const COMMANDS: &[Spec] = &[
         .args(&[Arg::key("key")]),
     cmd("set", -3, &[Write, Denyoom], ONE_KEY, strings::set)
         .tier(TierRole::Put)
+        .overwrites(Overwrites::Unless(&["NX", "XX", "GET", "KEEPTTL"]))
         .doc(
             STRING,
             "1.0.0",
@@ -727,6 +763,7 @@ pub const COMMANDS: &[Spec] = &[
         .deprecated("2.6.12", "`SET` with the `NX` argument")
         .args(&[Arg::key("key"), Arg::string("value")]),
     cmd("setex", 4, &[Write, Denyoom], ONE_KEY, strings::setex)
+        .overwrites(Overwrites::Always)
         .doc(
             STRING,
             "2.0.0",
@@ -743,6 +780,7 @@ pub const COMMANDS: &[Spec] = &[
             Arg::string("value"),
         ]),
     cmd("psetex", 4, &[Write, Denyoom], ONE_KEY, strings::psetex)
+        .overwrites(Overwrites::Always)
         .doc(
             STRING,
             "2.6.0",
@@ -793,6 +831,7 @@ pub const COMMANDS: &[Spec] = &[
         )
         .args(&[Arg::key("key").multiple()]),
     cmd("mset", -3, &[Write, Denyoom], (1, -1, 2), strings::mset)
+        .overwrites(Overwrites::Always)
         .doc(
             STRING,
             "1.0.1",
@@ -1276,7 +1315,7 @@ pub const COMMANDS: &[Spec] = &[
 
 impl Spec {
     /// The arguments of a request for this command (`args[0]` its name) that are keys.
-    pub fn keys_of<'a>(&self, args: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> {
+    pub fn keys_of<'a>(&self, args: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> + Clone {
         let (first, last, step) = self.keys;
         let n = args.len() as i64;
         let last = if last < 0 { n + last } else { last.min(n - 1) };
@@ -1529,6 +1568,43 @@ mod tests {
         }
         assert!(lookup(b"nosuchcommand").is_none());
         assert!(lookup(b"a-name-longer-than-any-command").is_none());
+    }
+
+    /// Over a store, a write that replaces its keys' values whole reads nothing of them first
+    /// (a plain SET of a key memory lacks costs no store read); every other keyed command does.
+    #[test]
+    fn only_plain_overwrites_skip_reading_their_keys() {
+        let reads = |cmd: &[&str]| {
+            let args: Vec<Bytes> = cmd
+                .iter()
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            lookup(&args[0]).expect("a command").reads_keys(&args)
+        };
+        for blind in [
+            &["set", "k", "v"][..],
+            &["SET", "k", "v", "EX", "10"],
+            &["set", "k", "GET"],
+            &["setex", "k", "10", "v"],
+            &["psetex", "k", "10", "v"],
+            &["mset", "a", "1", "b", "2"],
+        ] {
+            assert!(!reads(blind), "{blind:?}");
+        }
+        for reading in [
+            &["get", "k"][..],
+            &["set", "k", "v", "NX"],
+            &["set", "k", "v", "xx"],
+            &["set", "k", "v", "EX", "10", "GET"],
+            &["set", "k", "v", "KEEPTTL"],
+            &["getset", "k", "v"],
+            &["incr", "k"],
+            &["del", "k"],
+            &["mget", "a", "b"],
+            &["exists", "a", "b"],
+        ] {
+            assert!(reads(reading), "{reading:?}");
+        }
     }
 
     /// What the node knows of a command beyond Redis's flags is in the table: the commands
