@@ -14,6 +14,8 @@ use crate::keyspace::Keyspace;
 mod group_sync;
 mod read_ahead;
 
+pub use group_sync::Turn;
+
 /// SCAN cursors kept at once; the oldest is forgotten first (a client that comes back with it
 /// gets `ERR invalid cursor`, never a wrong key).
 const CURSORS: usize = 4096;
@@ -396,17 +398,26 @@ impl Node {
     /// too, by an fsync shared with every client waiting at the same time and run without the
     /// keyspace lock (so the others are served meanwhile). On an error nothing may be
     /// acknowledged.
-    pub async fn commit(&self) -> Result<(), crate::keyspace::KvError> {
+    ///
+    /// `turn` is the connection's turn in group commit (see `node::group_sync`'s module doc): taken
+    /// once this batch is in the store, and replaced by the turn the covering fsync hands out.
+    pub async fn commit(&self, turn: &mut Option<Turn>) -> Result<(), crate::keyspace::KvError> {
         let seq = {
             let mut ks = self.keyspace();
             ks.commit()?;
             ks.commits()
         };
         match &self.group_sync {
-            Some(group) if self.durability() == Durability::Always && seq > 0 => group
-                .wait(seq, |upto| self.keyspace().synced_through(upto))
-                .await
-                .map_err(crate::keyspace::KvError::Unsynced),
+            Some(group) if self.durability() == Durability::Always && seq > 0 => {
+                let next = group
+                    .wait(seq, turn.take(), |upto| {
+                        self.keyspace().synced_through(upto)
+                    })
+                    .await
+                    .map_err(crate::keyspace::KvError::Unsynced)?;
+                *turn = Some(next);
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

@@ -457,6 +457,8 @@ async fn serve(
     // One request's arguments at a time: the vector is reused, not allocated per request.
     let mut args: Vec<Bytes> = Vec::new();
     let mut ahead: Vec<std::ops::Range<usize>> = Vec::new();
+    // Its turn in group commit, from the fsync that acknowledged its last writes.
+    let mut turn = None;
     loop {
         // Killed while it waited (CLIENT KILL from another connection): nothing more it sent
         // runs, even if its requests woke it at the same moment.
@@ -545,7 +547,7 @@ async fn serve(
             // The batch's writes (and those of every client served meanwhile) reach the store as
             // one batch before any of them is acknowledged; under `always`, synced too, by an
             // fsync shared with the clients waiting with it, off the keyspace lock.
-            if let Err(e) = node.commit().await {
+            if let Err(e) = node.commit(&mut turn).await {
                 // Not in the store: say nothing was acknowledged by closing without the replies.
                 tracing::error!("client {id}: store failed, closing without replies: {e}");
                 return Ok(());
