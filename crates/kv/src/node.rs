@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::config::{Config, Durability};
 use crate::keyspace::Keyspace;
 
+mod exec_gate;
 mod group_sync;
 mod read_ahead;
 
@@ -51,7 +52,7 @@ pub struct Node {
     cluster: std::sync::OnceLock<crate::cluster::Cluster>,
     /// Held for reading by every command, for writing by EXEC: no other client's command runs
     /// between a transaction's commands.
-    exec_gate: std::sync::RwLock<()>,
+    exec_gate: exec_gate::ExecGate,
     /// WATCHed keys: each with the connections watching it and the flag a change of it sets.
     watches: Mutex<HashMap<Bytes, Vec<Watcher>>>,
     /// Keys in `watches`: a write looks no further when none is watched.
@@ -152,7 +153,7 @@ impl Node {
             metrics: Mutex::new(Vec::new()),
             children: Mutex::new(HashMap::new()),
             cluster: std::sync::OnceLock::new(),
-            exec_gate: std::sync::RwLock::new(()),
+            exec_gate: exec_gate::ExecGate::default(),
             watches: Mutex::new(HashMap::new()),
             watched: AtomicUsize::new(0),
             registry: Default::default(),
@@ -201,12 +202,12 @@ impl Node {
 
     /// Held while one command runs: shared, except by EXEC (see the field).
     pub(crate) fn exec_shared(&self) -> std::sync::RwLockReadGuard<'_, ()> {
-        self.exec_gate.read().unwrap_or_else(|p| p.into_inner())
+        self.exec_gate.shared()
     }
 
     /// Held while a transaction's commands run (EXEC): no other command runs meanwhile.
-    pub(crate) fn exec_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        self.exec_gate.write().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn exec_exclusive(&self) -> Vec<std::sync::RwLockWriteGuard<'_, ()>> {
+        self.exec_gate.exclusive()
     }
 
     /// Whether any connection watches any key.
