@@ -1320,10 +1320,14 @@ impl Keyspace {
             self.loan_waited = Some(seconds);
             return Ok(raw);
         }
-        match &self.store {
-            Some(store) => Ok(store.get(key)?),
-            None => Ok(None),
-        }
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        let started = std::time::Instant::now();
+        let raw = store.get(key)?;
+        self.off_lock
+            .read_under_lock_took(started.elapsed().as_secs_f64());
+        Ok(raw)
     }
 
     /// Where a command's read of `key` stands before it runs on a node over a store (see
@@ -1348,6 +1352,25 @@ impl Keyspace {
     pub fn store_read(&mut self, r: Reading, found: Option<(Option<Vec<u8>>, f64)>) {
         let id = self.id_of(r.key());
         self.off_lock.finished(r, id, found);
+    }
+
+    /// Whether misses leave the lock now: a flag the server reads without the lock, before it
+    /// asks [`store_want`](Self::store_want) about a command's keys.
+    pub fn store_reads_asking(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.off_lock.asking()
+    }
+
+    /// For tests: store reads have been slow, so misses leave the lock from now on.
+    #[cfg(test)]
+    pub(crate) fn assume_slow_store_reads(&mut self) {
+        for _ in 0..64 {
+            self.off_lock.read_took(1.0);
+        }
+    }
+
+    /// A trip off the lock for store reads cost `seconds` beyond the reads themselves.
+    pub fn store_handoff(&mut self, seconds: f64) {
+        self.off_lock.handoff_took(seconds);
     }
 
     fn cache(&self) -> &Cache {
@@ -1661,6 +1684,7 @@ mod tests {
             k.set(key.clone(), Value::new("old")).expect("set");
             k.commit().expect("commit");
             k.forget_memory();
+            k.assume_slow_store_reads();
             k
         };
         let read = |k: &mut Keyspace| match k.store_want(&key) {

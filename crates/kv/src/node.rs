@@ -65,6 +65,8 @@ pub struct Node {
     group_sync: Option<group_sync::GroupSync>,
     /// The store below memory, if any: what [`read_ahead`](Node::read_ahead) reads off the lock.
     store: Option<std::sync::Arc<dyn pliant_store::Store>>,
+    /// Whether a command's misses are read off the lock now (the keyspace sets it).
+    store_reads_asking: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One command's counters (`INFO commandstats`).
@@ -131,6 +133,7 @@ impl Node {
         Self {
             group_sync: keyspace.store_handle().map(group_sync::GroupSync::new),
             store: keyspace.store_handle(),
+            store_reads_asking: keyspace.store_reads_asking(),
             keyspace: Mutex::new(keyspace),
             durability: AtomicU8::new(durability_code(config.durability)),
             max_clients: config.max_clients,
@@ -392,6 +395,12 @@ impl Node {
     /// Whether a persistent store is below memory.
     pub fn has_store(&self) -> bool {
         self.store.is_some()
+    }
+
+    /// Whether a command's store reads are read before it runs, off the keyspace lock: over a
+    /// store, while its reads take longer than leaving the lock (the keyspace's `store_reads`).
+    pub fn reads_ahead(&self) -> bool {
+        self.store.is_some() && self.store_reads_asking.load(Ordering::Relaxed)
     }
 
     /// Commits the writes waiting for the store as one batch and returns once they are as

@@ -513,7 +513,7 @@ async fn serve(
                             // Over a store, the keys a command reads that memory lacks are read
                             // first, off the keyspace lock: one client's disk read stalls no
                             // other client (a command queued in MULTI reads when EXEC runs it).
-                            if node.has_store()
+                            if node.reads_ahead()
                                 && session.multi.is_none()
                                 && let Ok(spec) = crate::cmd::check(session, &args)
                                 && spec.reads_keys(&args)

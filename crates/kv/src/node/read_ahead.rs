@@ -60,6 +60,7 @@ impl Node {
             }
             if !reads.is_empty() {
                 let store: Arc<dyn Store> = store.clone();
+                let started = std::time::Instant::now();
                 // Dropped with its readings if it panics, or if this command goes away first:
                 // readers that joined them then wake and read for themselves.
                 let Ok(done) = tokio::task::spawn_blocking(move || read_all(&*store, reads)).await
@@ -67,6 +68,11 @@ impl Node {
                     return;
                 };
                 let mut ks = self.keyspace();
+                let reading: f64 = done
+                    .iter()
+                    .filter_map(|(_, f)| f.as_ref().map(|f| f.1))
+                    .sum();
+                ks.store_handoff(started.elapsed().as_secs_f64() - reading);
                 for (r, found) in done {
                     ks.store_read(r, found);
                 }
@@ -104,6 +110,7 @@ mod tests {
         ks.set(Bytes::from_static(b"hot"), Value::new("in memory"))
             .expect("set");
         ks.commit().expect("commit");
+        ks.assume_slow_store_reads();
         (Arc::new(Node::new(ks, &Config::default())), faults)
     }
 
@@ -200,7 +207,8 @@ mod tests {
             }
         }
         let store: Arc<dyn Store> = Arc::new(Failing(MemStore::new()));
-        let ks = Keyspace::new("lru", Capacity::Keys(10), Some(store)).expect("keyspace");
+        let mut ks = Keyspace::new("lru", Capacity::Keys(10), Some(store)).expect("keyspace");
+        ks.assume_slow_store_reads();
         let node = Node::new(ks, &Config::default());
         let k = Bytes::from_static(b"k");
         tokio::time::timeout(Duration::from_secs(10), node.read_ahead([&k].into_iter()))
