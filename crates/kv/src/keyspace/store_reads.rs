@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 /// One miss in this many is read off the lock even while reads are cheaper than the hand-off, to
 /// keep measuring the hand-off: at most this share of cheap misses pays it needlessly.
-pub const EXPLORE: u64 = 64;
+pub const EXPLORE: u64 = 1024;
 
 /// The gain of the smoothed averages (RFC 6298's for a round-trip time).
 const GAIN: f64 = 1.0 / 8.0;
