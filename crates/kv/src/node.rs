@@ -432,6 +432,28 @@ impl Node {
         }
     }
 
+    /// Commits what is pending and makes every write so far durable: the fsync (`--durability
+    /// everysec`'s once a second, and at shutdown) runs off the keyspace lock, on the blocking
+    /// pool, and is shared with group commit's. A no-op without a store or without writes.
+    pub async fn sync(&self) -> Result<(), crate::keyspace::KvError> {
+        let (seq, unsynced) = {
+            let mut ks = self.keyspace();
+            ks.commit()?;
+            (ks.commits(), ks.unsynced())
+        };
+        match &self.group_sync {
+            Some(group) if unsynced && seq > 0 => {
+                // Its turn is of no use: this is not a client that will write again.
+                group
+                    .wait(seq, None, |upto| self.keyspace().synced_through(upto))
+                    .await
+                    .map_err(crate::keyspace::KvError::Unsynced)?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// When writes are acknowledged.
     pub fn durability(&self) -> Durability {
         match self.durability.load(Ordering::Relaxed) {
@@ -602,6 +624,41 @@ pub fn rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bug: `--durability everysec` fsynced once a second with the keyspace locked, so every
+    /// client stalled for the fsync. Now, while the store holds the fsync, the keyspace serves.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_periodic_fsync_leaves_the_keyspace_to_clients() {
+        use pliant_store::{FaultyStore, MemStore, OpKind, Store};
+        let faulty = FaultyStore::new(MemStore::new());
+        let faults = faulty.faults();
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(faulty);
+        let ks =
+            Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store)).expect("keyspace");
+        let node = std::sync::Arc::new(Node::new(ks, &Config::default()));
+        node.keyspace()
+            .set(Bytes::from_static(b"k"), crate::keyspace::Value::new("v"))
+            .expect("set");
+        let stall = faults.stall(OpKind::Sync);
+        let syncing = {
+            let node = node.clone();
+            tokio::spawn(async move { node.sync().await })
+        };
+        let held = tokio::task::block_in_place(|| stall.wait_held(Duration::from_secs(10)));
+        assert!(held, "the fsync reached the store");
+        assert_eq!(
+            node.keyspace().get(b"k", 0).expect("get"),
+            Some(Bytes::from_static(b"v")),
+            "served while the fsync is held"
+        );
+        stall.release();
+        tokio::time::timeout(Duration::from_secs(10), syncing)
+            .await
+            .expect("the fsync ends")
+            .expect("no panic")
+            .expect("synced");
+        assert!(!node.keyspace().unsynced(), "every write is durable");
+    }
 
     #[test]
     fn only_the_password_itself_matches() {

@@ -298,7 +298,7 @@ impl Server {
             conns.abort_all();
         }
         syncer.abort();
-        node.keyspace().sync()?;
+        node.sync().await?;
         // The lease ends now rather than when it lapses: the renewing task leaves too, but the
         // process could exit before its request went out, and a node that looks alive for
         // seconds after it stopped can be taken for a new one by a commission.
@@ -336,17 +336,21 @@ async fn sync_every_second(node: Arc<Node>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let mut ks = node.keyspace();
-        // Keys memory holds that expired since: deleted now, not at their next read. At most
-        // 65,536 slots a second under the lock (well under a millisecond).
-        if let Err(e) = ks.expire_sweep(now_ms(), 1 << 16) {
-            tracing::error!("expiring keys: {e}");
-        }
-        // Writes left uncommitted by commands that are not writes (a read that found a key
-        // expired deletes it) are committed here at the latest.
-        let done = match node.durability() {
-            Durability::EverySec if ks.unsynced() || ks.has_pending() => ks.sync(),
-            _ => ks.commit(),
+        let committed = {
+            let mut ks = node.keyspace();
+            // Keys memory holds that expired since: deleted now, not at their next read. At most
+            // 65,536 slots a second under the lock (well under a millisecond).
+            if let Err(e) = ks.expire_sweep(now_ms(), 1 << 16) {
+                tracing::error!("expiring keys: {e}");
+            }
+            // Writes left uncommitted by commands that are not writes (a read that found a key
+            // expired deletes it) are committed here at the latest.
+            ks.commit()
+        };
+        // The fsync runs with the keyspace unlocked: it stalled every client once a second.
+        let done = match (committed, node.durability()) {
+            (Ok(()), Durability::EverySec) => node.sync().await,
+            (done, _) => done,
         };
         if let Err(e) = done {
             tracing::error!("periodic commit or sync failed: {e}");
