@@ -36,6 +36,8 @@ use pliant_tier::{Auto, AutoState, CacheView, InFlight, Read, Tier};
 mod store_reads;
 pub use store_reads::{Joined, Reading, StoreWant};
 
+use crate::upstream::UpstreamError;
+
 /// Why a keyspace operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -59,10 +61,11 @@ pub enum KvError {
     /// than acknowledged and dropped.
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     OutOfMemory,
-    /// An earlier commit to the store failed; writes are refused from then on, since what is in
-    /// memory could no longer be told durable.
-    #[error("writes are refused since the store failed: {0}; restart the node once it is fixed")]
-    Failed(String),
+    /// A commit to the store failed (this one or an earlier one); writes are refused from then
+    /// on, since what is in memory could no longer be told durable. The source is the store's
+    /// error, the first commit's, shared by every refusal after it.
+    #[error("writes are refused until the node is restarted, since the store failed")]
+    Failed(#[source] Arc<StoreError>),
     /// The fsync that was to make committed writes durable failed: none of the writes it
     /// covered may be acknowledged (the next fsync tries again).
     #[error("store sync failed")]
@@ -166,8 +169,9 @@ pub struct KvStats {
     pub invalidated: u64,
 }
 
-/// What the parent said a key holds: its value, nothing, or why it could not be asked.
-pub type Fetched = Result<Option<Value>, String>;
+/// What the parent said a key holds: its value, nothing, or why it could not be asked (shared
+/// by every reader that joined the fetch).
+pub type Fetched = Result<Option<Value>, Arc<UpstreamError>>;
 
 /// A fetch from the parent under way: the readers of its key wait on it ([`Keyspace::want`]).
 #[derive(Debug, Clone)]
@@ -177,8 +181,10 @@ impl Fetch {
     /// Waits for the fetch to end.
     pub async fn wait(mut self) -> Fetched {
         match self.0.wait_for(Option::is_some).await {
-            Ok(v) => v.clone().unwrap_or_else(|| Err("fetch abandoned".into())),
-            Err(_) => Err("the connection to the parent closed during the fetch".into()),
+            Ok(v) => v
+                .clone()
+                .unwrap_or_else(|| Err(Arc::new(UpstreamError::Abandoned))),
+            Err(_) => Err(Arc::new(UpstreamError::Abandoned)),
         }
     }
 }
@@ -350,7 +356,7 @@ pub struct Keyspace {
     /// [`commit`]: Keyspace::commit
     pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>,
     /// Why writes are refused, once a commit failed.
-    failed: Option<String>,
+    failed: Option<Arc<StoreError>>,
     /// Store reads done off the lock for the commands about to run, and those under way.
     off_lock: store_reads::StoreReads,
     /// How long the store read behind the latest loan took (`auto` prices the miss with it).
@@ -1200,8 +1206,9 @@ impl Keyspace {
                     let id = self.id_of(&k);
                     self.drop_id(id, &k);
                 }
-                self.failed = Some(e.to_string());
-                Err(e.into())
+                let e = Arc::new(e);
+                self.failed = Some(e.clone());
+                Err(KvError::Failed(e))
             }
         }
     }
@@ -1776,7 +1783,7 @@ mod tests {
         let v: Fetched = Ok(Some(Value::new("1")));
         k.fetched(b"a", &v);
         done.done(&v);
-        assert_eq!(joined.wait().await, v);
+        assert_eq!(joined.wait().await.ok(), v.ok());
         let s = k.stats();
         assert_eq!((s.parent_requests, s.coalesced, s.misses), (1, 1, 1));
         assert!(matches!(k.want(b"a", 0), Want::Ready), "kept");

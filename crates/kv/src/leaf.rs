@@ -13,6 +13,9 @@
 //! - **Whole-keyspace reads** (KEYS, SCAN, DBSIZE) are the parent's to answer.
 //! - Everything else (connection, server, policy commands) runs here.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::cmd::{
@@ -71,7 +74,7 @@ pub(crate) async fn run(
             .within("answer", up.call(args.to_vec(), None))
             .await
             .and_then(|r| r)
-            .unwrap_or_else(|e| Frame::error(format!("ERR {e}")));
+            .unwrap_or_else(|e| refused(&e));
     }
     if spec.keys_of(args).next().is_none() {
         return run_here(&mut Ctx::new(node, session, now), spec, args);
@@ -145,9 +148,9 @@ async fn read(
                 Want::Ready => {}
                 Want::Join(f) => replies.push((k, Err(f))),
                 Want::Fetch(done) => {
-                    let key = k.clone();
+                    let (key, addr) = (k.clone(), up.addr());
                     let then: Then = Box::new(move |reply, node| {
-                        let v = fetched(reply);
+                        let v = fetched(addr, reply);
                         node.keyspace().fetched(&key, &v);
                         done.done(&v);
                     });
@@ -157,8 +160,9 @@ async fn read(
                         Err(e) => {
                             // Never sent: the place memory held for it goes, and readers who
                             // joined it are told (the fetch's sender is gone).
-                            node.keyspace().fetched(&k, &Err(e.to_string()));
-                            return Frame::error(format!("ERR {e}"));
+                            let reply = refused(&e);
+                            node.keyspace().fetched(&k, &Err(Arc::new(e)));
+                            return reply;
                         }
                     }
                 }
@@ -168,21 +172,21 @@ async fn read(
             let v = match pending {
                 Ok(rx) => match up.within("answer a fetch", rx).await {
                     Ok(r) => r.map_or_else(
-                        |_| Err(format!("parent {}: connection lost", up.addr())),
-                        |f| fetched(&f),
+                        |_| Err(Arc::new(UpstreamError::Lost { addr: up.addr() })),
+                        |f| fetched(up.addr(), &f),
                     ),
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(Arc::new(e)),
                 },
                 Err(joined) => up
                     .within("answer a fetch", joined.wait())
                     .await
-                    .unwrap_or_else(|e| Err(e.to_string())),
+                    .unwrap_or_else(|e| Err(Arc::new(e))),
             };
             match v {
                 Ok(v) => {
                     lent.insert(k, v);
                 }
-                Err(e) => return Frame::error(format!("ERR {e}")),
+                Err(e) => return refused(&e),
             }
         }
         let (seconds, fetched) = waited.unwrap_or_default();
@@ -279,15 +283,22 @@ async fn write_deferred(
         .await
     {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => (Frame::error(format!("ERR {e}")), None),
+        Ok(Err(e)) => (refused(&e), None),
         Err(e) => (unsure(&e), None),
     };
     track(&mut Ctx::new(node, session, now), spec, args);
     (reply, acked)
 }
 
-/// What a `PLIANT.FETCH` reply says of the key.
-fn fetched(reply: &Frame) -> Fetched {
+/// The error reply to a client whose request the parent could not answer: the error and its
+/// causes, each once.
+fn refused(e: &UpstreamError) -> Frame {
+    Frame::error(format!("ERR {}", pliant_proto::error::chain(e)))
+}
+
+/// What the parent at `addr` says of the key in its `PLIANT.FETCH` reply.
+fn fetched(addr: SocketAddr, reply: &Frame) -> Fetched {
+    let malformed = || Err(Arc::new(UpstreamError::Malformed { addr }));
     match reply {
         Frame::Null | Frame::NullArray => Ok(None),
         Frame::Array(v) => match v.as_slice() {
@@ -295,9 +306,12 @@ fn fetched(reply: &Frame) -> Fetched {
                 data: data.clone(),
                 expires_at: (*t > 0).then_some(*t as u64),
             })),
-            _ => Err("the parent's PLIANT.FETCH reply is malformed".into()),
+            _ => malformed(),
         },
-        Frame::Error(e) => Err(format!("parent: {e}")),
-        _ => Err("the parent's PLIANT.FETCH reply is malformed".into()),
+        Frame::Error(e) => Err(Arc::new(UpstreamError::Refused {
+            addr,
+            reply: e.clone(),
+        })),
+        _ => malformed(),
     }
 }

@@ -341,7 +341,7 @@ async fn sync_every_second(node: Arc<Node>) {
             // Keys memory holds that expired since: deleted now, not at their next read. At most
             // 65,536 slots a second under the lock (well under a millisecond).
             if let Err(e) = ks.expire_sweep(now_ms(), 1 << 16) {
-                tracing::error!("expiring keys: {e}");
+                tracing::error!("expiring keys: {}", pliant_proto::error::chain(&e));
             }
             // Writes left uncommitted by commands that are not writes (a read that found a key
             // expired deletes it) are committed here at the latest.
@@ -353,7 +353,10 @@ async fn sync_every_second(node: Arc<Node>) {
             (done, _) => done,
         };
         if let Err(e) = done {
-            tracing::error!("periodic commit or sync failed: {e}");
+            tracing::error!(
+                "periodic commit or sync failed: {}",
+                pliant_proto::error::chain(&e)
+            );
         }
     }
 }
@@ -553,7 +556,10 @@ async fn serve(
             // fsync shared with the clients waiting with it, off the keyspace lock.
             if let Err(e) = node.commit(&mut turn).await {
                 // Not in the store: say nothing was acknowledged by closing without the replies.
-                tracing::error!("client {id}: store failed, closing without replies: {e}");
+                tracing::error!(
+                    "client {id}: store failed, closing without replies: {}",
+                    pliant_proto::error::chain(&e)
+                );
                 return Ok(());
             }
         }

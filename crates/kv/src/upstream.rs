@@ -25,17 +25,21 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::node::Node;
 
-/// Why the parent could not answer.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why the parent could not answer. Shared (`Arc`) by every reader that joined a fetch
+/// ([`crate::keyspace::Fetched`]), so none of them needs it cloned.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UpstreamError {
-    /// The parent could not be reached or refused the tier's handshake.
-    #[error("parent {addr}: {why}")]
+    /// The parent could not be reached or refused the tier's handshake: the client's error says
+    /// which (`ClientError::Auth` for the password, `Refused` for a command the tier sends to
+    /// declare itself, `Io`/`Timeout` for the connection).
+    #[error("parent {addr}")]
     Connect {
         /// The parent.
         addr: SocketAddr,
-        /// Why.
-        why: String,
+        /// Why (boxed: every `Result` of the tier's requests carries this error).
+        #[source]
+        source: Box<ClientError>,
     },
     /// The connection closed before the reply came.
     #[error("parent {addr}: connection lost before it replied")]
@@ -54,6 +58,25 @@ pub enum UpstreamError {
         /// `--parent-timeout`.
         after: std::time::Duration,
     },
+    /// The parent answered a fetch (`PLIANT.FETCH`) with an error reply; this is also how a
+    /// request under way when the connection was lost ends (the reader answers it with one).
+    #[error("parent: {reply}")]
+    Refused {
+        /// The parent.
+        addr: SocketAddr,
+        /// Its error reply.
+        reply: String,
+    },
+    /// The parent's reply to a fetch is not what `PLIANT.FETCH` answers.
+    #[error("the parent's PLIANT.FETCH reply is malformed")]
+    Malformed {
+        /// The parent.
+        addr: SocketAddr,
+    },
+    /// The reader fetching a key went away without an answer (its request never sent, or its
+    /// client gone before it was), so the readers that joined its fetch have none either.
+    #[error("the connection to the parent closed during the fetch")]
+    Abandoned,
 }
 
 /// What runs in the reader when a request's reply arrives, before anything later is read.
@@ -67,8 +90,10 @@ struct Call {
 
 /// The tier's parent (see the module doc).
 pub struct Upstream {
+    /// The parent, typed, for the errors that name it (the dialer holds it as text).
     addr: SocketAddr,
-    password: Option<String>,
+    /// Built once: the parent's address, the password, and the timeouts every dial uses.
+    dialer: Dialer,
     /// `--parent-timeout`.
     timeout: std::time::Duration,
     node: Weak<Node>,
@@ -143,7 +168,13 @@ impl Upstream {
     ) -> Self {
         Self {
             addr,
-            password,
+            // A parent that does not take a connection in the time a tier has to acknowledge an
+            // invalidation is as good as gone (the system's own connect timeout is minutes).
+            // Replies are waited for by `within`, with `--parent-timeout`, not by the socket.
+            dialer: Dialer::new(addr)
+                .password(password.as_deref())
+                .connect_timeout(crate::tracking::ACK_TIMEOUT)
+                .io_timeout(None),
             timeout,
             node,
             conn: tokio::sync::Mutex::new(None),
@@ -250,48 +281,44 @@ impl Upstream {
     /// Opens the two connections, shakes hands (RESP3, the password, tracking without loop, the
     /// tier declared) and starts the tasks that serve them.
     async fn connect(&self) -> Result<(mpsc::UnboundedSender<Call>, Arc<Acks>), UpstreamError> {
-        let err = |why: String| UpstreamError::Connect {
+        let err = |source: ClientError| UpstreamError::Connect {
             addr: self.addr,
-            why,
+            source: Box::new(source),
         };
-        // A parent that does not take a connection in the time a tier has to acknowledge an
-        // invalidation is as good as gone (the system's own connect timeout is minutes).
-        let dialer = Dialer::new(self.addr)
-            .password(self.password.as_deref())
-            .connect_timeout(crate::tracking::ACK_TIMEOUT)
-            .io_timeout(None);
-        let handshake = |command: &str, e: ClientError| match e {
-            ClientError::Auth { message, .. } => err(format!("{command} refused: {message}")),
-            e => err(e.reason()),
-        };
-        let mut data = dialer
+        let mut data = self
+            .dialer
             .clone()
             .resp3()
             .connect_async()
             .await
-            .map_err(|e| handshake("HELLO", e))?;
+            .map_err(err)?;
         let id = {
             let mut ask = async |args: &[&[u8]]| -> Result<Frame, UpstreamError> {
                 match data.call(args).await {
-                    Ok(Frame::Error(e)) => Err(err(format!(
-                        "{} refused: {e}",
-                        String::from_utf8_lossy(args[0])
-                    ))),
+                    Ok(Frame::Error(message)) => Err(err(ClientError::Refused {
+                        addr: self.addr.to_string(),
+                        command: String::from_utf8_lossy(&args.join(&b' ')).into_owned(),
+                        message,
+                    })),
                     Ok(f) => Ok(f),
-                    Err(e) => Err(err(e.reason())),
+                    Err(e) => Err(err(e)),
                 }
             };
             ask(&[b"CLIENT", b"TRACKING", b"ON", b"NOLOOP"]).await?;
-            let Frame::Integer(id) = ask(&[b"CLIENT", b"ID"]).await? else {
-                return Err(err("CLIENT ID did not answer an integer".into()));
+            let id = match ask(&[b"CLIENT", b"ID"]).await? {
+                Frame::Integer(id) => id,
+                other => {
+                    return Err(err(ClientError::Refused {
+                        addr: self.addr.to_string(),
+                        command: "CLIENT ID".into(),
+                        message: format!("answered {other:?}, not an integer"),
+                    }));
+                }
             };
             ask(&[b"PLIANT.TIER"]).await?;
             id
         };
-        let control = dialer
-            .connect_async()
-            .await
-            .map_err(|e| handshake("AUTH", e))?;
+        let control = self.dialer.connect_async().await.map_err(err)?;
         let (data, buf) = data.into_parts();
         let (tx, rx) = mpsc::unbounded_channel();
         let (ack_tx, ack_rx) = watch::channel(0u64);

@@ -3,82 +3,15 @@
 //! maxmemory settings, against an in-process node on a loopback port chosen at run time,
 //! with Redis's semantics (its tests/unit/multi.tcl for transactions). Every wait is bounded.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pliant_cache::Capacity;
-use pliant_kv::{Config, Node, Server};
+use pliant_kv::Config;
 use pliant_proto::Client;
 use pliant_proto::Frame;
 
-/// A node served on its own runtime, on a thread of its own; shut down when dropped.
-struct Served {
-    addr: SocketAddr,
-    node: Arc<Node>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Served {
-    fn start(config: Config) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let server = Server::bind(&config).await.expect("bind");
-                tx.send((server.local_addr().expect("addr"), server.node()))
-                    .expect("send");
-                server.run().await.expect("run");
-            });
-        });
-        let (addr, node) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the node starts");
-        Self {
-            addr,
-            node,
-            thread: Some(thread),
-        }
-    }
-
-    /// A pure cache (no store) on a loopback port of its own.
-    fn cache() -> Self {
-        Self::start(cache_config())
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.addr.to_string(), None).expect("connect")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.node.shut_down();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn cache_config() -> Config {
-    Config {
-        bind: "127.0.0.1:0".parse().expect("addr"),
-        store: None,
-        threads: 2,
-        ..Config::default()
-    }
-}
-
-/// Runs one command; its reply.
-fn call(c: &mut Client, args: &[&str]) -> Frame {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.call(&args).expect("reply")
-}
+use super::served::{Served, cache_config, call};
 
 fn ok() -> Frame {
     Frame::ok()

@@ -7,7 +7,8 @@
 /// {dir}: {source}"), and a wrapper may repeat the cause it wraps; printing the chain as it stands
 /// gave "store ./data: store ./data: in use … in use". So each error contributes its own words
 /// (its text less its cause's, when it ends with them), a text already shown is skipped, and a
-/// text that holds the one before it replaces it.
+/// text that holds the one before it replaces it, and a text that starts by naming what the one
+/// before it ended with ("parent 127.0.0.1:7000", "127.0.0.1:7000: refused") drops the name.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next = Some(e);
@@ -21,6 +22,17 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
             && !own.is_empty()
         {
             text = own.trim_end_matches([':', ' ']).to_string();
+        }
+        // "parent 127.0.0.1:7000", then the client's "127.0.0.1:7000: WRONGPASS …": the name
+        // the last text ended with is not said again.
+        if let Some(last) = parts.last()
+            && let Some((name, rest)) = text.split_once(": ")
+            && !name.is_empty()
+            && last
+                .strip_suffix(name)
+                .is_some_and(|l| l.is_empty() || l.ends_with(' '))
+        {
+            text = rest.to_string();
         }
         if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
             continue;
@@ -53,6 +65,33 @@ mod tests {
         assert_eq!(chain(&Outer::Printed(io())), "store: disk gone");
         let coord = Outer::Typed(std::io::Error::other("balancer b at 10.0.0.1 refused"));
         assert_eq!(chain(&coord), "balancer b at 10.0.0.1 refused");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("parent {0}")]
+    struct Named(&'static str, #[source] Client);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}: WRONGPASS invalid password")]
+    struct Client(&'static str);
+
+    /// A cause that names its subject first ("127.0.0.1:7000: …", as a client's errors do) after
+    /// a text that ended with that name says it once.
+    #[test]
+    fn a_name_the_text_before_ended_with_is_not_repeated() {
+        assert_eq!(
+            chain(&Named("127.0.0.1:7000", Client("127.0.0.1:7000"))),
+            "parent 127.0.0.1:7000: WRONGPASS invalid password"
+        );
+        // Only a whole name at the end: "7000" is not "127.0.0.1:7000".
+        assert_eq!(
+            chain(&Named("127.0.0.1:7000", Client("7000"))),
+            "parent 127.0.0.1:7000: 7000: WRONGPASS invalid password"
+        );
+        assert_eq!(
+            chain(&Named("127.0.0.1:7000", Client("[::1]:7000"))),
+            "parent 127.0.0.1:7000: [::1]:7000: WRONGPASS invalid password"
+        );
     }
 
     #[derive(Debug, thiserror::Error)]

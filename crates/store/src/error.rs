@@ -7,8 +7,9 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum StoreError {
     /// The store directory itself (creating it, its format file, its lock file) could not be
-    /// read or written.
-    #[error("store {}: {action}: {source}", dir.display())]
+    /// read or written. The text names the store and the action; the cause is the `source()`
+    /// (shown after it by `pliant_proto::error::chain`).
+    #[error("store {}: {action}", dir.display())]
     Io {
         /// The store directory.
         dir: PathBuf,
@@ -19,8 +20,8 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// The backend failed (an I/O error inside the LSM tree, corruption).
-    /// The backend's own error is the `source()`.
-    #[error("store {}: {action}: {source}", dir.display())]
+    /// The backend's own error is the `source()`, not repeated in the text.
+    #[error("store {}: {action}", dir.display())]
     Backend {
         /// The store directory.
         dir: PathBuf,

@@ -124,6 +124,35 @@ fn directory_io_errors_keep_their_source() {
     );
 }
 
+/// The bug: `StoreError::{Io, Backend}` printed their source in their own text as well as
+/// returning it from `source()`, so a chain of causes told it twice.
+#[test]
+fn store_io_and_backend_errors_tell_their_source_once() {
+    let (tmp, _) = scratch();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").expect("write");
+    let dir = file.join("store");
+    let io = FjallStore::open(&dir).expect_err("a store under a file");
+    let backend = StoreError::Backend {
+        dir: dir.clone(),
+        action: "opening the keyspace",
+        source: Box::new(std::io::Error::other("checksum mismatch in segment 7")),
+    };
+    for err in [&io, &backend] {
+        assert!(
+            matches!(err, StoreError::Io { dir: d, .. } | StoreError::Backend { dir: d, .. } if d == &dir),
+            "{err:?}"
+        );
+        let source = err.source().expect("the cause is the source").to_string();
+        let text = err.to_string();
+        assert!(
+            !text.contains(&source),
+            "{text:?} repeats its source {source:?}"
+        );
+        assert!(text.contains(&dir.display().to_string()), "{text}");
+    }
+}
+
 #[test]
 fn a_temporary_store_removes_its_directory() {
     let s = FjallStore::temporary().expect("store");

@@ -213,7 +213,7 @@ impl GroupSync {
                         });
                     }
                     Err(e) => {
-                        tracing::error!("store sync failed: {e}");
+                        tracing::error!("store sync failed: {}", pliant_proto::error::chain(&e));
                         {
                             let mut t = self.turns.lock();
                             t.outstanding = 0;

@@ -1,0 +1,192 @@
+//! The harness of the service's tests: a node served in this process, on its own runtime and
+//! thread, on a loopback port chosen when it binds (after tokio-rs/mini-redis's tests/server.rs).
+//! A test that needs a separate process (a kill, a signal, the binary's flags, its own memory)
+//! belongs to crates/pliant/tests instead.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pliant_kv::config::Settings;
+use pliant_kv::{Config, Node, Server};
+use pliant_proto::{Client, Frame};
+
+/// A node served on its own runtime, on a thread of its own; shut down when dropped.
+pub(crate) struct Served {
+    pub(crate) addr: SocketAddr,
+    /// Where its Prometheus metrics are served, if they are.
+    pub(crate) metrics: Option<SocketAddr>,
+    pub(crate) node: Arc<Node>,
+    /// Says when the serving thread has ended.
+    ended: std::sync::mpsc::Receiver<()>,
+}
+
+impl Served {
+    /// Binds `config` and serves it; fails the test if the node does not start within 30 s.
+    pub(crate) fn start(config: Config) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let server = Server::bind(&config).await.expect("bind");
+                tx.send((
+                    server.local_addr().expect("addr"),
+                    server.metrics_addr(),
+                    server.node(),
+                ))
+                .expect("send");
+                server.run().await.expect("run");
+            });
+            drop(rt);
+            let _ = ended_tx.send(());
+        });
+        let (addr, metrics, node) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the node starts");
+        Self {
+            addr,
+            metrics,
+            node,
+            ended,
+        }
+    }
+
+    /// A pure cache (no store) on a loopback port of its own.
+    pub(crate) fn cache() -> Self {
+        Self::start(cache_config())
+    }
+
+    /// A node with the settings of `toml` (what `pliant serve --config` reads), served on a
+    /// loopback port of its own.
+    pub(crate) fn with(toml: &str) -> Self {
+        Self::start(config(toml))
+    }
+
+    /// A connection without a password.
+    pub(crate) fn client(&self) -> Client {
+        Client::connect(&self.addr.to_string(), None).expect("connect")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.node.shut_down();
+        // Bounded: a node that does not stop is left behind rather than hanging the suite (the
+        // test that dropped it has its answer already).
+        if self.ended.recv_timeout(Duration::from_secs(30)).is_err() {
+            eprintln!("the node on {} did not stop within 30 s", self.addr);
+        }
+    }
+}
+
+/// A pure cache on a loopback port chosen at bind time.
+pub(crate) fn cache_config() -> Config {
+    Config {
+        bind: "127.0.0.1:0".parse().expect("addr"),
+        store: None,
+        threads: 2,
+        ..Config::default()
+    }
+}
+
+/// The settings of `toml` (as `pliant serve --config` reads them) resolved, bound to a loopback
+/// port chosen at bind time on two threads. Without `store` or `no-store` it is a pure cache:
+/// the default store directory is relative to the test's working directory.
+pub(crate) fn config(toml: &str) -> Config {
+    let settings: Settings = toml::from_str(toml).unwrap_or_else(|e| panic!("{toml}: {e}"));
+    let has_store = settings.store.is_some() || settings.no_store.is_some();
+    let mut config = settings.resolve().expect("settings");
+    config.bind = "127.0.0.1:0".parse().expect("addr");
+    config.threads = 2;
+    if !has_store {
+        config.store = None;
+    }
+    config
+}
+
+/// Runs one command; its reply.
+pub(crate) fn call(c: &mut Client, args: &[&str]) -> Frame {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    c.call(&args).expect("reply")
+}
+
+/// Sends raw bytes on a new connection and returns what comes back before the server closes it
+/// (or 2 s pass).
+pub(crate) fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    s.write_all(bytes).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Sends `bytes` on a new connection, half-closes it first if `shut_write`, and returns all that
+/// comes back until the node closes the connection (EOF or reset). Fails if the node neither
+/// answers nor closes within 10 s: a test of a close that never comes must not wait for ever.
+pub(crate) fn until_closed(addr: SocketAddr, bytes: &[u8], shut_write: bool) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(bytes).expect("send");
+    if shut_write {
+        s.shutdown(std::net::Shutdown::Write).expect("half-close");
+    }
+    read_until_closed(&mut s)
+}
+
+/// What `s` receives until the node closes it; fails on a read timeout (no answer, no close).
+fn read_until_closed(s: &mut TcpStream) -> String {
+    use std::io::ErrorKind;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    // At most 10 s per read, and a bounded number of reads.
+    for _ in 0..10_000 {
+        match s.read(&mut buf) {
+            Ok(0) => return String::from_utf8_lossy(&out).into_owned(),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return String::from_utf8_lossy(&out).into_owned();
+            }
+            Err(e) => panic!(
+                "no close within 10 s ({e}) after {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    panic!("more than 10 000 reads before the close");
+}
+
+/// Polls `PLIANT.STATS` (every 50 ms, at most 20 s) until `ok` holds of it; returns it.
+pub(crate) fn stats_until(
+    c: &mut Client,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let v: serde_json::Value = serde_json::from_str(&string(&call(c, &["PLIANT.STATS"])))
+            .expect("PLIANT.STATS is JSON");
+        if ok(&v) {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{what}: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A reply that is text (a bulk, verbatim or simple string), as a string; fails otherwise.
+pub(crate) fn string(f: &Frame) -> String {
+    match f {
+        Frame::Bulk(b) | Frame::Verbatim(b) => String::from_utf8_lossy(b).into_owned(),
+        Frame::Simple(s) => s.clone(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
