@@ -24,7 +24,8 @@
 # How to read it
 #   stdout: a markdown row per binary: the median over rounds of the hot GETs' p99 alone and with
 #   misses, their ratio, the hot GETs/s of both, and the misses served by the store per second
-#   (INFO's store_reads over the run). Every round's figures go to stderr.
+#   (INFO's store_reads over the run), and the share of them read off the lock (store_reads_off_lock;
+#   0 for a binary older than that). Every round's figures go to stderr.
 #
 # Usage
 #   tools/bench/store_miss_p99.sh [--quick] [BIN...]
@@ -75,7 +76,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-store_reads() { redis-cli -p "$1" info pliant | tr -d '\r' | sed -n 's/^store_reads://p'; }
+store_reads() { redis-cli -p "$1" info pliant | tr -d '\r' | sed -n "s/^$2://p"; }
 
 # "ops/s p99_ms" of redis-benchmark's GETs of random hot keys against port $1.
 hot() {
@@ -112,8 +113,8 @@ where="the temp dir's file system"
 [[ -n $SLOW ]] && where="slow-fs at $SLOW/s a stream"
 echo "store misses and in-memory GETs, $(date -u +%F), $(nproc) cores, $(uname -r), $HOT_CLIENTS clients on $HOT_KEYS hot keys, $COLD_CLIENTS on $COLD_KEYS cold keys, ${VALUE_SIZE} B values, memory $CAPACITY, drop caches $DROP_CACHES, store on $where"
 echo
-echo "| binary | hot p99 alone (ms) | hot p99 with misses (ms) | with/alone | hot GET/s alone | hot GET/s with misses | store reads/s |"
-echo "|---|---|---|---|---|---|---|"
+echo "| binary | hot p99 alone (ms) | hot p99 with misses (ms) | with/alone | hot GET/s alone | hot GET/s with misses | store reads/s | share read off the lock |"
+echo "|---|---|---|---|---|---|---|---|"
 for bin in "${bins[@]}"; do
   rows=()
   for r in $(seq 1 "$ROUNDS"); do
@@ -125,24 +126,30 @@ for bin in "${bins[@]}"; do
     redis-benchmark -p "$node_port" -c "$COLD_CLIENTS" -n 1000000000 -r "$COLD_KEYS" -q GET 'cold:__rand_int__' >/dev/null 2>&1 &
     cold_pid=$!
     sleep 1
-    before=$(store_reads "$node_port")
+    before=$(store_reads "$node_port" store_reads)
+    off_before=$(store_reads "$node_port" store_reads_off_lock)
     t0=$(date +%s.%N)
     read -r b_ops b_p99 < <(hot "$node_port" "$N")
     t1=$(date +%s.%N)
-    after=$(store_reads "$node_port")
+    after=$(store_reads "$node_port" store_reads)
+    off_after=$(store_reads "$node_port" store_reads_off_lock)
+    costs=$(redis-cli -p "$node_port" info pliant | tr -d '\r' | sed -n 's/^store_\(read\|handoff\)_usec:\(.*\)/\1 \2 us/p' | paste -sd, -)
     kill "$cold_pid" 2>/dev/null || true
     wait "$cold_pid" 2>/dev/null || true
     cold_pid=
     stop_node
     reads=$(python3 -c "import sys; a,b,t0,t1=map(float,sys.argv[1:]); print(f'{(b-a)/(t1-t0):.0f}')" "$before" "$after" "$t0" "$t1")
-    echo "$bin round $r: alone p99 $a_p99 ms ($a_ops GET/s); with misses p99 $b_p99 ms ($b_ops GET/s), $reads store reads/s" >&2
-    rows+=("$a_p99 $b_p99 $a_ops $b_ops $reads")
+    # A binary older than the off-lock reads reports none (empty).
+    off=$(( ${off_after:-0} - ${off_before:-0} ))
+    echo "$bin round $r: alone p99 $a_p99 ms ($a_ops GET/s); with misses p99 $b_p99 ms ($b_ops GET/s), $reads store reads/s, $off of them off the lock (${costs:-no read costs reported})" >&2
+    share=$(python3 -c "import sys; o,a,b=map(float,sys.argv[1:]); print(f'{o/max(b-a,1):.2f}')" "$off" "$before" "$after")
+    rows+=("$a_p99 $b_p99 $a_ops $b_ops $reads $share")
   done
   python3 - "$bin" "${rows[@]}" <<'EOF'
 import statistics, sys
 bin = sys.argv[1]
 rows = [list(map(float, r.split())) for r in sys.argv[2:]]
-m = [statistics.median(r[i] for r in rows) for i in range(5)]
-print(f"| {bin} | {m[0]:.3f} | {m[1]:.3f} | {m[1]/m[0]:.2f} | {m[2]:.0f} | {m[3]:.0f} | {m[4]:.0f} |")
+m = [statistics.median(r[i] for r in rows) for i in range(6)]
+print(f"| {bin} | {m[0]:.3f} | {m[1]:.3f} | {m[1]/m[0]:.2f} | {m[2]:.0f} | {m[3]:.0f} | {m[4]:.0f} | {m[5]:.2f} |")
 EOF
 done

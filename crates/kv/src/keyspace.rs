@@ -153,6 +153,11 @@ pub struct KvStats {
     pub expired: u64,
     /// Reads of the store.
     pub store_reads: u64,
+    /// Of them, those read before their command ran, with the keyspace unlocked (see
+    /// `store_reads`'s module doc: while the store's reads cost more than leaving the lock).
+    pub store_reads_off_lock: u64,
+    /// Commands that waited for another's read of their key off the lock instead of reading it.
+    pub store_reads_joined: u64,
     /// Writes (puts and deletes) to the store.
     pub store_writes: u64,
     /// Syncs of the store.
@@ -1351,13 +1356,26 @@ impl Keyspace {
         {
             return StoreWant::Ready;
         }
-        self.off_lock.want(key)
+        let w = self.off_lock.want(key);
+        if matches!(w, StoreWant::Join(_)) {
+            self.stats.store_reads_joined += 1;
+        }
+        w
+    }
+
+    /// The smoothed microseconds of a store read and of leaving the lock for one (what decides
+    /// whether misses leave it; `INFO pliant`).
+    pub fn store_read_costs(&self) -> (f64, f64) {
+        self.off_lock.costs()
     }
 
     /// The store read `r` ended: what it found and in how many seconds, or `None` if it failed
     /// (the command then reads the store itself and answers its error).
     pub fn store_read(&mut self, r: Reading, found: Option<(Option<Vec<u8>>, f64)>) {
         let id = self.id_of(r.key());
+        if found.is_some() {
+            self.stats.store_reads_off_lock += 1;
+        }
         self.off_lock.finished(r, id, found);
     }
 

@@ -164,6 +164,12 @@ pub fn render(node: &Node) -> String {
         s.store_reads as f64,
     );
     metric(
+        "store_reads_off_lock_total",
+        "counter",
+        "Reads of the persistent store done before their command ran, with the keyspace unlocked.",
+        s.store_reads_off_lock as f64,
+    );
+    metric(
         "store_writes_total",
         "counter",
         "Writes to the persistent store.",

@@ -68,7 +68,7 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let show = |s: &str| all || (default && s != "commandstats") || wanted.iter().any(|w| w == s);
     let node = ctx.node;
     let now = ctx.now;
-    let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys) = {
+    let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys, read_costs) = {
         let mut ks = node.keyspace();
         (
             ks.stats(),
@@ -82,6 +82,7 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             } else {
                 Ok((0, 0, 0))
             },
+            ks.store_read_costs(),
         )
     };
     let mut out = String::new();
@@ -194,12 +195,16 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if show("pliant") {
         let _ = write!(
             out,
-            "# Pliant\r\nalgorithm:{algo}\r\ncapacity:{capacity}\r\nmemory_keys:{mem_keys}\r\nmemory_bytes:{mem_bytes}\r\nmemory_hits:{}\r\nmemory_misses:{}\r\nstore:{}\r\ndurability:{}\r\nstore_reads:{}\r\nstore_writes:{}\r\nstore_syncs:{}\r\nparent:{}\r\nchildren:{}\r\nparent_requests:{}\r\ncoalesced:{}\r\nredundant_puts:{}\r\ninvalidated:{}\r\ntiers_cut_off:{}\r\n\r\n",
+            "# Pliant\r\nalgorithm:{algo}\r\ncapacity:{capacity}\r\nmemory_keys:{mem_keys}\r\nmemory_bytes:{mem_bytes}\r\nmemory_hits:{}\r\nmemory_misses:{}\r\nstore:{}\r\ndurability:{}\r\nstore_reads:{}\r\nstore_reads_off_lock:{}\r\nstore_reads_joined:{}\r\nstore_read_usec:{:.1}\r\nstore_handoff_usec:{:.1}\r\nstore_writes:{}\r\nstore_syncs:{}\r\nparent:{}\r\nchildren:{}\r\nparent_requests:{}\r\ncoalesced:{}\r\nredundant_puts:{}\r\ninvalidated:{}\r\ntiers_cut_off:{}\r\n\r\n",
             stats.hits,
             stats.misses,
             if has_store { "fjall" } else { "none" },
             node.durability(),
             stats.store_reads,
+            stats.store_reads_off_lock,
+            stats.store_reads_joined,
+            read_costs.0,
+            read_costs.1,
             stats.store_writes,
             stats.store_syncs,
             node.parent()

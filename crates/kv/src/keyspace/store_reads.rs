@@ -188,6 +188,11 @@ impl StoreReads {
         self.asking.clone()
     }
 
+    /// The smoothed microseconds of a store read and of a trip off the lock.
+    pub(super) fn costs(&self) -> (f64, f64) {
+        (self.read_secs * 1e6, self.handoff_secs * 1e6)
+    }
+
     /// A store read took `seconds` off the lock.
     pub(super) fn read_took(&mut self, seconds: f64) {
         self.read_secs += GAIN * (seconds - self.read_secs);

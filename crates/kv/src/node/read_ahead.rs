@@ -171,6 +171,11 @@ mod tests {
             before + 1,
             "one read of the store, counted once"
         );
+        assert_eq!(
+            (ks.stats().store_reads_off_lock, ks.stats().store_reads_joined),
+            (1, 1),
+            "read off the lock once, joined once (INFO pliant)"
+        );
         assert!(
             matches!(
                 ks.store_want(&Bytes::from_static(b"cold")),
