@@ -12,10 +12,14 @@
 //! block cache, the page cache, or a Bloom filter that rules the key out) costs less than that,
 //! and is cheaper for every other client done under the lock than around it (measured: GETs of
 //! keys the store lacks ran at 0.35x of Redis, pipelined, with every miss sent off the lock). So a
-//! miss leaves the lock only while store reads take longer than the hand-off: both are smoothed
-//! averages of what was measured (the store's reads wherever they ran, the hand-off's overhead
-//! on each trip), with RFC 6298's gain of 1/8; one miss in [`EXPLORE`] leaves the lock whatever
-//! the averages say, so the hand-off's average stays current. While misses stay under the lock
+//! miss leaves the lock only while store reads take longer than the hand-off. The reads' cost is
+//! the smoothed average of what they took, wherever they ran (RFC 6298's gain, 1/8). The
+//! hand-off's is twice the time from handing the reads to the blocking pool to a thread starting
+//! on them (a thread woken there, and one on the way back), at its least over the last
+//! [`TRIPS`] trips: on a busy node a trip also queues, for a core and then for a worker, and that
+//! costs the reader, not the others (measured on a saturated 2-core node: whole trips of 816 us on
+//! average, and ways there of 1 ms, which kept reads of 200-330 us under the lock). One miss in
+//! [`EXPLORE`] leaves the lock whatever they say, so the hand-off stays measured. While misses stay under the lock
 //! the server does not even ask (a flag it reads without the lock, [`StoreReads::asking`]): a
 //! command costs what it did before store reads could leave the lock.
 //!
@@ -32,6 +36,9 @@ use bytes::Bytes;
 /// One miss in this many is read off the lock even while reads are cheaper than the hand-off, to
 /// keep measuring the hand-off: at most this share of cheap misses pays it needlessly.
 pub const EXPLORE: u64 = 1024;
+
+/// Trips over which the hand-off's least cost is taken: enough that one found a core free.
+pub const TRIPS: usize = 16;
 
 /// The gain of the smoothed averages (RFC 6298's for a round-trip time).
 const GAIN: f64 = 1.0 / 8.0;
@@ -107,6 +114,9 @@ pub(super) struct StoreReads {
     /// Smoothed seconds of a store read, and of leaving the lock for one (see the module doc).
     read_secs: f64,
     handoff_secs: f64,
+    /// The latest trips' costs (a ring), whose least is `handoff_secs`.
+    trips: [f64; TRIPS],
+    trip: usize,
     /// Misses read under the lock so far (every [`EXPLORE`]-th makes the next leave it).
     misses: u64,
     /// Whether the next miss leaves the lock to measure the hand-off.
@@ -125,6 +135,8 @@ impl Default for StoreReads {
             flushed: 0,
             read_secs: 0.0,
             handoff_secs: 0.0,
+            trips: [f64::INFINITY; TRIPS],
+            trip: 0,
             misses: 0,
             explore: false,
             asking: Default::default(),
@@ -208,9 +220,11 @@ impl StoreReads {
         self.read_took(seconds);
     }
 
-    /// A trip off the lock cost `seconds` beyond its reads.
+    /// A trip off the lock cost `seconds` (see the module doc: twice its way there).
     pub(super) fn handoff_took(&mut self, seconds: f64) {
-        self.handoff_secs += GAIN * (seconds.max(0.0) - self.handoff_secs);
+        self.trips[self.trip % TRIPS] = seconds.max(0.0);
+        self.trip += 1;
+        self.handoff_secs = self.trips.iter().copied().fold(f64::INFINITY, f64::min);
         self.refresh();
     }
 
@@ -286,6 +300,27 @@ impl StoreReads {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bug: on a saturated node most trips queue for a core (ways there of 1 ms against
+    /// reads of 200 us), and their average kept slow reads under the lock. The least of the
+    /// latest trips is what counts.
+    #[test]
+    fn trips_that_queued_do_not_keep_slow_reads_under_the_lock() {
+        let mut r = StoreReads::default();
+        let asking = r.asking();
+        r.handoff_took(30e-6);
+        for _ in 0..TRIPS - 1 {
+            r.handoff_took(2e-3);
+        }
+        for _ in 0..32 {
+            r.read_under_lock_took(200e-6);
+        }
+        assert!(asking.load(std::sync::atomic::Ordering::Relaxed));
+        // Once every trip in the window queued, the machine is that slow: the hand-off is.
+        r.handoff_took(2e-3);
+        assert!((r.costs().1 - 2000.0).abs() < 1e-6);
+        assert!(!asking.load(std::sync::atomic::Ordering::Relaxed));
+    }
 
     /// A miss leaves the lock while store reads cost more than leaving it; cheap ones stay,
     /// except one in `EXPLORE`, which keeps the hand-off measured.
