@@ -54,7 +54,7 @@ pub enum KvError {
         why: &'static str,
     },
     /// The cache algorithm could not be built.
-    #[error("{0}")]
+    #[error(transparent)]
     Algorithm(#[from] pliant_cache::AlgorithmError),
     /// A pure cache (no store, no parent) whose byte capacity is smaller than the entry a write
     /// would make: it could hold it nowhere, so the write is refused (Redis's `-OOM`) rather
