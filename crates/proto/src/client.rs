@@ -138,6 +138,14 @@ impl std::fmt::Debug for Dialer {
     }
 }
 
+/// A dialer aimed at no node yet (an empty address, which no connection reaches): the template
+/// a caller that talks to many nodes fills in once and aims with [`Dialer::to`].
+impl Default for Dialer {
+    fn default() -> Self {
+        Self::new("")
+    }
+}
+
 impl Dialer {
     /// How long a node has to take a connection unless told otherwise.
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -152,6 +160,15 @@ impl Dialer {
             connect_timeout: Self::CONNECT_TIMEOUT,
             io_timeout: Some(Self::IO_TIMEOUT),
             resp3: false,
+        }
+    }
+
+    /// The same dialer (password, timeouts, protocol) aimed at the node at `addr`: a caller that
+    /// talks to many nodes builds one dialer, holding the password, and aims it at each.
+    pub fn to(&self, addr: impl ToString) -> Self {
+        Self {
+            addr: addr.to_string(),
+            ..self.clone()
         }
     }
 

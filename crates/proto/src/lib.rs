@@ -8,6 +8,8 @@
 //!   timeouts, and opens authenticated connections (RESP3 on request): a blocking [`Client`] for
 //!   `pliant admin`, the tools and tests, an [`AsyncClient`] for the nodes' own round trips to
 //!   each other (moves, the coordination store, a tier's parent).
+//! - [`auth::same_password`]: a password a client sent, compared in constant time (a node, the
+//!   coordination store).
 //! - [`error::chain`]: an error and its causes as one line, each text once (RESP error
 //!   replies, status fields, the CLI).
 //! - [`fuzz`]: a seeded random-frame fuzzer for the parsers (`pliant bench frames`).
@@ -19,6 +21,7 @@
 //! read from), `thiserror` (typed errors), `tokio` (the async client's sockets and timeouts),
 //! `serde` (the fuzzer's report is printed as JSON by `pliant bench frames`).
 
+pub mod auth;
 pub mod client;
 pub mod error;
 pub mod frame;

@@ -226,3 +226,33 @@ fn a_dialer_keeps_its_password_out_of_debug() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_template_aimed_at_a_node_keeps_its_password_and_timeouts() {
+    let (addr, server) = scripted(|a| match a[0].as_slice() {
+        b"AUTH" => Some(b"+OK\r\n".to_vec()),
+        b"PING" => Some(b"+PONG\r\n".to_vec()),
+        _ => None,
+    });
+    let template = Dialer::default()
+        .password(Some("pw"))
+        .io_timeout(Some(Duration::from_secs(7)));
+    let aimed = template.to(&addr);
+    assert_eq!((template.addr(), aimed.addr()), ("", addr.as_str()));
+    assert!(
+        format!("{aimed:?}").contains("io_timeout: Some(7s)"),
+        "{aimed:?}"
+    );
+    let mut c = aimed.connect().expect("connect");
+    assert_eq!(
+        c.call(&[b"PING"]).expect("ping"),
+        Frame::Simple("PONG".into())
+    );
+    drop(c);
+    assert_eq!(
+        server.join().expect("server"),
+        vec![args(&["AUTH", "pw"]), args(&["PING"])]
+    );
+    // The template itself reaches no node.
+    assert!(template.connect().is_err());
+}
