@@ -17,7 +17,7 @@
 //!    `slot_window` intervals since its slots last changed) with each of `howmuch`'s strategies (Mantle's fragment selectors: `big` hottest first,
 //!    `small` coolest first, `big_small` alternating, `half` half of the loaded slots in slot
 //!    order), and the selection whose load is closest to the amount is moved by the slot mover
-//!    ([`super::mover`]), the one `pliant cluster move` and rescaling use.
+//!    ([`crate::mover`]), the one `pliant cluster move` and rescaling use.
 //!
 //! A decision is skipped (and logged as such) while any slot is moving (this node's or
 //! another's, so two balancers or a rescale never pull one slot two ways), while a node of the
@@ -27,6 +27,10 @@
 //!
 //! The engine keeps its state in `Rc`s (a Lua VM is single-threaded), so the balancer is a
 //! thread of its own, with a small runtime of its own for its connections.
+//!
+//! It sees the node it runs on through [`BalancedNode`] (its membership, its per-slot counts,
+//! its stop signal), which the data plane (`pliant-kv`'s `Node`) implements: nothing here holds
+//! a node.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -38,15 +42,14 @@ use pliant_policy::{
 };
 use serde::Serialize;
 
-use super::coord::{BalancerRecord, Coord};
-use super::map::Member;
-use super::mover::{Conn, move_slots};
-use crate::node::Node;
 use pliant_proto::frame::Frame;
+use tokio::sync::watch;
 
-/// Time between decisions by default: Ceph's `mds_bal_interval`, the interval Mantle's
-/// balancers decide at.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+use crate::config::BalancerConfig;
+use crate::coord::{BalancerRecord, ClusterState, Coord, CoordError};
+use crate::map::Member;
+use crate::membership::Membership;
+use crate::mover::{Conn, MoveError, move_slots};
 
 /// Decisions kept for `PLIANT.BALANCER LOG` (the newest).
 const LOG: usize = 1_000;
@@ -55,30 +58,17 @@ const LOG: usize = 1_000;
 pub const STRATEGIES: &[&str] = &["big", "small", "big_small", "half"];
 const DEFAULT_STRATEGIES: &[&str] = &["big", "small", "big_small"];
 
-/// A balancer to run.
-#[derive(Debug, Clone)]
-pub struct BalancerConfig {
-    /// The policy `--balancer` names, set in the coordination store if it holds none (every
-    /// node runs the store's policy; without one, a node waits for `PLIANT.BALANCER LOAD`).
-    pub source: Option<PolicySource>,
-    /// Its parameters (`params.*`).
-    pub params: Params,
-    /// Time between decisions.
-    pub interval: Duration,
-    /// Intervals over which a slot's load is measured to pick the slots to move (since this
-    /// node's slots last changed, at most this many): see [`DEFAULT_SLOT_WINDOW`].
-    pub slot_window: usize,
+/// What the balancer needs of the node it runs on: what the data plane (`pliant-kv`'s `Node`)
+/// offers it, so that the control plane holds no node.
+pub trait BalancedNode: Send + Sync + 'static {
+    /// Its membership (id, the map it follows, the coordination store, the dialer), while it
+    /// is in a cluster.
+    fn membership(&self) -> Option<&Membership>;
+    /// Keyed commands it ran on `slot` since it started: its load, slot by slot.
+    fn slot_ops(&self, slot: u16) -> u64;
+    /// A receiver that turns true when the node starts stopping: the balancer stops with it.
+    fn stop_signal(&self) -> watch::Receiver<bool>;
 }
-
-/// Intervals a slot's load is measured over by default. A node's load is a sum over thousands
-/// of slots and one interval measures it well; a slot sees few commands per interval, and
-/// picking the hottest by a short count picks some that were busy by chance (in
-/// `tools/bench/balancer.sh` moves carried about three quarters of the load they were picked
-/// for). A longer window lowers that noise; a shorter one follows a workload that shifts between
-/// slots sooner. A choice, not a derivation, and one that measured no difference there against
-/// 1, because the history restarts whenever the node's slots change, which there was every 3-4
-/// intervals (README, "The balancer on a skewed cluster").
-pub const DEFAULT_SLOT_WINDOW: usize = 10;
 
 /// Slots sent to one node by one decision.
 #[derive(Debug, Clone, Serialize)]
@@ -194,10 +184,72 @@ pub enum BalancerError {
     },
     /// The coordination store could not be reached or did not take the record.
     #[error("coordination store")]
-    Coord(#[source] super::CoordError),
+    Coord(#[source] CoordError),
     /// A rollback with no earlier policy in the store.
     #[error("no earlier balancer policy to roll back to")]
     NoEarlier,
+}
+
+/// Why a decision was skipped: not every node's load could be measured ([`Entry::skipped`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MeasureError {
+    /// The node left its cluster (or never joined one).
+    #[error("not a cluster node")]
+    NotInCluster,
+    /// A node did not report its count.
+    #[error("node {id} ({addr}) not measured")]
+    Node {
+        /// Its id.
+        id: String,
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: LoadError,
+    },
+}
+
+/// Why a node's `PLIANT.LOAD` count could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// No connection within the time a measurement allows (half the interval).
+    #[error("no connection within {0:?}")]
+    NoConnection(Duration),
+    /// The connection or the request failed.
+    #[error("PLIANT.LOAD")]
+    Call(#[source] MoveError),
+    /// The node answered something other than a count.
+    #[error("PLIANT.LOAD answered {0}")]
+    Unexpected(String),
+}
+
+/// What failed in a decision ([`Entry::error`]): the policy, its `howmuch`, or a move.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// The policy failed (an error in its code, its budget exceeded).
+    #[error("policy")]
+    Policy(#[source] pliant_policy::PolicyError),
+    /// `howmuch` named no strategy the balancer has.
+    #[error(
+        "howmuch: {0}; the balancer takes a list of strategies among {list}",
+        list = STRATEGIES.join(", ")
+    )]
+    HowMuch(String),
+    /// A target of `where` holds no lease.
+    #[error("target {0} is not a live member of the cluster")]
+    NotAlive(String),
+    /// Moving slots to a target failed (the moves before it stand).
+    #[error("moving slots to {to}")]
+    Move {
+        /// The target.
+        to: String,
+        /// Why.
+        #[source]
+        source: MoveError,
+    },
 }
 
 /// What `PLIANT.BALANCER LOAD` and `ROLLBACK` ask of the balancer thread.
@@ -233,11 +285,10 @@ impl Balancer {
     /// store holds; `config.source`, if given, is checked now (a policy that does not compile
     /// or whose dry run fails stops the start) and set in the store if the store has none.
     pub fn start(
-        node: Arc<Node>,
+        node: Arc<dyn BalancedNode>,
         config: BalancerConfig,
-        password: Option<String>,
     ) -> Result<Self, BalancerError> {
-        let Some(cluster) = node.cluster() else {
+        let Some(cluster) = node.membership() else {
             return Err(BalancerError::NotInCluster);
         };
         let (me, state) = (cluster.me().id.clone(), cluster.state());
@@ -276,7 +327,6 @@ impl Balancer {
                     flag,
                     rx,
                     interval: config.interval,
-                    password,
                     shared: out,
                     conns: HashMap::new(),
                     seen: HashMap::new(),
@@ -416,7 +466,7 @@ fn check(metrics: &Metrics, source: &PolicySource, params: &Params) -> Result<()
 }
 
 struct Thread {
-    node: Arc<Node>,
+    node: Arc<dyn BalancedNode>,
     engine: Engine,
     /// The version of the store's record the engine runs (or failed to install: it is not
     /// tried again until the store's version changes).
@@ -425,7 +475,6 @@ struct Thread {
     flag: Option<BalancerRecord>,
     rx: tokio::sync::mpsc::UnboundedReceiver<Msg>,
     interval: Duration,
-    password: Option<String>,
     shared: Arc<Mutex<Shared>>,
     /// Connections to the other nodes, by address (dropped on an error, opened again).
     conns: HashMap<SocketAddr, Conn>,
@@ -469,7 +518,7 @@ impl Thread {
         let mut stop = self.node.stop_signal();
         let mut next = tokio::time::Instant::now() + self.interval;
         loop {
-            if self.node.stopping() {
+            if *stop.borrow() {
                 return;
             }
             let wake = rt.block_on(async {
@@ -488,17 +537,21 @@ impl Thread {
                 && matches!(wake, Wake::Tick)
                 && self
                     .node
-                    .cluster()
+                    .membership()
                     .is_some_and(|c| c.state().balancer.is_none());
             if idle {
                 next += self.interval;
                 continue;
             }
             if coord.is_none() {
-                let Some(desc) = self.node.cluster().map(|c| c.coord_addr().to_string()) else {
+                let Some((desc, dialer)) = self
+                    .node
+                    .membership()
+                    .map(|c| (c.coord_addr().to_string(), c.dialer().clone()))
+                else {
                     return;
                 };
-                match rt.block_on(super::open_coord(&desc, self.password.as_deref())) {
+                match rt.block_on(crate::open_coord(&desc, &dialer)) {
                     Ok(c) => coord = Some(c),
                     Err(e) => {
                         let e = BalancerError::Coord(e);
@@ -534,7 +587,7 @@ impl Thread {
     /// Follows the store: sets `--balancer`'s policy there if it has none, installs the
     /// store's policy when its version is not the one running.
     async fn sync_policy(&mut self, coord: &dyn Coord) {
-        let Some(state) = self.node.cluster().map(|c| c.state()) else {
+        let Some(state) = self.node.membership().map(|c| c.state()) else {
             return;
         };
         let record = match (&state.balancer, self.flag.take()) {
@@ -664,7 +717,7 @@ impl Thread {
     }
 
     /// The nodes the policy sees: the map's, then live members that own nothing.
-    fn nodes(state: &super::ClusterState) -> Vec<Member> {
+    fn nodes(state: &ClusterState) -> Vec<Member> {
         let mut nodes: Vec<Member> = state.map.nodes().to_vec();
         for m in &state.members {
             if state.map.index_of(&m.id).is_none() {
@@ -676,22 +729,29 @@ impl Thread {
 
     /// Reads every node's count; their rates since the last read, if every node answered
     /// now and then.
-    async fn measure(&mut self, nodes: &[Member], me: &str) -> Result<Option<Loads>, String> {
+    async fn measure(&mut self, nodes: &[Member], me: &str) -> Result<Option<Loads>, MeasureError> {
         let node = self.node.clone();
-        let Some(cluster) = node.cluster() else {
-            return Err("not a cluster node".into());
+        let Some(cluster) = node.membership() else {
+            return Err(MeasureError::NotInCluster);
         };
+        let dialer = cluster.dialer().clone();
         let timeout = (self.interval / 2).max(Duration::from_millis(200));
         let mut counts = Vec::with_capacity(nodes.len());
         let mut failed = None;
         for m in nodes.iter().filter(|m| m.id != me) {
-            match self.remote_count(m.addr, timeout).await {
+            match self.remote_count(&dialer, m.addr, timeout).await {
                 Ok(c) => counts.push((m.id.clone(), Instant::now(), c)),
-                Err(e) => failed = Some(format!("node {} ({}) not measured: {e}", m.id, m.addr)),
+                Err(source) => {
+                    failed = Some(MeasureError::Node {
+                        id: m.id.clone(),
+                        addr: m.addr,
+                        source,
+                    });
+                }
             }
         }
         let now = Instant::now();
-        let slots: Vec<u64> = (0..super::SLOTS).map(|s| cluster.ops(s)).collect();
+        let slots: Vec<u64> = (0..crate::SLOTS).map(|s| node.slot_ops(s)).collect();
         let mut loads = Loads {
             nodes: BTreeMap::new(),
             slots: vec![0.0; slots.len()],
@@ -715,7 +775,7 @@ impl Thread {
         let owned: Vec<u16> = {
             let state = cluster.state();
             let i = state.map.index_of(me);
-            (0..super::SLOTS)
+            (0..crate::SLOTS)
                 .filter(|&s| i.is_some() && state.map.owner_index(s) == i)
                 .collect()
         };
@@ -749,36 +809,42 @@ impl Thread {
         Ok(complete.then_some(loads))
     }
 
-    async fn remote_count(&mut self, addr: SocketAddr, timeout: Duration) -> Result<u64, String> {
-        if !self.conns.contains_key(&addr) {
-            let c = tokio::time::timeout(timeout, Conn::open(addr, self.password.as_deref()))
-                .await
-                .map_err(|_| format!("no connection within {timeout:?}"))?
-                .map_err(|e| e.to_string())?;
-            self.conns.insert(addr, c);
-        }
-        let Some(c) = self.conns.get_mut(&addr) else {
-            return Err("no connection".into());
+    async fn remote_count(
+        &mut self,
+        dialer: &pliant_proto::Dialer,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<u64, LoadError> {
+        let c = match self.conns.entry(addr) {
+            std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let c = tokio::time::timeout(timeout, Conn::open(dialer, addr))
+                    .await
+                    .map_err(|_| LoadError::NoConnection(timeout))?
+                    .map_err(LoadError::Call)?;
+                v.insert(c)
+            }
         };
         let r = c.call_within(&[b"PLIANT.LOAD"], timeout).await;
         match r {
             Ok(Frame::Integer(n)) if n >= 0 => Ok(n as u64),
             Ok(other) => {
                 self.conns.remove(&addr);
-                Err(format!("PLIANT.LOAD answered {other:?}"))
+                Err(LoadError::Unexpected(format!("{other:?}")))
             }
             Err(e) => {
                 self.conns.remove(&addr);
-                Err(e.to_string())
+                Err(LoadError::Call(e))
             }
         }
     }
 
     async fn decide(&mut self, coord: &dyn Coord) -> Entry {
         let node = self.node.clone();
-        let Some(cluster) = node.cluster() else {
-            return Entry::skipped(0, "not a cluster node".into());
+        let Some(cluster) = node.membership() else {
+            return Entry::skipped(0, pliant_proto::error::chain(&MeasureError::NotInCluster));
         };
+        let dialer = cluster.dialer().clone();
         let state = cluster.state();
         let me = cluster.me().id.clone();
         let version = state.map.version();
@@ -786,7 +852,7 @@ impl Thread {
         let loads = match self.measure(&nodes, &me).await {
             Ok(Some(l)) => l,
             Ok(None) => return Entry::skipped(version, "no rate yet for every node".into()),
-            Err(e) => return Entry::skipped(version, e),
+            Err(e) => return Entry::skipped(version, pliant_proto::error::chain(&e)),
         };
         if let Some((slot, _)) = state.map.migrations().next() {
             let mut e = Entry::skipped(version, format!("slot {slot} is moving"));
@@ -797,7 +863,7 @@ impl Thread {
         fill(&mut metrics, &state, &loads.nodes);
         *self.engine.metrics_mut() = metrics;
         let mut entry = Entry {
-            unix_ms: crate::node::now_ms(),
+            unix_ms: now_ms(),
             version,
             loads: loads.nodes.clone(),
             when: false,
@@ -809,7 +875,7 @@ impl Thread {
         let d = match self.engine.decide() {
             Ok(d) => d,
             Err(e) => {
-                entry.error = Some(format!("policy: {e}"));
+                entry.error = Some(pliant_proto::error::chain(&DecisionError::Policy(e)));
                 return entry;
             }
         };
@@ -828,21 +894,21 @@ impl Thread {
         let strategies = match strategies(d.howmuch.as_ref()) {
             Ok(s) => s,
             Err(e) => {
-                entry.error = Some(e);
+                entry.error = Some(pliant_proto::error::chain(&e));
                 return entry;
             }
         };
         let Some(mine) = state.map.index_of(&me) else {
             return entry;
         };
-        let mut candidates: Vec<(u16, f64)> = (0..super::SLOTS)
+        let mut candidates: Vec<(u16, f64)> = (0..crate::SLOTS)
             .filter(|&s| state.map.owner_index(s) == Some(mine))
             .map(|s| (s, loads.slots[usize::from(s)]))
             .filter(|&(_, l)| l > 0.0)
             .collect();
         for (to, asked) in targets {
             if !state.alive(&to) {
-                entry.error = Some(format!("target {to} is not a live member of the cluster"));
+                entry.error = Some(pliant_proto::error::chain(&DecisionError::NotAlive(to)));
                 break;
             }
             let Some(pick) = select(&candidates, asked, &strategies) else {
@@ -861,16 +927,18 @@ impl Thread {
                 seconds: 0.0,
             };
             let mut failed = None;
-            for group in pick.slots.chunks(super::rescale::GROUP) {
-                match move_slots(coord, self.password.as_deref(), group, &to, &mut |_, _| {}).await
-                {
+            for group in pick.slots.chunks(crate::rescale::GROUP) {
+                match move_slots(coord, &dialer, group, &to, &mut |_, _| {}).await {
                     Ok(r) => {
                         moved.slots += group.len();
                         moved.keys += r.keys;
                         moved.bytes += r.bytes;
                     }
-                    Err(e) => {
-                        failed = Some(format!("moving slots to {to}: {e}"));
+                    Err(source) => {
+                        failed = Some(DecisionError::Move {
+                            to: to.clone(),
+                            source,
+                        });
                         break;
                     }
                 }
@@ -880,7 +948,7 @@ impl Thread {
                 entry.moved.push(moved);
             }
             if let Some(f) = failed {
-                entry.error = Some(f);
+                entry.error = Some(pliant_proto::error::chain(&f));
                 break;
             }
         }
@@ -897,7 +965,7 @@ impl Thread {
 /// `servers[id]` for every node the policy sees ([`Thread::nodes`], this one included even
 /// before its membership shows): `load` and `req_rate` (ops/s, 0 where not measured) and
 /// `slots`.
-fn fill(metrics: &mut Metrics, state: &super::ClusterState, loads: &BTreeMap<String, f64>) {
+fn fill(metrics: &mut Metrics, state: &ClusterState, loads: &BTreeMap<String, f64>) {
     let mut nodes = Thread::nodes(state);
     let me = metrics.whoami().to_string();
     if !nodes.iter().any(|m| m.id == me) {
@@ -922,7 +990,7 @@ fn fill(metrics: &mut Metrics, state: &super::ClusterState, loads: &BTreeMap<Str
 impl Entry {
     fn skipped(version: u64, why: String) -> Self {
         Self {
-            unix_ms: crate::node::now_ms(),
+            unix_ms: now_ms(),
             version,
             loads: BTreeMap::new(),
             when: false,
@@ -934,14 +1002,16 @@ impl Entry {
     }
 }
 
+/// Milliseconds since the Unix epoch: when a decision was made.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// `howmuch`'s strategies: a list of names from [`STRATEGIES`], or nothing (the default ones).
-fn strategies(h: Option<&HowMuch>) -> Result<Vec<&'static str>, String> {
-    let unknown = |what: String| {
-        format!(
-            "howmuch: {what}; the balancer takes a list of strategies among {}",
-            STRATEGIES.join(", ")
-        )
-    };
+fn strategies(h: Option<&HowMuch>) -> Result<Vec<&'static str>, DecisionError> {
+    let unknown = DecisionError::HowMuch;
     match h {
         None => Ok(DEFAULT_STRATEGIES.to_vec()),
         Some(HowMuch::Amount(x)) => Err(unknown(format!("returned the number {x}"))),
@@ -1090,9 +1160,11 @@ mod tests {
         let named = HowMuch::Table(serde_json::json!(["small", "half"]));
         assert_eq!(strategies(Some(&named)).expect("named"), ["small", "half"]);
         let bad = HowMuch::Table(serde_json::json!(["biggest"]));
-        let e = strategies(Some(&bad)).expect_err("unknown");
+        let e = strategies(Some(&bad)).expect_err("unknown").to_string();
         assert!(e.contains("\"biggest\"") && e.contains("big_small"), "{e}");
-        let e = strategies(Some(&HowMuch::Amount(3.0))).expect_err("a number");
+        let e = strategies(Some(&HowMuch::Amount(3.0)))
+            .expect_err("a number")
+            .to_string();
         assert!(e.contains("number 3"), "{e}");
     }
 }

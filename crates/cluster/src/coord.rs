@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::map::{MapError, Member, SlotMap, valid_id};
+use crate::map::{MapError, Member, SlotMap, valid_id};
 
 /// A boxed future, so the trait can be used as `dyn Coord`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

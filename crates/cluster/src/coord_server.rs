@@ -1,6 +1,6 @@
 //! The embedded coordination store served over the Redis protocol, so that the nodes of a
 //! cluster on one machine share it with no extra process: `pliant cluster up` runs this beside
-//! its nodes. Commands (what [`super::remote::Remote`] sends):
+//! its nodes. Commands (what [`crate::remote::Remote`] sends):
 //!
 //! ```text
 //! AUTH [default] PASSWORD             when the cluster has a password
@@ -23,8 +23,8 @@ use pliant_proto::frame::{Frame, FrameError, Limits, Protocol};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::coord::{CoordError, Embedded};
-use super::map::{Member, SlotMap};
+use crate::coord::{CoordError, Embedded};
+use crate::map::{Member, SlotMap};
 
 /// How often lapsed leases are looked for: a few times per second, so a dead node leaves the
 /// member list within a fraction of a second of its lease's end.
@@ -50,10 +50,13 @@ pub enum Supervise {
     /// Start this many more nodes; reply with their ids once they hold leases.
     Spawn(
         usize,
-        tokio::sync::oneshot::Sender<Result<Vec<String>, String>>,
+        tokio::sync::oneshot::Sender<Result<Vec<String>, crate::local::UpError>>,
     ),
     /// Stop this node's process cleanly and end its lease.
-    Retire(String, tokio::sync::oneshot::Sender<Result<(), String>>),
+    Retire(
+        String,
+        tokio::sync::oneshot::Sender<Result<(), crate::local::UpError>>,
+    ),
 }
 
 /// Serves `coord` on `listener` until `stop` turns true; SPAWN and RETIRE go to `supervisor`,
@@ -153,10 +156,10 @@ async fn connection(
         let frame = match (name.as_slice(), authenticated) {
             (b"AUTH", _) => {
                 let ok = match (password, &args[1..]) {
-                    (Some(p), [given]) => crate::node::same_password(p, given),
+                    (Some(p), [given]) => pliant_proto::auth::same_password(p, given),
                     (Some(p), [user, given]) => {
                         // The password is compared whatever the user: the time says nothing.
-                        let pass_ok = crate::node::same_password(p, given);
+                        let pass_ok = pliant_proto::auth::same_password(p, given);
                         pass_ok & (user.as_ref() == b"default")
                     }
                     _ => false,
@@ -272,7 +275,7 @@ fn run(coord: &Embedded, sub: &[u8], args: &[Bytes]) -> Frame {
             }
         }
         (b"BALANCER", [record]) => {
-            match text(record).map(serde_json::from_str::<super::coord::BalancerRecord>) {
+            match text(record).map(serde_json::from_str::<crate::coord::BalancerRecord>) {
                 None => Frame::error("ERR the balancer record is not UTF-8"),
                 Some(Err(e)) => Frame::error(format!("ERR balancer record: {e}")),
                 Some(Ok(r)) => match coord.set_balancer_now(r) {
@@ -314,7 +317,7 @@ async fn supervise(
             }
             match rx.await {
                 Ok(Ok(ids)) => Frame::Array(ids.into_iter().map(Frame::bulk).collect()),
-                Ok(Err(e)) => Frame::error(format!("ERR {e}")),
+                Ok(Err(e)) => Frame::error(format!("ERR {}", pliant_proto::error::chain(&e))),
                 Err(_) => gone(),
             }
         }
@@ -326,7 +329,7 @@ async fn supervise(
             }
             match rx.await {
                 Ok(Ok(())) => Frame::ok(),
-                Ok(Err(e)) => Frame::error(format!("ERR {e}")),
+                Ok(Err(e)) => Frame::error(format!("ERR {}", pliant_proto::error::chain(&e))),
                 Err(_) => gone(),
             }
         }
@@ -361,8 +364,9 @@ async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::coord::Coord;
-    use crate::cluster::remote::Remote;
+    use crate::coord::Coord;
+    use crate::remote::Remote;
+    use pliant_proto::Dialer;
 
     fn member(i: u8) -> Member {
         Member {
@@ -440,7 +444,7 @@ mod tests {
     }
 
     /// AUTH takes the password alone or with the user `default`, compared by the node's
-    /// constant-time compare ([`crate::node::same_password`]): a prefix, an extension or
+    /// constant-time compare ([`pliant_proto::auth::same_password`]): a prefix, an extension or
     /// another user is refused.
     #[tokio::test]
     async fn the_coordination_store_takes_exactly_its_password() {
@@ -469,16 +473,16 @@ mod tests {
     async fn the_served_store_checks_passwords_leases_and_versions() {
         let (addr, stop) = start("pw").await;
 
-        let wrong = Arc::new(Remote::new(addr, Some("nope".into())));
+        let wrong = Arc::new(Remote::new(addr, &Dialer::default().password(Some("nope"))));
         assert!(
             matches!(wrong.state().await, Err(CoordError::Refused(e)) if e.starts_with("WRONGPASS"))
         );
-        let none = Arc::new(Remote::new(addr, None));
+        let none = Arc::new(Remote::new(addr, &Dialer::default()));
         assert!(
             matches!(none.state().await, Err(CoordError::Refused(e)) if e.starts_with("NOAUTH"))
         );
 
-        let c = Arc::new(Remote::new(addr, Some("pw".into())));
+        let c = Arc::new(Remote::new(addr, &Dialer::default().password(Some("pw"))));
         // A lease longer than ten minutes is refused (one that never ends would keep a dead
         // node alive; one that overflows the clock would break the store).
         assert!(matches!(
@@ -504,10 +508,7 @@ mod tests {
         })
         .await
         .expect("the watch hears of the update");
-        assert_eq!(
-            w.borrow().map.assigned(),
-            usize::from(crate::cluster::SLOTS)
-        );
+        assert_eq!(w.borrow().map.assigned(), usize::from(crate::SLOTS));
         assert!(matches!(
             c.keepalive(&member(2).id).await,
             Err(CoordError::NoLease(id)) if id == member(2).id

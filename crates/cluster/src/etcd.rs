@@ -24,8 +24,8 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use tokio::sync::watch;
 
-use super::coord::{BoxFuture, ClusterState, Coord, CoordError};
-use super::map::{Member, SlotMap};
+use crate::coord::{BoxFuture, ClusterState, Coord, CoordError};
+use crate::map::{Member, SlotMap};
 
 const PREFIX: &str = "/pliant/";
 const MAP: &str = "/pliant/map";
@@ -43,8 +43,8 @@ pub struct Etcd {
     client: Client,
     /// The lease of each node joined through this client.
     leases: Mutex<HashMap<String, i64>>,
-    /// The cluster's password, for the supervisor's SPAWN and RETIRE.
-    password: Option<String>,
+    /// How the supervisor's SPAWN and RETIRE are sent: the cluster's password, aimed at no node.
+    dialer: pliant_proto::Dialer,
 }
 
 impl Etcd {
@@ -66,13 +66,13 @@ impl Etcd {
             endpoints: url.to_string(),
             client,
             leases: Mutex::new(HashMap::new()),
-            password: None,
+            dialer: pliant_proto::Dialer::default(),
         })
     }
 
-    /// The cluster's password, which a supervisor's SPAWN and RETIRE need.
-    pub fn with_password(mut self, password: Option<String>) -> Self {
-        self.password = password;
+    /// How to reach a supervisor (its SPAWN and RETIRE need the cluster's password).
+    pub fn with_dialer(mut self, dialer: pliant_proto::Dialer) -> Self {
+        self.dialer = dialer;
         self
     }
 
@@ -106,7 +106,7 @@ impl Etcd {
     /// The supervisor recorded in etcd, as a client of its SPAWN and RETIRE; `None` if none
     /// runs (nodes are started by hand), or the one recorded does not answer (a supervisor
     /// killed before it could remove its record).
-    async fn supervisor(&self) -> Result<Option<super::remote::Remote>, CoordError> {
+    async fn supervisor(&self) -> Result<Option<crate::remote::Remote>, CoordError> {
         let mut c = self.client.clone();
         let got = c.get(SUPERVISOR, None).await.map_err(|e| self.fail(e))?;
         let Some(kv) = got.kvs().first() else {
@@ -120,10 +120,7 @@ impl Etcd {
             .await
             .is_ok_and(|r| r.is_ok())
         {
-            Ok(Some(super::remote::Remote::new(
-                addr,
-                self.password.clone(),
-            )))
+            Ok(Some(crate::remote::Remote::new(addr, &self.dialer)))
         } else {
             tracing::warn!("the supervisor etcd names ({addr}) does not answer; ignoring it");
             Ok(None)
@@ -316,7 +313,7 @@ impl Coord for Arc<Etcd> {
 
     fn set_balancer(
         &self,
-        record: super::coord::BalancerRecord,
+        record: crate::coord::BalancerRecord,
     ) -> BoxFuture<'_, Result<u64, CoordError>> {
         Box::pin(async move {
             let mut c = self.client.clone();
@@ -329,7 +326,7 @@ impl Coord for Arc<Etcd> {
                     ),
                     Some(kv) => (
                         Some(
-                            serde_json::from_slice::<super::coord::BalancerRecord>(kv.value())
+                            serde_json::from_slice::<crate::coord::BalancerRecord>(kv.value())
                                 .map_err(|e| {
                                     CoordError::Refused(format!("etcd key {BALANCER}: {e}"))
                                 })?,
@@ -356,7 +353,7 @@ impl Coord for Arc<Etcd> {
         Box::pin(async move {
             match self.supervisor().await? {
                 Some(sv) => sv.spawn_nodes(n).await,
-                None => Err(CoordError::Refused(super::coord::NO_SUPERVISOR.into())),
+                None => Err(CoordError::Refused(crate::coord::NO_SUPERVISOR.into())),
             }
         })
     }
@@ -365,7 +362,7 @@ impl Coord for Arc<Etcd> {
         Box::pin(async move {
             match self.supervisor().await? {
                 Some(sv) => sv.retire_node(id).await,
-                None => Err(CoordError::Refused(super::coord::NO_SUPERVISOR.into())),
+                None => Err(CoordError::Refused(crate::coord::NO_SUPERVISOR.into())),
             }
         })
     }

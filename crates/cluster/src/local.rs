@@ -19,8 +19,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::coord::{ClusterState, Coord, CoordError, Embedded};
-use super::map::SlotMap;
+use pliant_proto::Dialer;
+
+use crate::coord::{ClusterState, Coord, CoordError, Embedded};
+use crate::coord_server::Supervise;
+use crate::map::SlotMap;
 
 /// How long the nodes get to start and join.
 const START: Duration = Duration::from_secs(30);
@@ -50,7 +53,7 @@ pub struct LocalSpec {
     pub etcd: Option<String>,
     /// The balancer policy to set in the coordination store before the nodes start (every node
     /// runs the store's policy).
-    pub balancer: Option<super::coord::BalancerRecord>,
+    pub balancer: Option<crate::coord::BalancerRecord>,
 }
 
 /// The cluster once every node has joined and every slot is assigned.
@@ -104,6 +107,12 @@ pub enum UpError {
     /// Bad arguments.
     #[error("{0}")]
     Invalid(String),
+    /// RETIRE named a node this supervisor does not run.
+    #[error("node {0} is not one this supervisor runs")]
+    NotSupervised(String),
+    /// A SPAWN or RETIRE came as the cluster stopped.
+    #[error("the cluster is stopping")]
+    Stopping,
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> UpError {
@@ -132,7 +141,7 @@ pub fn up(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError> {
     // Refused before anything is created: a build without etcd must not leave a directory.
     #[cfg(not(feature = "etcd"))]
     if spec.etcd.is_some() {
-        return Err(UpError::Invalid(super::NO_ETCD.into()));
+        return Err(UpError::Invalid(crate::NO_ETCD.into()));
     }
     std::fs::create_dir_all(&spec.dir).map_err(io(format!("creating {}", spec.dir.display())))?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -152,7 +161,7 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
             // commission or decommission, asked at the address it records there.
             let listener = bind_coord(spec).await?;
             let (coord, addr) = open_etcd(url, &listener).await?;
-            let server = tokio::spawn(super::coord_server::serve(
+            let server = tokio::spawn(crate::coord_server::serve(
                 listener,
                 None,
                 spec.password.clone(),
@@ -167,7 +176,7 @@ async fn run(spec: &LocalSpec, ready: impl FnOnce(&Ready)) -> Result<(), UpError
             let embedded = Arc::new(Embedded::open(&spec.dir.join("cluster.json"))?);
             let listener = bind_coord(spec).await?;
             let addr = listener.local_addr().map_err(io("coordination address"))?;
-            let server = tokio::spawn(super::coord_server::serve(
+            let server = tokio::spawn(crate::coord_server::serve(
                 listener,
                 Some(embedded.clone()),
                 spec.password.clone(),
@@ -251,7 +260,7 @@ async fn serve_cluster(
     nodes: &mut Vec<Option<Child>>,
     ready: impl FnOnce(&Ready),
     mut stop: tokio::task::JoinHandle<()>,
-    mut supervise: tokio::sync::mpsc::Receiver<super::coord_server::Supervise>,
+    mut supervise: tokio::sync::mpsc::Receiver<Supervise>,
 ) -> Result<(), UpError> {
     let state = tokio::select! {
         s = wait_for_nodes(spec, coord, nodes) => s?,
@@ -274,8 +283,9 @@ async fn serve_cluster(
     } else {
         rejoin(spec, coord, state).await?
     };
+    let dialer = Dialer::default().password(spec.password.as_deref());
     tokio::select! {
-        w = wait_for_map(spec, &state) => w?,
+        w = wait_for_map(spec, &dialer, &state) => w?,
         _ = &mut stop => return Ok(()),
     }
     ready(&Ready {
@@ -290,7 +300,6 @@ async fn serve_cluster(
             _ = &mut stop => return Ok(()),
             _ = tick.tick() => {}
             Some(req) = supervise.recv() => {
-                use super::coord_server::Supervise;
                 match req {
                     // A stop while nodes start or stop (up to half a minute) is not left
                     // waiting: the nodes started so far are in `nodes` and stop with the rest.
@@ -298,18 +307,18 @@ async fn serve_cluster(
                         let r = tokio::select! {
                             r = spawn_more(spec, coord, node_coord, nodes, n) => r,
                             _ = &mut stop => {
-                                let _ = reply.send(Err("the cluster is stopping".into()));
+                                let _ = reply.send(Err(UpError::Stopping));
                                 return Ok(());
                             }
                         };
                         exited.resize(nodes.len(), false);
-                        let _ = reply.send(r.map_err(|e| e.to_string()));
+                        let _ = reply.send(r);
                     }
                     Supervise::Retire(id, reply) => {
                         let r = tokio::select! {
                             r = retire(spec, coord, nodes, &id) => r,
                             _ = &mut stop => {
-                                let _ = reply.send(Err("the cluster is stopping".into()));
+                                let _ = reply.send(Err(UpError::Stopping));
                                 return Ok(());
                             }
                         };
@@ -390,12 +399,12 @@ async fn retire(
     coord: &dyn Coord,
     nodes: &mut [Option<Child>],
     id: &str,
-) -> Result<usize, String> {
+) -> Result<usize, UpError> {
     let i = (0..nodes.len())
         .find(|&i| nodes[i].is_some() && node_id(spec, i).is_ok_and(|n| n == id))
-        .ok_or_else(|| format!("node {id} is not one this supervisor runs"))?;
+        .ok_or_else(|| UpError::NotSupervised(id.to_string()))?;
     let Some(mut child) = nodes[i].take() else {
-        return Err(format!("node {id} is not one this supervisor runs"));
+        return Err(UpError::NotSupervised(id.to_string()));
     };
     let child = &mut child;
     if let Ok(None) = child.try_wait() {
@@ -422,7 +431,7 @@ async fn retire(
         spec.dir.join(format!("node-{i}.retired")),
         format!("{id}\n"),
     )
-    .map_err(|e| format!("marking node {i} retired: {e}"))?;
+    .map_err(io(format!("marking node {i} retired")))?;
     Ok(i)
 }
 
@@ -481,7 +490,7 @@ fn node_id(spec: &LocalSpec, i: usize) -> Result<String, UpError> {
     match std::fs::read_to_string(&file) {
         Ok(text) => {
             let id = text.trim().to_string();
-            if super::map::valid_id(&id) {
+            if crate::map::valid_id(&id) {
                 Ok(id)
             } else {
                 Err(UpError::Invalid(format!(
@@ -495,7 +504,7 @@ fn node_id(spec: &LocalSpec, i: usize) -> Result<String, UpError> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
             let salt = format!("{}|{i}|{nanos}|{}", spec.dir.display(), std::process::id());
-            let id = super::node_id(SocketAddr::from(([127, 0, 0, 1], 0)), &salt);
+            let id = crate::node_id(SocketAddr::from(([127, 0, 0, 1], 0)), &salt);
             std::fs::write(&file, format!("{id}\n"))
                 .map_err(io(format!("writing {}", file.display())))?;
             Ok(id)
@@ -550,12 +559,16 @@ async fn wait_for_nodes(
 
 /// Waits until every node of the map serves its version (they learn it by watch, a moment
 /// after it is written), so the cluster is ready when it says so.
-async fn wait_for_map(spec: &LocalSpec, state: &ClusterState) -> Result<(), UpError> {
+async fn wait_for_map(
+    spec: &LocalSpec,
+    dialer: &Dialer,
+    state: &ClusterState,
+) -> Result<(), UpError> {
     let version = state.map.version();
     let deadline = tokio::time::Instant::now() + START;
     for m in state.map.nodes().iter().filter(|m| state.alive(&m.id)) {
         loop {
-            if super::serves(m.addr, spec.password.as_deref()).await >= Some(version) {
+            if crate::serves(dialer, m.addr).await >= Some(version) {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -600,7 +613,7 @@ async fn open_etcd(
     listener: &tokio::net::TcpListener,
 ) -> Result<(Arc<dyn Coord>, SocketAddr), UpError> {
     let addr = listener.local_addr().map_err(io("supervisor address"))?;
-    let etcd = super::etcd::Etcd::connect(url).await?;
+    let etcd = crate::etcd::Etcd::connect(url).await?;
     etcd.set_supervisor(Some(addr)).await?;
     Ok((Arc::new(Arc::new(etcd)), addr))
 }
@@ -610,7 +623,7 @@ async fn open_etcd(
     _: &str,
     _: &tokio::net::TcpListener,
 ) -> Result<(Arc<dyn Coord>, SocketAddr), UpError> {
-    Err(UpError::Invalid(super::NO_ETCD.into()))
+    Err(UpError::Invalid(crate::NO_ETCD.into()))
 }
 
 /// Removes the supervisor's address from etcd as it stops, unless another supervisor's
@@ -618,7 +631,7 @@ async fn open_etcd(
 /// supervisor that is gone).
 #[cfg(feature = "etcd")]
 async fn forget_supervisor(url: &str, addr: SocketAddr) {
-    let forgot = match super::etcd::Etcd::connect(url).await {
+    let forgot = match crate::etcd::Etcd::connect(url).await {
         Ok(etcd) => etcd.forget_supervisor(addr).await,
         Err(e) => Err(e),
     };

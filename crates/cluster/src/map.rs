@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::slot::SLOTS;
+use crate::slot::SLOTS;
 
 /// A node of the cluster: its id (40 hex digits, as Redis Cluster's) and client address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

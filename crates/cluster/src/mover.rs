@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use pliant_proto::{AsyncClient, ClientError, Dialer, Frame};
 
-use super::coord::{Coord, CoordError};
-use super::map::SlotMap;
+use crate::coord::{Coord, CoordError};
+use crate::map::SlotMap;
 
 /// Keys copied per round trip.
 pub const BATCH: usize = 256;
@@ -92,9 +92,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) async fn open(addr: SocketAddr, password: Option<&str>) -> Result<Self, MoveError> {
-        let c = Dialer::new(addr)
-            .password(password)
+    pub(crate) async fn open(dialer: &Dialer, addr: SocketAddr) -> Result<Self, MoveError> {
+        let c = dialer
+            .to(addr)
             .connect_timeout(Duration::from_secs(5))
             .io_timeout(Some(Duration::from_secs(30)))
             .connect_async()
@@ -145,16 +145,16 @@ fn node(addr: SocketAddr, why: impl std::fmt::Display) -> MoveError {
 /// Moves `slots`, all owned by one node, to node `to` (an id of a live member), as one
 /// move: one map update marks them all migrating, one walk per round over the source's keys
 /// copies theirs, one update gives them all to the target. `progress` hears of the keys and
-/// bytes moved so far after every batch.
+/// bytes moved so far after every batch. `dialer` (the cluster's password) reaches the nodes.
 pub async fn move_slots(
     coord: &dyn Coord,
-    password: Option<&str>,
+    dialer: &Dialer,
     slots: &[u16],
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
-    if let Some(s) = slots.iter().find(|&&s| s >= super::SLOTS) {
+    if let Some(s) = slots.iter().find(|&&s| s >= crate::SLOTS) {
         return Err(MoveError::Invalid(format!(
             "slot {s} does not exist (slots are 0-16383)"
         )));
@@ -231,11 +231,11 @@ pub async fn move_slots(
     })
     .await?;
     for addr in [source.addr, target.addr] {
-        wait_for_version(addr, password, version).await?;
+        wait_for_version(dialer, addr, version).await?;
     }
     // 2. The keys, round after round until none is left at the source.
-    let mut src = Conn::open(source.addr, password).await?;
-    let mut dst = Conn::open(target.addr, password).await?;
+    let mut src = Conn::open(dialer, source.addr).await?;
+    let mut dst = Conn::open(dialer, target.addr).await?;
     let slot_args: Vec<String> = slots.iter().map(u16::to_string).collect();
     let batch = BATCH.to_string();
     loop {
@@ -330,13 +330,13 @@ pub async fn change_map(
 
 /// Waits (at most 10 s) until node `addr` serves map `version` or a later one.
 async fn wait_for_version(
+    dialer: &Dialer,
     addr: SocketAddr,
-    password: Option<&str>,
     version: u64,
 ) -> Result<(), MoveError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if super::serves(addr, password).await >= Some(version) {
+        if crate::serves(dialer, addr).await >= Some(version) {
             return Ok(());
         }
         if Instant::now() >= deadline {
@@ -383,7 +383,7 @@ pub fn runs_by_owner(map: &SlotMap, slots: &[u16]) -> Result<Vec<Vec<u16>>, Move
     let mut runs: Vec<Vec<u16>> = Vec::new();
     let mut last: Option<(u16, &str)> = None;
     for &slot in slots {
-        if slot >= super::SLOTS {
+        if slot >= crate::SLOTS {
             return Err(MoveError::Invalid(format!(
                 "slot {slot} does not exist (slots are 0-16383)"
             )));
@@ -419,25 +419,25 @@ pub fn range_name(run: &[u16]) -> String {
 /// on its own, in order; one report per run. A failure after some runs moved says which
 /// ([`MoveError::Partly`]).
 pub fn move_ranges_via(
+    dialer: &Dialer,
     node: &str,
-    password: Option<&str>,
     slots: &[u16],
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<Vec<MoveReport>, MoveError> {
     let (_, coord, _) =
-        super::status::view(node, password).map_err(|e| MoveError::Invalid(e.to_string()))?;
+        crate::status::view(dialer, node).map_err(|e| MoveError::Invalid(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| MoveError::Invalid(format!("starting the runtime: {e}")))?;
     rt.block_on(async {
-        let remote = super::open_coord(&coord, password).await?;
+        let remote = crate::open_coord(&coord, dialer).await?;
         let state = remote.state().await?;
         let runs = runs_by_owner(&state.map, slots)?;
         let mut reports: Vec<MoveReport> = Vec::new();
         for run in &runs {
-            match move_slots(remote.as_ref(), password, run, to, progress).await {
+            match move_slots(remote.as_ref(), dialer, run, to, progress).await {
                 Ok(r) => reports.push(r),
                 Err(e) if reports.is_empty() => return Err(e),
                 Err(e) => {

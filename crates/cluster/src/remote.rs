@@ -1,5 +1,5 @@
 //! A node's (or the rescaler's) side of the embedded coordination store served by
-//! [`super::coord_server`]: requests on one connection, opened again after a failure, and the
+//! [`crate::coord_server`]: requests on one connection, opened again after a failure, and the
 //! watch on a connection of its own that a task keeps open.
 
 use std::net::SocketAddr;
@@ -9,8 +9,8 @@ use std::time::Duration;
 use pliant_proto::{AsyncClient, ClientError, Dialer, Frame};
 use tokio::sync::watch;
 
-use super::coord::{BoxFuture, ClusterState, Coord, CoordError};
-use super::map::{Member, SlotMap};
+use crate::coord::{BoxFuture, ClusterState, Coord, CoordError};
+use crate::map::{Member, SlotMap};
 
 /// How long a request to the coordination store may take (connecting included) before it
 /// counts as unreachable.
@@ -27,12 +27,13 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// A client of the store at `addr` (nothing is connected until the first request).
-    pub fn new(addr: SocketAddr, password: Option<String>) -> Self {
+    /// A client of the store at `addr`, reached with `dialer` (the cluster's password; its
+    /// timeouts become the store's, [`TIMEOUT`]). Nothing is connected until the first request.
+    pub fn new(addr: SocketAddr, dialer: &Dialer) -> Self {
         Self {
             addr,
-            dialer: Dialer::new(addr)
-                .password(password.as_deref())
+            dialer: dialer
+                .to(addr)
                 .connect_timeout(TIMEOUT)
                 .io_timeout(Some(TIMEOUT)),
             conn: tokio::sync::Mutex::new(None),
@@ -220,7 +221,7 @@ impl Coord for Arc<Remote> {
 
     fn set_balancer(
         &self,
-        record: super::coord::BalancerRecord,
+        record: crate::coord::BalancerRecord,
     ) -> BoxFuture<'_, Result<u64, CoordError>> {
         Box::pin(async move {
             let json = serde_json::to_string(&record).expect("a balancer record serialises");

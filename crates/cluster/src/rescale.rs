@@ -1,6 +1,6 @@
 //! Live rescaling (Pufferscale on the cluster): measure every slot's size and load on the live
 //! nodes, plan with `pliant-scale`'s heuristic, start (or wait for) new nodes, run the planned
-//! slot moves several at a time ([`super::mover`]), retire the nodes that leave.
+//! slot moves several at a time ([`crate::mover`]), retire the nodes that leave.
 //!
 //! - A slot is a bucket: its size is the bytes of its keys and values, its load the keyed
 //!   commands per second its owner ran on it over the sampling window. The plan is made with
@@ -19,16 +19,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use pliant_proto::Dialer;
 use pliant_proto::frame::Frame;
 use serde::Serialize;
 
-use super::coord::{ClusterState, Coord};
-use super::mover::Conn;
-use super::mover::{MoveError, MoveReport, change_map, move_slots};
+use crate::coord::{ClusterState, Coord, CoordError};
+use crate::mover::Conn;
+use crate::mover::{MoveError, MoveReport, change_map, move_slots};
 
 /// Slots moved together, at most: enough that a map update and a walk over the source's keys
 /// serve many slots, few enough that progress shows and a failure leaves little half done.
-pub(super) const GROUP: usize = 512;
+pub(crate) const GROUP: usize = 512;
 
 /// What to change.
 #[derive(Debug, Clone)]
@@ -50,8 +51,9 @@ pub struct Options {
     pub parallel: usize,
     /// Plan only.
     pub dry_run: bool,
-    /// The cluster's password.
-    pub password: Option<String>,
+    /// How every node and the coordination store are reached: the cluster's password and the
+    /// timeouts, aimed at no node ([`Dialer::to`] aims it).
+    pub dialer: Dialer,
     /// Decommission nodes that are down even though they own slots: their slots go to the
     /// staying nodes empty (their keys are lost, and the report names the slots).
     pub force: bool,
@@ -115,7 +117,7 @@ pub struct Lost {
 pub enum RescaleError {
     /// The cluster could not be read.
     #[error(transparent)]
-    Status(#[from] super::status::StatusError),
+    Status(#[from] crate::status::StatusError),
     /// A move (or the map) failed; what was moved stays moved, the rest stays where it was.
     #[error(transparent)]
     Move(#[from] MoveError),
@@ -145,14 +147,13 @@ pub fn rescale(
     opts: &Options,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, RescaleError> {
-    let password = opts.password.as_deref();
-    let (_, coord_desc, _) = super::status::view(node, password)?;
+    let (_, coord_desc, _) = crate::status::view(&opts.dialer, node)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| RescaleError::Invalid(format!("starting the runtime: {e}")))?;
     rt.block_on(async {
-        let coord = super::open_coord(&coord_desc, password)
+        let coord = crate::open_coord(&coord_desc, &opts.dialer)
             .await
             .map_err(MoveError::from)?;
         run(&coord, change, opts, progress).await
@@ -165,7 +166,7 @@ async fn run(
     opts: &Options,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report, RescaleError> {
-    let password = opts.password.as_deref();
+    let dialer = &opts.dialer;
     let mut state = remote.state().await.map_err(MoveError::from)?;
     let mut lost = Vec::new();
     if let (Change::Decommission(ids), true, false) = (change, opts.force, opts.dry_run) {
@@ -182,7 +183,7 @@ async fn run(
                 "slot {slot} is still moving from an earlier rescale or move: run without --dry-run to finish it first"
             )));
         }
-        resumed_slots = finish_moves(remote.as_ref(), &state, password).await?;
+        resumed_slots = finish_moves(remote.as_ref(), &state, dialer).await?;
         state = remote.state().await.map_err(MoveError::from)?;
     }
     let map = &state.map;
@@ -226,20 +227,20 @@ async fn run(
     };
 
     // Sizes and loads of every slot, from its owner.
-    let (sizes, loads) = slot_stats(&state, &owners, password, opts.window).await?;
+    let (sizes, loads) = slot_stats(&state, &owners, dialer, opts.window).await?;
     let Some(&first) = owners.first() else {
         return Err(RescaleError::Invalid(
             "no node owns any slot: nothing to rescale (is the cluster up?)".into(),
         ));
     };
-    let bandwidth = measure_bandwidth(map.nodes()[first].addr, password).await?;
+    let bandwidth = measure_bandwidth(dialer, map.nodes()[first].addr).await?;
     let servers: Vec<pliant_scale::ServerId> = (0..owners.len() as u32).collect();
     let server_of: HashMap<u16, u32> = owners
         .iter()
         .enumerate()
         .map(|(s, &i)| (i as u16, s as u32))
         .collect();
-    let buckets: Vec<pliant_scale::Bucket> = (0..super::SLOTS)
+    let buckets: Vec<pliant_scale::Bucket> = (0..crate::SLOTS)
         .filter_map(|slot| {
             let owner = map.owner_index(slot)?;
             Some(pliant_scale::Bucket {
@@ -353,19 +354,13 @@ async fn run(
             let (slots, from, to) = queue.remove(pos).expect("a position in the queue");
             busy_out.insert(from.clone());
             busy_in.insert(to.clone());
-            let (coord, password, bytes) = (coord.clone(), opts.password.clone(), bytes.clone());
+            let (coord, dialer, bytes) = (coord.clone(), opts.dialer.clone(), bytes.clone());
             running.spawn(async move {
                 let mut last = 0;
-                let r = move_slots(
-                    coord.as_ref(),
-                    password.as_deref(),
-                    &slots,
-                    &to,
-                    &mut |_, b| {
-                        bytes.fetch_add(b - last, std::sync::atomic::Ordering::Relaxed);
-                        last = b;
-                    },
-                )
+                let r = move_slots(coord.as_ref(), &dialer, &slots, &to, &mut |_, b| {
+                    bytes.fetch_add(b - last, std::sync::atomic::Ordering::Relaxed);
+                    last = b;
+                })
                 .await;
                 (from, to, r)
             });
@@ -412,7 +407,7 @@ async fn run(
         // the operator, and the other nodes still leave.
         match remote.retire(id).await {
             Ok(()) => {}
-            Err(super::coord::CoordError::Refused(e)) if e.contains("no supervisor") => {
+            Err(CoordError::Refused(e)) if e.contains("no supervisor") => {
                 tracing::warn!("node {id} holds no slot now: stop its process");
                 report.not_stopped.push(id.clone());
             }
@@ -450,7 +445,7 @@ async fn new_nodes(
             idle.extend(ids);
             return Ok(idle);
         }
-        Err(super::coord::CoordError::Refused(e)) if e.contains("no supervisor") => {}
+        Err(CoordError::Refused(e)) if e.contains("no supervisor") => {}
         Err(e) => return Err(MoveError::from(e).into()),
     }
     tracing::warn!("start {n} node(s) with `pliant serve --coord …`; waiting up to 60 s for them");
@@ -485,7 +480,7 @@ async fn new_nodes(
 async fn finish_moves(
     coord: &dyn Coord,
     state: &ClusterState,
-    password: Option<&str>,
+    dialer: &Dialer,
 ) -> Result<usize, RescaleError> {
     let map = &state.map;
     // One group per source and target: `move_slots` wants one owner.
@@ -498,7 +493,7 @@ async fn finish_moves(
         let to = &map.nodes()[usize::from(to)].id;
         for chunk in slots.chunks(GROUP) {
             tracing::info!("finishing the move of {} slot(s) to {to}", chunk.len());
-            move_slots(coord, password, chunk, to, &mut |_, _| {}).await?;
+            move_slots(coord, dialer, chunk, to, &mut |_, _| {}).await?;
             done += chunk.len();
         }
     }
@@ -556,7 +551,7 @@ async fn force_out(
         let is_dead = |i: u16| dead.contains(&map.nodes()[usize::from(i)].id);
         let mut orphans = Vec::new();
         let mut next = map.clone();
-        for slot in 0..super::SLOTS {
+        for slot in 0..crate::SLOTS {
             let Some(owner) = map.owner_index(slot) else {
                 continue;
             };
@@ -594,15 +589,15 @@ async fn force_out(
 async fn slot_stats(
     state: &ClusterState,
     owners: &[usize],
-    password: Option<&str>,
+    dialer: &Dialer,
     window: Duration,
 ) -> Result<(Vec<f64>, Vec<f64>), RescaleError> {
-    let n = usize::from(super::SLOTS);
+    let n = usize::from(crate::SLOTS);
     let (mut sizes, mut loads) = (vec![0.0; n], vec![0.0; n]);
     let mut conns = Vec::new();
     for &i in owners {
         let addr = state.map.nodes()[i].addr;
-        conns.push(Conn::open(addr, password).await?);
+        conns.push(Conn::open(dialer, addr).await?);
     }
     let mut first = Vec::new();
     for c in &mut conns {
@@ -655,9 +650,9 @@ async fn read_stats(c: &mut Conn) -> Result<HashMap<u16, (u64, u64, u64)>, Resca
 
 /// `s_net`: bytes per second of ECHO round trips of a 4 MiB payload to `addr` (the median of
 /// five), each moving the payload out and back as a slot move's copy moves a key.
-async fn measure_bandwidth(addr: SocketAddr, password: Option<&str>) -> Result<f64, RescaleError> {
+async fn measure_bandwidth(dialer: &Dialer, addr: SocketAddr) -> Result<f64, RescaleError> {
     const PAYLOAD: usize = 4 * 1024 * 1024;
-    let mut c = Conn::open(addr, password).await?;
+    let mut c = Conn::open(dialer, addr).await?;
     let payload = Bytes::from(vec![b'x'; PAYLOAD]);
     let mut rates = Vec::new();
     for _ in 0..5 {

@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use pliant_proto::client::{Client, ClientError};
+use pliant_proto::Dialer;
+use pliant_proto::client::ClientError;
 use pliant_proto::frame::Frame;
 use serde::Serialize;
 
-use super::coord::ClusterState;
+use crate::coord::ClusterState;
 
 /// One node.
 #[derive(Debug, Clone, Serialize)]
@@ -85,16 +86,14 @@ pub enum StatusError {
     },
 }
 
-/// What node `addr` knows of its cluster: `{me, coord, state}`.
-pub fn view(
-    addr: &str,
-    password: Option<&str>,
-) -> Result<(String, String, ClusterState), StatusError> {
+/// What node `addr` knows of its cluster: `{me, coord, state}`, asked with `dialer` (the
+/// cluster's password).
+pub fn view(dialer: &Dialer, addr: &str) -> Result<(String, String, ClusterState), StatusError> {
     let reply = |why: String| StatusError::Reply {
         addr: addr.to_string(),
         why,
     };
-    let mut c = Client::connect(addr, password)?;
+    let mut c = dialer.to(addr).connect()?;
     let text = match c.call(&[b"PLIANT.CLUSTER"])? {
         Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
         Frame::Error(e) => return Err(reply(e)),
@@ -107,13 +106,10 @@ pub fn view(
     Ok((text_of("me"), text_of("coord"), state))
 }
 
-/// The status of the cluster node `addr` belongs to, each node's load measured over `window`.
-pub fn status(
-    addr: &str,
-    password: Option<&str>,
-    window: Duration,
-) -> Result<ClusterStatus, StatusError> {
-    let (_, coord, state) = view(addr, password)?;
+/// The status of the cluster node `addr` belongs to, each node's load measured over `window`;
+/// every node is asked with `dialer` (the cluster's password).
+pub fn status(dialer: &Dialer, addr: &str, window: Duration) -> Result<ClusterStatus, StatusError> {
+    let (_, coord, state) = view(dialer, addr)?;
     let map = &state.map;
     let mut listed: Vec<(String, String, (usize, usize))> = map
         .nodes()
@@ -131,7 +127,7 @@ pub fn status(
     }
     // Two samples of every node's command count, `window` apart, all nodes sampled together.
     let sample = |a: &str| -> Option<(Instant, u64, u64, u64)> {
-        let mut c = Client::connect(a, password).ok()?;
+        let mut c = dialer.to(a).connect().ok()?;
         let stats = match c.call(&[b"PLIANT.STATS"]).ok()? {
             Frame::Bulk(b) => serde_json::from_slice::<serde_json::Value>(&b).ok()?,
             _ => return None,
@@ -160,7 +156,7 @@ pub fn status(
             };
             let balancer = after
                 .is_some()
-                .then(|| balancer_of(&addr, password))
+                .then(|| balancer_of(dialer, &addr))
                 .flatten();
             NodeStatus {
                 balancer,
@@ -187,8 +183,8 @@ pub fn status(
 }
 
 /// `PLIANT.BALANCER STATUS` of the node at `addr`, if it runs a balancer.
-fn balancer_of(addr: &str, password: Option<&str>) -> Option<BalancerSummary> {
-    let mut c = Client::connect(addr, password).ok()?;
+fn balancer_of(dialer: &Dialer, addr: &str) -> Option<BalancerSummary> {
+    let mut c = dialer.to(addr).connect().ok()?;
     match c.call(&[b"PLIANT.BALANCER", b"STATUS"]).ok()? {
         Frame::Bulk(b) => serde_json::from_slice(&b).ok(),
         _ => None,

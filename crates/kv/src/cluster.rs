@@ -1,88 +1,36 @@
-//! The cluster: Redis Cluster's 16,384 hash slots spread over nodes, so that every Redis Cluster
-//! client routes by itself (`CLUSTER SLOTS`, `-MOVED`, `-ASK`), with the slot map and who is
-//! alive kept in a coordination store that every node watches.
+//! A node's side of its cluster: the routing every keyed command passes before it runs, as Redis
+//! Cluster routes it (`-MOVED`, `-ASK`, `-CROSSSLOT`, `-TRYAGAIN`, `-CLUSTERDOWN`), and the gate
+//! that keeps a slot move's deletions out from between a command's routing and its end.
 //!
-//! - [`slot`]: which slot a key belongs to (CRC16, hash tags).
-//! - [`map`]: the slot map, its JSON form and its checks.
-//! - [`coord`]: the coordination store's trait and its embedded backend; [`coord_server`]
-//!   serves the embedded one over the Redis protocol and [`remote`] is a node's client of it.
-//! - [`balancer`]: Mantle's `where` acting on the cluster: a policy over every node's load
-//!   moves this node's slots.
-//! - [`Cluster`]: a node's membership (its id, its lease, the map it follows) and [`route`],
-//!   the check every keyed command passes before it runs.
-//!
-//! Dependencies: `crc` (Redis Cluster's CRC16/XMODEM, rather than a table of our own); `nix`
-//! (a safe `kill(2)`, to stop a local cluster's nodes with SIGTERM, which lets them sync their stores).
-
-pub mod balancer;
-pub mod coord;
-pub mod coord_server;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod local;
-pub mod map;
-pub mod mover;
-pub mod remote;
-pub mod rescale;
-pub mod slot;
-pub mod status;
+//! The control plane (hash slots, the slot map, the coordination store, membership, moves,
+//! rescaling, the balancer) is `pliant-cluster`'s; this module builds on its [`Membership`],
+//! map and slot types, and [`Node`] is what its balancer sees of a node ([`BalancedNode`]). The
+//! commands a move runs here (`PLIANT.SLOTKEYS`, `RESTORE`, `DELIFEQ`, …) are `cmd/cluster.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
+use pliant_cluster::balancer::{BalancedNode, Balancer};
+use pliant_cluster::coord::ClusterState;
+use pliant_cluster::map::Member;
+use pliant_cluster::membership::Membership;
 use pliant_proto::frame::Frame;
-use tokio::sync::watch;
 
-pub use coord::{ClusterState, Coord, CoordError, Embedded};
-pub use map::{Member, SlotMap};
-pub use slot::{SLOTS, key_slot};
+use crate::node::Node;
 
-/// What `--etcd` says in a build without the `etcd` feature.
-pub const NO_ETCD: &str =
-    "this pliant was built without etcd support: build it with `--features etcd` (needs protoc)";
+/// The slot of a key and the number of slots: what the data plane's routing and its slot
+/// commands use (`pliant_cluster::slot`'s).
+pub use pliant_cluster::slot::{SLOTS, key_slot};
 
-/// The coordination store `desc` names (`ADDR:PORT` of an embedded one, or `etcd:URL`).
-pub async fn open_coord(desc: &str, password: Option<&str>) -> Result<Arc<dyn Coord>, CoordError> {
-    if let Some(url) = desc.strip_prefix("etcd:") {
-        #[cfg(feature = "etcd")]
-        return Ok(Arc::new(Arc::new(
-            etcd::Etcd::connect(url)
-                .await?
-                .with_password(password.map(str::to_string)),
-        )));
-        #[cfg(not(feature = "etcd"))]
-        {
-            let _ = url;
-            return Err(CoordError::Refused(NO_ETCD.into()));
-        }
-    }
-    let addr: std::net::SocketAddr = desc
-        .parse()
-        .map_err(|_| CoordError::Refused(format!("{desc:?} is neither ADDR:PORT nor etcd:URL")))?;
-    Ok(Arc::new(Arc::new(remote::Remote::new(
-        addr,
-        password.map(str::to_string),
-    ))))
-}
-
-/// A node's lease in the coordination store lasts this long without renewal; it is renewed
-/// three times per lease, so a node that stops (or hangs) leaves the member list within this.
-pub const LEASE: Duration = Duration::from_secs(6);
-
-/// A node's place in a cluster.
+/// A node's place in a cluster: its [`Membership`], and what routing keeps beside it.
 pub struct Cluster {
-    me: Member,
-    /// Where the coordination store is, as `--coord` named it.
-    coord_addr: String,
-    coord: Arc<dyn Coord>,
-    state: watch::Receiver<Arc<ClusterState>>,
+    membership: Membership,
     /// Keyed commands hold it shared from their routing decision to their end; a slot move's
     /// deletions at the source hold it alone. Without it a command routed here because its key
     /// was here could run after the key left: a read would miss a key that exists, a write
     /// would land on a node that no longer owns the slot.
     gate: std::sync::RwLock<()>,
-    /// Keyed commands this node ran, by slot: the load a rescale balances.
+    /// Keyed commands this node ran, by slot: the load a rescale and the balancer balance.
     slot_ops: Box<[std::sync::atomic::AtomicU64]>,
     /// Keys a slot move has copied out and not yet deleted here: a write to one would be lost
     /// (the target already has the copy, and a deletion here would leave the copy behind to
@@ -90,64 +38,27 @@ pub struct Cluster {
     /// clients retry it) until the move's deletion step, or, if the move stopped half way,
     /// until it is run again or its slot stops moving away from here (a forced decommission).
     inflight: std::sync::Mutex<std::collections::HashSet<Bytes>>,
-    /// The balancer, if the node runs one (`--balancer`).
-    balancer: std::sync::OnceLock<balancer::Balancer>,
+    /// The balancer, if the node runs one (`--balancer`): what `PLIANT.BALANCER` asks.
+    balancer: std::sync::OnceLock<Balancer>,
 }
 
 impl Cluster {
-    /// Joins the cluster of `coord` as `me` and follows its map; renews the lease in a task
-    /// until the stop signal turns true (`Server::run` then leaves, once it has served what it
-    /// read).
-    pub async fn join(
-        me: Member,
-        coord_addr: String,
-        coord: Arc<dyn Coord>,
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<Self, CoordError> {
-        coord.join(me.clone(), LEASE).await?;
-        let state = coord.watch().await?;
-        let (renewer, id) = (coord.clone(), me.id.clone());
-        let again = me.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(LEASE / 3);
-            let mut warned = false;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    // The server leaves once it has served what it read (`Server::run`).
-                    _ = stop.changed() => return,
-                }
-                let renewed = match renewer.keepalive(&id).await {
-                    // Lapsed (the store restarted, or this node stalled): join again.
-                    Err(CoordError::NoLease(_)) => renewer.join(again.clone(), LEASE).await,
-                    other => other,
-                };
-                match renewed {
-                    Ok(()) if warned => {
-                        tracing::info!("coordination store reachable again");
-                        warned = false;
-                    }
-                    Ok(()) => {}
-                    Err(e) if !warned => {
-                        tracing::warn!("renewing this node's lease: {e}");
-                        warned = true;
-                    }
-                    Err(_) => {}
-                }
-            }
-        });
-        Ok(Self {
-            me,
-            coord_addr,
-            coord,
-            state,
+    /// Routing over `membership` (a node that has joined its cluster).
+    pub fn new(membership: Membership) -> Self {
+        Self {
+            membership,
             gate: std::sync::RwLock::new(()),
             slot_ops: (0..SLOTS)
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
             inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
-        })
+        }
+    }
+
+    /// Its membership: the control plane's view of this node.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
     }
 
     /// Held by a keyed command from its routing to its end (see the field).
@@ -183,7 +94,7 @@ impl Cluster {
             return false;
         }
         let state = self.state();
-        let me = state.map.index_of(&self.me.id);
+        let me = state.map.index_of(&self.me().id);
         let moving_out = |k: &[u8]| {
             state
                 .map
@@ -220,49 +131,49 @@ impl Cluster {
     }
 
     /// The balancer, if the node runs one.
-    pub fn balancer(&self) -> Option<&balancer::Balancer> {
+    pub fn balancer(&self) -> Option<&Balancer> {
         self.balancer.get()
     }
 
     /// Gives the node its balancer (once, at start).
-    pub fn set_balancer(&self, b: balancer::Balancer) {
+    pub fn set_balancer(&self, b: Balancer) {
         let _ = self.balancer.set(b);
     }
 
     /// This node.
     pub fn me(&self) -> &Member {
-        &self.me
+        self.membership.me()
     }
 
     /// Where the coordination store is.
     pub fn coord_addr(&self) -> &str {
-        &self.coord_addr
+        self.membership.coord_addr()
     }
 
     /// The coordination store.
-    pub fn coord(&self) -> &Arc<dyn Coord> {
-        &self.coord
+    pub fn coord(&self) -> &Arc<dyn pliant_cluster::Coord> {
+        self.membership.coord()
     }
 
     /// The state as this node last heard it.
     pub fn state(&self) -> Arc<ClusterState> {
-        self.state.borrow().clone()
+        self.membership.state()
     }
 }
 
-/// A node id for `addr`: 40 hex digits from a hash of the address and `salt` (the store's path
-/// for a node with a store, so the same node restarted at the same address on the same store is
-/// the same node; the start time for one without, whose data does not survive it). The hash is
-/// not promised stable across Pliant versions: a node that must keep its id whatever changes
-/// is given one (`--node-id`), as `pliant cluster up` gives its nodes the ids it keeps.
-pub fn node_id(addr: std::net::SocketAddr, salt: &str) -> String {
-    use std::hash::BuildHasher;
-    let text = format!("{addr}|{salt}");
-    (0..3u64)
-        .map(|seed| foldhash::quality::FixedState::with_seed(seed).hash_one(&text))
-        .map(|h| format!("{h:016x}"))
-        .collect::<String>()[..40]
-        .to_string()
+/// What the balancer sees of a node: its membership, its per-slot counts, its stop signal.
+impl BalancedNode for Node {
+    fn membership(&self) -> Option<&Membership> {
+        self.cluster().map(Cluster::membership)
+    }
+
+    fn slot_ops(&self, slot: u16) -> u64 {
+        self.cluster().map_or(0, |c| c.ops(slot))
+    }
+
+    fn stop_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        Node::stop_signal(self)
+    }
 }
 
 /// Where a keyed command may run, as Redis Cluster decides it: `None` here, or the error that
@@ -286,7 +197,7 @@ pub fn route<'a>(
     }
     let state = cluster.state();
     let map = &state.map;
-    let me = map.index_of(&cluster.me.id);
+    let me = map.index_of(&cluster.me().id);
     let Some(owner) = map.owner_index(slot) else {
         return Some(Frame::error(format!(
             "CLUSTERDOWN Hash slot {slot} not served"
@@ -317,36 +228,19 @@ pub fn route<'a>(
     Some(Frame::error(format!("MOVED {slot} {}", addr(owner))))
 }
 
-/// The map version node `addr` serves, if it answers.
-pub(crate) async fn serves(addr: std::net::SocketAddr, password: Option<&str>) -> Option<u64> {
-    let ask = async {
-        // The whole exchange is bounded below; the dialer's own timeouts need not be.
-        let mut c = pliant_proto::Dialer::new(addr)
-            .password(password)
-            .io_timeout(None)
-            .connect_async()
-            .await
-            .ok()?;
-        let text = match c.call(&[b"CLUSTER", b"INFO"]).await.ok()? {
-            Frame::Bulk(b) | Frame::Verbatim(b) => b,
-            _ => return None,
-        };
-        String::from_utf8_lossy(&text)
-            .lines()
-            .find_map(|l| l.strip_prefix("pliant_map_version:"))?
-            .trim()
-            .parse()
-            .ok()
-    };
-    tokio::time::timeout(Duration::from_secs(2), ask)
-        .await
-        .ok()
-        .flatten()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pliant_cluster::{Embedded, SlotMap};
+    use pliant_proto::Dialer;
+    use tokio::sync::watch;
+
+    async fn join(me: Member, coord: Arc<Embedded>, stop: watch::Receiver<bool>) -> Cluster {
+        let m = Membership::join(me, "embedded".into(), coord, Dialer::default(), stop)
+            .await
+            .expect("join");
+        Cluster::new(m)
+    }
 
     fn member(i: u8) -> Member {
         Member {
@@ -374,12 +268,8 @@ mod tests {
     async fn two_nodes() -> (Cluster, Cluster, u16) {
         let coord: Arc<Embedded> = Arc::new(Embedded::new());
         let stop = watch::channel(false).1;
-        let one = Cluster::join(member(1), "embedded".into(), coord.clone(), stop.clone())
-            .await
-            .expect("join");
-        let two = Cluster::join(member(2), "embedded".into(), coord.clone(), stop)
-            .await
-            .expect("join");
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        let two = join(member(2), coord.clone(), stop).await;
         let slot = key_slot(b"{a}");
         let map = SlotMap::even(0, &[member(1)])
             .with_node(&member(2))
@@ -388,7 +278,7 @@ mod tests {
             .expect("a migration");
         assert!(coord.update_now(0, map).expect("update"));
         for c in [&one, &two] {
-            let mut rx = c.state.clone();
+            let mut rx = c.membership().watch();
             while rx.borrow_and_update().map.version() < 1 {
                 rx.changed().await.expect("watch");
             }
@@ -449,9 +339,7 @@ mod tests {
     async fn a_slot_without_an_owner_is_clusterdown() {
         let coord: Arc<Embedded> = Arc::new(Embedded::new());
         let stop = watch::channel(false).1;
-        let one = Cluster::join(member(1), "embedded".into(), coord, stop)
-            .await
-            .expect("join");
+        let one = join(member(1), coord, stop).await;
         assert!(
             code(route(&one, keys(&["k"]).iter(), false, |_| true))
                 .is_some_and(|e| e.starts_with("CLUSTERDOWN"))

@@ -2,8 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use pliant_cache::Capacity;
+use pliant_policy::{Params, PolicySource};
 
 /// The port `pliant serve` listens on by default: beside Redis's 6379, not on it, so the two
 /// can run side by side.
@@ -17,6 +19,19 @@ pub const DEFAULT_THREADS: usize = 1;
 
 /// Connections accepted at once by default (Redis's `maxclients`).
 pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
+
+/// The live policy to start with (`--policy`), run by [`crate::policy::Policy`].
+#[derive(Debug, Clone)]
+pub struct PolicyConfig {
+    /// The policy, if any (without one, the thread waits for `PLIANT.POLICY LOAD`).
+    pub source: Option<PolicySource>,
+    /// Whether the node starts with `auto` instead (`--policy auto`; `source` is then `None`).
+    pub auto: bool,
+    /// Its parameters (`params.*`).
+    pub params: Params,
+    /// Time between decisions.
+    pub interval: Duration,
+}
 
 /// When a write is acknowledged relative to the store's fsync: Redis AOF's three
 /// `appendfsync` modes.
@@ -84,7 +99,7 @@ pub struct Config {
     /// Longest value (and bulk argument) accepted, bytes.
     pub max_value_size: usize,
     /// The policy that sizes the memory tier, and how often it decides.
-    pub policy: crate::policy::PolicyConfig,
+    pub policy: PolicyConfig,
     /// The password clients must give (AUTH, or HELLO … AUTH) before any other command.
     pub requirepass: Option<String>,
     /// Serve an address other than loopback without a password, and metrics on an address other
@@ -104,7 +119,7 @@ pub struct Config {
     /// The etcd cluster holding this node's cluster state (`--etcd http://HOST:2379`).
     pub etcd: Option<String>,
     /// The policy that moves this node's slots to balance the cluster's load (`--balancer`).
-    pub balancer: Option<crate::cluster::balancer::BalancerConfig>,
+    pub balancer: Option<pliant_cluster::BalancerConfig>,
 }
 
 /// How long a tier waits for its parent by default: Redis's `cluster-node-timeout` default
@@ -128,7 +143,7 @@ impl Default for Config {
             durability: Durability::default(),
             max_clients: DEFAULT_MAX_CLIENTS,
             max_value_size: DEFAULT_MAX_VALUE_SIZE,
-            policy: crate::policy::PolicyConfig {
+            policy: PolicyConfig {
                 source: None,
                 auto: false,
                 params: Default::default(),
@@ -339,7 +354,7 @@ impl Settings {
         interval: Option<&str>,
         slot_window: Option<usize>,
         in_cluster: bool,
-    ) -> Result<Option<crate::cluster::balancer::BalancerConfig>, ConfigError> {
+    ) -> Result<Option<pliant_cluster::BalancerConfig>, ConfigError> {
         let bad = |field: &'static str, message: String| ConfigError::Value { field, message };
         if !in_cluster {
             if paths.is_some() || params.is_some() || interval.is_some() || slot_window.is_some() {
@@ -367,7 +382,7 @@ impl Settings {
         })
         .transpose()?;
         let interval = match interval {
-            None => crate::cluster::balancer::DEFAULT_INTERVAL,
+            None => pliant_cluster::config::DEFAULT_INTERVAL,
             Some(s) => pliant_policy::parse_interval(s).map_err(|e| bad("balancer-interval", e))?,
         };
         if interval.is_zero() {
@@ -379,11 +394,11 @@ impl Settings {
                 "must be at least 1 interval".into(),
             ));
         }
-        Ok(Some(crate::cluster::balancer::BalancerConfig {
+        Ok(Some(pliant_cluster::BalancerConfig {
             source,
             params: params.unwrap_or_default(),
             interval,
-            slot_window: slot_window.unwrap_or(crate::cluster::balancer::DEFAULT_SLOT_WINDOW),
+            slot_window: slot_window.unwrap_or(pliant_cluster::config::DEFAULT_SLOT_WINDOW),
         }))
     }
 
@@ -488,7 +503,7 @@ impl Settings {
             ));
         }
         if let Some(id) = &self.node_id
-            && !crate::cluster::map::valid_id(id)
+            && !pliant_cluster::map::valid_id(id)
         {
             return Err(bad(
                 "node-id",
@@ -521,7 +536,7 @@ impl Settings {
             durability,
             max_clients: self.max_clients.unwrap_or(d.max_clients),
             max_value_size,
-            policy: crate::policy::PolicyConfig {
+            policy: PolicyConfig {
                 source,
                 auto,
                 params: self.param.unwrap_or_default(),
@@ -728,7 +743,7 @@ mod tests {
             .expect("resolves")
             .balancer
             .expect("a balancer");
-        assert_eq!(b.interval, crate::cluster::balancer::DEFAULT_INTERVAL);
+        assert_eq!(b.interval, pliant_cluster::config::DEFAULT_INTERVAL);
         assert!(b.source.is_none());
         let b = Settings {
             balancer: Some(OneOrMany::One("cephfs-greedy-spill".into())),

@@ -3,8 +3,9 @@
 //!
 //! - [`keyspace`]: the memory tier over the store (write-through, read-through, lazy expiry).
 //! - `cmd`: the commands, one file per family, and the table [`COMMANDS`] that dispatches them.
-//! - [`cluster`]: hash slots, the slot map, the coordination store, and the routing of a cluster
-//!   node (`-MOVED`, `-ASK`, `-CROSSSLOT`).
+//! - [`cluster`]: the routing of a cluster node (`-MOVED`, `-ASK`, `-CROSSSLOT`, `-TRYAGAIN`)
+//!   and the gate a slot move's deletions take; `Node` is what the balancer sees of a node
+//!   (`pliant_cluster::BalancedNode`).
 //! - [`node`]: what connections share: the keyspace, counters, cursors, the stop signal.
 //! - [`tracking`]: which clients hold copies of which keys, and their invalidation (CLIENT
 //!   TRACKING); how a parent keeps its child tiers coherent.
@@ -17,11 +18,14 @@
 //!   channel a CLIENT TRACKING REDIRECT target subscribes to.
 //! - [`replay`]: a trace replayed against any Redis-protocol server (`pliant replay`).
 //!
-//! The protocol (RESP frames, the client that dials a node) is `pliant-proto`'s.
+//! The protocol (RESP frames, the client that dials a node) is `pliant-proto`'s; the cluster's
+//! control plane (the slot map, coordination, membership, moves, rescaling, the balancer) is
+//! `pliant-cluster`'s, which never depends on this crate.
 //!
 //! Dependencies: `pliant-proto` (the protocol), `tokio` (the network and timers), `bytes`
 //! (values shared without copies between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
-//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters, the slot map), `crc` (Redis Cluster's key hash);
+//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters);
+//! `pliant-cluster` (membership, the slot map and key slots routing reads, the balancer it starts);
 //! `pliant-policy` and `pliant-tier` for the live policy, which sees the same metric names the
 //! simulator gives.
 
@@ -41,10 +45,10 @@ pub mod tracking;
 pub mod upstream;
 
 pub use cmd::{COMMANDS, Spec};
-pub use config::{Config, DEFAULT_INTERVAL, DEFAULT_PORT, Durability};
+pub use config::{Config, DEFAULT_INTERVAL, DEFAULT_PORT, Durability, PolicyConfig};
 pub use keyspace::{Keyspace, KvError, KvStats, Value};
 pub use node::Node;
-pub use policy::{Policy, PolicyConfig};
+pub use policy::Policy;
 pub use server::{ServeError, Server};
 
 /// Runs a node with `config` until it is shut down (SHUTDOWN, SIGINT, SIGTERM). `ready` is
@@ -70,31 +74,9 @@ pub fn serve(
         }
         let node = server.node();
         tokio::spawn(async move {
-            stop_on_signal().await;
+            pliant_cluster::stop_on_signal().await;
             node.shut_down();
         });
         server.run().await
     })
-}
-
-/// Returns at the first SIGINT or SIGTERM.
-pub(crate) async fn stop_on_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

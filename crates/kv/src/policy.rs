@@ -23,6 +23,7 @@ use pliant_cache::Capacity;
 use pliant_policy::{Engine, Params, PolicySource, ServerId};
 use pliant_tier::CacheView;
 
+use crate::config::PolicyConfig;
 use crate::keyspace::KvStats;
 use crate::node::{Node, Reported, now_ms as unix_ms, rss_bytes};
 
@@ -40,19 +41,6 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The name that means `auto` (regime detection, [`pliant_tier::Auto`]) rather than a Lua
 /// policy, in `--policy` and `PLIANT.POLICY LOAD`.
 pub const AUTO: &str = "auto";
-
-/// A policy to start with.
-#[derive(Debug, Clone)]
-pub struct PolicyConfig {
-    /// The policy, if any (without one, the thread waits for `PLIANT.POLICY LOAD`).
-    pub source: Option<PolicySource>,
-    /// Whether the node starts with `auto` instead (`--policy auto`; `source` is then `None`).
-    pub auto: bool,
-    /// Its parameters (`params.*`).
-    pub params: Params,
-    /// Time between decisions.
-    pub interval: Duration,
-}
 
 /// Why the node's policy thread did not do what it was asked.
 #[derive(Debug, thiserror::Error)]

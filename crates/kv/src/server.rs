@@ -66,13 +66,13 @@ pub enum ServeError {
     },
     /// The cluster's coordination store (`--coord`, `--etcd`) could not be joined.
     #[error("joining the cluster")]
-    Cluster(#[source] crate::cluster::CoordError),
+    Cluster(#[source] pliant_cluster::CoordError),
     /// The policy given at start (`--policy`) did not install.
     #[error("policy")]
     Policy(#[source] crate::policy::LivePolicyError),
     /// The balancer given at start (`--balancer`) did not start.
     #[error("balancer")]
-    Balancer(#[source] crate::cluster::balancer::BalancerError),
+    Balancer(#[source] pliant_cluster::BalancerError),
     /// A non-loopback address without a password (Redis's protected mode, made strict).
     #[error(
         "refusing to serve {addr} without a password: anyone who can reach it could read and change every key. Give --requirepass (or PLIANT_PASSWORD), bind to 127.0.0.1, or pass --unsafe-no-auth if a firewall already keeps everyone else out"
@@ -172,27 +172,32 @@ impl Server {
                     .to_string(),
                 None => format!("{:?}", std::time::SystemTime::now()),
             };
-            let me = crate::cluster::Member {
+            let me = pliant_cluster::Member {
                 id: config
                     .node_id
                     .clone()
-                    .unwrap_or_else(|| crate::cluster::node_id(addr, &salt)),
+                    .unwrap_or_else(|| pliant_cluster::node_id(addr, &salt)),
                 addr,
             };
+            // The control plane's one dialer: the cluster's password (the node's own) for the
+            // coordination store and every other node it talks to.
+            let dialer = pliant_proto::Dialer::default().password(config.requirepass.as_deref());
             let join = async {
-                let coord =
-                    crate::cluster::open_coord(&desc, config.requirepass.as_deref()).await?;
-                crate::cluster::Cluster::join(me, desc.clone(), coord, node.stop_signal()).await
-            };
-            let cluster = join.await.map_err(ServeError::Cluster)?;
-            node.set_cluster(cluster);
-            if let Some(b) = &config.balancer {
-                let started = crate::cluster::balancer::Balancer::start(
-                    node.clone(),
-                    b.clone(),
-                    config.requirepass.clone(),
+                let coord = pliant_cluster::open_coord(&desc, &dialer).await?;
+                pliant_cluster::Membership::join(
+                    me,
+                    desc.clone(),
+                    coord,
+                    dialer.clone(),
+                    node.stop_signal(),
                 )
-                .map_err(ServeError::Balancer)?;
+                .await
+            };
+            let membership = join.await.map_err(ServeError::Cluster)?;
+            node.set_cluster(crate::cluster::Cluster::new(membership));
+            if let Some(b) = &config.balancer {
+                let started = pliant_cluster::Balancer::start(node.clone(), b.clone())
+                    .map_err(ServeError::Balancer)?;
                 if let Some(c) = node.cluster() {
                     c.set_balancer(started);
                 }

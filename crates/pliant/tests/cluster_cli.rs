@@ -1147,7 +1147,7 @@ fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops(
     let ranges: Vec<(u16, u16)> =
         serde_json::from_value(cluster.up["nodes"][0]["slots"].clone()).expect("ranges");
     let owned_by_first = |k: &String| {
-        let s = pliant_kv::cluster::key_slot(k.as_bytes());
+        let s = pliant_cluster::key_slot(k.as_bytes());
         ranges.iter().any(|&(a, b)| (a..=b).contains(&s))
     };
     let (hot, cold): (Vec<String>, Vec<String>) =
@@ -1413,7 +1413,7 @@ fn a_dead_node_is_decommissioned_only_with_force_which_names_its_lost_slots() {
     assert_eq!(slots, 16384);
     let ranges: Vec<(u16, u16)> = serde_json::from_value(dead_slots).expect("ranges");
     for k in &keys {
-        let s = pliant_kv::cluster::key_slot(k.as_bytes());
+        let s = pliant_cluster::key_slot(k.as_bytes());
         let was_dead = ranges.iter().any(|&(a, b)| (a..=b).contains(&s));
         let got: Option<String> = routed(&addrs[0], &["GET", k]);
         assert_eq!(got.is_none(), was_dead, "{k}");
@@ -1603,7 +1603,7 @@ fn set_at_owners(addr: &str, keys: impl Iterator<Item = String>) {
     let owners = slot_owners(addr);
     let mut by_node: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for k in keys {
-        let slot = pliant_kv::cluster::slot::key_slot(k.as_bytes());
+        let slot = pliant_cluster::key_slot(k.as_bytes());
         by_node
             .entry(owners[usize::from(slot)].as_str())
             .or_default()
@@ -1738,9 +1738,7 @@ fn after_a_commission_and_a_decommission_new_keys_spread_within_ten_percent_of_e
     }
     for i in 0..10_000 {
         let k = format!("key:{i}");
-        if (first..=last).contains(&usize::from(pliant_kv::cluster::slot::key_slot(
-            k.as_bytes(),
-        ))) {
+        if (first..=last).contains(&usize::from(pliant_cluster::key_slot(k.as_bytes()))) {
             let v: Option<String> = redis::cmd("GET")
                 .arg(&k)
                 .query(&mut client(target_addr))

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use pliant_proto::frame::Frame;
 
 use super::{Ctx, Spec, integer, store_error};
-use crate::cluster::{ClusterState, SLOTS, key_slot};
+use crate::cluster::{SLOTS, key_slot};
+use pliant_cluster::ClusterState;
 
 /// Redis's reply on a node that is not in a cluster.
 fn disabled() -> Frame {
@@ -228,7 +229,7 @@ pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::error("ERR this node runs no balancer");
     };
     let sub = args[0].to_ascii_uppercase();
-    let version = |r: Result<u64, crate::cluster::balancer::BalancerError>, what: &str| match r {
+    let version = |r: Result<u64, pliant_cluster::BalancerError>, what: &str| match r {
         Ok(v) => Frame::Simple(format!("OK {what} version {v}")),
         Err(e) => Frame::error(format!(
             "ERR balancer: {}",
@@ -237,7 +238,7 @@ pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     match (sub.as_slice(), &args[1..]) {
         (b"LOAD", [record]) => {
-            match serde_json::from_slice::<crate::cluster::coord::BalancerRecord>(record) {
+            match serde_json::from_slice::<pliant_cluster::coord::BalancerRecord>(record) {
                 Ok(r) => version(b.load(r), "loaded"),
                 Err(e) => Frame::error(format!("ERR balancer record: {e}")),
             }

@@ -141,7 +141,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         What::Balancer(BalancerCmd::Load { files, params }) => {
             let source = PolicySource::resolve(files)?;
             let params: pliant_policy::Params = params.params.iter().cloned().collect();
-            let record = pliant_kv::cluster::balancer::record_of(&source, &params);
+            let record = pliant_cluster::balancer::record_of(&source, &params);
             let json = serde_json::to_string(&record)?;
             c.call(&[b"PLIANT.BALANCER", b"LOAD", json.as_bytes()])?
         }

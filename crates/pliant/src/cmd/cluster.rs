@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use pliant_kv::cluster::local::{LocalSpec, Ready};
+use pliant_cluster::local::{LocalSpec, Ready};
 
 use super::args::Json;
 
@@ -156,13 +156,11 @@ fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
     let slots: Vec<u16> = (first..=last).collect();
     let bar = indicatif::ProgressBar::new_spinner();
     // A range over several owners moves one owner's run at a time.
-    let reports = pliant_kv::cluster::mover::move_ranges_via(
-        &a.addr,
-        password.as_deref(),
-        &slots,
-        &a.to,
-        &mut |k, b| bar.set_message(format!("{k} keys, {b} bytes moved")),
-    );
+    let dialer = pliant_proto::Dialer::default().password(password.as_deref());
+    let reports =
+        pliant_cluster::mover::move_ranges_via(&dialer, &a.addr, &slots, &a.to, &mut |k, b| {
+            bar.set_message(format!("{k} keys, {b} bytes moved"))
+        });
     bar.finish_and_clear();
     let reports = reports?;
     if a.json.json {
@@ -171,7 +169,7 @@ fn move_slots(a: &MoveArgs) -> anyhow::Result<ExitCode> {
         for r in &reports {
             println!(
                 "moved slots {} from {} to {}: {} keys, {} bytes in {:.2} s",
-                pliant_kv::cluster::mover::range_name(&r.slots),
+                pliant_cluster::mover::range_name(&r.slots),
                 r.from,
                 r.to,
                 r.keys,
@@ -210,12 +208,12 @@ fn up(a: &UpArgs) -> anyhow::Result<ExitCode> {
             Some(b) => {
                 let source = pliant_policy::PolicySource::resolve(&[std::path::PathBuf::from(b)])?;
                 let params: pliant_policy::Params = a.balancer_params.iter().cloned().collect();
-                Some(pliant_kv::cluster::balancer::record_of(&source, &params))
+                Some(pliant_cluster::balancer::record_of(&source, &params))
             }
         },
     };
     let json = a.json;
-    pliant_kv::cluster::local::up(&spec, |r: &Ready| {
+    pliant_cluster::local::up(&spec, |r: &Ready| {
         if json {
             let nodes: Vec<serde_json::Value> = r
                 .state
@@ -264,7 +262,8 @@ fn status(a: &StatusArgs) -> anyhow::Result<ExitCode> {
         .or_else(|| std::env::var("PLIANT_PASSWORD").ok());
     let window: Duration =
         pliant_policy::parse_interval(&a.window).map_err(|e| anyhow::anyhow!("--window: {e}"))?;
-    let s = pliant_kv::cluster::status::status(&a.addr, password.as_deref(), window)?;
+    let dialer = pliant_proto::Dialer::default().password(password.as_deref());
+    let s = pliant_cluster::status::status(&dialer, &a.addr, window)?;
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(ExitCode::SUCCESS);

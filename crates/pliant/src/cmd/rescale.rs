@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use pliant_kv::cluster::rescale::{Change, Options, Progress, Report};
+use pliant_cluster::rescale::{Change, Options, Progress, Report};
 
 use super::args::Json;
 
@@ -106,10 +106,12 @@ fn run(cluster: &str, change: &Change, how: &How, force: bool) -> Result<ExitCod
         window,
         parallel: how.parallel,
         dry_run: how.dry_run,
-        password: how
-            .password
-            .clone()
-            .or_else(|| std::env::var("PLIANT_PASSWORD").ok()),
+        dialer: pliant_proto::Dialer::default().password(
+            how.password
+                .clone()
+                .or_else(|| std::env::var("PLIANT_PASSWORD").ok())
+                .as_deref(),
+        ),
         force,
     };
     let bar = indicatif::ProgressBar::new(0);
@@ -119,12 +121,11 @@ fn run(cluster: &str, change: &Change, how: &How, force: bool) -> Result<ExitCod
         )
         .expect("template"),
     );
-    let report =
-        pliant_kv::cluster::rescale::rescale(cluster, change, &opts, &mut |p: Progress| {
-            bar.set_length(p.planned as u64);
-            bar.set_position(p.done as u64);
-            bar.set_message(format!("{} MB", p.bytes / 1_000_000));
-        });
+    let report = pliant_cluster::rescale::rescale(cluster, change, &opts, &mut |p: Progress| {
+        bar.set_length(p.planned as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(format!("{} MB", p.bytes / 1_000_000));
+    });
     bar.finish_and_clear();
     let report = report?;
     if how.json.json {
