@@ -1111,6 +1111,117 @@ pub fn select(slots: &[(u16, f64)], amount: f64, strategies: &[&'static str]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coord::Embedded;
+    use pliant_proto::Dialer;
+
+    /// A node as the balancer sees it, with no data plane behind it.
+    struct Bare {
+        membership: Option<Membership>,
+        stop: watch::Sender<bool>,
+    }
+
+    impl BalancedNode for Bare {
+        fn membership(&self) -> Option<&Membership> {
+            self.membership.as_ref()
+        }
+
+        fn slot_ops(&self, _: u16) -> u64 {
+            0
+        }
+
+        fn stop_signal(&self) -> watch::Receiver<bool> {
+            self.stop.subscribe()
+        }
+    }
+
+    fn config() -> BalancerConfig {
+        BalancerConfig {
+            source: None,
+            params: Params::new(),
+            interval: Duration::from_secs(60),
+            slot_window: 1,
+        }
+    }
+
+    #[test]
+    fn a_node_in_no_cluster_gets_no_balancer() {
+        let node = Arc::new(Bare {
+            membership: None,
+            stop: watch::channel(false).0,
+        });
+        assert!(matches!(
+            Balancer::start(node, config()),
+            Err(BalancerError::NotInCluster)
+        ));
+    }
+
+    /// The balancer reaches the coordination store with its node's dialer (the password held
+    /// there, given nowhere else) and stops with its node's stop signal: all it knows of a node
+    /// is [`BalancedNode`].
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_balancer_reaches_the_store_with_its_nodes_dialer_and_stops_with_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let (server_stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(crate::coord_server::serve(
+            listener,
+            Some(Arc::new(Embedded::new())),
+            Some("pw".into()),
+            None,
+            stopped,
+        ));
+        let dialer = Dialer::default().password(Some("pw"));
+        let coord = crate::open_coord(&addr, &dialer).await.expect("coord");
+        let (stop, node_stop) = watch::channel(false);
+        let me = Member {
+            id: format!("{:040x}", 1),
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+        };
+        let membership = Membership::join(me, addr, coord.clone(), dialer, node_stop)
+            .await
+            .expect("join");
+        let node = Arc::new(Bare {
+            membership: Some(membership),
+            stop,
+        });
+        let b = Balancer::start(node.clone(), config()).expect("start");
+        let record = record_of(
+            &PolicySource::functions("never", "function when() return false end"),
+            &Params::new(),
+        );
+        let loader = b.clone();
+        let v = tokio::task::spawn_blocking(move || loader.load(record))
+            .await
+            .expect("load thread")
+            .expect("loaded through the store");
+        let held = coord.state().await.expect("state").balancer;
+        assert_eq!(held.map(|r| (r.name, r.version)), Some(("never".into(), v)));
+
+        node.stop.send(true).expect("stop");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let b = b.clone();
+            let again = record_of(
+                &PolicySource::functions("again", "function when() return false end"),
+                &Params::new(),
+            );
+            match tokio::task::spawn_blocking(move || b.load(again))
+                .await
+                .expect("load thread")
+            {
+                Err(BalancerError::Stopped) => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "still answering 10 s after its node stopped: {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server_stop.send(true).expect("stop the store");
+        server.await.expect("store");
+    }
 
     fn loads(l: &[f64]) -> Vec<(u16, f64)> {
         (0..).zip(l.iter().copied()).collect()
