@@ -69,6 +69,9 @@ pub enum MoveError {
         /// What happened.
         why: String,
     },
+    /// The node named to find the cluster by did not say where its coordination store is.
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
     /// The move makes no sense with the cluster as it is (nothing was changed).
     #[error("{0}")]
     Invalid(String),
@@ -425,8 +428,7 @@ pub fn move_ranges_via(
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<Vec<MoveReport>, MoveError> {
-    let (_, coord, _) =
-        crate::status::view(dialer, node).map_err(|e| MoveError::Invalid(e.to_string()))?;
+    let (_, coord, _) = crate::status::view(dialer, node)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
