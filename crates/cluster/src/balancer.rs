@@ -126,7 +126,7 @@ pub struct Status {
     pub interval_s: f64,
     /// Decisions the policy made.
     pub decisions: u64,
-    /// Intervals with no decision (see [`Entry::skipped`]).
+    /// Intervals with no decision (see [`Entry`]'s `skipped`).
     pub skipped: u64,
     /// Decisions that failed.
     pub errors: u64,
@@ -190,7 +190,7 @@ pub enum BalancerError {
     NoEarlier,
 }
 
-/// Why a decision was skipped: not every node's load could be measured ([`Entry::skipped`]).
+/// Why a decision was skipped: not every node's load could be measured ([`Entry`]'s `skipped`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MeasureError {
@@ -225,7 +225,7 @@ pub enum LoadError {
     Unexpected(String),
 }
 
-/// What failed in a decision ([`Entry::error`]): the policy, its `howmuch`, or a move.
+/// What failed in a decision ([`Entry`]'s `error`): the policy, its `howmuch`, or a move.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecisionError {

@@ -28,7 +28,7 @@ pub struct Remote {
 
 impl Remote {
     /// A client of the store at `addr`, reached with `dialer` (the cluster's password; its
-    /// timeouts become the store's, [`TIMEOUT`]). Nothing is connected until the first request.
+    /// timeouts become the store's, 5 s). Nothing is connected until the first request.
     pub fn new(addr: SocketAddr, dialer: &Dialer) -> Self {
         Self {
             addr,
