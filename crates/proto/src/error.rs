@@ -24,7 +24,8 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
             text = own.trim_end_matches([':', ' ']).to_string();
         }
         // "parent 127.0.0.1:7000", then the client's "127.0.0.1:7000: WRONGPASS …": the name
-        // the last text ended with is not said again.
+        // the last text ended with is not said again; what follows it extends the last text
+        // (not a part of its own, which a later cause containing it would replace).
         if let Some(last) = parts.last()
             && let Some((name, rest)) = text.split_once(": ")
             && !name.is_empty()
@@ -32,7 +33,7 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
                 .strip_suffix(name)
                 .is_some_and(|l| l.is_empty() || l.ends_with(' '))
         {
-            text = rest.to_string();
+            text = format!("{last}: {rest}");
         }
         if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
             continue;
