@@ -65,6 +65,20 @@ struct State {
     doomed: Vec<Vec<u8>>,
 }
 
+/// The writer lock, held: dropped, it lets go of the lock and then wakes the committers waiting
+/// for it, even when the store write panicked (they would otherwise wait for the next write).
+struct Writing<'a> {
+    guard: Option<MutexGuard<'a, ()>>,
+    log: &'a StoreLog,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.log.written.notify_waiters();
+    }
+}
+
 /// The batches between the keyspace and its store (see the module doc).
 #[derive(Debug)]
 pub(crate) struct StoreLog {
@@ -100,8 +114,11 @@ impl StoreLog {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn writer(&self) -> MutexGuard<'_, ()> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    fn writer(&self) -> Writing<'_> {
+        Writing {
+            guard: Some(self.writer.lock().unwrap_or_else(|p| p.into_inner())),
+            log: self,
+        }
     }
 
     /// Why writes are refused, once a store write failed.
@@ -143,7 +160,7 @@ impl StoreLog {
     }
 
     /// Writes every queued batch, the writer lock held by the caller.
-    fn write_queued(&self, _writer: &MutexGuard<'_, ()>) {
+    fn write_queued(&self, _writer: &Writing<'_>) {
         let batches: Vec<Arc<Queued>> = {
             let mut st = self.state();
             if self.failed.get().is_some() {
@@ -213,22 +230,21 @@ impl StoreLog {
         if let Some(done) = self.outcome(seq) {
             return done;
         }
-        {
-            let w = self.writer();
-            self.write_queued(&w);
-        }
-        self.written.notify_waiters();
+        self.write_queued(&self.writer());
         self.outcome(seq).unwrap_or(Ok(()))
     }
 
     /// Writes what is queued if the writer lock is free; whether it was.
     fn try_write(&self) -> bool {
-        let w = match self.writer.try_lock() {
+        let guard = match self.writer.try_lock() {
             Ok(w) => w,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return false,
         };
-        self.write_queued(&w);
+        self.write_queued(&Writing {
+            guard: Some(guard),
+            log: self,
+        });
         true
     }
 
@@ -246,9 +262,7 @@ impl StoreLog {
             tokio::pin!(ended);
             // Registered before the writer is tried: a write that ends in between still wakes it.
             ended.as_mut().enable();
-            if self.try_write() {
-                self.written.notify_waiters();
-            } else {
+            if !self.try_write() {
                 ended.await;
             }
         }
@@ -266,7 +280,6 @@ impl StoreLog {
                 None => self.store.batch_take(batch).map_err(KvError::Store),
             }
         };
-        self.written.notify_waiters();
         done?;
         let mut st = self.state();
         st.taken += 1;
