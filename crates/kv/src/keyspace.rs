@@ -33,7 +33,9 @@ use pliant_cache::{Cache, Capacity, Evicted, Request};
 use pliant_store::{Store, StoreError};
 use pliant_tier::{Auto, AutoState, CacheView, InFlight, Read, Tier};
 
+mod store_log;
 mod store_reads;
+pub(crate) use store_log::StoreLog;
 pub use store_reads::{Joined, Reading, StoreWant};
 
 use crate::upstream::UpstreamError;
@@ -351,17 +353,15 @@ pub struct Keyspace {
     /// Whether a command on a tier looked for a key neither memory nor the loan had (it left
     /// memory between the fetch and the command): the caller runs it again.
     unready: bool,
-    /// Writes since the store was last synced.
-    unsynced: bool,
-    /// Batches committed to the store so far: the sequence group commit waits on.
-    commits: u64,
     /// Store writes not yet committed (`None`: a deletion), newest per key: a pipeline's writes,
     /// and those of every client served meanwhile, go to the store as one batch ([`commit`]).
     ///
     /// [`commit`]: Keyspace::commit
-    pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>,
-    /// Why writes are refused, once a commit failed.
-    failed: Option<Arc<StoreError>>,
+    pending: store_log::Writes,
+    /// The batches taken from `pending` on their way to the store, the count of those written,
+    /// and the first failure (see [`store_log`]); shared with the node, which writes them off
+    /// the lock. `None` without a store.
+    log: Option<Arc<StoreLog>>,
     /// Store reads done off the lock for the commands about to run, and those under way.
     off_lock: store_reads::StoreReads,
     /// How long the store read behind the latest loan took (`auto` prices the miss with it).
@@ -420,14 +420,12 @@ impl Keyspace {
             sweep_at: 0,
             tier: Tier::new(cache),
             algo: algo.to_string(),
+            log: store.clone().map(|s| Arc::new(StoreLog::new(s))),
             store,
             parent: false,
             lent: Lent::default(),
             unready: false,
-            unsynced: false,
-            commits: 0,
             pending: Default::default(),
-            failed: None,
             off_lock: store_reads::StoreReads::default(),
             loan_waited: None,
             stats: KvStats::default(),
@@ -455,6 +453,7 @@ impl Keyspace {
     pub fn stats(&self) -> KvStats {
         KvStats {
             coalesced: self.tier.counters().joined,
+            store_syncs: self.log.as_ref().map_or(0, |l| l.syncs()),
             ..self.stats
         }
     }
@@ -744,9 +743,7 @@ impl Keyspace {
 
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
     pub fn set(&mut self, key: Bytes, v: Value) -> Result<(), KvError> {
-        if let Some(why) = &self.failed {
-            return Err(KvError::Failed(why.clone()));
-        }
+        self.refused()?;
         if self.would_oom(u64::from(size_of(&key, &v))) {
             return Err(KvError::OutOfMemory);
         }
@@ -990,10 +987,10 @@ impl Keyspace {
                 batch.delete(k);
             }
             self.off_lock.flushed();
-            store.batch(&batch)?;
+            if let Some(log) = &self.log {
+                log.write_now(&mut batch)?;
+            }
             self.stats.store_writes += 1;
-            self.unsynced = true;
-            self.commits += 1;
         }
         self.forget_memory();
         Ok(())
@@ -1179,54 +1176,81 @@ impl Keyspace {
     }
 
     /// Hands the writes not yet committed to the store as one batch (in the store's journal,
-    /// not yet synced: what `--durability none` and `everysec` acknowledge). If the store fails,
-    /// the keys written since the last commit leave memory (which would otherwise serve values the
-    /// store does not have), and every later write is refused ([`KvError::Failed`]).
+    /// not yet synced: what `--durability none` and `everysec` acknowledge), after every batch
+    /// queued before it: with the keyspace lock held, so for paths that need the store complete
+    /// (a node's commits go through [`queue_pending`](Self::queue_pending) and write off the
+    /// lock). If the store fails, the keys of every batch not written leave memory (which would
+    /// otherwise serve values the store does not have), and every later write is refused
+    /// ([`KvError::Failed`]).
     pub fn commit(&mut self) -> Result<(), KvError> {
-        if let Some(why) = &self.failed {
-            return Err(KvError::Failed(why.clone()));
-        }
-        let Some(store) = &self.store else {
+        let Some(log) = self.log.clone() else {
             return Ok(());
         };
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let mut batch = pliant_store::Batch::new();
-        for (k, v) in self.pending.drain() {
-            match v {
-                Some(v) => batch.put_owned(k, v),
-                None => batch.delete_owned(k),
-            };
-        }
-        match store.batch_take(&mut batch) {
-            Ok(()) => {
-                self.unsynced = true;
-                self.commits += 1;
-                Ok(())
-            }
-            Err(e) => {
-                let keys: Vec<Vec<u8>> = batch.writes().iter().map(|w| w.key().to_vec()).collect();
-                for k in keys {
-                    let id = self.id_of(&k);
-                    self.drop_id(id, &k);
+        let seq = self.queue_pending()?;
+        let done = log.write_through(seq);
+        self.drop_doomed();
+        done.map_err(KvError::Failed)
+    }
+
+    /// Takes the writes not yet committed as the next batch of the store log, to be written off
+    /// the lock ([`StoreLog::write_through_async`]): its sequence, or with none pending, the
+    /// latest batch's (which holds this client's writes if another committer took them).
+    /// Refused once a store write failed; the writes then leave memory.
+    pub(crate) fn queue_pending(&mut self) -> Result<u64, KvError> {
+        let Some(log) = &self.log else {
+            return Ok(0);
+        };
+        match log.queue(std::mem::take(&mut self.pending)) {
+            Ok(seq) => Ok(seq),
+            Err((why, writes)) => {
+                for k in writes.keys() {
+                    let id = self.id_of(k);
+                    self.drop_id(id, k);
                 }
-                let e = Arc::new(e);
-                self.failed = Some(e.clone());
-                Err(KvError::Failed(e))
+                self.drop_doomed();
+                Err(KvError::Failed(why))
             }
+        }
+    }
+
+    /// Lets go of the keys of batches the store failed or refused (see [`store_log`]), and,
+    /// once writes are refused, of the writes still pending, which will never be written.
+    pub(crate) fn drop_doomed(&mut self) {
+        let Some(log) = self.log.clone() else {
+            return;
+        };
+        let mut doomed = log.take_doomed();
+        if log.failed().is_some() {
+            doomed.extend(self.pending.drain().map(|(k, _)| k));
+        }
+        for k in doomed {
+            let id = self.id_of(&k);
+            self.drop_id(id, &k);
+        }
+    }
+
+    /// The store log this keyspace's commits go through (`None` without a store).
+    pub(crate) fn store_log(&self) -> Option<Arc<StoreLog>> {
+        self.log.clone()
+    }
+
+    /// Refuses a write once a store write failed.
+    fn refused(&self) -> Result<(), KvError> {
+        match self.log.as_ref().and_then(|l| l.failed()) {
+            Some(why) => Err(KvError::Failed(why.clone())),
+            None => Ok(()),
         }
     }
 
     /// Makes every write so far durable; a no-op without a store or without writes.
     pub fn sync(&mut self) -> Result<(), KvError> {
         self.commit()?;
-        if let Some(store) = &self.store
-            && self.unsynced
+        if let (Some(store), Some(log)) = (&self.store, &self.log)
+            && log.unsynced()
         {
+            let upto = log.commits();
             store.sync()?;
-            self.unsynced = false;
-            self.stats.store_syncs += 1;
+            log.synced_through(upto);
         }
         Ok(())
     }
@@ -1238,19 +1262,18 @@ impl Keyspace {
 
     /// Whether writes are waiting for a sync.
     pub fn unsynced(&self) -> bool {
-        self.unsynced
+        self.log.as_ref().is_some_and(|l| l.unsynced())
     }
 
     /// Batches committed to the store so far; the latest one's sequence for group commit.
     pub fn commits(&self) -> u64 {
-        self.commits
+        self.log.as_ref().map_or(0, |l| l.commits())
     }
 
     /// An fsync run off the lock covered every batch up to sequence `upto`.
     pub fn synced_through(&mut self, upto: u64) {
-        self.stats.store_syncs += 1;
-        if upto >= self.commits {
-            self.unsynced = false;
+        if let Some(log) = &self.log {
+            log.synced_through(upto);
         }
     }
 
@@ -1265,9 +1288,7 @@ impl Keyspace {
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<(), KvError> {
-        if let Some(why) = &self.failed {
-            return Err(KvError::Failed(why.clone()));
-        }
+        self.refused()?;
         if self.store.is_some() {
             self.pending.insert(key.to_vec(), None);
             self.stats.store_writes += 1;
@@ -1322,11 +1343,15 @@ impl Keyspace {
     }
 
     /// What the store holds for `key` (whose id is `id`) once the writes not yet committed are
-    /// counted: from them, from a loan read off the lock (taken when the caller keeps the value in
+    /// counted: from them (pending, then the batches queued for the store, newest first), from a
+    /// loan read off the lock (taken when the caller keeps the value in
     /// memory), or, with neither, from the store itself, under the lock.
     fn stored(&mut self, key: &[u8], id: u64, take: bool) -> Result<Option<Vec<u8>>, KvError> {
         if let Some(p) = self.pending.get(key) {
             return Ok(p.clone());
+        }
+        if let Some(queued) = self.log.as_ref().and_then(|l| l.lookup(key)) {
+            return Ok(queued);
         }
         if let Some((raw, seconds)) = self.off_lock.loan(key, id, take) {
             self.loan_waited = Some(seconds);
@@ -1352,6 +1377,7 @@ impl Keyspace {
         let id = self.id_of(key);
         if self.slot(id, key).is_some()
             || self.pending.contains_key(key.as_ref())
+            || self.log.as_ref().is_some_and(|l| l.queues(key))
             || self.off_lock.has_loan(key, id)
         {
             return StoreWant::Ready;

@@ -67,6 +67,9 @@ pub struct Node {
     store: Option<std::sync::Arc<dyn pliant_store::Store>>,
     /// Whether a command's misses are read off the lock now (the keyspace sets it).
     store_reads_asking: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The keyspace's batches on their way to the store, written off the keyspace lock
+    /// ([`commit`](Node::commit)); none without a store.
+    log: Option<std::sync::Arc<crate::keyspace::StoreLog>>,
 }
 
 /// One command's counters (`INFO commandstats`).
@@ -133,6 +136,7 @@ impl Node {
         Self {
             group_sync: keyspace.store_handle().map(group_sync::GroupSync::new),
             store: keyspace.store_handle(),
+            log: keyspace.store_log(),
             store_reads_asking: keyspace.store_reads_asking(),
             keyspace: Mutex::new(keyspace),
             durability: AtomicU8::new(durability_code(config.durability)),
@@ -389,7 +393,13 @@ impl Node {
     pub fn keyspace(&self) -> MutexGuard<'_, Keyspace> {
         // A panic while holding the lock leaves a keyspace whose every step is complete (each
         // mutation is one map operation after the store write), so it stays usable.
-        self.keyspace.lock().unwrap_or_else(|p| p.into_inner())
+        let mut ks = self.keyspace.lock().unwrap_or_else(|p| p.into_inner());
+        // A store write that failed off the lock left keys in memory the store lacks: they go
+        // before anyone reads them (one atomic load when none did).
+        if self.log.as_ref().is_some_and(|l| l.dooming()) {
+            ks.drop_doomed();
+        }
+        ks
     }
 
     /// Whether a persistent store is below memory.
@@ -409,20 +419,19 @@ impl Node {
     /// keyspace lock (so the others are served meanwhile). On an error nothing may be
     /// acknowledged.
     ///
+    /// Neither the store write nor the fsync runs under the keyspace lock: the batch is queued
+    /// under it and written after it is released, together with every batch queued meanwhile
+    /// (see the keyspace's `store_log`), on this worker thread (a journal append, as Redis's
+    /// AOF write runs in its event loop); the fsync runs on the blocking pool.
+    ///
     /// `turn` is the connection's turn in group commit (see `node::group_sync`'s module doc): taken
     /// once this batch is in the store, and replaced by the turn the covering fsync hands out.
     pub async fn commit(&self, turn: &mut Option<Turn>) -> Result<(), crate::keyspace::KvError> {
-        let seq = {
-            let mut ks = self.keyspace();
-            ks.commit()?;
-            ks.commits()
-        };
-        match &self.group_sync {
-            Some(group) if self.durability() == Durability::Always && seq > 0 => {
+        let seq = self.write_pending().await?;
+        match (&self.group_sync, &self.log) {
+            (Some(group), Some(log)) if self.durability() == Durability::Always && seq > 0 => {
                 let next = group
-                    .wait(seq, turn.take(), |upto| {
-                        self.keyspace().synced_through(upto)
-                    })
+                    .wait(seq, turn.take(), |upto| log.synced_through(upto))
                     .await
                     .map_err(crate::keyspace::KvError::Unsynced)?;
                 *turn = Some(next);
@@ -432,26 +441,41 @@ impl Node {
         }
     }
 
+    /// Queues what is pending (under the keyspace lock) and returns once it, and every batch
+    /// before it, is in the store (written without the lock): the sequence of the latest batch
+    /// that holds this caller's writes (0: none ever). If the store refused it, its keys have
+    /// left memory and the error says why.
+    pub(crate) async fn write_pending(&self) -> Result<u64, crate::keyspace::KvError> {
+        let seq = self.keyspace().queue_pending()?;
+        if let Some(log) = &self.log
+            && seq > 0
+            && let Err(why) = log.write_through_async(seq).await
+        {
+            // Its keys leave memory before anyone else is served from it.
+            self.keyspace().drop_doomed();
+            return Err(crate::keyspace::KvError::Failed(why));
+        }
+        Ok(seq)
+    }
+
     /// Commits what is pending and makes every write so far durable: the fsync (`--durability
     /// everysec`'s once a second, and at shutdown) runs off the keyspace lock, on the blocking
-    /// pool, and is shared with group commit's. A no-op without a store or without writes.
+    /// pool, and is shared with group commit's; the store write runs off the lock too. A no-op
+    /// without a store or without writes.
     pub async fn sync(&self) -> Result<(), crate::keyspace::KvError> {
-        let (seq, unsynced) = {
-            let mut ks = self.keyspace();
-            ks.commit()?;
-            (ks.commits(), ks.unsynced())
+        self.write_pending().await?;
+        let (Some(group), Some(log)) = (&self.group_sync, &self.log) else {
+            return Ok(());
         };
-        match &self.group_sync {
-            Some(group) if unsynced && seq > 0 => {
-                // Its turn is of no use: this is not a client that will write again.
-                group
-                    .wait(seq, None, |upto| self.keyspace().synced_through(upto))
-                    .await
-                    .map_err(crate::keyspace::KvError::Unsynced)?;
-                Ok(())
-            }
-            _ => Ok(()),
+        let seq = log.commits();
+        if log.unsynced() && seq > 0 {
+            // Its turn is of no use: this is not a client that will write again.
+            group
+                .wait(seq, None, |upto| log.synced_through(upto))
+                .await
+                .map_err(crate::keyspace::KvError::Unsynced)?;
         }
+        Ok(())
     }
 
     /// When writes are acknowledged.
@@ -610,6 +634,7 @@ pub fn rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyspace::{KvError, Value};
 
     /// The bug: `--durability everysec` fsynced once a second with the keyspace locked, so every
     /// client stalled for the fsync. Now, while the store holds the fsync, the keyspace serves.
@@ -644,5 +669,186 @@ mod tests {
             .expect("no panic")
             .expect("synced");
         assert!(!node.keyspace().unsynced(), "every write is durable");
+    }
+
+    /// A node over a `FaultyStore`, with its controls and the store.
+    fn faulty_node() -> (
+        std::sync::Arc<Node>,
+        pliant_store::Faults,
+        std::sync::Arc<dyn pliant_store::Store>,
+    ) {
+        use pliant_store::{FaultyStore, MemStore, Store};
+        let faulty = FaultyStore::new(MemStore::new());
+        let faults = faulty.faults();
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(faulty);
+        let ks = Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store.clone()))
+            .expect("keyspace");
+        (
+            std::sync::Arc::new(Node::new(ks, &Config::default())),
+            faults,
+            store,
+        )
+    }
+
+    fn set(node: &Node, key: &'static str, value: &'static str) -> Result<(), KvError> {
+        node.keyspace()
+            .set(Bytes::from_static(key.as_bytes()), Value::new(value))
+    }
+
+    fn get(node: &Node, key: &str) -> Option<Bytes> {
+        node.keyspace().get(key.as_bytes(), 0).expect("get")
+    }
+
+    /// A client's commit, as the server runs it at the end of a batch of commands.
+    fn commit(node: &std::sync::Arc<Node>) -> tokio::task::JoinHandle<Result<(), KvError>> {
+        let node = node.clone();
+        tokio::spawn(async move { node.commit(&mut None).await })
+    }
+
+    async fn ended(commit: tokio::task::JoinHandle<Result<(), KvError>>) -> Result<(), KvError> {
+        tokio::time::timeout(Duration::from_secs(10), commit)
+            .await
+            .expect("the commit ends")
+            .expect("no panic")
+    }
+
+    /// The bug: `Node::commit` wrote a client's batch to the store with the keyspace locked, so
+    /// one client's store write (a journal append, a stall in the OS) stalled every client. Now,
+    /// while the store holds the write, the keyspace lock is free: another client's GET of a key
+    /// in memory is served, and a read of a key whose write is in the held batch sees it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_store_write_leaves_the_keyspace_to_other_clients() {
+        use pliant_store::OpKind;
+        let (node, faults, store) = faulty_node();
+        set(&node, "hot", "in memory").expect("set");
+        ended(commit(&node)).await.expect("committed");
+        set(&node, "k", "new").expect("set");
+        let stall = faults.stall(OpKind::Write);
+        let committing = commit(&node);
+        let held = tokio::task::block_in_place(|| stall.wait_held(Duration::from_secs(10)));
+        assert!(held, "the batch reached the store");
+        {
+            let mut ks = node
+                .keyspace
+                .try_lock()
+                .expect("the keyspace lock is free while the store holds the write");
+            assert_eq!(
+                ks.get(b"hot", 0).expect("get"),
+                Some(Bytes::from_static(b"in memory")),
+                "served while the store write is held"
+            );
+            // Not from memory: from the batch on its way to the store.
+            ks.forget_memory();
+            assert_eq!(
+                ks.get(b"k", 0).expect("get"),
+                Some(Bytes::from_static(b"new"))
+            );
+        }
+        assert_eq!(store.get(b"k").expect("get"), None, "not in the store yet");
+        stall.release();
+        ended(committing).await.expect("committed");
+        node.keyspace().forget_memory();
+        assert_eq!(get(&node, "k"), Some(Bytes::from_static(b"new")));
+        assert_eq!(faults.writes(), 2, "one store write per commit");
+    }
+
+    /// Two committers' batches that write one key reach the store in the order they were
+    /// taken, the newer value last, even when the second committer reaches the writer first (it
+    /// writes the first's batch too), or waits while the first's write is held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_committers_batches_land_in_sequence_order_when_the_second_reaches_the_writer_first()
+     {
+        use pliant_store::OpKind;
+        let (node, faults, store) = faulty_node();
+        let log = node.log.clone().expect("a store log");
+        // A value without an expiry is stored after a 0 flag byte.
+        let stored = |key: &[u8]| {
+            store
+                .get(key)
+                .expect("get")
+                .map(|raw| Bytes::copy_from_slice(raw.strip_prefix(&[0]).expect("no expiry")))
+        };
+
+        set(&node, "k", "first").expect("set");
+        let first = node.keyspace().queue_pending().expect("queued");
+        set(&node, "k", "second").expect("set");
+        let second = node.keyspace().queue_pending().expect("queued");
+        assert!(first < second);
+        log.write_through_async(second).await.expect("written");
+        assert_eq!(faults.writes(), 1, "both batches in one store write");
+        log.write_through_async(first)
+            .await
+            .expect("already written by the second committer");
+        assert_eq!(faults.writes(), 1, "nothing left to write");
+        assert_eq!(stored(b"k"), Some(Bytes::from_static(b"second")));
+
+        // The first committer's write is held; the second queues behind it and must not pass.
+        set(&node, "k", "third").expect("set");
+        let stall = faults.stall(OpKind::Write);
+        let third = commit(&node);
+        assert!(tokio::task::block_in_place(
+            || stall.wait_held(Duration::from_secs(10))
+        ));
+        set(&node, "k", "fourth").expect("set");
+        let fourth = commit(&node);
+        let start = std::time::Instant::now();
+        while node.keyspace().has_pending() && start.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(!node.keyspace().has_pending(), "the second batch is queued");
+        assert_eq!(get(&node, "k"), Some(Bytes::from_static(b"fourth")));
+        stall.release();
+        ended(third).await.expect("committed");
+        ended(fourth).await.expect("committed");
+        assert_eq!(stored(b"k"), Some(Bytes::from_static(b"fourth")));
+    }
+
+    /// A failed store write: the committer whose batch it held gets the error (the server then
+    /// closes its connection without replies: nothing is acknowledged), so does a committer
+    /// whose batch was queued behind it (never written), neither batch's keys are ever served
+    /// again, and every later write is refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_store_write_is_never_served_refuses_later_writes_and_acknowledges_nobody() {
+        use pliant_store::OpKind;
+        let (node, faults, _store) = faulty_node();
+        set(&node, "a", "1").expect("set");
+        ended(commit(&node)).await.expect("committed");
+
+        set(&node, "c", "3").expect("set");
+        let stall = faults.stall(OpKind::Write);
+        faults.fail_write(1);
+        let failing = commit(&node);
+        assert!(tokio::task::block_in_place(
+            || stall.wait_held(Duration::from_secs(10))
+        ));
+        set(&node, "d", "4").expect("set");
+        let behind = commit(&node);
+        let start = std::time::Instant::now();
+        while node.keyspace().has_pending() && start.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(!node.keyspace().has_pending(), "the second batch is queued");
+        stall.release();
+        for (name, c) in [("failed", failing), ("queued behind it", behind)] {
+            let e = ended(c).await.expect_err("not acknowledged");
+            assert!(matches!(e, KvError::Failed(_)), "{name}: {e:?}");
+        }
+        assert_eq!(
+            get(&node, "c"),
+            None,
+            "a failed batch's key is never served"
+        );
+        assert_eq!(get(&node, "d"), None, "nor a refused batch's");
+        assert_eq!(get(&node, "a"), Some(Bytes::from_static(b"1")));
+        assert!(matches!(set(&node, "e", "5"), Err(KvError::Failed(_))));
+        assert!(matches!(
+            ended(commit(&node)).await,
+            Err(KvError::Failed(_))
+        ));
+        assert_eq!(
+            faults.writes(),
+            2,
+            "the refused batch never reached the store"
+        );
     }
 }

@@ -341,21 +341,20 @@ async fn sync_every_second(node: Arc<Node>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let committed = {
+        {
             let mut ks = node.keyspace();
             // Keys memory holds that expired since: deleted now, not at their next read. At most
             // 65,536 slots a second under the lock (well under a millisecond).
             if let Err(e) = ks.expire_sweep(now_ms(), 1 << 16) {
                 tracing::error!("expiring keys: {}", pliant_proto::error::chain(&e));
             }
-            // Writes left uncommitted by commands that are not writes (a read that found a key
-            // expired deletes it) are committed here at the latest.
-            ks.commit()
-        };
-        // The fsync runs with the keyspace unlocked: it stalled every client once a second.
-        let done = match (committed, node.durability()) {
-            (Ok(()), Durability::EverySec) => node.sync().await,
-            (done, _) => done,
+        }
+        // Writes left uncommitted by commands that are not writes (a read that found a key
+        // expired deletes it) are committed here at the latest. The store write and the fsync
+        // run with the keyspace unlocked: the fsync stalled every client once a second.
+        let done = match node.durability() {
+            Durability::EverySec => node.sync().await,
+            _ => node.write_pending().await.map(|_| ()),
         };
         if let Err(e) = done {
             tracing::error!(
