@@ -2,8 +2,8 @@
 //! by one fsync, run off the keyspace lock and off the async workers, and each client is
 //! acknowledged after the fsync that covers its writes.
 //!
-//! Each commit of a batch to the store (under the keyspace lock, where the store keeps the order
-//! of batches) gets a sequence number. A client waiting for its number publishes it and, if no
+//! Each batch committed to the store gets a sequence number (the keyspace's store log assigns it
+//! under the keyspace lock and writes the batches in that order, off it). A client waiting for its number publishes it and, if no
 //! fsync is running, runs one itself (on the blocking pool) covering everything published so
 //! far; the others wait for it and find themselves covered, or lead the next one. While an fsync
 //! runs, the keyspace serves every other client, and the batches committed meanwhile share the
@@ -110,6 +110,26 @@ impl TurnsShared {
     }
 }
 
+/// The leader of an fsync, until its news is out (see [`GroupSync::wait`]).
+struct Leading<'a>(&'a GroupSync);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+        // Wakes the waiters, one of which leads the next fsync.
+        self.0.synced.send_modify(|_| {});
+    }
+}
+
+/// A waiter's place among the waiting, given up with its wait.
+struct Registered<'a>(&'a TurnsShared, u64);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.0.lock().waiting.remove(&self.1);
+    }
+}
+
 /// One store's group commit.
 pub(crate) struct GroupSync {
     store: Arc<dyn Store>,
@@ -151,6 +171,9 @@ impl GroupSync {
             t.waiting.insert(me, seq);
             me
         };
+        // Gone from the waiting when this wait ends, however it ends (a cancelled waiter would
+        // otherwise be counted for a turn it never takes).
+        let _registered = Registered(&self.turns, me);
         drop(turn);
         // Whether the fsync that covered it counted it in its turns (it did unless it came
         // too late to be seen waiting): its turn belongs to that fsync's generation then.
@@ -180,6 +203,10 @@ impl GroupSync {
                 }
             }
             if !self.running.swap(true, Ordering::AcqRel) {
+                // Dropped with this wait if its caller goes away (a connection closed, the
+                // periodic sync stopped at shutdown) before the fsync's news is out: the next
+                // waiter must find no fsync running, or every later commit waits for ever.
+                let leading = Leading(self);
                 self.turns.settle().await;
                 let upto = self.committed.load(Ordering::Acquire);
                 let store = self.store.clone();
@@ -192,6 +219,7 @@ impl GroupSync {
                 let took = started.elapsed();
                 // Cleared before the news goes out: a waiter woken by it and not covered must
                 // find no fsync running, and lead the next one itself.
+                std::mem::forget(leading);
                 self.running.store(false, Ordering::Release);
                 match done {
                     Ok(()) => {
@@ -274,6 +302,43 @@ mod tests {
         let n = syncs.load(Ordering::Relaxed);
         assert!((1..=200).contains(&n), "{n} fsyncs");
         assert!(group.synced.borrow().upto >= 200);
+    }
+
+    /// The bug: the once-a-second sync, aborted at shutdown while it led an fsync, left the
+    /// fsync "running" for ever, and the shutdown's own sync (and every later commit) waited for
+    /// it: a node that did not stop. A leader that goes away hands the lead on.
+    #[test]
+    fn a_leader_that_goes_away_hands_the_lead_on() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let store = FaultyStore::new(MemStore::new());
+        let faults = store.faults();
+        let group = Arc::new(GroupSync::new(Arc::new(store)));
+        let stall = faults.stall(pliant_store::OpKind::Sync);
+        rt.block_on(async {
+            let leader = {
+                let group = group.clone();
+                tokio::spawn(async move { group.wait(1, None, |_| {}).await })
+            };
+            let held = tokio::task::spawn_blocking(move || {
+                let held = stall.wait_held(Duration::from_secs(10));
+                (held, stall)
+            });
+            let (held, stall) = held.await.expect("joined");
+            assert!(held, "the leader's fsync reached the store");
+            leader.abort();
+            let _ = leader.await;
+            // Its fsync is still held in the store; the next waiter leads one of its own.
+            let next = tokio::time::timeout(Duration::from_secs(10), group.wait(2, None, |_| {}))
+                .await
+                .expect("not stuck behind the leader that went away")
+                .expect("durable");
+            drop(next);
+            stall.release();
+        });
     }
 
     /// A store whose fsync takes `0` (a disk's), counting them.
