@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::config::{Config, Durability};
 use crate::keyspace::Keyspace;
 
+mod counters;
 mod exec_gate;
 mod group_sync;
 mod read_ahead;
@@ -31,7 +32,6 @@ pub struct Node {
     /// The address it listens on (the port may be picked at bind time).
     ip: std::net::IpAddr,
     started: Instant,
-    commands: AtomicU64,
     connections: AtomicU64,
     rejected: AtomicU64,
     clients: AtomicUsize,
@@ -60,7 +60,7 @@ pub struct Node {
     /// The connections, for CLIENT LIST, INFO and KILL.
     registry: crate::clients::Registry,
     /// Per command of [`crate::COMMANDS`], by its index there: `INFO commandstats`.
-    command_stats: Vec<CommandCounters>,
+    command_stats: counters::Counters,
     /// Group commit of the store's fsyncs (`--durability always`); none without a store.
     group_sync: Option<group_sync::GroupSync>,
     /// The store below memory, if any: what [`read_ahead`](Node::read_ahead) reads off the lock.
@@ -70,15 +70,6 @@ pub struct Node {
     /// The keyspace's batches on their way to the store, written off the keyspace lock
     /// ([`commit`](Node::commit)); none without a store.
     log: Option<std::sync::Arc<crate::keyspace::StoreLog>>,
-}
-
-/// One command's counters (`INFO commandstats`).
-#[derive(Debug, Default)]
-struct CommandCounters {
-    calls: AtomicU64,
-    usec: AtomicU64,
-    rejected: AtomicU64,
-    failed: AtomicU64,
 }
 
 /// One command's counters, read.
@@ -145,7 +136,6 @@ impl Node {
             port: AtomicU64::new(u64::from(config.bind.port())),
             ip: config.bind.ip(),
             started: Instant::now(),
-            commands: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             clients: AtomicUsize::new(0),
@@ -164,42 +154,23 @@ impl Node {
             watches: Mutex::new(HashMap::new()),
             watched: AtomicUsize::new(0),
             registry: Default::default(),
-            command_stats: crate::COMMANDS
-                .iter()
-                .map(|_| CommandCounters::default())
-                .collect(),
+            command_stats: counters::Counters::new(crate::COMMANDS.len()),
         }
     }
 
     /// Counts a run of command `i` (its index in [`crate::COMMANDS`]).
     pub(crate) fn count_call(&self, i: usize, usec: u64, failed: bool) {
-        if let Some(c) = self.command_stats.get(i) {
-            c.calls.fetch_add(1, Ordering::Relaxed);
-            c.usec.fetch_add(usec, Ordering::Relaxed);
-            if failed {
-                c.failed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.command_stats.call(i, usec, failed);
     }
 
     /// Counts a refusal of command `i` before it ran.
     pub(crate) fn count_rejected(&self, i: usize) {
-        if let Some(c) = self.command_stats.get(i) {
-            c.rejected.fetch_add(1, Ordering::Relaxed);
-        }
+        self.command_stats.rejected(i);
     }
 
     /// Every command's counters, in the order of [`crate::COMMANDS`].
     pub fn command_stats(&self) -> Vec<CommandStats> {
-        self.command_stats
-            .iter()
-            .map(|c| CommandStats {
-                calls: c.calls.load(Ordering::Relaxed),
-                usec: c.usec.load(Ordering::Relaxed),
-                rejected: c.rejected.load(Ordering::Relaxed),
-                failed: c.failed.load(Ordering::Relaxed),
-            })
-            .collect()
+        self.command_stats.each()
     }
 
     /// The connections open now (CLIENT LIST, INFO, KILL).
@@ -517,12 +488,12 @@ impl Node {
     }
 
     pub(crate) fn count_command(&self) {
-        self.commands.fetch_add(1, Ordering::Relaxed);
+        self.command_stats.command();
     }
 
     /// Commands run so far.
     pub fn commands_processed(&self) -> u64 {
-        self.commands.load(Ordering::Relaxed)
+        self.command_stats.commands()
     }
 
     /// Connections accepted so far.

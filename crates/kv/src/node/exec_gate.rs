@@ -12,7 +12,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Locks: more than the threads that run commands (a runtime's workers, and the blocking pool's
 /// rare caller), so threads seldom share one; sharing is correct, only slower.
-const SHARDS: usize = 16;
+pub(super) const SHARDS: usize = 16;
 
 /// One lock on a cache line of its own (128 bytes: two lines, as adjacent-line prefetch pairs
 /// them on x86).
@@ -33,8 +33,9 @@ impl Default for ExecGate {
     }
 }
 
-/// The calling thread's lock: threads are numbered as they first ask.
-fn mine() -> usize {
+/// The calling thread's shard (of its lock here, of its counters): threads are numbered as they
+/// first ask.
+pub(super) fn thread_shard() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
@@ -46,7 +47,7 @@ impl ExecGate {
     /// Held while one command runs.
     pub(crate) fn shared(&self) -> RwLockReadGuard<'_, ()> {
         // A panic while it was held poisons nothing the gate guards: it guards no data.
-        self.shards[mine()]
+        self.shards[thread_shard()]
             .0
             .read()
             .unwrap_or_else(|p| p.into_inner())
