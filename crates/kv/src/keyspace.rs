@@ -1178,7 +1178,7 @@ impl Keyspace {
     /// Hands the writes not yet committed to the store as one batch (in the store's journal,
     /// not yet synced: what `--durability none` and `everysec` acknowledge), after every batch
     /// queued before it: with the keyspace lock held, so for paths that need the store complete
-    /// (a node's commits go through [`queue_pending`](Self::queue_pending) and write off the
+    /// (a node's commits go through `queue_pending` and write off the
     /// lock). If the store fails, the keys of every batch not written leave memory (which would
     /// otherwise serve values the store does not have), and every later write is refused
     /// ([`KvError::Failed`]).
@@ -1367,9 +1367,9 @@ impl Keyspace {
         Ok(raw)
     }
 
-    /// Where a command's read of `key` stands before it runs on a node over a store (see
-    /// [`store_reads`]): ready, joining a store read under way, or to be read by the caller off
-    /// the lock and handed back with [`store_read`](Self::store_read).
+    /// Where a command's read of `key` stands before it runs on a node over a store (see the
+    /// `store_reads` module): ready, joining a store read under way, or to be read by the caller
+    /// off the lock and handed back with [`store_read`](Self::store_read).
     pub fn store_want(&mut self, key: &Bytes) -> StoreWant {
         if self.store.is_none() || self.parent {
             return StoreWant::Ready;

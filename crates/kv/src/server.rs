@@ -261,7 +261,7 @@ impl Server {
     }
 
     /// Serves until SHUTDOWN or [`Node::shut_down`]: then stops accepting, lets every connection
-    /// finish the requests it has read (for at most [`DRAIN`]), and syncs the store.
+    /// finish the requests it has read (for at most `DRAIN`, 5 s), and syncs the store.
     pub async fn run(self) -> Result<(), ServeError> {
         let Self {
             node,

@@ -3,7 +3,7 @@
 //!
 //! Each run left a `times.txt`: `wallclock_seconds trajectory other` every 100 s up to
 //! 15,000 s. A policy's measured efficiency at t is its trajectory at t over the unlimited run's,
-//! read with [`interpolate`](crate::interpolate) like the model's.
+//! read with [`interpolate`] like the model's.
 
 use std::path::{Path, PathBuf};
 

@@ -141,15 +141,15 @@ type Run = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
 
 /// A command: its name, its arity as Redis states it (negative: at least that many, the name
 /// included), its flags and keys as `COMMAND INFO` reports them, its documentation as `COMMAND
-/// DOCS` does (see [`docs`]), and what runs it.
+/// DOCS` does (see the `docs` module), and what runs it.
 #[derive(Clone, Copy)]
 pub struct Spec {
     /// Lowercase name.
     pub name: &'static str,
     /// Arity, counting the name; negative means at least `-arity`.
     pub arity: i32,
-    /// Its flags: [`Flag::Write`] is what makes the server commit and track after it,
-    /// [`Flag::NoAuth`] what lets it run before AUTH.
+    /// Its flags: `Flag::Write` is what makes the server commit and track after it,
+    /// `Flag::NoAuth` what lets it run before AUTH.
     pub flags: Flags,
     /// Where its keys are among the arguments, as `COMMAND INFO` reports it: first, last (negative:
     /// from the end) and step; all 0 for a command without keys.
