@@ -8,9 +8,9 @@
 //! by whom it affects (docs/security.md):
 //!
 //! - `getxattr(PATH, "pliant.<verb>")`, a read, for verbs that touch only what the caller may
-//!   touch: `stats` (the mount's [`FsStats`]), `preload` and `invalidate` (of clean copies) on
+//!   touch: `stats` (the mount's [`FsStats`](crate::FsStats)), `preload` and `invalidate` (of clean copies) on
 //!   the files at or under PATH that the caller may read, `evict` and `writeback` on those it
-//!   may write (a [`HintReport`]; the kernel checks PATH itself, the core each file under it).
+//!   may write (a [`HintReport`](crate::core::HintReport); the kernel checks PATH itself, the core each file under it).
 //! - `setxattr(MOUNT, "pliant.<verb>", VALUE)`, for verbs that change the mount for every
 //!   user, its owner's or root's only (`EPERM` otherwise): `flush` (start writing everything
 //!   back, in the background: a FUSE request thread is not held for it), `discard` (drop dirty

@@ -12,7 +12,7 @@
 //! `pliant-tier`'s [`CacheView`](pliant_tier::CacheView) defines (the same as everywhere else a
 //! policy sizes a cache).
 //!
-//! [`bench`] is the replay-speed benchmark (`pliant bench sim`).
+//! [`bench`](mod@bench) is the replay-speed benchmark (`pliant bench sim`).
 //!
 //! Dependencies: `rayon` for parallel configurations; `foldhash` numbers keys for the policies'
 //! time series; `serde` serialises results.
