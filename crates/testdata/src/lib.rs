@@ -8,10 +8,16 @@
 //! [`SKIP_LOG`] names a file, [`skip`] appends one line to it, which `tools/test.sh` counts and
 //! prints after `cargo test`.
 //!
+//! It also holds what the tests of a node share that is not data: [`wire`], a raw connection read
+//! until the node closes it (the service's tests in pliant-kv and the binary's in pliant both
+//! check what a node says before it hangs up).
+//!
 //! A dev-dependency only. No dependencies.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+pub mod wire;
 
 /// The environment variable naming the file a skipped test appends its line to
 /// (`tools/test.sh` sets it to a fresh temporary file).
