@@ -3,8 +3,7 @@
 //! A test that needs a separate process (a kill, a signal, the binary's flags, its own memory)
 //! belongs to crates/pliant/tests instead.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,18 +113,6 @@ pub(crate) fn config(toml: &str) -> Config {
 pub(crate) fn call(c: &mut Client, args: &[&str]) -> Frame {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     c.call(&args).expect("reply")
-}
-
-/// Sends raw bytes on a new connection and returns what comes back before the server closes it
-/// (or 2 s pass).
-pub(crate) fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(2)))
-        .expect("timeout");
-    s.write_all(bytes).expect("send");
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Polls `PLIANT.STATS` (every 50 ms, at most 20 s) until `ok` holds of it; returns it.

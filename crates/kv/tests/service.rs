@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use pliant_proto::Client;
 use pliant_proto::frame::{Frame, Limits, Protocol};
 
-use super::served::{Served, call, raw, stats_until, string};
-use pliant_testdata::wire::until_closed;
+use super::served::{Served, call, stats_until, string};
+use pliant_testdata::wire::{raw, until_closed};
 
 /// An integer reply; fails otherwise.
 fn int(f: &Frame) -> i64 {

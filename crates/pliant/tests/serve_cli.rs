@@ -146,19 +146,7 @@ fn shutdown_syncs_the_store_and_exits_cleanly() {
     assert_eq!(cmd::<String>(&mut node.client(), &["GET", "kept"]), "yes");
 }
 
-/// Sends raw bytes on a new connection and returns what comes back before the server closes it
-/// (or 2 s pass).
-fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(2)))
-        .expect("timeout");
-    s.write_all(bytes).expect("send");
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-use pliant_testdata::wire::{read_until_closed, until_closed};
+use pliant_testdata::wire::{raw, read_until_closed, until_closed};
 
 const UNAUTH_BULK: &str = "-ERR Protocol error: unauthenticated bulk length\r\n";
 

@@ -39,3 +39,15 @@ pub fn read_until_closed(s: &mut TcpStream) -> String {
     }
     panic!("more than 10 000 reads before the close");
 }
+
+/// Sends raw bytes on a new connection and returns what comes back before the server closes it
+/// (or 2 s pass).
+pub fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    s.write_all(bytes).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
