@@ -16,6 +16,7 @@ mod exec_gate;
 mod group_sync;
 mod read_ahead;
 
+pub use counters::BatchCounts;
 pub use group_sync::Turn;
 
 /// SCAN cursors kept at once; the oldest is forgotten first (a client that comes back with it
@@ -156,11 +157,6 @@ impl Node {
             registry: Default::default(),
             command_stats: counters::Counters::new(crate::COMMANDS.len()),
         }
-    }
-
-    /// Counts a run of command `i` (its index in [`crate::COMMANDS`]).
-    pub(crate) fn count_call(&self, i: usize, usec: u64, failed: bool) {
-        self.command_stats.call(i, usec, failed);
     }
 
     /// Counts a refusal of command `i` before it ran.
@@ -489,6 +485,12 @@ impl Node {
 
     pub(crate) fn count_command(&self) {
         self.command_stats.command();
+    }
+
+    /// Adds a connection's counts of its batch to the node's (`INFO commandstats`) and empties
+    /// them: once a batch, and before a command that reads them.
+    pub(crate) fn fold_counts(&self, counts: &mut BatchCounts) {
+        self.command_stats.fold(counts);
     }
 
     /// Commands run so far.

@@ -399,6 +399,7 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
         Err(e) => e.to_string(),
     };
     tracing::info!("client {id} ({}) left: {why}", shown(peer));
+    node.fold_counts(&mut session.counts);
     crate::cmd::closed(&node, &mut session);
     node.registry().remove(id);
     node.tracking().disable(id);
@@ -554,6 +555,8 @@ async fn serve(
                 }
             }
         }
+        // This batch's commands, in INFO commandstats from now on.
+        node.fold_counts(&mut session.counts);
         if session.wrote {
             // The batch's writes (and those of every client served meanwhile) reach the store as
             // one batch before any of them is acknowledged; under `always`, synced too, by an

@@ -59,6 +59,8 @@ pub struct Session {
     /// When the previous command of this batch ended (or the batch began): the start of the
     /// next one's time in `INFO commandstats`, so a command costs one clock read, not two.
     pub mark: Option<std::time::Instant>,
+    /// This batch's counts for `INFO commandstats`, folded into the node's once a batch.
+    pub counts: crate::node::BatchCounts,
 }
 
 /// What a command runs with.
@@ -177,6 +179,9 @@ pub struct Facts {
     /// It takes the transactions' gate itself, exclusively (EXEC); every other command holds
     /// it shared while it runs.
     pub gate_itself: bool,
+    /// It reads the commands' counters (INFO, CLIENT, PLIANT.STATS): the counts of the batch
+    /// it is in are folded in first.
+    pub reads_counts: bool,
     /// Whether it replaces what its keys held without reading it: a node over a store then
     /// reads nothing of them before it runs.
     pub overwrites: Overwrites,
@@ -202,6 +207,7 @@ enum Fact {
     ActsInMulti,
     WhileSubscribed,
     GateItself,
+    ReadsCounts,
 }
 
 impl Facts {
@@ -211,6 +217,7 @@ impl Facts {
         acts_in_multi: false,
         while_subscribed: false,
         gate_itself: false,
+        reads_counts: false,
         overwrites: Overwrites::No,
     };
 }
@@ -313,6 +320,7 @@ impl Spec {
             Fact::ActsInMulti => self.facts.acts_in_multi = true,
             Fact::WhileSubscribed => self.facts.while_subscribed = true,
             Fact::GateItself => self.facts.gate_itself = true,
+            Fact::ReadsCounts => self.facts.reads_counts = true,
         }
         self
     }
@@ -465,6 +473,7 @@ pub const COMMANDS: &[Spec] = &[
     )
     .optional()]),
     cmd("client", -2, &[], NO_KEYS, connection::client)
+        .with(Fact::ReadsCounts)
         .doc(
             CONNECTION,
             "2.4.0",
@@ -621,6 +630,7 @@ pub const COMMANDS: &[Spec] = &[
         "Returns detailed information about all commands.",
     ),
     cmd("info", -1, &[Loading, Stale], NO_KEYS, server::info)
+        .with(Fact::ReadsCounts)
         .doc(
             SERVER,
             "1.0.0",
@@ -1242,12 +1252,14 @@ pub const COMMANDS: &[Spec] = &[
                 Arg::block("log", &[Arg::integer("count").optional()]).after("LOG"),
             ],
         )]),
-    cmd("pliant.stats", 1, &[Fast], NO_KEYS, pliant::stats).doc(
-        PLIANT,
-        PLIANT_SINCE,
-        "O(1)",
-        "Returns the node's counters as one JSON object.",
-    ),
+    cmd("pliant.stats", 1, &[Fast], NO_KEYS, pliant::stats)
+        .with(Fact::ReadsCounts)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(1)",
+            "Returns the node's counters as one JSON object.",
+        ),
     cmd("pliant.fetch", 2, &[Readonly, Fast], ONE_KEY, pliant::fetch)
         .doc(
             PLIANT,
@@ -1413,7 +1425,10 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
     if spec.writes() {
         ctx.session.wrote = true;
     }
-    ctx.node.count_command();
+    if spec.facts.reads_counts {
+        ctx.node.fold_counts(&mut ctx.session.counts);
+    }
+    ctx.session.counts.command();
     let node = ctx.node;
     // A FLUSHDB changes the watched keys that exist when it runs, and no others.
     let flushed = (node.watching() && spec.facts.every_key).then(|| {
@@ -1434,7 +1449,7 @@ pub fn run(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Frame {
     let reply = (spec.run)(ctx, &args[1..]);
     let ended = std::time::Instant::now();
     ctx.session.mark = Some(ended);
-    node.count_call(
+    ctx.session.counts.call(
         index,
         ended.saturating_duration_since(started).as_micros() as u64,
         matches!(reply, Frame::Error(_)),
