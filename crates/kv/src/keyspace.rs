@@ -1242,19 +1242,6 @@ impl Keyspace {
         }
     }
 
-    /// Makes every write so far durable; a no-op without a store or without writes.
-    pub fn sync(&mut self) -> Result<(), KvError> {
-        self.commit()?;
-        if let (Some(store), Some(log)) = (&self.store, &self.log)
-            && log.unsynced()
-        {
-            let upto = log.commits();
-            store.sync()?;
-            log.synced_through(upto);
-        }
-        Ok(())
-    }
-
     /// Whether writes are waiting for a commit.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
@@ -1268,13 +1255,6 @@ impl Keyspace {
     /// Batches committed to the store so far; the latest one's sequence for group commit.
     pub fn commits(&self) -> u64 {
         self.log.as_ref().map_or(0, |l| l.commits())
-    }
-
-    /// An fsync run off the lock covered every batch up to sequence `upto`.
-    pub fn synced_through(&mut self, upto: u64) {
-        if let Some(log) = &self.log {
-            log.synced_through(upto);
-        }
     }
 
     /// The store, for what runs on it without the keyspace (group commit's fsync).

@@ -369,11 +369,6 @@ impl Node {
         ks
     }
 
-    /// Whether a persistent store is below memory.
-    pub fn has_store(&self) -> bool {
-        self.store.is_some()
-    }
-
     /// Whether a command's store reads are read before it runs, off the keyspace lock: over a
     /// store, while its reads take longer than leaving the lock (the keyspace's `store_reads`).
     pub fn reads_ahead(&self) -> bool {
