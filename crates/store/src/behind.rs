@@ -123,8 +123,9 @@ struct State {
     active: Pending,
     active_bytes: usize,
     applying: Arc<Pending>,
-    /// The segment being appended to, and its number.
-    log: File,
+    /// The segment being appended to, and its number. Shared so that a sync can run without
+    /// the lock (see [`Store::sync`]).
+    log: Arc<File>,
     segment: u64,
     /// The sealed segment being applied, kept so that a sync covers it too.
     sealed: Option<Arc<File>>,
@@ -205,7 +206,7 @@ impl<S: Store + 'static> WriteBehind<S> {
                 active: Pending::default(),
                 active_bytes: 0,
                 applying: Arc::new(Pending::default()),
-                log,
+                log: Arc::new(log),
                 segment,
                 sealed: None,
                 dir_dirty: true,
@@ -355,7 +356,7 @@ impl<S: Store> Shared<S> {
                     return;
                 }
             };
-            let sealed = Arc::new(std::mem::replace(&mut st.log, log));
+            let sealed = std::mem::replace(&mut st.log, Arc::new(log));
             let segment = std::mem::replace(&mut st.segment, next);
             st.sealed = Some(Arc::clone(&sealed));
             st.dir_dirty = true;
@@ -452,7 +453,7 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
         }
         let st = &mut *st;
         encode(batch, &mut st.buf);
-        if let Err(e) = st.log.write_all(&st.buf) {
+        if let Err(e) = (&*st.log).write_all(&st.buf) {
             // Part of the record may be in the segment: nothing after it could be replayed.
             let kept = std::io::Error::new(e.kind(), e.to_string());
             st.failed = Some(Arc::new(self.shared.io("appending to the log")(kept)));
@@ -478,25 +479,41 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        let mut st = self.lock();
-        if let Some(first) = &st.failed {
-            return Err(self.shared.poisoned(first));
-        }
+        // The files are synced without the lock: writers go on appending meanwhile, and their
+        // batches are on disk with the next sync (under `--durability always`, the next group
+        // commit's). A write that returned before this call is in `log`, or in a segment sealed
+        // since (still `sealed`, or applied: then the tree has it on disk).
+        let (log, sealed, dir_dirty, segment) = {
+            let st = self.lock();
+            if let Some(first) = &st.failed {
+                return Err(self.shared.poisoned(first));
+            }
+            (
+                Arc::clone(&st.log),
+                st.sealed.clone(),
+                st.dir_dirty,
+                st.segment,
+            )
+        };
         let synced = (|| {
-            st.log.sync_data().map_err(|e| ("syncing the log", e))?;
-            if let Some(sealed) = &st.sealed {
+            log.sync_data().map_err(|e| ("syncing the log", e))?;
+            if let Some(sealed) = &sealed {
                 sealed
                     .sync_data()
                     .map_err(|e| ("syncing a sealed log segment", e))?;
             }
-            if st.dir_dirty {
+            if dir_dirty {
                 sync_dir(&self.shared.log_dir).map_err(|e| ("syncing the log directory", e))?;
             }
             Ok(())
         })();
+        let mut st = self.lock();
         match synced {
             Ok(()) => {
-                st.dir_dirty = false;
+                // A segment created since is not in the directory's entry this sync wrote.
+                if dir_dirty && st.segment == segment {
+                    st.dir_dirty = false;
+                }
                 Ok(())
             }
             Err((action, e)) => {
@@ -504,7 +521,9 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
                 // report the next fsync as a success: a later write could then be acknowledged
                 // behind a hole in the log. Nothing more is acknowledged.
                 let kept = std::io::Error::new(e.kind(), e.to_string());
-                st.failed = Some(Arc::new(self.shared.io(action)(kept)));
+                if st.failed.is_none() {
+                    st.failed = Some(Arc::new(self.shared.io(action)(kept)));
+                }
                 self.shared.applied_cv.notify_all();
                 Err(self.shared.io(action)(e))
             }
