@@ -38,6 +38,8 @@ pub struct Client {
     /// Its file descriptor.
     pub fd: i32,
     created: Instant,
+    /// `created` in [`crate::node::mono_ns`]'s nanoseconds.
+    created_ns: u64,
     /// The latest command, by its index in [`crate::COMMANDS`] (`usize::MAX`: none yet), and
     /// when it came, in microseconds since the connection opened: atomics, since every
     /// command sets them.
@@ -70,6 +72,7 @@ impl Client {
             laddr,
             fd,
             created: now,
+            created_ns: crate::node::mono_ns(),
             last_command: AtomicUsize::new(usize::MAX),
             last_at: AtomicU64::new(0),
             name: Mutex::new(None),
@@ -84,12 +87,13 @@ impl Client {
         }
     }
 
-    /// It ran command `index` (in [`crate::COMMANDS`]) at `at`.
-    pub fn ran(&self, index: usize, at: Instant) {
+    /// It ran command `index` (in [`crate::COMMANDS`]) at `at_ns` ([`crate::node::mono_ns`]).
+    pub(crate) fn ran(&self, index: usize, at_ns: u64) {
         self.last_command.store(index, Ordering::Relaxed);
-        let since = at.saturating_duration_since(self.created).as_micros();
-        self.last_at
-            .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.last_at.store(
+            at_ns.saturating_sub(self.created_ns) / 1000,
+            Ordering::Relaxed,
+        );
     }
 
     /// Its name changed.

@@ -24,7 +24,9 @@
 //!
 //! Dependencies: `pliant-proto` (the protocol), `tokio` (the network and timers), `bytes`
 //! (values shared without copies between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
-//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters);
+//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters),
+//! `nix` (the monotonic clock as nanoseconds: a command's time is a subtraction of two integers,
+//! where `Instant`'s normalises a `timespec`, a tenth of a pipelined GET's instructions);
 //! `pliant-cluster` (membership, the slot map and key slots routing reads, the balancer it starts);
 //! `pliant-policy` and `pliant-tier` for the live policy, which sees the same metric names the
 //! simulator gives.

@@ -93,6 +93,18 @@ type Watcher = (u64, std::sync::Arc<std::sync::atomic::AtomicBool>);
 pub type Reported = Vec<(String, f64)>;
 
 /// Unix milliseconds now: the clock commands run at (and live `auto`'s).
+/// The monotonic clock in nanoseconds (from an arbitrary start): what commands are timed with.
+pub(crate) fn mono_ns() -> u64 {
+    // CLOCK_MONOTONIC cannot fail on Linux given a valid pointer; 0 would only make one
+    // command's time wrong, never a key's expiry (that is `now_ms`'s).
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(t.tv_nsec() as u64)
+    })
+}
+
+/// The wall clock in milliseconds since the epoch: what expiries are kept in.
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -125,16 +125,19 @@ fn protocol(msg: impl Into<String>) -> FrameError {
 
 impl Frame {
     /// `+OK`.
+    #[inline]
     pub fn ok() -> Frame {
         Frame::Simple("OK".to_owned())
     }
 
     /// An error reply with this text (without the leading `-`).
+    #[inline]
     pub fn error(msg: impl Into<String>) -> Frame {
         Frame::Error(msg.into())
     }
 
     /// A bulk string.
+    #[inline]
     pub fn bulk(b: impl Into<Bytes>) -> Frame {
         Frame::Bulk(b.into())
     }
@@ -375,6 +378,8 @@ impl Cursor {
 
     /// Gives back the ranges of a request the caller is done with, so the next request fills
     /// them instead of allocating.
+    // Called once a request from pliant-kv: without it, a call across the crates.
+    #[inline]
     pub fn recycle(&mut self, ranges: Vec<Range<usize>>) {
         self.spare = ranges;
     }

@@ -40,6 +40,10 @@ pub struct BatchCounts {
     each: Vec<(u64, u64, u64)>,
     /// The indices counted since the last fold.
     touched: Vec<usize>,
+    /// The batch's last command so far and when it started (`mono_ns`), for CLIENT LIST's `cmd` and
+    /// `idle`: handed to the connection's registry entry at the fold, not written there by
+    /// every command.
+    pub(crate) last: Option<(usize, u64)>,
 }
 
 impl BatchCounts {
