@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pliant_cache::{Cache, Capacity, Evicted, Request};
-use pliant_store::{Store, StoreError};
+use pliant_store::{SharedBytes, Store, StoreError};
 use pliant_tier::{Auto, AutoState, CacheView, InFlight, Read, Tier};
 
 mod store_log;
@@ -96,8 +96,27 @@ impl Value {
         self.expires_at.is_none_or(|t| t > now)
     }
 
+    /// The store's encoding: a flag byte, the expiry if any, the data.
+    #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(9 + self.data.len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// [`encode`](Self::encode), assembled in `scratch` and copied out once, shared: the batch
+    /// that writes it to the store takes no copy of its own (see `store_log`).
+    fn encode_shared(&self, scratch: &mut Vec<u8>) -> SharedBytes {
+        scratch.clear();
+        self.encode_into(scratch);
+        let shared = SharedBytes::from(&scratch[..]);
+        if scratch.capacity() > SCRATCH_KEPT {
+            *scratch = Vec::new();
+        }
+        shared
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
         match self.expires_at {
             None => out.push(0),
             Some(t) => {
@@ -106,7 +125,6 @@ impl Value {
             }
         }
         out.extend_from_slice(&self.data);
-        out
     }
 
     fn decode(key: &[u8], raw: Vec<u8>) -> Result<Self, KvError> {
@@ -326,6 +344,9 @@ impl Slot {
     }
 }
 
+/// The largest encoding buffer a keyspace keeps between writes: a huge value's does not stay.
+const SCRATCH_KEPT: usize = 1 << 20;
+
 /// One node's keys (see the module doc).
 pub struct Keyspace {
     /// The memory tier's keys and values, by the slot their key holds in the algorithm
@@ -358,6 +379,8 @@ pub struct Keyspace {
     ///
     /// [`commit`]: Keyspace::commit
     pending: store_log::Writes,
+    /// Where a value is encoded for the store before it is copied out once (`encode_shared`).
+    scratch: Vec<u8>,
     /// The batches taken from `pending` on their way to the store, the count of those written,
     /// and the first failure (see [`store_log`]); shared with the node, which writes them off
     /// the lock. `None` without a store.
@@ -426,6 +449,7 @@ impl Keyspace {
             lent: Lent::default(),
             unready: false,
             pending: Default::default(),
+            scratch: Vec::new(),
             off_lock: store_reads::StoreReads::default(),
             loan_waited: None,
             stats: KvStats::default(),
@@ -749,7 +773,8 @@ impl Keyspace {
         }
         self.stats.writes += 1;
         if self.store.is_some() {
-            self.pending.insert(key.to_vec(), Some(v.encode()));
+            let encoded = v.encode_shared(&mut self.scratch);
+            self.pending.insert(key.as_ref().into(), Some(encoded));
             self.stats.store_writes += 1;
             self.off_lock.written(self.id_of(&key));
         }
@@ -1200,13 +1225,10 @@ impl Keyspace {
         let Some(log) = &self.log else {
             return Ok(0);
         };
-        match log.queue(std::mem::take(&mut self.pending)) {
+        match log.queue(&mut self.pending) {
             Ok(seq) => Ok(seq),
-            Err((why, writes)) => {
-                for k in writes.keys() {
-                    let id = self.id_of(k);
-                    self.drop_id(id, k);
-                }
+            Err(why) => {
+                // Writes are refused from now on: the pending ones leave memory with the rest.
                 self.drop_doomed();
                 Err(KvError::Failed(why))
             }
@@ -1221,7 +1243,7 @@ impl Keyspace {
         };
         let mut doomed = log.take_doomed();
         if log.failed().is_some() {
-            doomed.extend(self.pending.drain().map(|(k, _)| k));
+            doomed.extend(self.pending.drain().map(|(k, _)| k.to_vec()));
         }
         for k in doomed {
             let id = self.id_of(&k);
@@ -1270,7 +1292,7 @@ impl Keyspace {
     fn remove(&mut self, key: &[u8]) -> Result<(), KvError> {
         self.refused()?;
         if self.store.is_some() {
-            self.pending.insert(key.to_vec(), None);
+            self.pending.insert(key.into(), None);
             self.stats.store_writes += 1;
             self.off_lock.written(self.id_of(key));
         }
@@ -1328,7 +1350,7 @@ impl Keyspace {
     /// memory), or, with neither, from the store itself, under the lock.
     fn stored(&mut self, key: &[u8], id: u64, take: bool) -> Result<Option<Vec<u8>>, KvError> {
         if let Some(p) = self.pending.get(key) {
-            return Ok(p.clone());
+            return Ok(p.as_deref().map(<[u8]>::to_vec));
         }
         if let Some(queued) = self.log.as_ref().and_then(|l| l.lookup(key)) {
             return Ok(queued);

@@ -50,7 +50,9 @@ use std::time::{Duration, Instant};
 use crc::{CRC_32_ISCSI, Crc, Table};
 
 use crate::dir::sync_dir;
-use crate::{Batch, Entries, FjallStore, KeyRange, MAX_KEY_LEN, Store, StoreError, Write};
+use crate::{
+    Batch, Entries, FjallStore, KeyRange, MAX_KEY_LEN, SharedBytes, Store, StoreError, Write,
+};
 
 /// The log's directory inside a store directory.
 pub(crate) const LOG_DIR: &str = "log";
@@ -95,7 +97,7 @@ impl Default for WriteBehindOptions {
 
 // Keys are the clients' to choose, so the hasher is seeded at random (against collision
 // floods); the map's order is never seen: its keys are distinct, so any order applies the same.
-type Pending = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+type Pending = HashMap<SharedBytes, Option<SharedBytes>, foldhash::fast::RandomState>;
 
 /// A [`FjallStore`] with its writes logged and applied behind (see the module doc).
 #[derive(Debug)]
@@ -271,7 +273,7 @@ impl<S: Store + 'static> WriteBehind<S> {
             .iter()
             .chain(st.active.iter())
             .filter(|(k, _)| within(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.to_vec(), v.as_deref().map(<[u8]>::to_vec)))
             .collect();
         let tree = iter(&self.shared.tree);
         drop(st);
@@ -282,12 +284,12 @@ impl<S: Store + 'static> WriteBehind<S> {
     }
 
     /// What `found` makes of `key`'s pending write, if it has one (`None` in it: deleted).
-    fn lookup<T>(&self, key: &[u8], found: impl Fn(&Option<Vec<u8>>) -> T) -> Option<T> {
+    fn lookup<T>(&self, key: &[u8], found: impl Fn(Option<&[u8]>) -> T) -> Option<T> {
         let st = self.lock();
         st.active
             .get(key)
             .or_else(|| st.applying.get(key))
-            .map(found)
+            .map(|v| found(v.as_deref()))
     }
 }
 
@@ -387,8 +389,8 @@ impl<S: Store> Shared<S> {
         let mut batch = Batch::new();
         for (k, v) in pending {
             match v {
-                Some(v) => batch.put(k, v),
-                None => batch.delete(k),
+                Some(v) => batch.put_shared(k.clone(), v.clone()),
+                None => batch.delete_shared(k.clone()),
             };
         }
         self.tree.batch(&batch)?;
@@ -404,14 +406,14 @@ impl<S: Store> Shared<S> {
 
 impl<S: Store + 'static> Store for WriteBehind<S> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.lookup(key, Clone::clone) {
+        match self.lookup(key, |v| v.map(<[u8]>::to_vec)) {
             Some(v) => Ok(v),
             None => self.shared.tree.get(key),
         }
     }
 
     fn value_len(&self, key: &[u8]) -> Result<Option<usize>, StoreError> {
-        match self.lookup(key, |v| v.as_ref().map(Vec::len)) {
+        match self.lookup(key, |v| v.map(<[u8]>::len)) {
             Some(n) => Ok(n),
             None => self.shared.tree.value_len(key),
         }
@@ -465,7 +467,7 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
                 Write::Put { key, value } => (key, Some(value)),
                 Write::Delete { key } => (key, None),
             };
-            st.active_bytes += key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD;
+            st.active_bytes += key.len() + value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
             st.active.insert(key, value);
         }
         if st.active_bytes >= self.shared.opts.max_pending_bytes {
@@ -623,7 +625,7 @@ pub(crate) fn recover(
             match decode(&bytes[at..]) {
                 Some((used, batch)) => {
                     for (k, v) in batch {
-                        writes.insert(k, v);
+                        writes.insert(k.into(), v.map(Into::into));
                     }
                     found.batches += 1;
                     at += used;

@@ -180,7 +180,7 @@ impl Store for FjallStore {
         let mut b = self.db.batch();
         for w in batch.writes() {
             match w {
-                Write::Put { key, value } => b.insert(&self.values, stored(key), value.as_slice()),
+                Write::Put { key, value } => b.insert(&self.values, stored(key), &value[..]),
                 Write::Delete { key } => b.remove(&self.values, stored(key)),
             }
         }

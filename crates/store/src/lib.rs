@@ -55,6 +55,10 @@ pub type Entries<'a> = Box<dyn Iterator<Item = Result<Entry, StoreError>> + Send
 /// A key range, as `(start, end)` bounds (what `RangeBounds` is for an unsized key).
 pub type KeyRange<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 
+/// Bytes a batch shares with whoever gave them: a writer that must keep its writes readable
+/// until the store has them (pliant-kv's queued commits) hands them over without a copy.
+pub type SharedBytes = std::sync::Arc<[u8]>;
+
 /// One write of a [`Batch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -62,14 +66,14 @@ pub enum Write {
     /// Sets `key` to `value`.
     Put {
         /// The key.
-        key: Vec<u8>,
+        key: SharedBytes,
         /// The value.
-        value: Vec<u8>,
+        value: SharedBytes,
     },
     /// Removes `key` (no error if absent).
     Delete {
         /// The key.
-        key: Vec<u8>,
+        key: SharedBytes,
     },
 }
 
@@ -94,29 +98,24 @@ impl Batch {
         Self::default()
     }
 
-    /// Adds a put.
+    /// Adds a put (of copies).
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> &mut Self {
-        self.writes.push(Write::Put {
-            key: key.to_vec(),
-            value: value.to_vec(),
-        });
-        self
+        self.put_shared(key.into(), value.into())
     }
 
-    /// Adds a delete.
+    /// Adds a delete (of a copy).
     pub fn delete(&mut self, key: &[u8]) -> &mut Self {
-        self.writes.push(Write::Delete { key: key.to_vec() });
-        self
+        self.delete_shared(key.into())
     }
 
-    /// Adds a put of a key and value the batch takes over (no copy).
-    pub fn put_owned(&mut self, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
+    /// Adds a put of a key and value the batch shares with the caller (no copy).
+    pub fn put_shared(&mut self, key: SharedBytes, value: SharedBytes) -> &mut Self {
         self.writes.push(Write::Put { key, value });
         self
     }
 
-    /// Adds a delete of a key the batch takes over.
-    pub fn delete_owned(&mut self, key: Vec<u8>) -> &mut Self {
+    /// Adds a delete of a key the batch shares with the caller.
+    pub fn delete_shared(&mut self, key: SharedBytes) -> &mut Self {
         self.writes.push(Write::Delete { key });
         self
     }

@@ -73,10 +73,10 @@ impl Store for MemStore {
         for w in batch.writes() {
             match w {
                 Write::Put { key, value } => {
-                    map.insert(key.clone(), value.clone());
+                    map.insert(key.to_vec(), value.to_vec());
                 }
                 Write::Delete { key } => {
-                    map.remove(key);
+                    map.remove(&key[..]);
                 }
             }
         }

@@ -35,13 +35,13 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
-use pliant_store::{Batch, Store, StoreError};
+use pliant_store::{Batch, SharedBytes, Store, StoreError};
 
 use super::KvError;
 
 /// Writes taken from `pending`: the newest value of each key (`None`: a deletion).
 pub(super) type Writes =
-    std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::FixedState>;
+    std::collections::HashMap<SharedBytes, Option<SharedBytes>, foldhash::fast::FixedState>;
 
 /// A batch taken from `pending`, not yet in the store.
 #[derive(Debug)]
@@ -63,7 +63,14 @@ struct State {
     unsynced: bool,
     /// Keys of batches that failed or were refused: memory must let go of them.
     doomed: Vec<Vec<u8>>,
+    /// Maps of written batches, emptied, for the next batches to fill: a map made anew for
+    /// every batch grew, and rehashed, from nothing each time.
+    spare: Vec<Writes>,
 }
+
+/// Spare maps kept, and the largest kept (in entries): one huge batch does not keep its table.
+const SPARE_MAPS: usize = 4;
+const SPARE_CAPACITY: usize = 4096;
 
 /// The writer lock, held: dropped, it lets go of the lock and then wakes the committers waiting
 /// for it, even when the store write panicked (they would otherwise wait for the next write).
@@ -126,17 +133,19 @@ impl StoreLog {
         self.failed.get()
     }
 
-    /// Queues `writes` as the next batch: its sequence. With no writes, the latest batch taken
-    /// (what a client whose writes another committer took must see written). Refused, with the
-    /// writes given back, once a write failed.
-    pub(super) fn queue(&self, writes: Writes) -> Result<u64, (Arc<StoreError>, Writes)> {
+    /// Queues the writes of `pending` as the next batch, leaving it empty: its sequence. With no
+    /// writes, the latest batch taken (what a client whose writes another committer took must
+    /// see written). Refused once a write failed, `pending` left as it was.
+    pub(super) fn queue(&self, pending: &mut Writes) -> Result<u64, Arc<StoreError>> {
         let mut st = self.state();
         if let Some(why) = self.failed.get() {
-            return Err((why.clone(), writes));
+            return Err(why.clone());
         }
-        if writes.is_empty() {
+        if pending.is_empty() {
             return Ok(st.taken);
         }
+        let spare = st.spare.pop().unwrap_or_default();
+        let writes = std::mem::replace(pending, spare);
         st.taken += 1;
         let seq = st.taken;
         st.queued.push_back(Arc::new(Queued { seq, writes }));
@@ -150,7 +159,7 @@ impl StoreLog {
             .iter()
             .rev()
             .find_map(|q| q.writes.get(key))
-            .cloned()
+            .map(|v| v.as_deref().map(<[u8]>::to_vec))
     }
 
     /// Whether a queued batch writes `key`.
@@ -173,13 +182,14 @@ impl StoreLog {
         let Some(last) = batches.last().map(|q| q.seq) else {
             return;
         };
-        // The queued batches stay readable while the store writes, so the store gets a copy.
+        // The queued batches stay readable while the store writes: the store shares their
+        // bytes (no copy).
         let mut batch = Batch::new();
         for q in &batches {
             for (k, v) in &q.writes {
                 match v {
-                    Some(v) => batch.put(k, v),
-                    None => batch.delete(k),
+                    Some(v) => batch.put_shared(k.clone(), v.clone()),
+                    None => batch.delete_shared(k.clone()),
                 };
             }
         }
@@ -190,6 +200,16 @@ impl StoreLog {
                 st.queued.drain(..batches.len());
                 st.commits = last;
                 st.unsynced = true;
+                // The writer holds the only other reference to a batch once it left the queue.
+                for q in batches {
+                    if let Ok(mut q) = Arc::try_unwrap(q)
+                        && st.spare.len() < SPARE_MAPS
+                        && q.writes.capacity() <= SPARE_CAPACITY
+                    {
+                        q.writes.clear();
+                        st.spare.push(q.writes);
+                    }
+                }
             }
             Err(e) => {
                 tracing::error!(
@@ -208,8 +228,8 @@ impl StoreLog {
         let queued = std::mem::take(&mut st.queued);
         for q in queued {
             match Arc::try_unwrap(q) {
-                Ok(q) => st.doomed.extend(q.writes.into_keys()),
-                Err(q) => st.doomed.extend(q.writes.keys().cloned()),
+                Ok(q) => st.doomed.extend(q.writes.into_keys().map(|k| k.to_vec())),
+                Err(q) => st.doomed.extend(q.writes.keys().map(|k| k.to_vec())),
             }
         }
     }
@@ -325,5 +345,37 @@ impl StoreLog {
     /// Fsyncs so far.
     pub(super) fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A written batch's map comes back emptied for the next batch to fill: a map made anew
+    /// for every batch grew, and rehashed, from nothing each time. What the store holds is the
+    /// batch's, shared, not copied.
+    #[test]
+    fn a_written_batch_s_map_is_filled_again_by_the_next_batch() {
+        let store = Arc::new(pliant_store::MemStore::new());
+        let log = StoreLog::new(store.clone());
+        let mut pending = Writes::default();
+        for i in 0..100u32 {
+            pending.insert(i.to_be_bytes()[..].into(), Some(b"v"[..].into()));
+        }
+        let seq = log.queue(&mut pending).expect("queued");
+        assert!(pending.is_empty() && pending.capacity() == 0, "a fresh map");
+        log.write_through(seq).expect("written");
+        assert_eq!(
+            store.get(&7u32.to_be_bytes()).expect("read"),
+            Some(b"v".to_vec())
+        );
+        pending.insert(b"k"[..].into(), None);
+        log.queue(&mut pending).expect("queued");
+        assert!(
+            pending.is_empty() && pending.capacity() >= 100,
+            "the written batch's map, emptied: capacity {}",
+            pending.capacity()
+        );
     }
 }
