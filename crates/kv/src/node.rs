@@ -138,7 +138,9 @@ impl Node {
     /// A node over `keyspace` with the run-time settings of `config`.
     pub fn new(keyspace: Keyspace, config: &Config) -> Self {
         Self {
-            group_sync: keyspace.store_handle().map(group_sync::GroupSync::new),
+            group_sync: keyspace
+                .store_handle()
+                .map(|store| group_sync::GroupSync::new(store, keyspace.store_log())),
             store: keyspace.store_handle(),
             log: keyspace.store_log(),
             store_reads_asking: keyspace.store_reads_asking(),
@@ -401,17 +403,35 @@ impl Node {
     /// `turn` is the connection's turn in group commit (see `node::group_sync`'s module doc): taken
     /// once this batch is in the store, and replaced by the turn the covering fsync hands out.
     pub async fn commit(&self, turn: &mut Option<Turn>) -> Result<(), crate::keyspace::KvError> {
-        let seq = self.write_pending().await?;
-        match (&self.group_sync, &self.log) {
-            (Some(group), Some(log)) if self.durability() == Durability::Always && seq > 0 => {
-                let next = group
-                    .wait(seq, turn.take(), |upto| log.synced_through(upto))
-                    .await
-                    .map_err(crate::keyspace::KvError::Unsynced)?;
+        let (Some(group), Some(log)) = (&self.group_sync, &self.log) else {
+            return self.write_pending().await.map(|_| ());
+        };
+        if self.durability() != Durability::Always {
+            return self.write_pending().await.map(|_| ());
+        }
+        // Queued only: the fsync's leader writes every batch queued, as one store write, before
+        // it syncs (fifty clients' batches were fifty appends a cycle, one each).
+        let seq = self.keyspace().queue_pending()?;
+        if seq == 0 {
+            return Ok(());
+        }
+        match group
+            .wait(seq, turn.take(), |upto| log.synced_through(upto))
+            .await
+        {
+            Ok(next) => {
                 *turn = Some(next);
                 Ok(())
             }
-            _ => Ok(()),
+            Err(why) => match log.failed() {
+                // The store refused the write: its keys leave memory before anyone else is
+                // served from it.
+                Some(first) if std::sync::Arc::ptr_eq(first, &why) => {
+                    self.keyspace().drop_doomed();
+                    Err(crate::keyspace::KvError::Failed(why))
+                }
+                _ => Err(crate::keyspace::KvError::Unsynced(why)),
+            },
         }
     }
 
@@ -648,6 +668,51 @@ mod tests {
             .expect("the fsync ends")
             .expect("no panic")
             .expect("synced");
+        assert!(!node.keyspace().unsynced(), "every write is durable");
+    }
+
+    /// Under `always`, committers leave their batches queued and the fsync's leader writes them
+    /// all as one store write before it syncs: the clients that wait out one fsync cost the
+    /// store one append, not one each (fifty a cycle in `tools/bench/group_commit.sh`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_waiting_for_an_fsync_reach_the_store_in_one_write() {
+        use pliant_store::{FaultyStore, MemStore, OpKind, Store};
+        let faulty = FaultyStore::new(MemStore::new());
+        let faults = faulty.faults();
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(faulty);
+        let ks = Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store.clone()))
+            .expect("keyspace");
+        let config = Config {
+            durability: crate::config::Durability::Always,
+            ..Config::default()
+        };
+        let node = std::sync::Arc::new(Node::new(ks, &config));
+        set(&node, "first", "1").expect("set");
+        let stall = faults.stall(OpKind::Sync);
+        let first = commit(&node);
+        let held = tokio::task::block_in_place(|| stall.wait_held(Duration::from_secs(10)));
+        assert!(held, "the first fsync reached the store");
+        assert_eq!(faults.writes(), 1, "the first batch, written by its leader");
+        // Three clients commit while that fsync is held: queued, not written.
+        let mut waiting = Vec::new();
+        for key in ["a", "b", "c"] {
+            set(&node, key, "v").expect("set");
+            waiting.push(commit(&node));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(faults.writes(), 1, "queued while the fsync runs");
+        stall.release();
+        ended(first).await.expect("durable");
+        for w in waiting {
+            ended(w).await.expect("durable");
+        }
+        assert_eq!(faults.writes(), 2, "the three batches in one store write");
+        for key in ["first", "a", "b", "c"] {
+            assert!(
+                store.get(key.as_bytes()).expect("read").is_some(),
+                "{key} in the store"
+            );
+        }
         assert!(!node.keyspace().unsynced(), "every write is durable");
     }
 

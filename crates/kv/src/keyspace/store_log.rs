@@ -246,7 +246,7 @@ impl StoreLog {
     /// Returns once batch `seq` (and every one before it) is in the store, writing what is
     /// queued if nobody else is; blocks the calling thread for the writer lock. For paths that
     /// hold the keyspace lock: the queue is written before they go on.
-    pub(super) fn write_through(&self, seq: u64) -> Result<(), Arc<StoreError>> {
+    pub(crate) fn write_through(&self, seq: u64) -> Result<(), Arc<StoreError>> {
         if let Some(done) = self.outcome(seq) {
             return done;
         }

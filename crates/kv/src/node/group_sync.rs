@@ -2,14 +2,15 @@
 //! by one fsync, run off the keyspace lock and off the async workers, and each client is
 //! acknowledged after the fsync that covers its writes.
 //!
-//! Each batch committed to the store gets a sequence number (the keyspace's store log assigns it
-//! under the keyspace lock and writes the batches in that order, off it). A client waiting for its number publishes it and, if no
-//! fsync is running, runs one itself (on the blocking pool) covering everything published so
-//! far; the others wait for it and find themselves covered, or lead the next one. While an fsync
-//! runs, the keyspace serves every other client, and the batches committed meanwhile share the
-//! next fsync: under load one fsync acknowledges many clients' writes (the "ops per fsync"
-//! `tools/bench/durability.sh` reports). The sequence a batch gets is published only after its
-//! batch is in the store, so an fsync started after reading a number covers that batch.
+//! Each batch committed gets a sequence number (the keyspace's store log assigns it under the
+//! keyspace lock and writes the batches in that order, off it). A client waiting for its number
+//! publishes it and, if no fsync is running, leads one itself (on the blocking pool): it writes
+//! every batch still queued, up to the highest number published, as one store write (one
+//! append, where each client's batch was an append of its own), and fsyncs. The others wait for
+//! it and find themselves covered, or lead the next one. While an fsync runs, the keyspace
+//! serves every other client, and the batches committed meanwhile share the next fsync: under
+//! load one fsync acknowledges many clients' writes (the "ops per fsync"
+//! `tools/bench/group_commit.sh` reports).
 //!
 //! **Turns.** Run back to back, fsyncs split busy clients into two groups that alternate: the
 //! clients one fsync acknowledges send their next writes while the next fsync, which only covers
@@ -28,6 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pliant_store::{Store, StoreError};
+
+use crate::keyspace::StoreLog;
 
 /// What the fsyncs have covered so far.
 #[derive(Debug, Clone, Default)]
@@ -133,6 +136,9 @@ impl Drop for Registered<'_> {
 /// One store's group commit.
 pub(crate) struct GroupSync {
     store: Arc<dyn Store>,
+    /// The keyspace's store log, whose queued batches an fsync's leader writes first (see
+    /// [`GroupSync::wait`]).
+    log: Option<Arc<StoreLog>>,
     /// The highest sequence whose batch is in the store.
     committed: AtomicU64,
     /// Whether an fsync is running.
@@ -142,9 +148,10 @@ pub(crate) struct GroupSync {
 }
 
 impl GroupSync {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>, log: Option<Arc<StoreLog>>) -> Self {
         Self {
             store,
+            log,
             committed: AtomicU64::new(0),
             running: AtomicBool::new(false),
             synced: tokio::sync::watch::Sender::new(Synced::default()),
@@ -209,9 +216,18 @@ impl GroupSync {
                 let leading = Leading(self);
                 self.turns.settle().await;
                 let upto = self.committed.load(Ordering::Acquire);
-                let store = self.store.clone();
+                let (store, log) = (self.store.clone(), self.log.clone());
                 let started = Instant::now();
-                let done = match tokio::task::spawn_blocking(move || store.sync()).await {
+                // The batches waiting may still be queued (a committer under `always` leaves
+                // its batch to the leader): written first, all as one store write, one append,
+                // as Redis writes its AOF buffer once an event loop before its fsync.
+                let write_and_sync = move || -> Result<(), Arc<StoreError>> {
+                    if let Some(log) = &log {
+                        log.write_through(upto)?;
+                    }
+                    store.sync().map_err(Arc::new)
+                };
+                let done = match tokio::task::spawn_blocking(write_and_sync).await {
                     Ok(done) => done,
                     // A panic inside the store is a bug of ours: not an error to report.
                     Err(e) => std::panic::resume_unwind(e.into_panic()),
@@ -247,8 +263,7 @@ impl GroupSync {
                             t.outstanding = 0;
                             t.generation += 1;
                         }
-                        self.synced
-                            .send_modify(|s| s.failed = Some((upto, Arc::new(e))));
+                        self.synced.send_modify(|s| s.failed = Some((upto, e)));
                     }
                 }
                 continue;
@@ -276,7 +291,7 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let group = Arc::new(GroupSync::new(Arc::new(MemStore::new())));
+        let group = Arc::new(GroupSync::new(Arc::new(MemStore::new()), None));
         let syncs = Arc::new(AtomicUsize::new(0));
         rt.block_on(async {
             let waits: Vec<_> = (1..=200u64)
@@ -316,7 +331,7 @@ mod tests {
             .expect("runtime");
         let store = FaultyStore::new(MemStore::new());
         let faults = store.faults();
-        let group = Arc::new(GroupSync::new(Arc::new(store)));
+        let group = Arc::new(GroupSync::new(Arc::new(store), None));
         let stall = faults.stall(pliant_store::OpKind::Sync);
         rt.block_on(async {
             let leader = {
@@ -384,7 +399,7 @@ mod tests {
             MemStore::new(),
             AtomicUsize::new(0),
         ));
-        let group = Arc::new(GroupSync::new(store.clone()));
+        let group = Arc::new(GroupSync::new(store.clone(), None));
         let committed = Arc::new(AtomicU64::new(0));
         rt.block_on(async {
             let clients: Vec<_> = (0..CLIENTS)
@@ -427,7 +442,7 @@ mod tests {
             .expect("runtime");
         let store = FaultyStore::new(MemStore::new());
         let faults = store.faults();
-        let group = GroupSync::new(Arc::new(store));
+        let group = GroupSync::new(Arc::new(store), None);
         faults.fail_syncs(1);
         rt.block_on(async {
             assert!(
