@@ -1,6 +1,7 @@
 //! `pliant`: the command-line front end. Thin by design: argument parsing, file I/O and output
 //! formatting live here; every capability lives in a library crate.
 
+mod cli_docs;
 mod cmd;
 mod plot;
 
@@ -42,7 +43,7 @@ enum Command {
     /// optimum.
     #[command(subcommand)]
     Scale(cmd::scale::Command),
-    /// Performance benchmarks (numbers reported in the README).
+    /// Performance benchmarks (numbers reported in docs/benchmarks.md).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
     /// Run a cache node that speaks the Redis protocol, over a persistent store.
@@ -64,6 +65,8 @@ enum Command {
     /// down (what Slurm's burst_buffer.lua calls).
     #[command(subcommand)]
     Job(cmd::fs::JobCommand),
+    /// Write the Markdown reference of every command and flag (docs/cli/), from this --help.
+    Docs(cmd::docs::Args),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => cmd::replay::run(&a),
         Command::Fs(c) => cmd::fs::run(c),
         Command::Job(c) => cmd::fs::run_job(c),
+        Command::Docs(a) => cmd::docs::run(&a),
     };
     match result {
         Ok(code) => code,

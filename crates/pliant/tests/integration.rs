@@ -4,6 +4,7 @@
 
 mod cluster_cli;
 mod common;
+mod docs_cli;
 mod errors_cli;
 mod fs_cli;
 mod parsplice_cli;

@@ -1,4 +1,4 @@
-//! `pliant bench`: the performance benchmarks whose numbers the README reports.
+//! `pliant bench`: the performance benchmarks whose numbers docs/benchmarks.md reports.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

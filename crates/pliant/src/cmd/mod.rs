@@ -5,6 +5,7 @@ pub mod args;
 pub mod bench;
 pub mod cluster;
 pub mod demo;
+pub mod docs;
 pub mod fs;
 pub mod input;
 pub mod parsplice;
