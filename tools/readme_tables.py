@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Regenerates the README's `pliant demo` tables from the program itself.
+"""Regenerates the `pliant demo` tables of the ParSplice guide (docs/parsplice.md) from the program.
 
-The tables under "The demo's tables" and "Replaying a real trace" in README.md are results, so
-they must come from the program and never be copied by hand. This script builds the release
-binary, runs `pliant demo --json` for every run the README shows, and prints each run's table as
-markdown under the line the README puts above it. `--check` compares them cell by cell with the
-tables in README.md, so anyone can see that the README's numbers reproduce.
+The tables under "The demo's tables" and "How do I replay a real trace instead of the model?" in
+docs/parsplice.md are results, so they must come from the program and never be copied by hand.
+(They were the README's until issue 31 moved them into the guide; the script kept its name, which
+docs/benchmarks.md and the commit history use.) This script builds the release binary, runs
+`pliant demo --json` for every run the guide shows, and prints each run's table as markdown under
+the line the guide puts above it. `--check` compares them cell by cell with the tables in
+docs/parsplice.md, so anyone can see that its numbers reproduce.
 
 Two more tables come from `pliant demo --only auto --no-front --auto-efficiency E` (`auto` and
 the unlimited cache it is measured against, nothing else: its row is the same as in the full run):
@@ -18,7 +20,7 @@ Run from anywhere (it works in the repository root); Python 3 standard library o
     python3 tools/readme_tables.py                     # print every table
     python3 tools/readme_tables.py --only g1m-4.2h     # one run
     python3 tools/readme_tables.py --only objectives   # the objective table alone
-    python3 tools/readme_tables.py --check             # exit 1, with a diff, if README.md differs
+    python3 tools/readme_tables.py --check             # exit 1, with a diff, if the guide differs
     python3 tools/readme_tables.py --binary PATH       # run this build instead of building one
 
 The replays need ../shared/traces/parsplice; without it they are skipped (with a message),
@@ -36,11 +38,13 @@ import tempfile
 import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The page whose tables these are, relative to ROOT.
+DOC = "docs/parsplice.md"
 TRACES = "../shared/traces/parsplice"
 BUILD_TIMEOUT = 1800  # a cold release build on a 2-core machine
 RUN_TIMEOUT = 900
 
-# name: (arguments of `pliant demo`, the README's line above the table; a replay's line is
+# name: (arguments of `pliant demo`, the guide's line above the table; a replay's line is
 # built from the run, and this is how it starts)
 RUNS = {
     "g100k-2.5h": ([], "Growth delay 100,000, 2.5 h (the default run):"),
@@ -52,12 +56,12 @@ RUNS = {
 }
 
 
-# Tables made from several runs: name: the start of the README's line above the table.
+# Tables made from several runs: name: the start of the guide's line above the table.
 TABLES = {
     "goals": "Issue 10's goals for `auto` with nothing set by hand",
     "objectives": "How the results move with the one number `auto` is given",
 }
-# The goal table's row labels, in the README's order (every run of RUNS).
+# The goal table's row labels, in the guide's order (every run of RUNS).
 GOAL_ROWS = {
     "g100k-2.5h": "model, growth 100,000, 2.5 h",
     "g100k-4.2h": "model, growth 100,000, 4.2 h",
@@ -96,7 +100,7 @@ def pct(x):
 
 
 def columns(row):
-    """(label, JSON field, format) of the columns this JSON has, in the README's order."""
+    """(label, JSON field, format) of the columns this JSON has, in the guide's order."""
     final = "final % of unlimited" if "peak_fraction" in row else "memory % of unlimited"
     cols = [
         ("efficiency", "efficiency", lambda x: f"{100 * x:.1f}%"),
@@ -117,7 +121,7 @@ def table(data):
     rows = data["policies"]
     cols = columns(rows[0])
     cells = [[r["policy"]] + [fmt(r[field]) for _, field, fmt in cols] for r in rows]
-    if data.get("replay"):  # as the README's replay tables do; its model tables do not merge
+    if data.get("replay"):  # as the guide's replay tables do; its model tables do not merge
         cells = merge_two_phase(cells)
     lines = ["| policy | " + " | ".join(c[0] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for c in cells:
@@ -141,7 +145,7 @@ def merge_two_phase(cells):
 
 
 def header(name, data):
-    """The line the README puts above the run's table."""
+    """The line the guide puts above the run's table."""
     rep = data.get("replay")
     if not rep:
         return RUNS[name][1]
@@ -169,9 +173,9 @@ def front_line(data):
             f" on final memory, {gap(auto.get('below_front_mean'))} on mean memory.")
 
 
-def readme_tables():
-    """{the paragraph above a table, joined into one line: the table's lines} of README.md."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def doc_tables():
+    """{the paragraph above a table, joined into one line: the table's lines} of DOC."""
+    with open(os.path.join(ROOT, DOC), encoding="utf-8") as f:
         lines = f.read().splitlines()
     tables, i = {}, 0
     while i < len(lines):
@@ -200,11 +204,11 @@ def numbers(text):
 
 
 def check(name, head, lines, readme):
-    """Prints whether README.md has this table under this header; True when it does."""
+    """Prints whether DOC has this table under this header; True when it does."""
     prefix = RUNS[name][1]
     found = [(h, t) for h, t in readme.items() if h.startswith(prefix)]
     if len(found) != 1:
-        print(f"{name}: {len(found)} tables in README.md under a line starting {prefix!r}")
+        print(f"{name}: {len(found)} tables in {DOC} under a line starting {prefix!r}")
         return False
     old_head, old = found[0]
     ok = cells_of(old) == cells_of(lines)
@@ -212,11 +216,11 @@ def check(name, head, lines, readme):
     # varies.
     head_ok = not replay(name) or numbers(old_head)[:-1] == numbers(head)[:-1]
     if ok and head_ok:
-        print(f"{name}: matches README.md")
+        print(f"{name}: matches {DOC}")
         return True
-    print(f"{name}: differs from README.md")
+    print(f"{name}: differs from {DOC}")
     print("\n".join(difflib.unified_diff(
-        [old_head] + old, [head] + lines, "README.md", "generated", lineterm="", n=1)))
+        [old_head] + old, [head] + lines, DOC, "generated", lineterm="", n=1)))
     return False
 
 
@@ -263,16 +267,16 @@ def objectives_table(results):
 
 
 def check_table(name, lines, readme):
-    """Prints whether README.md has this many-run table; True when it does."""
+    """Prints whether DOC has this many-run table; True when it does."""
     found = [(h, t) for h, t in readme.items() if h.startswith(TABLES[name])]
     if len(found) != 1:
-        print(f"{name}: {len(found)} tables in README.md under a line starting {TABLES[name]!r}")
+        print(f"{name}: {len(found)} tables in {DOC} under a line starting {TABLES[name]!r}")
         return False
     if cells_of(found[0][1]) == cells_of(lines):
-        print(f"{name}: matches README.md")
+        print(f"{name}: matches {DOC}")
         return True
-    print(f"{name}: differs from README.md")
-    print("\n".join(difflib.unified_diff(found[0][1], lines, "README.md", "generated",
+    print(f"{name}: differs from {DOC}")
+    print("\n".join(difflib.unified_diff(found[0][1], lines, DOC, "generated",
                                          lineterm="", n=1)))
     return False
 
@@ -311,7 +315,7 @@ def main():
     ap.add_argument("--json-dir", metavar="DIR",
                     help="also keep each run's JSON as DIR/NAME.json")
     ap.add_argument("--check", action="store_true",
-                    help="compare each table with README.md's under the same header line; "
+                    help=f"compare each table with {DOC}'s under the same header line; "
                     "exit 1 and print a diff when they differ")
     a = ap.parse_args()
 
@@ -335,7 +339,7 @@ def main():
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
             sys.exit(f"cargo build --release failed: {e}")
 
-    readme = readme_tables() if a.check else None
+    readme = doc_tables() if a.check else None
     ok = True
     results = {}
 

@@ -1,17 +1,22 @@
-//! The study's policy registry is the one list: the README's demo tables are held to it.
+//! The study's policy registry is the one list: the demo tables of docs/parsplice.md are held to it.
 
 use pliant_parsplice::PolicyKind;
 use pliant_parsplice::study;
 
-/// The first column of every table in the README's "The demo's tables" section, one list per
-/// table, emphasis stripped.
-fn readme_demo_tables() -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let section = readme
-        .split("\n### The demo's tables\n")
+/// The first column of every table in the "The demo's tables" section of docs/parsplice.md, one
+/// list per table, emphasis stripped.
+fn guide_demo_tables() -> Vec<Vec<String>> {
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/parsplice.md"
+    ))
+    .expect("docs/parsplice.md");
+    let section = guide
+        .split("\n## The demo's tables")
         .nth(1)
-        .expect("README has a section \"### The demo's tables\"");
+        .expect("docs/parsplice.md has a section \"## The demo's tables…\"");
+    // The rest of the heading line is not part of the section's tables.
+    let section = section.split_once('\n').map_or(section, |(_, s)| s);
     let section = section.split("\n#").next().unwrap_or(section);
     let mut tables: Vec<Vec<String>> = Vec::new();
     let mut in_table = false;
@@ -33,9 +38,9 @@ fn readme_demo_tables() -> Vec<Vec<String>> {
 }
 
 #[test]
-fn the_readme_demo_tables_list_the_registry_policies_in_order() {
+fn the_guide_demo_tables_list_the_registry_policies_in_order() {
     let labels: Vec<String> = study::policies().iter().map(|p| p.kind.label()).collect();
-    let tables = readme_demo_tables();
+    let tables = guide_demo_tables();
     assert_eq!(
         tables.len(),
         4,
@@ -45,7 +50,7 @@ fn the_readme_demo_tables_list_the_registry_policies_in_order() {
         assert_eq!(
             t,
             &labels,
-            "README demo table {} against study::policies()",
+            "docs/parsplice.md demo table {} against study::policies()",
             i + 1
         );
     }

@@ -5,6 +5,7 @@
 mod cluster_cli;
 mod common;
 mod docs_cli;
+mod docs_links;
 mod errors_cli;
 mod fs_cli;
 mod parsplice_cli;

@@ -28,7 +28,7 @@ fn check_passes_every_shipped_policy_file() {
     );
 }
 
-/// The README's first policy example, every shipped policy file with its glob: the `fs-*`
+/// The policy guide's first check example (docs/policies.md), every shipped policy file with its glob: the `fs-*`
 /// policies failed it, dry-run in a cluster of caches that has no `high` or `capacity`.
 #[test]
 fn the_readmes_policy_check_passes_the_fs_policies_in_the_fs_environment() {

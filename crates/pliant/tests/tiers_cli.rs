@@ -351,7 +351,7 @@ fn parsplice_absorb_trim_runs_live_on_a_leaf() {
 /// spread out over new keys, every key staying readable through the parent; rolled back, the Lua
 /// policy decides again. (Both outcomes of the gate, with the clock given, are in the keyspace's
 /// unit tests: here the rates are whatever this machine gives, and a crowd whose rate wanders
-/// can arm the gate early; the README says why.)
+/// can arm the gate early; docs/serve.md, "How do policies work across tiers?", says why.)
 #[test]
 fn auto_runs_live_on_a_leaf_and_trims_it_to_its_working_set() {
     let dir = tempfile::tempdir().expect("tempdir");
