@@ -344,6 +344,54 @@ impl Slot {
     }
 }
 
+/// What one walk of the whole store counts, at one time: `DBSIZE`'s keys, `INFO keyspace`'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Every key, those expired and not yet deleted included (`DBSIZE`, as Redis counts).
+    pub all: u64,
+    /// The keys not expired (`INFO keyspace`'s `keys`).
+    pub live: u64,
+    /// Of those, the ones with an expiry (`expires`).
+    pub expires: u64,
+    /// Their mean time to live, ms (`avg_ttl`); 0 without any.
+    pub avg_ttl: u64,
+}
+
+/// Walks every key of `store` (O(keys)) and counts them as of `now` (Unix ms). Holds no lock:
+/// the node runs it on the blocking pool with the keyspace unlocked once what is pending is in
+/// the store (a store iterator is a consistent snapshot); [`Keyspace::len`] and
+/// [`Keyspace::expiry_counts`] run it under the lock where the caller cannot.
+pub fn count_store(store: &dyn Store, now: u64) -> Result<StoreCounts, KvError> {
+    let mut c = StoreCounts::default();
+    let mut ttl_sum = 0u128;
+    for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
+        let (_, raw) = entry?;
+        c.all += 1;
+        // The flag byte and the expiry are the encoding's first nine bytes.
+        let at = match raw.first() {
+            Some(1) if raw.len() >= 9 => {
+                let mut t = [0; 8];
+                t.copy_from_slice(&raw[1..9]);
+                Some(u64::from_be_bytes(t))
+            }
+            _ => None,
+        };
+        match at {
+            None => c.live += 1,
+            Some(t) if t > now => {
+                c.live += 1;
+                c.expires += 1;
+                ttl_sum += u128::from(t - now);
+            }
+            Some(_) => {}
+        }
+    }
+    if c.expires > 0 {
+        c.avg_ttl = (ttl_sum / u128::from(c.expires)) as u64;
+    }
+    Ok(c)
+}
+
 /// The largest encoding buffer a keyspace keeps between writes: a huge value's does not stay.
 const SCRATCH_KEPT: usize = 1 << 20;
 
@@ -886,19 +934,13 @@ impl Keyspace {
     }
 
     /// Keys that exist (expired ones not yet collected included, as Redis's `DBSIZE`). With a
-    /// store this walks it.
+    /// store this walks it, under the keyspace lock: what runs where the server cannot walk
+    /// off the lock first ([`count_store`], `Node::walk_store`).
     pub fn len(&mut self) -> Result<u64, KvError> {
         self.commit()?;
         match &self.store {
             None => Ok(self.held),
-            Some(store) => {
-                let mut n = 0;
-                for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
-                    entry?;
-                    n += 1;
-                }
-                Ok(n)
-            }
+            Some(store) => Ok(count_store(store.as_ref(), 0)?.all),
         }
     }
 
@@ -908,16 +950,6 @@ impl Keyspace {
     /// answer at once.
     pub fn expiry_counts(&mut self, now: u64) -> Result<(u64, u64, u64), KvError> {
         self.commit()?;
-        let (mut keys, mut expires, mut ttl_sum) = (0u64, 0u64, 0u128);
-        let mut count = |at: Option<u64>| match at {
-            None => keys += 1,
-            Some(t) if t > now => {
-                keys += 1;
-                expires += 1;
-                ttl_sum += u128::from(t - now);
-            }
-            Some(_) => {}
-        };
         match &self.store {
             // Memory is every key: its counters answer at once. Keys expired and not yet
             // deleted are counted, as Redis counts them until it deletes them; their time to
@@ -926,30 +958,13 @@ impl Keyspace {
                 let avg = (self.expiry_sum / u128::from(self.expiring.max(1)))
                     .saturating_sub(u128::from(now));
                 let avg = if self.expiring == 0 { 0 } else { avg as u64 };
-                return Ok((self.held, self.expiring, avg));
+                Ok((self.held, self.expiring, avg))
             }
             Some(store) => {
-                for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
-                    let (_, raw) = entry?;
-                    // The flag byte and the expiry are the encoding's first nine bytes.
-                    let at = match raw.first() {
-                        Some(1) if raw.len() >= 9 => {
-                            let mut t = [0; 8];
-                            t.copy_from_slice(&raw[1..9]);
-                            Some(u64::from_be_bytes(t))
-                        }
-                        _ => None,
-                    };
-                    count(at);
-                }
+                let c = count_store(store.as_ref(), now)?;
+                Ok((c.live, c.expires, c.avg_ttl))
             }
         }
-        let avg = if expires == 0 {
-            0
-        } else {
-            (ttl_sum / u128::from(expires)) as u64
-        };
-        Ok((keys, expires, avg))
     }
 
     /// Active expiry: looks at up to `budget` slots of memory, on from where the last sweep

@@ -452,6 +452,31 @@ impl Node {
         Ok(seq)
     }
 
+    /// Whether a store lies below memory (commands that walk it may walk it first, off the
+    /// lock: [`walk_store`](Node::walk_store)).
+    pub(crate) fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Counts every key of the store as of `now` (DBSIZE, INFO keyspace), with the keyspace
+    /// unlocked and on the blocking pool: a walk is O(keys), and under the lock every client
+    /// stalled for it (any client could send DBSIZE in a loop). What is pending is written
+    /// first, so every write acknowledged before, this client's included, is counted; the
+    /// store's iterator is one consistent snapshot. `None` without a store, or if the walk
+    /// did not finish (a panic): the command then walks under the lock, as it always could.
+    pub(crate) async fn walk_store(
+        &self,
+        now: u64,
+    ) -> Option<Result<crate::keyspace::StoreCounts, crate::keyspace::KvError>> {
+        let store = self.store.clone()?;
+        if let Err(e) = self.write_pending().await {
+            return Some(Err(e));
+        }
+        tokio::task::spawn_blocking(move || crate::keyspace::count_store(store.as_ref(), now))
+            .await
+            .ok()
+    }
+
     /// Commits what is pending and makes every write so far durable: the fsync (`--durability
     /// everysec`'s once a second, and at shutdown) runs off the keyspace lock, on the blocking
     /// pool, and is shared with group commit's; the store write runs off the lock too. A no-op
@@ -635,6 +660,7 @@ pub fn rss_bytes() -> Option<u64> {
 mod tests {
     use super::*;
     use crate::keyspace::{KvError, Value};
+    use pliant_proto::frame::Frame;
 
     /// The bug: `--durability everysec` fsynced once a second with the keyspace locked, so every
     /// client stalled for the fsync. Now, while the store holds the fsync, the keyspace serves.
@@ -795,6 +821,121 @@ mod tests {
         node.keyspace().forget_memory();
         assert_eq!(get(&node, "k"), Some(Bytes::from_static(b"new")));
         assert_eq!(faults.writes(), 2, "one store write per commit");
+    }
+
+    /// A client's request as the server runs it on this node, at `now`.
+    async fn request(
+        node: &Node,
+        session: &mut crate::cmd::Session,
+        args: &[&str],
+        now: u64,
+    ) -> Frame {
+        let args: Vec<Bytes> = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        crate::server::run_here(node, session, &args, now).await
+    }
+
+    fn client() -> crate::cmd::Session {
+        crate::cmd::Session {
+            authenticated: true,
+            ..Default::default()
+        }
+    }
+
+    /// A node over a held-able store with five keys committed (`hot`, `a`, `b`, `soon`, which
+    /// has expired by the returned time but is not deleted yet, and `later`, which expires an
+    /// hour after it was written), and the time its commands run at: two minutes on.
+    async fn counted_node() -> (std::sync::Arc<Node>, pliant_store::Faults, u64) {
+        let (node, faults, _) = faulty_node();
+        let t = now_ms();
+        for k in ["hot", "a", "b"] {
+            set(&node, k, "v").expect("set");
+        }
+        for (k, ttl) in [("soon", 60_000), ("later", 3_600_000)] {
+            node.keyspace()
+                .set(
+                    Bytes::from_static(k.as_bytes()),
+                    Value {
+                        data: Bytes::from_static(b"v"),
+                        expires_at: Some(t + ttl),
+                    },
+                )
+                .expect("set");
+        }
+        ended(commit(&node)).await.expect("committed");
+        (node, faults, t + 120_000)
+    }
+
+    /// Runs `args` (a command that walks the store) for a client that first SETs `late` in the
+    /// same batch (written, not yet acknowledged), with the store's walk held: the keyspace lock
+    /// is free meanwhile and another client's GET of a key in memory is served; the reply once
+    /// the walk is let go.
+    async fn walk_held(args: &'static [&'static str]) -> Frame {
+        use pliant_store::OpKind;
+        let (node, faults, now) = counted_node().await;
+        let stall = faults.stall(OpKind::Read);
+        let walking = {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let mut session = client();
+                let set = request(&node, &mut session, &["set", "late", "v"], now).await;
+                assert_eq!(set, Frame::ok());
+                request(&node, &mut session, args, now).await
+            })
+        };
+        let held = tokio::task::block_in_place(|| stall.wait_held(Duration::from_secs(10)));
+        assert!(held, "the walk reached the store");
+        drop(
+            node.keyspace
+                .try_lock()
+                .expect("the keyspace lock is free while the store holds the walk"),
+        );
+        assert_eq!(
+            request(&node, &mut client(), &["get", "hot"], now).await,
+            Frame::Bulk(Bytes::from_static(b"v")),
+            "another client served while the walk is held"
+        );
+        stall.release();
+        let reply = tokio::time::timeout(Duration::from_secs(10), walking)
+            .await
+            .expect("the walk ends")
+            .expect("no panic");
+        // The same answer as the walk under the lock that EXEC's commands still take.
+        let mut session = client();
+        for c in [&["multi"][..], args] {
+            request(&node, &mut session, c, now).await;
+        }
+        assert_eq!(
+            request(&node, &mut session, &["exec"], now).await,
+            Frame::Array(vec![reply.clone()]),
+            "as counted under the lock"
+        );
+        reply
+    }
+
+    /// The bug: over a store, DBSIZE walked every key of it with the keyspace locked, so every
+    /// client stalled for an O(keys) walk (and any client could send DBSIZE in a loop). Now the
+    /// walk runs off the lock, on the blocking pool, and still counts every key: those expired
+    /// and not yet deleted (as Redis), and a write of the same batch, not yet acknowledged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dbsize_over_a_store_leaves_the_keyspace_to_other_clients() {
+        assert_eq!(walk_held(&["dbsize"]).await, Frame::Integer(6));
+    }
+
+    /// The bug: INFO's keyspace section walked the store as DBSIZE did, under the lock. Now off
+    /// it, with the same counts: live keys, those with an expiry, their mean time to live.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn info_keyspace_over_a_store_leaves_the_keyspace_to_other_clients() {
+        let reply = walk_held(&["info", "keyspace"]).await;
+        let Frame::Verbatim(text) = &reply else {
+            panic!("INFO's text: {reply:?}");
+        };
+        assert_eq!(
+            String::from_utf8_lossy(text),
+            "# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=3480000\r\n\r\n"
+        );
     }
 
     /// Two committers' batches that write one key reach the store in the order they were

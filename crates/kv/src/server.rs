@@ -441,6 +441,38 @@ fn warm(node: &Node, buf: &[u8], ahead: &mut Vec<std::ops::Range<usize>>) {
     }
 }
 
+/// Runs one request on this node (not a tier's) at `now` (Unix ms). Over a store, what the
+/// command would read of the store under the keyspace lock is read first, off it: one client's
+/// disk read or walk of the whole store stalls no other client. A command queued in MULTI reads
+/// and walks when EXEC runs it, under the lock (EXEC's commands run back to back).
+pub(crate) async fn run_here(
+    node: &Node,
+    session: &mut Session,
+    args: &[Bytes],
+    now: u64,
+) -> Frame {
+    let mut checked = None;
+    let mut walked = None;
+    if node.has_store()
+        && session.multi.is_none()
+        && let Ok(spec) = crate::cmd::check(session, args)
+    {
+        // The keys it reads that memory lacks.
+        if node.reads_ahead() && spec.reads_keys(args) {
+            node.read_ahead(spec.keys_of(args)).await;
+        }
+        // DBSIZE, INFO keyspace: every key counted, O(keys).
+        if spec.walks_store(args) {
+            walked = node.walk_store(now).await;
+        }
+        checked = Some(spec);
+    }
+    let mut ctx = Ctx::new(node, session, now);
+    ctx.checked = checked;
+    ctx.walked = walked;
+    execute(&mut ctx, args)
+}
+
 /// Reads requests, runs each complete one, and writes the replies of everything read in one go
 /// (a pipeline gets its replies in one write, and under `always` one sync).
 async fn serve(
@@ -521,17 +553,8 @@ async fn serve(
                         // A tier's request may wait for its parent: its time is read afresh.
                         Some(up) => crate::leaf::run(node, up, session, &args, now_ms()).await,
                         None => {
-                            // Over a store, the keys a command reads that memory lacks are read
-                            // first, off the keyspace lock: one client's disk read stalls no
-                            // other client (a command queued in MULTI reads when EXEC runs it).
-                            if node.reads_ahead()
-                                && session.multi.is_none()
-                                && let Ok(spec) = crate::cmd::check(session, &args)
-                                && spec.reads_keys(&args)
-                            {
-                                node.read_ahead(spec.keys_of(&args)).await;
-                            }
-                            execute(&mut Ctx::new(node, session, now(session)), &args)
+                            let at = now(session);
+                            run_here(node, session, &args, at).await
                         }
                     };
                     reply.write(session.proto, &mut out);

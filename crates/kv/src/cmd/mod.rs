@@ -89,6 +89,12 @@ pub struct Ctx<'a> {
     /// On a tier, whether the command looked for a key that neither memory nor the loan had (it
     /// left memory after the caller looked): the caller fetches and runs it again.
     pub unready: bool,
+    /// The command, looked up and checked by the caller already ([`check`]): not looked up
+    /// twice.
+    pub checked: Option<&'static Spec>,
+    /// The store's counts, walked by the caller before the command ran, off the keyspace lock
+    /// ([`Facts::walks`]); `None`: the command walks the store itself, under the lock.
+    pub walked: Option<Result<crate::keyspace::StoreCounts, crate::KvError>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -100,6 +106,8 @@ impl<'a> Ctx<'a> {
             now,
             lent: Lent::default(),
             unready: false,
+            checked: None,
+            walked: None,
         }
     }
 
@@ -198,6 +206,21 @@ pub struct Facts {
     /// Whether it replaces what its keys held without reading it: a node over a store then
     /// reads nothing of them before it runs.
     pub overwrites: Overwrites,
+    /// Whether it counts every key of the store (DBSIZE, INFO keyspace): over a store, the
+    /// server walks it first, off the keyspace lock, and hands it the counts (`Ctx::walked`).
+    pub walks: Walks,
+}
+
+/// Whether a command counts every key of the store ([`Facts::walks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Walks {
+    /// It does not.
+    No,
+    /// It always does (DBSIZE, PLIANT.STATS).
+    Always,
+    /// When its arguments ask for this INFO section (INFO's `keyspace`, shown by default too).
+    Section(&'static str),
 }
 
 /// Whether a write reads what its keys held ([`Facts::overwrites`]).
@@ -232,6 +255,7 @@ impl Facts {
         gate_itself: false,
         reads_counts: false,
         overwrites: Overwrites::No,
+        walks: Walks::No,
     };
 }
 
@@ -320,6 +344,12 @@ impl Spec {
         self
     }
 
+    /// Whether it counts every key of the store ([`Facts::walks`]).
+    const fn walks(mut self, w: Walks) -> Spec {
+        self.facts.walks = w;
+        self
+    }
+
     /// Whether it replaces what its keys held without reading it ([`Facts::overwrites`]).
     const fn overwrites(mut self, o: Overwrites) -> Spec {
         self.facts.overwrites = o;
@@ -353,6 +383,16 @@ impl Spec {
                 .iter()
                 .skip(3)
                 .any(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes()))),
+        }
+    }
+
+    /// Whether running it, with these arguments (its name first), counts every key of the
+    /// store.
+    pub fn walks_store(&self, args: &[Bytes]) -> bool {
+        match self.facts.walks {
+            Walks::No => false,
+            Walks::Always => true,
+            Walks::Section(s) => server::shown(args.get(1..).unwrap_or_default(), s),
         }
     }
 
@@ -644,6 +684,7 @@ pub const COMMANDS: &[Spec] = &[
     ),
     cmd("info", -1, &[Loading, Stale], NO_KEYS, server::info)
         .with(Fact::ReadsCounts)
+        .walks(Walks::Section("keyspace"))
         .doc(
             SERVER,
             "1.0.0",
@@ -661,6 +702,7 @@ pub const COMMANDS: &[Spec] = &[
         .container(),
     cmd("dbsize", 1, &[Readonly, Fast], NO_KEYS, server::dbsize)
         .tier(TierRole::AskParent)
+        .walks(Walks::Always)
         .doc(
             SERVER,
             "1.0.0",
@@ -1267,6 +1309,7 @@ pub const COMMANDS: &[Spec] = &[
         )]),
     cmd("pliant.stats", 1, &[Fast], NO_KEYS, pliant::stats)
         .with(Fact::ReadsCounts)
+        .walks(Walks::Always)
         .doc(
             PLIANT,
             PLIANT_SINCE,
@@ -1380,9 +1423,12 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     {
         return queued;
     }
-    let spec = match check(ctx.session, args) {
-        Ok(spec) => spec,
-        Err(reply) => return rejected(ctx.node, args, reply),
+    let spec = match ctx.checked.take() {
+        Some(spec) => spec,
+        None => match check(ctx.session, args) {
+            Ok(spec) => spec,
+            Err(reply) => return rejected(ctx.node, args, reply),
+        },
     };
     if ctx.session.messages.is_some()
         && ctx.session.proto == Protocol::Resp2
@@ -1663,6 +1709,10 @@ mod tests {
             ["ping", "quit", "subscribe", "unsubscribe"]
         );
         assert_eq!(with(|f| f.gate_itself), ["exec"]);
+        assert_eq!(
+            with(|f| f.walks != Walks::No),
+            ["dbsize", "info", "pliant.stats"]
+        );
         assert_eq!(
             with(|f| f.tier == TierRole::AskParent),
             ["dbsize", "keys", "scan"]

@@ -87,6 +87,9 @@ fn parse_params(args: &[Bytes]) -> Result<Params, Frame> {
 
 /// `PLIANT.STATS`: the node's counters, one JSON object.
 pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    // Over a store, `keys_total` was counted off the keyspace lock before this ran, where the
+    // server could (see `Facts::walks`); otherwise walked here under the lock.
+    let walked = ctx.walked.take();
     let (stats, (keys, bytes), capacity, algo, keys_total) = {
         let mut ks = ctx.node.keyspace();
         (
@@ -94,7 +97,10 @@ pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
             ks.memory(),
             ks.capacity(),
             ks.algorithm().to_string(),
-            ks.len(),
+            match walked {
+                Some(w) => w.map(|c| c.all),
+                None => ks.len(),
+            },
         )
     };
     let keys_total = match keys_total {

@@ -55,19 +55,24 @@ pub(super) fn command(_: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
+/// Whether `INFO` with these arguments (after its name) shows `section` (lowercase). As Redis:
+/// `default` (or nothing) is every section but the per-command statistics; `all` and
+/// `everything` add them. The server asks it too, to walk the store before INFO keyspace.
+pub(super) fn shown(args: &[Bytes], section: &str) -> bool {
+    let asked = |w: &str| args.iter().any(|a| a.eq_ignore_ascii_case(w.as_bytes()));
+    asked("all")
+        || asked("everything")
+        || ((args.is_empty() || asked("default")) && section != "commandstats")
+        || asked(section)
+}
+
 /// `INFO [section…]`: Redis's sections that clients and tools read, and a `pliant` section.
 pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let wanted: Vec<String> = args
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        .collect();
-    // As Redis: `default` (or nothing) is every section but the per-command statistics; `all`
-    // and `everything` add them.
-    let all = wanted.iter().any(|w| w == "all" || w == "everything");
-    let default = wanted.is_empty() || wanted.iter().any(|w| w == "default");
-    let show = |s: &str| all || (default && s != "commandstats") || wanted.iter().any(|w| w == s);
+    let show = |s: &str| shown(args, s);
     let node = ctx.node;
     let now = ctx.now;
+    // Counted off the keyspace lock before INFO ran, if the server could (see `Facts::walks`).
+    let walked = ctx.walked.take();
     let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys, read_costs) = {
         let mut ks = node.keyspace();
         (
@@ -76,11 +81,12 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             ks.algorithm().to_string(),
             ks.capacity(),
             ks.has_store(),
-            // Walks every key (as DBSIZE with a store does): only when the section is shown.
-            if show("keyspace") {
-                ks.expiry_counts(now)
-            } else {
-                Ok((0, 0, 0))
+            // With a store and nothing walked already (inside MULTI, on a tier), walks every
+            // key under the lock, as DBSIZE then does: only when the section is shown.
+            match walked {
+                _ if !show("keyspace") => Ok((0, 0, 0)),
+                Some(w) => w.map(|c| (c.live, c.expires, c.avg_ttl)),
+                None => ks.expiry_counts(now),
             },
             ks.store_read_costs(),
         )
@@ -346,8 +352,15 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
+/// `DBSIZE`: over a store, counted by the server off the keyspace lock before it ran; where it
+/// could not (queued in MULTI and run by EXEC, whose commands run back to back under its gate;
+/// a tier's own store, on the leaf path), walked here under the lock, as before.
 pub(super) fn dbsize(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
-    match ctx.node.keyspace().len() {
+    let n = match ctx.walked.take() {
+        Some(w) => w.map(|c| c.all),
+        None => ctx.node.keyspace().len(),
+    };
+    match n {
         Ok(n) => Frame::Integer(n as i64),
         Err(e) => store_error(&e),
     }
