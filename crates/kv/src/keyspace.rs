@@ -392,6 +392,36 @@ pub fn count_store(store: &dyn Store, now: u64) -> Result<StoreCounts, KvError> 
     Ok(c)
 }
 
+/// [`Keyspace::scan`] over a store: up to `count` live keys of `store` that satisfy `filter`, in
+/// key order after `after`, and the last key examined if it stopped early. Examines at most
+/// `count * 10 + 100` keys (`usize::MAX`: every key, in one snapshot, as KEYS walks). Holds no
+/// lock: the node runs it on the blocking pool once what is pending is in the store.
+pub fn scan_store(
+    store: &dyn Store,
+    after: Option<&[u8]>,
+    count: usize,
+    now: u64,
+    filter: &dyn Fn(&[u8]) -> bool,
+) -> Result<(Vec<Bytes>, Option<Bytes>), KvError> {
+    let budget = count.saturating_mul(10).saturating_add(100);
+    let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut found = Vec::new();
+    let mut examined = 0usize;
+    for entry in store.range((lower, Bound::Unbounded)) {
+        let (k, raw) = entry?;
+        examined += 1;
+        let v = Value::decode(&k, raw)?;
+        let k = Bytes::from(k);
+        if v.live(now) && filter(&k) {
+            found.push(k.clone());
+        }
+        if found.len() >= count || examined >= budget {
+            return Ok((found, Some(k)));
+        }
+    }
+    Ok((found, None))
+}
+
 /// The largest encoding buffer a keyspace keeps between writes: a huge value's does not stay.
 const SCRATCH_KEPT: usize = 1 << 20;
 
@@ -889,45 +919,32 @@ impl Keyspace {
         filter: &dyn Fn(&[u8]) -> bool,
     ) -> Result<(Vec<Bytes>, Option<Bytes>), KvError> {
         self.commit()?;
+        if let Some(store) = &self.store {
+            return scan_store(store.as_ref(), after, count, now, filter);
+        }
         let budget = count.saturating_mul(10).saturating_add(100);
-        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut found = Vec::new();
         let mut examined = 0;
-        if let Some(store) = &self.store {
-            for entry in store.range((lower, Bound::Unbounded)) {
-                let (k, raw) = entry?;
-                examined += 1;
-                let v = Value::decode(&k, raw)?;
-                let k = Bytes::from(k);
-                if v.live(now) && filter(&k) {
-                    found.push(k.clone());
-                }
-                if found.len() >= count || examined >= budget {
-                    return Ok((found, Some(k)));
-                }
+        let start = match after {
+            None => 0,
+            Some(t) => match <[u8; 8]>::try_from(t) {
+                Ok(b) => usize::try_from(u64::from_be_bytes(b)).map_or(usize::MAX, |s| s + 1),
+                Err(_) => return Ok((found, None)),
+            },
+        };
+        for (i, slot) in self.mem.iter().enumerate().skip(start) {
+            examined += 1;
+            if let Some(slot) = slot
+                && slot.live(now)
+                && filter(slot.key())
+            {
+                found.push(Bytes::copy_from_slice(slot.key()));
             }
-        } else {
-            let start = match after {
-                None => 0,
-                Some(t) => match <[u8; 8]>::try_from(t) {
-                    Ok(b) => usize::try_from(u64::from_be_bytes(b)).map_or(usize::MAX, |s| s + 1),
-                    Err(_) => return Ok((found, None)),
-                },
-            };
-            for (i, slot) in self.mem.iter().enumerate().skip(start) {
-                examined += 1;
-                if let Some(slot) = slot
-                    && slot.live(now)
-                    && filter(slot.key())
-                {
-                    found.push(Bytes::copy_from_slice(slot.key()));
-                }
-                if found.len() >= count || examined >= budget {
-                    return Ok((
-                        found,
-                        Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes())),
-                    ));
-                }
+            if found.len() >= count || examined >= budget {
+                return Ok((
+                    found,
+                    Some(Bytes::copy_from_slice(&(i as u64).to_be_bytes())),
+                ));
             }
         }
         Ok((found, None))

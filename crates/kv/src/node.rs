@@ -458,21 +458,24 @@ impl Node {
         self.store.is_some()
     }
 
-    /// Counts every key of the store as of `now` (DBSIZE, INFO keyspace), with the keyspace
-    /// unlocked and on the blocking pool: a walk is O(keys), and under the lock every client
-    /// stalled for it (any client could send DBSIZE in a loop). What is pending is written
-    /// first, so every write acknowledged before, this client's included, is counted; the
-    /// store's iterator is one consistent snapshot. `None` without a store, or if the walk
-    /// did not finish (a panic): the command then walks under the lock, as it always could.
-    pub(crate) async fn walk_store(
+    /// Runs `walk` over the store (DBSIZE's count, SCAN's and KEYS' keys) with the keyspace
+    /// unlocked and on the blocking pool: a walk is O(keys) (SCAN's a bounded share of them),
+    /// and under the lock every client stalled for it (any client could send DBSIZE in a
+    /// loop). What is pending is written first, so every write acknowledged before, this
+    /// client's included, is seen; the store's iterator is one consistent snapshot. `None`
+    /// without a store, or if the walk did not finish (a panic): the command then walks under
+    /// the lock, as it always could.
+    pub(crate) async fn walk_store<T: Send + 'static>(
         &self,
-        now: u64,
-    ) -> Option<Result<crate::keyspace::StoreCounts, crate::keyspace::KvError>> {
+        walk: impl FnOnce(&dyn pliant_store::Store) -> Result<T, crate::keyspace::KvError>
+        + Send
+        + 'static,
+    ) -> Option<Result<T, crate::keyspace::KvError>> {
         let store = self.store.clone()?;
         if let Err(e) = self.write_pending().await {
             return Some(Err(e));
         }
-        tokio::task::spawn_blocking(move || crate::keyspace::count_store(store.as_ref(), now))
+        tokio::task::spawn_blocking(move || walk(store.as_ref()))
             .await
             .ok()
     }
@@ -936,6 +939,71 @@ mod tests {
             String::from_utf8_lossy(text),
             "# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=3480000\r\n\r\n"
         );
+    }
+
+    /// The live keys of [`counted_node`] and the batch's `late`, in key order.
+    fn live_keys() -> Frame {
+        Frame::Array(
+            ["a", "b", "hot", "late", "later"]
+                .iter()
+                .map(|k| Frame::Bulk(Bytes::from_static(k.as_bytes())))
+                .collect(),
+        )
+    }
+
+    /// The bug: over a store, SCAN walked its share of the store (up to COUNT * 10 + 100 keys
+    /// a call) with the keyspace locked. Now off it, with the same keys.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scan_over_a_store_leaves_the_keyspace_to_other_clients() {
+        assert_eq!(
+            walk_held(&["scan", "0", "count", "100"]).await,
+            Frame::Array(vec![Frame::Bulk(Bytes::from_static(b"0")), live_keys()])
+        );
+    }
+
+    /// SCAN walked ahead of the lock keeps Redis's contract: a cursor it hands out resumes after
+    /// the last key of its call, every live key comes once, and a cursor the node does not
+    /// know (or a malformed one) is refused, as under the lock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scan_over_a_store_resumes_from_its_cursor_and_refuses_unknown_ones() {
+        let (node, _faults, now) = counted_node().await;
+        let mut c = client();
+        let mut seen = Vec::new();
+        let mut cursor = "0".to_string();
+        for _ in 0..10 {
+            let reply = request(&node, &mut c, &["scan", &cursor, "count", "2"], now).await;
+            let Frame::Array(parts) = reply else {
+                panic!("SCAN's reply: {reply:?}");
+            };
+            let [Frame::Bulk(next), Frame::Array(keys)] = &parts[..] else {
+                panic!("SCAN's reply: {parts:?}");
+            };
+            seen.extend(keys.iter().cloned());
+            cursor = String::from_utf8_lossy(next).into_owned();
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(cursor, "0", "the scan ends");
+        let live: Vec<Frame> = ["a", "b", "hot", "later"]
+            .iter()
+            .map(|k| Frame::Bulk(Bytes::from_static(k.as_bytes())))
+            .collect();
+        assert_eq!(seen, live, "the live keys once each, in key order");
+        for bad in ["987654", "x"] {
+            assert_eq!(
+                request(&node, &mut c, &["scan", bad], now).await,
+                Frame::error("ERR invalid cursor"),
+                "{bad}"
+            );
+        }
+    }
+
+    /// The bug: over a store, KEYS walked every key of it with the keyspace locked. Now off it,
+    /// in one snapshot, with the same keys.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keys_over_a_store_leaves_the_keyspace_to_other_clients() {
+        assert_eq!(walk_held(&["keys", "*"]).await, live_keys());
     }
 
     /// Two committers' batches that write one key reach the store in the order they were

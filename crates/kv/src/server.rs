@@ -461,10 +461,8 @@ pub(crate) async fn run_here(
         if node.reads_ahead() && spec.reads_keys(args) {
             node.read_ahead(spec.keys_of(args)).await;
         }
-        // DBSIZE, INFO keyspace: every key counted, O(keys).
-        if spec.walks_store(args) {
-            walked = node.walk_store(now).await;
-        }
+        // DBSIZE, INFO keyspace, KEYS: O(keys); SCAN: a bounded share.
+        walked = crate::cmd::walk_ahead(node, spec, args, now).await;
         checked = Some(spec);
     }
     let mut ctx = Ctx::new(node, session, now);

@@ -98,9 +98,17 @@ fn a_client_library_reads_and_writes_through_the_redis_protocol() {
     assert!(info.contains("keyspace_misses:2\r\n"), "{info}");
 }
 
+/// SCAN returns every key once, with and without a store (over one, walked off the keyspace
+/// lock), and DBSIZE, KEYS and INFO keyspace agree with it.
 #[test]
 fn scan_returns_every_key_once() {
-    let node = Served::with("no-store = true");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for node in [Served::with("no-store = true"), stored(dir.path(), "")] {
+        scan_every_key_once(&node);
+    }
+}
+
+fn scan_every_key_once(node: &Served) {
     let mut c = node.client();
     for i in 0..500 {
         assert_eq!(
@@ -130,6 +138,17 @@ fn scan_returns_every_key_once() {
     assert_eq!(cursor, "0", "the scan ended");
     // key:1, key:10–19, key:100–199.
     assert_eq!(seen.len(), 111);
+    let keys: std::collections::BTreeSet<String> = items(call(&mut c, &["KEYS", "key:1*"]))
+        .iter()
+        .map(string)
+        .collect();
+    assert_eq!(keys, seen, "KEYS finds what SCAN did");
+    assert_eq!(int(&call(&mut c, &["DBSIZE"])), 500);
+    let info = string(&call(&mut c, &["INFO", "keyspace"]));
+    assert!(
+        info.contains("db0:keys=500,expires=0,avg_ttl=0\r\n"),
+        "{info}"
+    );
 }
 
 #[test]

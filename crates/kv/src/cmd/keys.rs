@@ -160,7 +160,16 @@ pub(super) fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// Every live key matching the pattern, in key order (the whole keyspace: as in Redis, a
 /// command for debugging, not for production loops; SCAN is bounded per call).
+///
+/// Over a store the server walked it before this ran, off the keyspace lock; where it could not
+/// (queued in MULTI, run by EXEC; a tier), the walk is here, under the lock.
 pub(super) fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    if let Some(walked) = ctx.walked_keys() {
+        return match walked {
+            Ok((found, _)) => Frame::Array(found.into_iter().map(Frame::Bulk).collect()),
+            Err(e) => store_error(&e),
+        };
+    }
     let pattern = args[0].clone();
     let mut ks = ctx.node.keyspace();
     let mut out = Vec::new();
@@ -183,43 +192,23 @@ pub(super) fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are numbers the node hands out,
 /// each standing for the last key a call returned ([`crate::node::Node::cursor`]): keys are
 /// walked in order, so a key that exists for the whole scan is returned exactly once.
+///
+/// Over a store the server scanned it before this ran, off the keyspace lock (see
+/// [`super::walk_ahead`]); where it could not (queued in MULTI, run by EXEC; a tier), the
+/// scan is here, under the lock.
 pub(super) fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let Some(cursor) = std::str::from_utf8(&args[0])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    else {
-        return Frame::error("ERR invalid cursor");
-    };
-    let (mut pattern, mut count, mut only_strings) = (None, 10usize, true);
-    let mut opts = args[1..].chunks(2);
-    for pair in &mut opts {
-        let [opt, val] = pair else {
-            return syntax_error();
-        };
-        match opt.to_ascii_uppercase().as_slice() {
-            b"MATCH" => pattern = Some(val.clone()),
-            b"COUNT" => match integer(val) {
-                Some(n) if n >= 1 => count = n as usize,
-                Some(_) => return syntax_error(),
-                None => return not_an_integer(),
-            },
-            b"TYPE" => only_strings = val.eq_ignore_ascii_case(b"string"),
-            _ => return syntax_error(),
-        }
-    }
-    let after = if cursor == 0 {
-        None
-    } else {
-        match ctx.node.cursor(cursor) {
-            Some(k) => Some(k),
-            None => return Frame::error("ERR invalid cursor"),
+    let result = match ctx.walked_keys() {
+        Some(walked) => walked,
+        None => {
+            let a = match scan_args(ctx.node, args) {
+                Ok(a) => a,
+                Err(reply) => return reply,
+            };
+            ctx.node
+                .keyspace()
+                .scan(a.after.as_deref(), a.count, ctx.now, &|k| a.matches(k))
         }
     };
-    let filter = |k: &[u8]| only_strings && pattern.as_ref().is_none_or(|p| glob_match(p, k));
-    let result = ctx
-        .node
-        .keyspace()
-        .scan(after.as_deref(), count, ctx.now, &filter);
     match result {
         Ok((found, next)) => {
             let next = next.map_or(0, |k| ctx.node.new_cursor(k));
@@ -230,6 +219,66 @@ pub(super) fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         }
         Err(e) => store_error(&e),
     }
+}
+
+/// What a SCAN asks for.
+pub(super) struct ScanArgs {
+    /// The key its cursor stands for (`None`: from the start).
+    pub(super) after: Option<Bytes>,
+    /// `COUNT`.
+    pub(super) count: usize,
+    /// `MATCH`.
+    pattern: Option<Bytes>,
+    /// `TYPE`: every value is a string, so any other type matches nothing.
+    only_strings: bool,
+}
+
+impl ScanArgs {
+    /// Whether `key` is one it asks for.
+    pub(super) fn matches(&self, key: &[u8]) -> bool {
+        self.only_strings && self.pattern.as_ref().is_none_or(|p| glob_match(p, key))
+    }
+}
+
+/// SCAN's arguments (after its name) read, or the error reply.
+pub(super) fn scan_args(node: &crate::node::Node, args: &[Bytes]) -> Result<ScanArgs, Frame> {
+    let Some(cursor) = args
+        .first()
+        .and_then(|c| std::str::from_utf8(c).ok())
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return Err(Frame::error("ERR invalid cursor"));
+    };
+    let (mut pattern, mut count, mut only_strings) = (None, 10usize, true);
+    for pair in args[1..].chunks(2) {
+        let [opt, val] = pair else {
+            return Err(syntax_error());
+        };
+        match opt.to_ascii_uppercase().as_slice() {
+            b"MATCH" => pattern = Some(val.clone()),
+            b"COUNT" => match integer(val) {
+                Some(n) if n >= 1 => count = n as usize,
+                Some(_) => return Err(syntax_error()),
+                None => return Err(not_an_integer()),
+            },
+            b"TYPE" => only_strings = val.eq_ignore_ascii_case(b"string"),
+            _ => return Err(syntax_error()),
+        }
+    }
+    let after = if cursor == 0 {
+        None
+    } else {
+        match node.cursor(cursor) {
+            Some(k) => Some(k),
+            None => return Err(Frame::error("ERR invalid cursor")),
+        }
+    };
+    Ok(ScanArgs {
+        after,
+        count,
+        pattern,
+        only_strings,
+    })
 }
 
 /// `OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key`, `OBJECT HELP`. Every value is a string:

@@ -92,12 +92,42 @@ pub struct Ctx<'a> {
     /// The command, looked up and checked by the caller already ([`check`]): not looked up
     /// twice.
     pub checked: Option<&'static Spec>,
-    /// The store's counts, walked by the caller before the command ran, off the keyspace lock
+    /// What the caller walked of the store before the command ran, off the keyspace lock
     /// ([`Facts::walks`]); `None`: the command walks the store itself, under the lock.
-    pub walked: Option<Result<crate::keyspace::StoreCounts, crate::KvError>>,
+    pub walked: Option<Walked>,
 }
 
+/// What a walk of the store the server ran for a command found ([`Facts::walks`]).
+#[derive(Debug)]
+pub enum Walked {
+    /// Every key counted (DBSIZE, INFO keyspace, PLIANT.STATS).
+    Counts(Result<crate::keyspace::StoreCounts, crate::KvError>),
+    /// Keys and where to go on from, as [`crate::Keyspace::scan`] gives them (SCAN, KEYS).
+    Keys(Scanned),
+}
+
+/// Keys found and the token to go on from, or the store's failure.
+pub type Scanned = Result<(Vec<Bytes>, Option<Bytes>), crate::KvError>;
+
 impl<'a> Ctx<'a> {
+    /// The store's counts walked for this command before it ran, if they were.
+    pub fn walked_counts(
+        &mut self,
+    ) -> Option<Result<crate::keyspace::StoreCounts, crate::KvError>> {
+        match self.walked.take()? {
+            Walked::Counts(c) => Some(c),
+            Walked::Keys(_) => None,
+        }
+    }
+
+    /// The keys walked for this command before it ran, if they were.
+    pub fn walked_keys(&mut self) -> Option<Scanned> {
+        match self.walked.take()? {
+            Walked::Keys(k) => Some(k),
+            Walked::Counts(_) => None,
+        }
+    }
+
     /// What a command runs with, nothing lent.
     pub fn new(node: &'a Node, session: &'a mut Session, now: u64) -> Self {
         Self {
@@ -206,21 +236,27 @@ pub struct Facts {
     /// Whether it replaces what its keys held without reading it: a node over a store then
     /// reads nothing of them before it runs.
     pub overwrites: Overwrites,
-    /// Whether it counts every key of the store (DBSIZE, INFO keyspace): over a store, the
-    /// server walks it first, off the keyspace lock, and hands it the counts (`Ctx::walked`).
+    /// Whether it walks the store (DBSIZE, INFO keyspace, SCAN, KEYS): over a store, the
+    /// server walks it first, off the keyspace lock, and hands it what it found
+    /// (`Ctx::walked`).
     pub walks: Walks,
 }
 
-/// Whether a command counts every key of the store ([`Facts::walks`]).
+/// What a command walks of the store ([`Facts::walks`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Walks {
-    /// It does not.
+    /// Nothing.
     No,
-    /// It always does (DBSIZE, PLIANT.STATS).
-    Always,
-    /// When its arguments ask for this INFO section (INFO's `keyspace`, shown by default too).
-    Section(&'static str),
+    /// It counts every key (DBSIZE, PLIANT.STATS).
+    Counts,
+    /// It counts every key when its arguments ask for this INFO section (INFO's `keyspace`,
+    /// shown by default too).
+    CountsIfShown(&'static str),
+    /// SCAN's share of the keys after its cursor.
+    Scan,
+    /// KEYS: every key, those matching its pattern kept.
+    Keys,
 }
 
 /// Whether a write reads what its keys held ([`Facts::overwrites`]).
@@ -383,16 +419,6 @@ impl Spec {
                 .iter()
                 .skip(3)
                 .any(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes()))),
-        }
-    }
-
-    /// Whether running it, with these arguments (its name first), counts every key of the
-    /// store.
-    pub fn walks_store(&self, args: &[Bytes]) -> bool {
-        match self.facts.walks {
-            Walks::No => false,
-            Walks::Always => true,
-            Walks::Section(s) => server::shown(args.get(1..).unwrap_or_default(), s),
         }
     }
 
@@ -684,7 +710,7 @@ pub const COMMANDS: &[Spec] = &[
     ),
     cmd("info", -1, &[Loading, Stale], NO_KEYS, server::info)
         .with(Fact::ReadsCounts)
-        .walks(Walks::Section("keyspace"))
+        .walks(Walks::CountsIfShown("keyspace"))
         .doc(
             SERVER,
             "1.0.0",
@@ -702,7 +728,7 @@ pub const COMMANDS: &[Spec] = &[
         .container(),
     cmd("dbsize", 1, &[Readonly, Fast], NO_KEYS, server::dbsize)
         .tier(TierRole::AskParent)
-        .walks(Walks::Always)
+        .walks(Walks::Counts)
         .doc(
             SERVER,
             "1.0.0",
@@ -1082,6 +1108,7 @@ pub const COMMANDS: &[Spec] = &[
         .args(&[Arg::key("key")]),
     cmd("keys", 2, &[Readonly], NO_KEYS, keys::keys)
         .tier(TierRole::AskParent)
+        .walks(Walks::Keys)
         .doc(
             GENERIC,
             "1.0.0",
@@ -1095,6 +1122,7 @@ pub const COMMANDS: &[Spec] = &[
         .args(&[Arg::pattern("pattern")]),
     cmd("scan", -2, &[Readonly], NO_KEYS, keys::scan)
         .tier(TierRole::AskParent)
+        .walks(Walks::Scan)
         .doc(
             GENERIC,
             "2.8.0",
@@ -1309,7 +1337,7 @@ pub const COMMANDS: &[Spec] = &[
         )]),
     cmd("pliant.stats", 1, &[Fast], NO_KEYS, pliant::stats)
         .with(Fact::ReadsCounts)
-        .walks(Walks::Always)
+        .walks(Walks::Counts)
         .doc(
             PLIANT,
             PLIANT_SINCE,
@@ -1412,6 +1440,44 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
         *l = c.to_ascii_lowercase();
     }
     table.get(&*lower).copied()
+}
+
+/// Over a store, walks what `spec` with these arguments (its name first) would walk of it under
+/// the keyspace lock, off the lock and on the blocking pool (see `Node::walk_store`), at `now`;
+/// `None` if it walks nothing, or if its arguments are wrong (the command answers that).
+pub(crate) async fn walk_ahead(
+    node: &Node,
+    spec: &Spec,
+    args: &[Bytes],
+    now: u64,
+) -> Option<Walked> {
+    let rest = args.get(1..).unwrap_or_default();
+    match spec.facts.walks {
+        Walks::No => None,
+        Walks::CountsIfShown(section) if !server::shown(rest, section) => None,
+        Walks::Counts | Walks::CountsIfShown(_) => node
+            .walk_store(move |s| crate::keyspace::count_store(s, now))
+            .await
+            .map(Walked::Counts),
+        Walks::Scan => {
+            let a = keys::scan_args(node, rest).ok()?;
+            node.walk_store(move |s| {
+                crate::keyspace::scan_store(s, a.after.as_deref(), a.count, now, &|k| a.matches(k))
+            })
+            .await
+            .map(Walked::Keys)
+        }
+        Walks::Keys => {
+            let pattern = rest.first()?.clone();
+            node.walk_store(move |s| {
+                let matches = |k: &[u8]| crate::glob::glob_match(&pattern, k);
+                // One snapshot of every key, as KEYS under the lock sees.
+                crate::keyspace::scan_store(s, None, usize::MAX, now, &matches)
+            })
+            .await
+            .map(Walked::Keys)
+        }
+    }
 }
 
 /// Runs one request (`args[0]` is the command's name) and returns its reply.
@@ -1711,7 +1777,7 @@ mod tests {
         assert_eq!(with(|f| f.gate_itself), ["exec"]);
         assert_eq!(
             with(|f| f.walks != Walks::No),
-            ["dbsize", "info", "pliant.stats"]
+            ["dbsize", "info", "keys", "pliant.stats", "scan"]
         );
         assert_eq!(
             with(|f| f.tier == TierRole::AskParent),

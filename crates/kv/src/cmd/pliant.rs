@@ -89,7 +89,7 @@ fn parse_params(args: &[Bytes]) -> Result<Params, Frame> {
 pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     // Over a store, `keys_total` was counted off the keyspace lock before this ran, where the
     // server could (see `Facts::walks`); otherwise walked here under the lock.
-    let walked = ctx.walked.take();
+    let walked = ctx.walked_counts();
     let (stats, (keys, bytes), capacity, algo, keys_total) = {
         let mut ks = ctx.node.keyspace();
         (

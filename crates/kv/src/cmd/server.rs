@@ -72,7 +72,7 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let node = ctx.node;
     let now = ctx.now;
     // Counted off the keyspace lock before INFO ran, if the server could (see `Facts::walks`).
-    let walked = ctx.walked.take();
+    let walked = ctx.walked_counts();
     let (stats, (mem_keys, mem_bytes), algo, capacity, has_store, keys, read_costs) = {
         let mut ks = node.keyspace();
         (
@@ -356,7 +356,7 @@ pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// could not (queued in MULTI and run by EXEC, whose commands run back to back under its gate;
 /// a tier's own store, on the leaf path), walked here under the lock, as before.
 pub(super) fn dbsize(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
-    let n = match ctx.walked.take() {
+    let n = match ctx.walked_counts() {
         Some(w) => w.map(|c| c.all),
         None => ctx.node.keyspace().len(),
     };
