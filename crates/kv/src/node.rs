@@ -64,6 +64,9 @@ pub struct Node {
     command_stats: counters::Counters,
     /// Group commit of the store's fsyncs (`--durability always`); none without a store.
     group_sync: Option<group_sync::GroupSync>,
+    /// Walks of the whole store (DBSIZE, KEYS, SCAN, INFO keyspace) run one at a time: see
+    /// [`Node::walk_store`].
+    walks: tokio::sync::Semaphore,
     /// The store below memory, if any: what [`read_ahead`](Node::read_ahead) reads off the lock.
     store: Option<std::sync::Arc<dyn pliant_store::Store>>,
     /// Whether a command's misses are read off the lock now (the keyspace sets it).
@@ -141,6 +144,7 @@ impl Node {
             group_sync: keyspace
                 .store_handle()
                 .map(|store| group_sync::GroupSync::new(store, keyspace.store_log())),
+            walks: tokio::sync::Semaphore::new(1),
             store: keyspace.store_handle(),
             log: keyspace.store_log(),
             store_reads_asking: keyspace.store_reads_asking(),
@@ -475,6 +479,10 @@ impl Node {
         if let Err(e) = self.write_pending().await {
             return Some(Err(e));
         }
+        // One at a time: a walk reads every key, so two at once share the disk and neither ends
+        // sooner, and a client that sends DBSIZE in a loop (or many clients at once) holds one
+        // blocking thread, not one a request. Fair: waiting walks go in the order they came.
+        let _permit = self.walks.acquire().await.ok()?;
         tokio::task::spawn_blocking(move || walk(store.as_ref()))
             .await
             .ok()
@@ -916,6 +924,37 @@ mod tests {
             "as counted under the lock"
         );
         reply
+    }
+
+    /// The bug: walks ran on the blocking pool as many at once as clients sent them, so a
+    /// client sending DBSIZE on many connections (or in a pipeline of many) took a blocking
+    /// thread each, up to tokio's 512. Now one walk at a time: the second waits for the first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn walks_of_the_store_run_one_at_a_time() {
+        use pliant_store::OpKind;
+        let (node, faults, now) = counted_node().await;
+        let (first_gate, second_gate) = (faults.stall(OpKind::Read), faults.stall(OpKind::Read));
+        let dbsize = |node: std::sync::Arc<Node>| {
+            tokio::spawn(async move { request(&node, &mut client(), &["dbsize"], now).await })
+        };
+        let first = dbsize(node.clone());
+        let held = tokio::task::block_in_place(|| first_gate.wait_held(Duration::from_secs(10)));
+        assert!(held, "the first walk reached the store");
+        let second = dbsize(node.clone());
+        let reached =
+            tokio::task::block_in_place(|| second_gate.wait_held(Duration::from_millis(300)));
+        assert!(!reached, "the second walk waits for the first");
+        first_gate.release();
+        let held = tokio::task::block_in_place(|| second_gate.wait_held(Duration::from_secs(10)));
+        assert!(held, "the second walk starts once the first ended");
+        second_gate.release();
+        for walk in [first, second] {
+            let reply = tokio::time::timeout(Duration::from_secs(10), walk)
+                .await
+                .expect("the walk ends")
+                .expect("no panic");
+            assert_eq!(reply, Frame::Integer(5));
+        }
     }
 
     /// The bug: over a store, DBSIZE walked every key of it with the keyspace locked, so every
