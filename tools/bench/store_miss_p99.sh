@@ -19,7 +19,10 @@
 #   the store lives on `pliant bench slow-fs` (a FUSE passthrough with direct I/O whose every
 #   data request takes bytes / RATE seconds, as a parallel file system's stream would): every
 #   store read that the store's own cache misses is a slow remote read, the case this is about.
-#   Each binary given is measured ROUNDS times, in turn, on the same store.
+#   Each binary given is measured ROUNDS times, in turn, on the same store. With PIN=1 the node
+#   runs on CPU 0 and everything else (both redis-benchmarks, the slow file system) on CPU 1, as
+#   clients and a parallel file system run on other machines: what the store readers then cost
+#   the hot clients is the node's own doing, not two cores shared by five programs.
 #
 # How to read it
 #   stdout: a markdown row per binary: the median over rounds of the hot GETs' p99 alone and with
@@ -32,7 +35,8 @@
 #   BIN: pliant binaries to compare (e.g. one built at an older commit); default: this tree's
 #   release build. env: ROUNDS (3), N (300000), HOT_CLIENTS (50), COLD_CLIENTS (5),
 #   HOT_KEYS (1000), COLD_KEYS (200000), VALUE_SIZE (1024), CAPACITY (20000keys), DROP_CACHES (0),
-#   SLOW (unset: the store on the temp dir's own file system)
+#   SLOW (unset: the store on the temp dir's own file system), PIN (0; 1: see above, needs
+#   taskset)
 #   --quick: ROUNDS=1, N=50000, COLD_KEYS=20000.
 #
 # Needs redis-cli, redis-benchmark, python3, cargo; with SLOW, /dev/fuse and fusermount3. Loopback only, ports chosen at run time; every
@@ -42,7 +46,7 @@ cd "$(dirname "$0")/../.."
 
 ROUNDS=${ROUNDS:-3} N=${N:-300000} HOT_CLIENTS=${HOT_CLIENTS:-50} COLD_CLIENTS=${COLD_CLIENTS:-5}
 HOT_KEYS=${HOT_KEYS:-1000} COLD_KEYS=${COLD_KEYS:-200000} VALUE_SIZE=${VALUE_SIZE:-1024}
-CAPACITY=${CAPACITY:-20000keys} DROP_CACHES=${DROP_CACHES:-0} SLOW=${SLOW:-}
+CAPACITY=${CAPACITY:-20000keys} DROP_CACHES=${DROP_CACHES:-0} SLOW=${SLOW:-} PIN=${PIN:-0}
 bins=()
 for arg in "$@"; do
   case "$arg" in
@@ -64,6 +68,14 @@ if ((${#bins[@]} == 0)); then
   bins=(target/release/pliant)
 fi
 
+OTHERS=()
+if ((PIN)); then
+  command -v taskset >/dev/null || { echo "store_miss_p99.sh: PIN=1 needs taskset (util-linux)" >&2; exit 1; }
+  OTHERS=(taskset -c 1)
+fi
+# The node, and every thread it starts later (they inherit it), on CPU 0.
+pin_node() { if ((PIN)); then taskset -a -p -c 0 "$node_pid" >/dev/null; fi; }
+
 tmp=$(mktemp -d)
 source tools/lib/node.sh
 cold_pid= slow_pid=
@@ -80,7 +92,7 @@ store_reads() { redis-cli -p "$1" info pliant | tr -d '\r' | sed -n "s/^$2://p";
 
 # "ops/s p99_ms" of redis-benchmark's GETs of random hot keys against port $1.
 hot() {
-  timeout 600 redis-benchmark -p "$1" -c "$HOT_CLIENTS" -n "$2" -r "$HOT_KEYS" --csv GET 'hot:__rand_int__' \
+  timeout 600 "${OTHERS[@]}" redis-benchmark -p "$1" -c "$HOT_CLIENTS" -n "$2" -r "$HOT_KEYS" --csv GET 'hot:__rand_int__' \
     | awk -F'"' '/^"GET/ { print $4, $14 }'
 }
 
@@ -88,7 +100,7 @@ hot() {
 store="$tmp/store"
 if [[ -n $SLOW ]]; then
   mkdir -p "$tmp/slow-backing" "$tmp/slow"
-  "${bins[0]}" bench slow-fs "$tmp/slow-backing" "$tmp/slow" --stream-rate "$SLOW" >"$tmp/slow-fs.log" 2>&1 &
+  "${OTHERS[@]}" "${bins[0]}" bench slow-fs "$tmp/slow-backing" "$tmp/slow" --stream-rate "$SLOW" >"$tmp/slow-fs.log" 2>&1 &
   slow_pid=$!
   for _ in $(seq 1 100); do mountpoint -q "$tmp/slow" && break; sleep 0.1; done
   mountpoint -q "$tmp/slow" || { echo "store_miss_p99.sh: the slow file system did not mount: $(cat "$tmp/slow-fs.log")" >&2; exit 1; }
@@ -111,7 +123,7 @@ stop_node
 
 where="the temp dir's file system"
 [[ -n $SLOW ]] && where="slow-fs at $SLOW/s a stream"
-echo "store misses and in-memory GETs, $(date -u +%F), $(nproc) cores, $(uname -r), $HOT_CLIENTS clients on $HOT_KEYS hot keys, $COLD_CLIENTS on $COLD_KEYS cold keys, ${VALUE_SIZE} B values, memory $CAPACITY, drop caches $DROP_CACHES, store on $where"
+echo "store misses and in-memory GETs, $(date -u +%F), $(nproc) cores, $(uname -r), $HOT_CLIENTS clients on $HOT_KEYS hot keys, $COLD_CLIENTS on $COLD_KEYS cold keys, ${VALUE_SIZE} B values, memory $CAPACITY, drop caches $DROP_CACHES, store on $where, pinned $PIN"
 echo
 echo "| binary | hot p99 alone (ms) | hot p99 with misses (ms) | with/alone | hot GET/s alone | hot GET/s with misses | store reads/s | share read off the lock |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -119,11 +131,12 @@ for bin in "${bins[@]}"; do
   rows=()
   for r in $(seq 1 "$ROUNDS"); do
     start_node "$bin" "$tmp/serve.log" --store "$store" --capacity "$CAPACITY" --durability none
+    pin_node
     # Memory holds the hot keys from here on: each is read at least once (most several times).
     hot "$node_port" $((HOT_KEYS * 20)) >/dev/null
     read -r a_ops a_p99 < <(hot "$node_port" "$N")
     if ((DROP_CACHES)); then sync; echo 3 >/proc/sys/vm/drop_caches; fi
-    redis-benchmark -p "$node_port" -c "$COLD_CLIENTS" -n 1000000000 -r "$COLD_KEYS" -q GET 'cold:__rand_int__' >/dev/null 2>&1 &
+    "${OTHERS[@]}" redis-benchmark -p "$node_port" -c "$COLD_CLIENTS" -n 1000000000 -r "$COLD_KEYS" -q GET 'cold:__rand_int__' >/dev/null 2>&1 &
     cold_pid=$!
     sleep 1
     before=$(store_reads "$node_port" store_reads)
