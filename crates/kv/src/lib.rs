@@ -26,7 +26,9 @@
 //! (values shared without copies between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
 //! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters),
 //! `nix` (the monotonic clock as nanoseconds: a command's time is a subtraction of two integers,
-//! where `Instant`'s normalises a `timespec`, a tenth of a pipelined GET's instructions);
+//! where `Instant`'s normalises a `timespec`, a tenth of a pipelined GET's instructions),
+//! `libc` (`setpriority`, which nix lacks: the store readers' threads run at the lowest CPU
+//! priority, `node::readers`);
 //! `pliant-cluster` (membership, the slot map and key slots routing reads, the balancer it starts);
 //! `pliant-policy` and `pliant-tier` for the live policy, which sees the same metric names the
 //! simulator gives.

@@ -15,6 +15,7 @@ mod counters;
 mod exec_gate;
 mod group_sync;
 mod read_ahead;
+mod readers;
 
 pub use counters::BatchCounts;
 pub use group_sync::Turn;
@@ -67,6 +68,8 @@ pub struct Node {
     /// Walks of the whole store (DBSIZE, KEYS, SCAN, INFO keyspace) run one at a time: see
     /// [`Node::walk_store`].
     walks: tokio::sync::Semaphore,
+    /// The threads that read the store for misses (`None` without a store).
+    readers: Option<readers::Readers>,
     /// The store below memory, if any: what [`read_ahead`](Node::read_ahead) reads off the lock.
     store: Option<std::sync::Arc<dyn pliant_store::Store>>,
     /// Whether a command's misses are read off the lock now (the keyspace sets it).
@@ -145,6 +148,9 @@ impl Node {
                 .store_handle()
                 .map(|store| group_sync::GroupSync::new(store, keyspace.store_log())),
             walks: tokio::sync::Semaphore::new(1),
+            readers: keyspace
+                .store_handle()
+                .and_then(|_| readers::Readers::new()),
             store: keyspace.store_handle(),
             log: keyspace.store_log(),
             store_reads_asking: keyspace.store_reads_asking(),

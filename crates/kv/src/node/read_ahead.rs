@@ -69,9 +69,13 @@ impl Node {
                 let started = std::time::Instant::now();
                 // Dropped with its readings if it panics, or if this command goes away first:
                 // readers that joined them then wake and read for themselves.
-                let Ok((picked_up, done)) =
-                    tokio::task::spawn_blocking(move || read_all(&*store, reads)).await
-                else {
+                let read = move || read_all(&*store, reads);
+                // On the readers' threads, at the lowest CPU priority (`super::readers`).
+                let done = match &self.readers {
+                    Some(r) => r.spawn(read).await,
+                    None => tokio::task::spawn_blocking(read).await,
+                };
+                let Ok((picked_up, done)) = done else {
                     return;
                 };
                 let mut ks = self.keyspace();
