@@ -550,6 +550,11 @@ async fn serve(
                     let reply = match node.parent() {
                         // A tier's request may wait for its parent: its time is read afresh.
                         Some(up) => crate::leaf::run(node, up, session, &args, now_ms()).await,
+                        // Without a store nothing is read or walked first: no future to build
+                        // and drop a request (6% of a pipelined GET's instructions).
+                        None if !node.has_store() => {
+                            execute(&mut Ctx::new(node, session, now(session)), &args)
+                        }
                         None => {
                             let at = now(session);
                             run_here(node, session, &args, at).await

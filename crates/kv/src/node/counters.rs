@@ -53,6 +53,7 @@ impl BatchCounts {
     }
 
     /// Command `i` ran for `usec`, and failed or not.
+    #[inline]
     pub(crate) fn call(&mut self, i: usize, usec: u64, failed: bool) {
         if self.each.is_empty() {
             self.each = vec![(0, 0, 0); crate::COMMANDS.len()];
