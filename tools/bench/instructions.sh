@@ -3,14 +3,17 @@
 # measured without the noise of a shared machine.
 #
 # What it measures
-#   For each binary given: `BIN serve --no-store --threads 1` under valgrind's callgrind on a
-#   loopback port picked at run time, then redis-benchmark -c 50 -P 16 -d 100 -r 1000, SMALL and
+#   For each binary given: `BIN serve --no-store --threads 1` (with STORE=1, `--store DIR` of its
+#   own, `--durability everysec`) under valgrind's callgrind on a
+#   loopback port picked at run time, then redis-benchmark -c 1 -P 16 -d 100 -r 1000, SMALL and
 #   then LARGE requests of each test (GET, SET), each in a server of its own. The instructions
 #   a request costs are (Ir of the LARGE run - Ir of the SMALL run) / (LARGE - SMALL): the
-#   start-up and the stop cancel out. Counting instructions is deterministic to a few per
-#   request whatever else the machine runs; it does not see cache misses or the kernel, so it
-#   sizes a fixed per-command cost, not throughput (tools/bench/pipelined_cells.sh and
-#   vs_redis.sh time that).
+#   start-up and the stop cancel out. One client, so every batch the node reads is exactly one
+#   pipeline of 16 whatever else the machine runs: with 50 clients the node's reads took what
+#   had arrived, batches of other sizes from run to run, and a batch's fixed cost (the wait
+#   for the socket) moved the count per request by up to 7%. It does not see cache misses or
+#   the kernel, so it sizes a fixed per-command cost, not throughput
+#   (tools/bench/pipelined_cells.sh and vs_redis.sh time that).
 #
 # How to read it
 #   stdout: one markdown row per binary: instructions a GET and a SET, and each against the
@@ -18,12 +21,12 @@
 #
 # Usage
 #   tools/bench/instructions.sh BIN...
-#   env: SMALL (50000), LARGE (150000)
+#   env: SMALL (50000), LARGE (150000), STORE (0; 1: over a store, as above)
 #
 # Needs valgrind, redis-cli, redis-benchmark, python3 (tools/test.sh does not install
 # valgrind: apt-get install valgrind). Every server started is stopped by its pid.
 set -euo pipefail
-SMALL=${SMALL:-50000} LARGE=${LARGE:-150000}
+SMALL=${SMALL:-50000} LARGE=${LARGE:-150000} STORE=${STORE:-0}
 if (($# == 0)) || [[ $1 == -h || $1 == --help ]]; then
   sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -47,19 +50,24 @@ count() {
   local bin=$1 test=$2 n=$3 port out
   port=$(free_port)
   out=$tmp/callgrind.out
+  local where=(--no-store)
+  if ((STORE)); then
+    rm -rf "$tmp/store"
+    where=(--store "$tmp/store" --durability everysec)
+  fi
   valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve --bind "127.0.0.1:$port" \
-    --no-store --threads 1 2>/dev/null &
+    "${where[@]}" --threads 1 2>/dev/null &
   pid=$!
   # Under valgrind the start takes seconds.
   for _ in $(seq 1 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
-  timeout 900 redis-benchmark -p "$port" -c 50 -P 16 -d 100 -r 1000 -t "$test" -n "$n" -q >/dev/null
+  timeout 900 redis-benchmark -p "$port" -c 1 -P 16 -d 100 -r 1000 -t "$test" -n "$n" -q >/dev/null
   kill -INT "$pid"
   wait "$pid" 2>/dev/null || true
   pid=
   awk '/^summary:/ { print $2 }' "$out"
 }
 
-echo "instructions a request, $(date -u +%F), callgrind, -c 50 -P 16, ($LARGE - $SMALL) requests"
+echo "instructions a request, $(date -u +%F), callgrind, -c 1 -P 16, ($LARGE - $SMALL) requests, store $STORE"
 echo
 echo "| binary | GET | SET | GET, SET against the first |"
 echo "|---|---:|---:|---|"
