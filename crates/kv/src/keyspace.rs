@@ -1394,10 +1394,10 @@ impl Keyspace {
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        let started = std::time::Instant::now();
+        let started = crate::node::mono_ns();
         let raw = store.get(key)?;
         self.off_lock
-            .read_under_lock_took(started.elapsed().as_secs_f64());
+            .read_under_lock_took(crate::node::mono_ns().saturating_sub(started) as f64 * 1e-9);
         Ok(raw)
     }
 
