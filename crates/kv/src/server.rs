@@ -629,11 +629,18 @@ async fn serve(
         // the select's futures (readiness, the kill notice, the stop signal: 8% of a pipelined
         // GET's instructions). A connection that receives messages or pushes always waits in
         // the select, so a client that never stops sending cannot starve them; the writes above
-        // use up the task's scheduling budget, so it still yields to the others.
+        // and the read below use up the task's scheduling budget, so it still yields to the
+        // others.
         if out.is_empty() && session.messages.is_none() && session.pushes.is_none() {
             match stream.try_read_buf(&mut buf) {
                 Ok(0) => return Ok(()),
-                Ok(_) => continue,
+                Ok(_) => {
+                    // A read that waits for nothing spends none of the task's scheduling
+                    // budget: a client streaming one large value in pieces (no reply, so no
+                    // write) would otherwise keep its worker to itself until the value ends.
+                    tokio::task::coop::consume_budget().await;
+                    continue;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
