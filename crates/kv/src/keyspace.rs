@@ -63,6 +63,17 @@ pub enum KvError {
     /// than acknowledged and dropped.
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     OutOfMemory,
+    /// A key or value larger than the store takes: the write is refused before it reaches the
+    /// store, whose refusal of the batch would refuse every write after it.
+    #[error("ERR {what} is too long for the store: {len} bytes, at most {max}")]
+    TooLarge {
+        /// "key" or "value".
+        what: &'static str,
+        /// Its length (a value's with its expiry's encoding).
+        len: usize,
+        /// The store's limit.
+        max: usize,
+    },
     /// A commit to the store failed (this one or an earlier one); writes are refused from then
     /// on, since what is in memory could no longer be told durable. The source is the store's
     /// error, the first commit's, shared by every refusal after it.
@@ -849,6 +860,24 @@ impl Keyspace {
         if self.would_oom(u64::from(size_of(&key, &v))) {
             return Err(KvError::OutOfMemory);
         }
+        if self.store.is_some() {
+            // The store refuses a batch holding one key or value over its limits, and a refused
+            // batch refuses every write after it (`store_log`): refused here, alone.
+            if key.len() > pliant_store::MAX_KEY_LEN {
+                return Err(KvError::TooLarge {
+                    what: "key",
+                    len: key.len(),
+                    max: pliant_store::MAX_KEY_LEN,
+                });
+            }
+            if v.data.len() + 9 > pliant_store::MAX_VALUE_LEN {
+                return Err(KvError::TooLarge {
+                    what: "value",
+                    len: v.data.len() + 9,
+                    max: pliant_store::MAX_VALUE_LEN,
+                });
+            }
+        }
         self.stats.writes += 1;
         if self.store.is_some() {
             let encoded = v.encode_shared(&mut self.scratch);
@@ -1323,7 +1352,8 @@ impl Keyspace {
 
     fn remove(&mut self, key: &[u8]) -> Result<(), KvError> {
         self.refused()?;
-        if self.store.is_some() {
+        // A key over the store's limit was never written there (see `set`): nothing to delete.
+        if self.store.is_some() && key.len() <= pliant_store::MAX_KEY_LEN {
             self.pending.insert(key.into(), None);
             self.stats.store_writes += 1;
             self.off_lock.written(self.id_of(key));
@@ -1640,6 +1670,27 @@ mod tests {
             Value::decode(b"k", vec![1, 2]),
             Err(KvError::Corrupt { .. })
         ));
+    }
+
+    /// The bug: a SET of a key longer than the store takes (65,535 bytes; a request's bulk may
+    /// be 512 MiB) reached the store's batch, whose refusal refused every write of every client
+    /// after it, until a restart. It is refused alone now, and the node goes on writing.
+    #[test]
+    fn a_key_too_long_for_the_store_is_refused_alone_and_writes_go_on() {
+        let mut k = ks("10keys", true);
+        let long = Bytes::from(vec![b'k'; pliant_store::MAX_KEY_LEN + 1]);
+        let e = k.set(long.clone(), Value::new("v")).expect_err("refused");
+        assert!(matches!(e, KvError::TooLarge { what: "key", .. }), "{e:?}");
+        assert!(e.to_string().starts_with("ERR key is too long"), "{e}");
+        // Deleting it writes nothing to the store either (it was never there).
+        k.remove(&long).expect("removed");
+        k.set(Bytes::from_static(b"after"), Value::new("v"))
+            .expect("a later write");
+        k.commit().expect("committed: the store refused nothing");
+        assert_eq!(
+            k.get(b"after", 0).expect("get"),
+            Some(Bytes::from_static(b"v"))
+        );
     }
 
     #[test]

@@ -1668,7 +1668,7 @@ pub fn integer(arg: &[u8]) -> Option<i64> {
 
 /// The reply to a store failure: the command had no effect, and the client is told why.
 pub fn store_error(e: &crate::KvError) -> Frame {
-    if let crate::KvError::OutOfMemory = e {
+    if let crate::KvError::OutOfMemory | crate::KvError::TooLarge { .. } = e {
         // The client's to handle, as with Redis: not the node's failure.
         return Frame::error(e.to_string());
     }
