@@ -114,6 +114,11 @@ struct Shared<S> {
     log_dir: PathBuf,
     opts: WriteBehindOptions,
     state: Mutex<State>,
+    /// Held by whoever fsyncs the log's files, until the outcome is recorded: Linux reports a
+    /// failed writeback to one fsync of a file only, so a second fsync running beside the one
+    /// that failed could return success for the same lost pages. Writers never take it.
+    /// Lock order: this, then `state`.
+    fsyncs: Mutex<()>,
     /// The applier waits on it.
     wake: Condvar,
     /// Writers held back and iterators waiting for an application wait on it.
@@ -204,6 +209,7 @@ impl<S: Store + 'static> WriteBehind<S> {
             dir: store_dir.clone(),
             log_dir,
             opts,
+            fsyncs: Mutex::new(()),
             state: Mutex::new(State {
                 active: Pending::default(),
                 active_bytes: 0,
@@ -383,9 +389,12 @@ impl<S: Store> Shared<S> {
     }
 
     fn apply(&self, sealed: &File, segment: u64, pending: &Pending) -> Result<(), StoreError> {
-        sealed
-            .sync_data()
-            .map_err(self.io("syncing a sealed log segment"))?;
+        {
+            let _fsyncing = self.fsyncs.lock().unwrap_or_else(|p| p.into_inner());
+            sealed
+                .sync_data()
+                .map_err(self.io("syncing a sealed log segment"))?;
+        }
         let mut batch = Batch::new();
         for (k, v) in pending {
             match v {
@@ -485,6 +494,8 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
         // batches are on disk with the next sync (under `--durability always`, the next group
         // commit's). A write that returned before this call is in `log`, or in a segment sealed
         // since (still `sealed`, or applied: then the tree has it on disk).
+        // One at a time, the outcome recorded before the next (see `Shared::fsyncs`).
+        let _fsyncing = self.shared.fsyncs.lock().unwrap_or_else(|p| p.into_inner());
         let (log, sealed, dir_dirty, segment) = {
             let st = self.lock();
             if let Some(first) = &st.failed {
@@ -512,6 +523,11 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
         let mut st = self.lock();
         match synced {
             Ok(()) => {
+                // A failure recorded meanwhile (the applier's write of the tree) may have been
+                // an fsync of these files whose error this one did not see.
+                if let Some(first) = &st.failed {
+                    return Err(self.shared.poisoned(first));
+                }
                 // A segment created since is not in the directory's entry this sync wrote.
                 if dir_dirty && st.segment == segment {
                     st.dir_dirty = false;
