@@ -67,7 +67,7 @@ pub struct Node {
     group_sync: Option<group_sync::GroupSync>,
     /// Walks of the whole store (DBSIZE, KEYS, SCAN, INFO keyspace) run one at a time: see
     /// [`Node::walk_store`].
-    walks: tokio::sync::Semaphore,
+    walks: std::sync::Arc<tokio::sync::Semaphore>,
     /// The threads that read the store for misses (`None` without a store).
     readers: Option<readers::Readers>,
     /// The store below memory, if any: what [`read_ahead`](Node::read_ahead) reads off the lock.
@@ -147,7 +147,7 @@ impl Node {
             group_sync: keyspace
                 .store_handle()
                 .map(|store| group_sync::GroupSync::new(store, keyspace.store_log())),
-            walks: tokio::sync::Semaphore::new(1),
+            walks: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             readers: keyspace
                 .store_handle()
                 .and_then(|_| readers::Readers::new()),
@@ -488,10 +488,15 @@ impl Node {
         // One at a time: a walk reads every key, so two at once share the disk and neither ends
         // sooner, and a client that sends DBSIZE in a loop (or many clients at once) holds one
         // blocking thread, not one a request. Fair: waiting walks go in the order they came.
-        let _permit = self.walks.acquire().await.ok()?;
-        tokio::task::spawn_blocking(move || walk(store.as_ref()))
-            .await
-            .ok()
+        // Owned by the walk itself: a command that goes away (a connection closed, the node
+        // stopping) leaves its walk running, and the next waits for that walk, not for it.
+        let permit = self.walks.clone().acquire_owned().await.ok()?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            walk(store.as_ref())
+        })
+        .await
+        .ok()
     }
 
     /// Commits what is pending and makes every write so far durable: the fsync (`--durability

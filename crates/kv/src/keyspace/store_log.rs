@@ -39,9 +39,11 @@ use pliant_store::{Batch, SharedBytes, Store, StoreError};
 
 use super::KvError;
 
-/// Writes taken from `pending`: the newest value of each key (`None`: a deletion).
+/// Writes taken from `pending`: the newest value of each key (`None`: a deletion). Clients choose
+/// the keys, so the hasher is seeded at random (a fixed seed let keys that collide be computed
+/// in advance, and every insert of them cost a walk of the others, under the keyspace lock).
 pub(super) type Writes =
-    std::collections::HashMap<SharedBytes, Option<SharedBytes>, foldhash::fast::FixedState>;
+    std::collections::HashMap<SharedBytes, Option<SharedBytes>, foldhash::fast::RandomState>;
 
 /// A batch taken from `pending`, not yet in the store.
 #[derive(Debug)]
