@@ -1,0 +1,428 @@
+//! The data path: a file's entry and its extents in the sparse cache file. Opening a file
+//! (and revalidating a cached one against its backing file), copy-up of missing extents, reads,
+//! writes (read-modify-write of a partial extent, the write window and the size limit), the
+//! extent bookkeeping around a size change, the LRU order, and `preload`.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::{Attr, CopyUp, Extent, FileData, FileEntry, Inner, errno, lock};
+use crate::backing;
+use crate::config::EvictionUnit;
+use crate::stats::Counters;
+
+impl Inner {
+    pub(super) fn extent_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let e = self.cfg.extent;
+        if len == 0 {
+            return 0..0;
+        }
+        offset / e..(offset + len).div_ceil(e)
+    }
+
+    pub(super) fn open_entry(
+        &self,
+        rel: &Path,
+        created: Option<File>,
+    ) -> io::Result<Arc<FileEntry>> {
+        let existing = self.entry(rel);
+        let open_backing = || -> io::Result<(File, bool)> {
+            match self.tree.open(rel, backing::Open::READ_WRITE) {
+                Ok(f) => Ok((f, true)),
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EACCES as i32) => {
+                    Ok((self.tree.open(rel, backing::Open::READ)?, false))
+                }
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EROFS as i32) => {
+                    Ok((self.tree.open(rel, backing::Open::READ)?, false))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        if let Some(entry) = existing {
+            let mut d = lock(&entry.data);
+            let meta = self.tree.metadata(rel)?;
+            let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
+            if now_seen != d.seen {
+                if d.pinned > 0 {
+                    // `seen` stays as it was, so the next open after the last passthrough
+                    // close still finds the change.
+                    tracing::warn!(
+                        path = %self.cfg.backing.join(rel).display(),
+                        "changed in the backing directory while open in passthrough; the cached copy stays until it is closed"
+                    );
+                } else if d.dirty_bytes == 0 {
+                    self.drop_extents_locked(&entry, &mut d, |_, _| true)?;
+                    Counters::add(&self.counters.revalidated_files, 1);
+                    d.size = now_seen.0;
+                    d.backing_size = now_seen.0;
+                    d.mtime = now_seen.1;
+                } else {
+                    tracing::warn!(
+                        path = %self.cfg.backing.join(rel).display(),
+                        "changed in the backing directory while the cache holds unwritten data; the cache's data wins"
+                    );
+                }
+                if d.pinned == 0 {
+                    d.seen = now_seen;
+                }
+            }
+            if d.backing.is_none() {
+                let (f, w) = match created {
+                    Some(f) => (f, true),
+                    None => open_backing()?,
+                };
+                d.backing = Some(Arc::new(f));
+                d.backing_writable = w;
+            }
+            d.open_count += 1;
+            drop(d);
+            return Ok(entry);
+        }
+        let (f, writable) = match created {
+            Some(f) => (f, true),
+            None => open_backing()?,
+        };
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Err(errno(nix::errno::Errno::EISDIR));
+        }
+        let mtime = Attr::from_meta(&meta).mtime;
+        let mut s = lock(&self.state);
+        // Another thread may have opened it meanwhile.
+        if let Some(entry) = s.by_path.get(rel).and_then(|id| s.files.get(id)).cloned() {
+            drop(s);
+            let mut d = lock(&entry.data);
+            d.open_count += 1;
+            if d.backing.is_none() {
+                d.backing = Some(Arc::new(f));
+                d.backing_writable = writable;
+            }
+            drop(d);
+            return Ok(entry);
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        let tick = s.next_tick();
+        let entry = Arc::new(FileEntry {
+            id,
+            data: Mutex::new(FileData {
+                path: Some(rel.to_path_buf()),
+                cache: None,
+                backing: Some(Arc::new(f)),
+                backing_writable: writable,
+                size: meta.size(),
+                backing_size: meta.size(),
+                mtime,
+                seen: (meta.size(), mtime),
+                extents: BTreeMap::new(),
+                cached_bytes: 0,
+                dirty_bytes: 0,
+                open_count: 1,
+                tick,
+                journaled: false,
+                pinned: 0,
+            }),
+            idle: Condvar::new(),
+        });
+        s.files.insert(id, entry.clone());
+        s.by_path.insert(rel.to_path_buf(), id);
+        Ok(entry)
+    }
+
+    pub(super) fn release(&self, entry: &Arc<FileEntry>) {
+        let mut d = lock(&entry.data);
+        d.open_count = d.open_count.saturating_sub(1);
+        if d.open_count > 0 {
+            return;
+        }
+        if d.path.is_none() {
+            // Unlinked while open: nothing refers to it any more.
+            let _ = self.drop_extents_locked(entry, &mut d, |_, _| true);
+            d.cache = None;
+            drop(d);
+            lock(&self.state).files.remove(&entry.id);
+            let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
+            return;
+        }
+        if d.dirty_bytes == 0 {
+            // Keeps descriptors to those of the many cached files that still need one.
+            d.backing = None;
+        }
+    }
+
+    pub(super) fn cache_file<'a>(&self, id: u64, d: &'a mut FileData) -> io::Result<&'a File> {
+        if d.cache.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(self.data_dir.join(id.to_string()))?;
+            d.cache = Some(Arc::new(f));
+        }
+        d.cache
+            .as_deref()
+            .ok_or_else(|| io::Error::other("cache file"))
+    }
+
+    pub(super) fn backing_fd(&self, d: &mut FileData) -> io::Result<Arc<File>> {
+        if let Some(f) = &d.backing {
+            return Ok(f.clone());
+        }
+        let path = d.path.as_ref().ok_or(errno(nix::errno::Errno::ENOENT))?;
+        let f = Arc::new(self.tree.open(path, backing::Open::READ_WRITE)?);
+        d.backing = Some(f.clone());
+        d.backing_writable = true;
+        Ok(f)
+    }
+
+    /// Copies extent `i` up from the backing file unless the cache has it, counting the copy
+    /// under `why`; true if it had.
+    fn ensure_extent(
+        &self,
+        entry: &FileEntry,
+        d: &mut FileData,
+        i: u64,
+        why: CopyUp,
+    ) -> io::Result<bool> {
+        if d.extents.contains_key(&i) {
+            return Ok(true);
+        }
+        let ext = self.cfg.extent;
+        let start = i * ext;
+        let have = d.backing_size.min(d.size).saturating_sub(start).min(ext);
+        if have > 0 {
+            let src = self.backing_fd(d)?;
+            let buf = read_at_zero_filled(&src, start, have)?;
+            self.cache_file(entry.id, d)?.write_all_at(&buf, start)?;
+            Counters::add(&self.counters.copy_up_bytes, have);
+            match why {
+                CopyUp::Read => Counters::add(&self.counters.copy_up_read_bytes, have),
+                CopyUp::Preload => Counters::add(&self.counters.copy_up_preload_bytes, have),
+                CopyUp::Write => {}
+            }
+        }
+        self.insert_extent(d, i);
+        Ok(false)
+    }
+
+    fn insert_extent(&self, d: &mut FileData, i: u64) {
+        let bytes = d
+            .size
+            .saturating_sub(i * self.cfg.extent)
+            .min(self.cfg.extent);
+        d.extents.insert(
+            i,
+            Extent {
+                bytes,
+                dirty: false,
+                generation: 0,
+                in_flight: false,
+                journaled: false,
+                tick: 0,
+            },
+        );
+        d.cached_bytes += bytes;
+        self.used.fetch_add(bytes, Relaxed);
+    }
+
+    /// Recomputes the bytes of the extents around a size change.
+    pub(super) fn resize_extents(&self, d: &mut FileData, old: u64, new: u64) {
+        let ext = self.cfg.extent;
+        let (lo, hi) = (old.min(new) / ext, old.max(new).div_ceil(ext));
+        let keys: Vec<u64> = d.extents.range(lo..=hi).map(|(k, _)| *k).collect();
+        for i in keys {
+            let bytes = new.saturating_sub(i * ext).min(ext);
+            let Some(x) = d.extents.get_mut(&i) else {
+                continue;
+            };
+            let (old_b, dirty) = (x.bytes, x.dirty);
+            x.bytes = bytes;
+            d.cached_bytes = d.cached_bytes + bytes - old_b;
+            if bytes >= old_b {
+                self.used.fetch_add(bytes - old_b, Relaxed);
+            } else {
+                self.used.fetch_sub(old_b - bytes, Relaxed);
+            }
+            if dirty {
+                d.dirty_bytes = d.dirty_bytes + bytes - old_b;
+                if bytes >= old_b {
+                    self.dirty.fetch_add(bytes - old_b, Relaxed);
+                } else {
+                    self.dirty.fetch_sub(old_b - bytes, Relaxed);
+                }
+            }
+        }
+    }
+
+    pub(super) fn touch(&self, entry: &FileEntry, d: &mut FileData, extents: std::ops::Range<u64>) {
+        let mut s = lock(&self.state);
+        match self.cfg.eviction {
+            EvictionUnit::File => {
+                s.lru.remove(&d.tick);
+                d.tick = s.next_tick();
+                let t = d.tick;
+                s.lru.insert(t, (entry.id, None));
+            }
+            EvictionUnit::Extent => {
+                for i in extents {
+                    let t = s.next_tick();
+                    if let Some(x) = d.extents.get_mut(&i) {
+                        s.lru.remove(&x.tick);
+                        x.tick = t;
+                        s.lru.insert(t, (entry.id, Some(i)));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn read(&self, entry: &FileEntry, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let mut d = lock(&entry.data);
+        let len = len.min(d.size.saturating_sub(offset));
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let ext = self.cfg.extent;
+        let range = self.extent_range(offset, len);
+        for i in range.clone() {
+            let part = (offset + len).min((i + 1) * ext) - offset.max(i * ext);
+            if self.ensure_extent(entry, &mut d, i, CopyUp::Read)? {
+                Counters::add(&self.counters.read_hit_bytes, part);
+            } else {
+                Counters::add(&self.counters.read_miss_bytes, part);
+            }
+        }
+        let buf = read_at_zero_filled(self.cache_file(entry.id, &mut d)?, offset, len)?;
+        self.touch(entry, &mut d, range);
+        Ok(buf)
+    }
+
+    pub(super) fn write(&self, entry: &FileEntry, offset: u64, data: &[u8]) -> io::Result<()> {
+        let len = data.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        if offset.saturating_add(len) > self.cfg.max_file_size {
+            Counters::add(&self.counters.efbig, 1);
+            return Err(errno(nix::errno::Errno::EFBIG));
+        }
+        {
+            let now = self.clock.now();
+            let mut s = lock(&self.state);
+            if let Err(over) = s.window.charge(len, now) {
+                Counters::add(&self.counters.edquot, 1);
+                if over.first {
+                    tracing::error!(
+                        used = over.used,
+                        limit = over.limit,
+                        window_secs = self.cfg.write_window.as_secs(),
+                        "write window exhausted: writes fail with EDQUOT until it rolls over (--write-window-multiplier, --write-window-length)"
+                    );
+                }
+                return Err(errno(nix::errno::Errno::EDQUOT));
+            }
+        }
+        let mut d = lock(&entry.data);
+        if !d.backing_writable && d.path.is_some() {
+            return Err(errno(nix::errno::Errno::EACCES));
+        }
+        let ext = self.cfg.extent;
+        let range = self.extent_range(offset, len);
+        // Wait out write-backs of the whole range first, and hold the lock from then on: a
+        // wait in the middle would let an eviction drop an extent this write had already
+        // added clean, and the write would land unmarked.
+        while range
+            .clone()
+            .any(|i| d.extents.get(&i).is_some_and(|x| x.in_flight))
+        {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        let mut fresh = Vec::new();
+        let mut filled = || -> io::Result<()> {
+            for i in range.clone() {
+                if !d.extents.contains_key(&i) {
+                    let start = i * ext;
+                    let backing_end = (start + ext).min(d.backing_size.min(d.size));
+                    let covers = offset <= start && offset + len >= backing_end;
+                    if covers || backing_end <= start {
+                        self.insert_extent(&mut d, i);
+                        fresh.push(i);
+                    } else {
+                        self.ensure_extent(entry, &mut d, i, CopyUp::Write)?;
+                    }
+                }
+            }
+            self.cache_file(entry.id, &mut d)?
+                .write_all_at(data, offset)
+        };
+        if let Err(e) = filled() {
+            // Extents added without their backing bytes must not stay: they would read as holes.
+            let _ = self.drop_extents_locked(entry, &mut d, |i, x| !x.dirty && fresh.contains(&i));
+            return Err(e);
+        }
+        let old = d.size;
+        if offset + len > old {
+            d.size = offset + len;
+            self.resize_extents(&mut d, old, offset + len);
+        }
+        d.mtime = self.clock.now();
+        let mut newly_dirty = Vec::new();
+        for i in range.clone() {
+            let Some(x) = d.extents.get_mut(&i) else {
+                continue;
+            };
+            x.generation += 1;
+            if !x.dirty {
+                x.dirty = true;
+                let b = x.bytes;
+                d.dirty_bytes += b;
+                self.dirty.fetch_add(b, Relaxed);
+                newly_dirty.push(i);
+            }
+        }
+        if !newly_dirty.is_empty() {
+            let mut s = lock(&self.state);
+            for i in newly_dirty {
+                let t = s.next_tick();
+                s.dirty_queue.insert(t, (entry.id, i));
+            }
+        }
+        Counters::add(&self.counters.written_bytes, len);
+        self.touch(entry, &mut d, range);
+        Ok(())
+    }
+
+    pub(super) fn preload_entry(&self, entry: &FileEntry) -> io::Result<u64> {
+        let mut d = lock(&entry.data);
+        let before = d.cached_bytes;
+        let range = self.extent_range(0, d.size);
+        for i in range.clone() {
+            self.ensure_extent(entry, &mut d, i, CopyUp::Preload)?;
+        }
+        self.touch(entry, &mut d, range);
+        Ok(d.cached_bytes - before)
+    }
+}
+
+/// Reads `len` bytes at `offset`; what lies past the end of the file reads as zeros, as it does
+/// in a sparse file.
+pub(super) fn read_at_zero_filled(f: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf)
+}
