@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use pliant_policy::{Engine, EngineConfig, MemoryStore, Metrics, Params, PolicySource};
 
 use crate::config::FsConfig;
-use crate::core::{Inner, lock};
+use crate::core::Inner;
 
 /// No target.
 pub(crate) const NONE: u64 = u64::MAX;
@@ -116,7 +116,7 @@ fn metrics(inner: &Inner, last: &Sample, now: &Sample, idle_since: Instant) -> M
     let secs = now.at.duration_since(last.at).as_secs_f64().max(1e-3);
     let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
     environment(
-        &inner.cfg,
+        inner.config(),
         inner.used_bytes(),
         inner.dirty_bytes(),
         Rates {
@@ -180,7 +180,7 @@ pub fn sample_environment() -> Metrics {
 }
 
 fn sample(inner: &Inner) -> Sample {
-    let c = &inner.counters;
+    let c = inner.counters();
     Sample {
         at: Instant::now(),
         read: c.read_hit_bytes.load(Relaxed) + c.read_miss_bytes.load(Relaxed),
@@ -262,11 +262,7 @@ fn swap(inner: &Inner, cmd: Command, m: Metrics, evict: &mut Running, writeback:
             .get(v.saturating_sub(1) as usize)
             .map(|x| x.source.name.clone());
         let name = name.unwrap_or_default();
-        let mut names = lock(&inner.policy_names);
-        match which {
-            Trigger::Evict => names.0 = name.clone(),
-            Trigger::Writeback => names.1 = name.clone(),
-        }
+        inner.policy_installed(which, name.clone());
         format!("{name} (version {v})")
     });
     let _ = reply.send(result);
@@ -279,8 +275,10 @@ pub(crate) fn start(
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let (tx, rx) = mpsc::channel();
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>();
-    *lock(&inner.policy_tx) = Some(cmd_tx);
-    *lock(&inner.policy_names) = (policies.evict.name.clone(), policies.writeback.name.clone());
+    inner.policies_started(
+        cmd_tx,
+        (policies.evict.name.clone(), policies.writeback.name.clone()),
+    );
     let handle = std::thread::Builder::new()
         .name("pliant-fs-policy".into())
         .spawn(move || {
@@ -309,17 +307,7 @@ pub(crate) fn start(
             let mut last = sample(&inner);
             let mut idle_since = last.at;
             loop {
-                {
-                    let mut due = lock(&inner.decide_now);
-                    if !*due {
-                        due = inner
-                            .decide_cv
-                            .wait_timeout(due, policies.interval)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
-                    }
-                    *due = false;
-                }
+                inner.wait_for_decision(policies.interval);
                 if inner.stopping() {
                     return;
                 }
@@ -331,14 +319,14 @@ pub(crate) fn start(
                 if now.read != last.read || now.written != last.written {
                     idle_since = now.at;
                 }
-                let cap = inner.cfg.capacity;
+                let cap = inner.config().capacity;
                 let m = metrics(&inner, &last, &now, idle_since);
                 match target(&mut evict.engine, m.clone(), cap) {
-                    Ok(t) => inner.evict_to.store(t, Relaxed),
+                    Ok(t) => inner.set_evict_to(t),
                     Err(e) => inner.policy_failed("eviction", &e),
                 }
                 match target(&mut writeback.engine, m, cap) {
-                    Ok(t) => inner.writeback_to.store(t, Relaxed),
+                    Ok(t) => inner.set_writeback_to(t),
                     Err(e) => inner.policy_failed("write-back", &e),
                 }
                 last = now;

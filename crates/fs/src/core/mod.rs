@@ -162,14 +162,14 @@ impl State {
 }
 
 pub(crate) struct Inner {
-    pub(crate) cfg: FsConfig,
+    cfg: FsConfig,
     /// The backing directory, reached beneath its root's descriptor only (see `backing`).
     tree: BackingDir,
     data_dir: PathBuf,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     journal: Mutex<Journal>,
-    pub(crate) counters: Counters,
+    counters: Counters,
     used: AtomicU64,
     dirty: AtomicU64,
     /// Wakes write-back workers.
@@ -183,18 +183,18 @@ pub(crate) struct Inner {
     flush_done: AtomicU64,
     flusher: Mutex<bool>,
     /// The eviction policy's target: cached bytes to evict down to (`policy::NONE`: none).
-    pub(crate) evict_to: AtomicU64,
+    evict_to: AtomicU64,
     /// The write-back policy's target: dirty bytes to write back down to.
-    pub(crate) writeback_to: AtomicU64,
+    writeback_to: AtomicU64,
     /// Set (and `decide_cv` signalled) to ask the policies for a decision now.
-    pub(crate) decide_now: Mutex<bool>,
-    pub(crate) decide_cv: Condvar,
+    decide_now: Mutex<bool>,
+    decide_cv: Condvar,
     /// What `nudge` last saw.
     last_nudge: AtomicU64,
     /// Swaps for the policy thread.
-    pub(crate) policy_tx: Mutex<Option<std::sync::mpsc::Sender<crate::policy::Command>>>,
+    policy_tx: Mutex<Option<std::sync::mpsc::Sender<crate::policy::Command>>>,
     /// The running policies' names (eviction, write-back).
-    pub(crate) policy_names: Mutex<(String, String)>,
+    policy_names: Mutex<(String, String)>,
     started: Instant,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Held for the mount's life: a second mount of the same cache directory fails.
@@ -998,6 +998,60 @@ impl Inner {
     fn entry(&self, rel: &Path) -> Option<Arc<FileEntry>> {
         let s = lock(&self.state);
         s.by_path.get(rel).and_then(|id| s.files.get(id)).cloned()
+    }
+
+    // What the policy thread may see and set: it goes through these rather than `Inner`'s
+    // fields, so the locks and atomics it shares with the core stay the core's to arrange.
+
+    pub(crate) fn config(&self) -> &FsConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Takes the policy thread's command channel and the names of the policies it installed.
+    pub(crate) fn policies_started(
+        &self,
+        tx: std::sync::mpsc::Sender<crate::policy::Command>,
+        names: (String, String),
+    ) {
+        *lock(&self.policy_tx) = Some(tx);
+        *lock(&self.policy_names) = names;
+    }
+
+    /// Records which policy now decides `which` (after a load or a rollback).
+    pub(crate) fn policy_installed(&self, which: crate::policy::Trigger, name: String) {
+        let mut names = lock(&self.policy_names);
+        match which {
+            crate::policy::Trigger::Evict => names.0 = name,
+            crate::policy::Trigger::Writeback => names.1 = name,
+        }
+    }
+
+    /// Returns when a decision is asked for (`nudge`, a policy swap, shutdown) or after
+    /// `interval`, whichever is first, taking the request.
+    pub(crate) fn wait_for_decision(&self, interval: Duration) {
+        let mut due = lock(&self.decide_now);
+        if !*due {
+            due = self
+                .decide_cv
+                .wait_timeout(due, interval)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *due = false;
+    }
+
+    /// The eviction policy's target: cached bytes to evict down to (`policy::NONE`: none).
+    pub(crate) fn set_evict_to(&self, target: u64) {
+        self.evict_to.store(target, Relaxed);
+    }
+
+    /// The write-back policy's target: dirty bytes to write back down to.
+    pub(crate) fn set_writeback_to(&self, target: u64) {
+        self.writeback_to.store(target, Relaxed);
     }
 
     pub(crate) fn used_bytes(&self) -> u64 {
