@@ -107,6 +107,17 @@ struct FileData {
     pinned: u32,
 }
 
+impl FileData {
+    /// The indices of the extents not yet written back, in order.
+    fn dirty_extents(&self) -> Vec<u64> {
+        self.extents
+            .iter()
+            .filter(|(_, x)| x.dirty)
+            .map(|(i, _)| *i)
+            .collect()
+    }
+}
+
 /// A cached file.
 #[derive(Debug)]
 pub(crate) struct FileEntry {

@@ -20,12 +20,7 @@ use crate::stats::Counters;
 impl Inner {
     pub(super) fn fsync_cache(&self, entry: &FileEntry) -> io::Result<()> {
         let mut d = lock(&entry.data);
-        let dirty: Vec<u64> = d
-            .extents
-            .iter()
-            .filter(|(_, x)| x.dirty)
-            .map(|(i, _)| *i)
-            .collect();
+        let dirty: Vec<u64> = d.dirty_extents();
         if dirty.is_empty() {
             return Ok(());
         }
@@ -156,12 +151,7 @@ impl Inner {
     /// Writes every dirty extent of a file back (and syncs the backing file if `sync`).
     pub(super) fn writeback_file(&self, entry: &FileEntry, sync: bool) -> io::Result<u64> {
         let mut d = lock(&entry.data);
-        let dirty: Vec<u64> = d
-            .extents
-            .iter()
-            .filter(|(_, x)| x.dirty)
-            .map(|(i, _)| *i)
-            .collect();
+        let dirty: Vec<u64> = d.dirty_extents();
         let mut bytes = 0;
         for i in dirty {
             let (g, b) = self.writeback_extent(entry, d, i)?;
@@ -170,12 +160,7 @@ impl Inner {
         }
         // An extent written again during its write-back is dirty again: once more, under the
         // lock throughout, so a caller's fsync covers every write before it.
-        let again: Vec<u64> = d
-            .extents
-            .iter()
-            .filter(|(_, x)| x.dirty)
-            .map(|(i, _)| *i)
-            .collect();
+        let again: Vec<u64> = d.dirty_extents();
         for i in again {
             let (g, b) = self.writeback_extent(entry, d, i)?;
             d = g;
