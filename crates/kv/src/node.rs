@@ -421,7 +421,7 @@ impl Node {
         }
         // Queued only: the fsync's leader writes every batch queued, as one store write, before
         // it syncs (fifty clients' batches were fifty appends a cycle, one each).
-        let seq = self.keyspace().queue_pending()?;
+        let seq = self.queue_outside_exec()?;
         if seq == 0 {
             return Ok(());
         }
@@ -445,12 +445,22 @@ impl Node {
         }
     }
 
+    /// Queues what is pending as the store log's next batch, never between two commands of a
+    /// transaction: every connection's commit takes every connection's pending writes, and one
+    /// taken while another thread's EXEC was half done put half a transaction in the store, which
+    /// a crash under `everysec` could leave there. So it waits for the EXEC under way, as a
+    /// command does (the transactions' gate, held shared only while the batch is queued).
+    fn queue_outside_exec(&self) -> Result<u64, crate::keyspace::KvError> {
+        let _outside_exec = self.exec_shared();
+        self.keyspace().queue_pending()
+    }
+
     /// Queues what is pending (under the keyspace lock) and returns once it, and every batch
     /// before it, is in the store (written without the lock): the sequence of the latest batch
     /// that holds this caller's writes (0: none ever). If the store refused it, its keys have
     /// left memory and the error says why.
     pub(crate) async fn write_pending(&self) -> Result<u64, crate::keyspace::KvError> {
-        let seq = self.keyspace().queue_pending()?;
+        let seq = self.queue_outside_exec()?;
         if let Some(log) = &self.log
             && seq > 0
             && let Err(why) = log.write_through_async(seq).await
@@ -764,6 +774,28 @@ mod tests {
         assert!(!node.keyspace().unsynced(), "every write is durable");
     }
 
+    /// The bug: every connection's commit takes every connection's pending writes, and one that
+    /// ran while another thread's EXEC was half done put half a transaction in the store (a
+    /// crash under `everysec` could leave it there). A commit now waits for the EXEC under way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_waits_for_a_transaction_under_way() {
+        let (node, _faults, store) = faulty_node();
+        let exec = node.exec_exclusive();
+        set(&node, "first", "1").expect("the transaction's first write");
+        let committing = commit(&node);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            store.get(b"first").expect("read").is_none(),
+            "nothing of the transaction in the store while it runs"
+        );
+        set(&node, "second", "2").expect("the transaction's second write");
+        drop(exec);
+        ended(committing).await.expect("committed");
+        for key in ["first", "second"] {
+            assert!(store.get(key.as_bytes()).expect("read").is_some(), "{key}");
+        }
+    }
+
     /// A node over a `FaultyStore`, with its controls and the store.
     fn faulty_node() -> (
         std::sync::Arc<Node>,
@@ -935,6 +967,31 @@ mod tests {
             "as counted under the lock"
         );
         reply
+    }
+
+    /// The bug: a RESP2 connection that had subscribed and sent DBSIZE walked the whole store
+    /// before its refusal (only the subscribe family is allowed then): a walk for nothing. It is
+    /// refused without one now.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscribed_connection_s_dbsize_is_refused_without_a_walk() {
+        use pliant_store::OpKind;
+        let (node, faults, now) = counted_node().await;
+        let gate = faults.stall(OpKind::Read);
+        let mut session = client();
+        let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        session.messages = Some(rx);
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            request(&node, &mut session, &["dbsize"], now),
+        )
+        .await
+        .expect("answered without waiting for a walk");
+        assert!(
+            matches!(&reply, Frame::Error(e) if e.starts_with("ERR Can't execute 'dbsize'")),
+            "{reply:?}"
+        );
+        let walked = tokio::task::block_in_place(|| gate.wait_held(Duration::from_millis(100)));
+        assert!(!walked, "no walk of the store");
     }
 
     /// The bug: walks ran on the blocking pool as many at once as clients sent them, so a
