@@ -461,8 +461,14 @@ pub(crate) async fn run_here(
         if node.reads_ahead() && spec.reads_keys(args) {
             node.read_ahead(spec.keys_of(args)).await;
         }
-        // DBSIZE, INFO keyspace, KEYS: O(keys); SCAN: a bounded share.
-        walked = crate::cmd::walk_ahead(node, spec, args, now).await;
+        // DBSIZE, INFO keyspace, KEYS: O(keys); SCAN: a bounded share. Not for a command
+        // `execute` refuses anyway (a RESP2 connection that subscribed).
+        let refused = session.messages.is_some()
+            && session.proto == pliant_proto::frame::Protocol::Resp2
+            && !spec.facts.while_subscribed;
+        if !refused {
+            walked = crate::cmd::walk_ahead(node, spec, args, now).await;
+        }
         checked = Some(spec);
     }
     let mut ctx = Ctx::new(node, session, now);
