@@ -462,11 +462,8 @@ pub(crate) async fn run_here(
             node.read_ahead(spec.keys_of(args)).await;
         }
         // DBSIZE, INFO keyspace, KEYS: O(keys); SCAN: a bounded share. Not for a command
-        // `execute` refuses anyway (a RESP2 connection that subscribed).
-        let refused = session.messages.is_some()
-            && session.proto == pliant_proto::frame::Protocol::Resp2
-            && !spec.facts.while_subscribed;
-        if !refused {
+        // `execute` refuses anyway.
+        if !session.refuses_while_subscribed(spec) {
             walked = crate::cmd::walk_ahead(node, spec, args, now).await;
         }
         checked = Some(spec);

@@ -74,6 +74,12 @@ impl Session {
         }
         node.fold_counts(&mut self.counts);
     }
+
+    /// Whether `spec` is refused here because the connection subscribed over RESP2 (it reads
+    /// messages, not replies, until it unsubscribes).
+    pub(crate) fn refuses_while_subscribed(&self, spec: &Spec) -> bool {
+        self.messages.is_some() && self.proto == Protocol::Resp2 && !spec.facts.while_subscribed
+    }
 }
 
 /// What a command runs with.
@@ -1496,11 +1502,7 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             Err(reply) => return rejected(ctx.node, args, reply),
         },
     };
-    if ctx.session.messages.is_some()
-        && ctx.session.proto == Protocol::Resp2
-        && !spec.facts.while_subscribed
-    {
-        // A RESP2 connection that subscribed reads messages, not replies, until it unsubscribes.
+    if ctx.session.refuses_while_subscribed(spec) {
         return Frame::error(format!(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
             spec.name
