@@ -110,7 +110,7 @@ impl Value {
     /// The store's encoding: a flag byte, the expiry if any, the data.
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(9 + self.data.len());
+        let mut out = Vec::with_capacity(HEAD + self.data.len());
         self.encode_into(&mut out);
         out
     }
@@ -148,18 +148,27 @@ impl Value {
                 data: Bytes::from(raw).slice(1..),
                 expires_at: None,
             }),
-            Some(1) if raw.len() >= 9 => {
-                let mut t = [0; 8];
-                t.copy_from_slice(&raw[1..9]);
-                Ok(Self {
-                    data: Bytes::from(raw).slice(9..),
-                    expires_at: Some(u64::from_be_bytes(t)),
-                })
-            }
-            Some(1) => Err(corrupt("expiry cut short")),
+            Some(1) => match encoded_expiry(&raw) {
+                Some(t) => Ok(Self {
+                    data: Bytes::from(raw).slice(HEAD..),
+                    expires_at: Some(t),
+                }),
+                None => Err(corrupt("expiry cut short")),
+            },
             Some(_) => Err(corrupt("unknown flag byte")),
             None => Err(corrupt("empty")),
         }
+    }
+}
+
+/// The longest header of the store's encoding of a value: its flag byte and an expiry.
+const HEAD: usize = 9;
+
+/// The expiry of a value in the store's encoding, if it has one, whole.
+fn encoded_expiry(raw: &[u8]) -> Option<u64> {
+    match raw {
+        [1, t @ ..] => Some(u64::from_be_bytes(t.get(..8)?.try_into().ok()?)),
+        _ => None,
     }
 }
 
@@ -378,16 +387,7 @@ pub fn count_store(store: &dyn Store, now: u64) -> Result<StoreCounts, KvError> 
     for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
         let (_, raw) = entry?;
         c.all += 1;
-        // The flag byte and the expiry are the encoding's first nine bytes.
-        let at = match raw.first() {
-            Some(1) if raw.len() >= 9 => {
-                let mut t = [0; 8];
-                t.copy_from_slice(&raw[1..9]);
-                Some(u64::from_be_bytes(t))
-            }
-            _ => None,
-        };
-        match at {
+        match encoded_expiry(&raw) {
             None => c.live += 1,
             Some(t) if t > now => {
                 c.live += 1;
@@ -870,10 +870,10 @@ impl Keyspace {
                     max: pliant_store::MAX_KEY_LEN,
                 });
             }
-            if v.data.len() + 9 > pliant_store::MAX_VALUE_LEN {
+            if v.data.len() + HEAD > pliant_store::MAX_VALUE_LEN {
                 return Err(KvError::TooLarge {
                     what: "value",
-                    len: v.data.len() + 9,
+                    len: v.data.len() + HEAD,
                     max: pliant_store::MAX_VALUE_LEN,
                 });
             }
