@@ -413,12 +413,11 @@ impl Node {
     /// `turn` is the connection's turn in group commit (see `node::group_sync`'s module doc): taken
     /// once this batch is in the store, and replaced by the turn the covering fsync hands out.
     pub async fn commit(&self, turn: &mut Option<Turn>) -> Result<(), crate::keyspace::KvError> {
-        let (Some(group), Some(log)) = (&self.group_sync, &self.log) else {
+        let (Some(group), Some(log), Durability::Always) =
+            (&self.group_sync, &self.log, self.durability())
+        else {
             return self.write_pending().await.map(|_| ());
         };
-        if self.durability() != Durability::Always {
-            return self.write_pending().await.map(|_| ());
-        }
         // Queued only: the fsync's leader writes every batch queued, as one store write, before
         // it syncs (fifty clients' batches were fifty appends a cycle, one each).
         let seq = self.queue_outside_exec()?;
@@ -738,17 +737,11 @@ mod tests {
     /// store one append, not one each (fifty a cycle in `tools/bench/group_commit.sh`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_waiting_for_an_fsync_reach_the_store_in_one_write() {
-        use pliant_store::{FaultyStore, MemStore, OpKind, Store};
-        let faulty = FaultyStore::new(MemStore::new());
-        let faults = faulty.faults();
-        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(faulty);
-        let ks = Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store.clone()))
-            .expect("keyspace");
-        let config = Config {
+        use pliant_store::OpKind;
+        let (node, faults, store) = faulty_node_with(&Config {
             durability: crate::config::Durability::Always,
             ..Config::default()
-        };
-        let node = std::sync::Arc::new(Node::new(ks, &config));
+        });
         set(&node, "first", "1").expect("set");
         let stall = faults.stall(OpKind::Sync);
         let first = commit(&node);
@@ -806,17 +799,24 @@ mod tests {
         pliant_store::Faults,
         std::sync::Arc<dyn pliant_store::Store>,
     ) {
+        faulty_node_with(&Config::default())
+    }
+
+    /// [`faulty_node`] with `config`.
+    fn faulty_node_with(
+        config: &Config,
+    ) -> (
+        std::sync::Arc<Node>,
+        pliant_store::Faults,
+        std::sync::Arc<dyn pliant_store::Store>,
+    ) {
         use pliant_store::{FaultyStore, MemStore, Store};
         let faulty = FaultyStore::new(MemStore::new());
         let faults = faulty.faults();
         let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(faulty);
         let ks = Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store.clone()))
             .expect("keyspace");
-        (
-            std::sync::Arc::new(Node::new(ks, &Config::default())),
-            faults,
-            store,
-        )
+        (std::sync::Arc::new(Node::new(ks, config)), faults, store)
     }
 
     fn set(node: &Node, key: &'static str, value: &'static str) -> Result<(), KvError> {

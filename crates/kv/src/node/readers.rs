@@ -15,22 +15,17 @@
 //! pool, not tokio's shared one: a thread's priority cannot be raised again without privilege,
 //! and the shared pool also runs group commit's fsyncs, which must not wait for the CPU.
 
-use std::future::Future;
-
 /// The nice value of the reader threads (see the module doc): the lowest there is.
 pub(crate) const READER_NICE: i32 = 19;
 
 /// A pool of reader threads (see the module doc).
+#[derive(Debug)]
 pub(crate) struct Readers {
     /// A runtime used only for its blocking pool: its threads start at [`READER_NICE`]. Taken
     /// on drop, to be shut down without waiting (a runtime dropped on an async thread panics).
     runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl std::fmt::Debug for Readers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Readers").finish_non_exhaustive()
-    }
+    /// The runtime's handle, what reads are spawned through.
+    handle: tokio::runtime::Handle,
 }
 
 impl Readers {
@@ -44,6 +39,7 @@ impl Readers {
             .map_err(|e| tracing::warn!("store readers: no pool of their own: {e}"))
             .ok()?;
         Some(Self {
+            handle: runtime.handle().clone(),
             runtime: Some(runtime),
         })
     }
@@ -52,11 +48,8 @@ impl Readers {
     pub(crate) fn spawn<T: Send + 'static>(
         &self,
         read: impl FnOnce() -> T + Send + 'static,
-    ) -> impl Future<Output = Result<T, tokio::task::JoinError>> {
-        match &self.runtime {
-            Some(rt) => rt.spawn_blocking(read),
-            None => tokio::task::spawn_blocking(read),
-        }
+    ) -> tokio::task::JoinHandle<T> {
+        self.handle.spawn_blocking(read)
     }
 }
 
