@@ -19,6 +19,14 @@ use crate::tracking::Outgoing;
 /// How long a stopping server waits for its connections to finish the requests they have read.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// The store log's first segment, written with zeros at open under `--durability always`, whose
+/// fsync after every group of writes takes half the time on blocks the file already has (see
+/// `WriteBehindOptions::preallocate`): about two seconds of group-committed SETs of 100 bytes
+/// (60,000 a second, 140 log bytes each: `serve-group-commit-30c` in docs/benchmarks.md), after
+/// which the log's segments are recycled files of the size they last grew to. Under `everysec`
+/// one fsync a second makes it moot.
+const ALWAYS_PREALLOCATE: u64 = 16 << 20;
+
 /// Why a server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -107,14 +115,23 @@ impl Server {
             None => None,
             // Written behind: a write is acknowledged once it is in the store's log, and reaches
             // the LSM tree within a second, coalesced (see `pliant_store::WriteBehind`).
-            Some(path) => Some(Arc::new(
-                pliant_store::WriteBehind::open(path, Default::default()).map_err(|source| {
-                    ServeError::Store {
-                        path: path.clone(),
-                        source,
-                    }
-                })?,
-            )),
+            Some(path) => {
+                let opts = pliant_store::WriteBehindOptions {
+                    preallocate: match config.durability {
+                        Durability::Always => ALWAYS_PREALLOCATE,
+                        _ => 0,
+                    },
+                    ..Default::default()
+                };
+                Some(Arc::new(
+                    pliant_store::WriteBehind::open(path, opts).map_err(|source| {
+                        ServeError::Store {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?,
+                ))
+            }
         };
         let keyspace = match config.parent {
             Some(_) => Keyspace::over_parent(&config.algo, config.capacity)?,

@@ -12,7 +12,8 @@
 //! [`Store::sync`] is on disk.
 //!
 //! ```text
-//! <store dir>/log/<n>.log   segments of length-and-CRC framed batches; n grows
+//! <store dir>/log/<n>.log   segments: a header, then length-and-CRC framed batches; n grows
+//! <store dir>/log/spare     the last applied segment's file, kept to be the next segment
 //! ```
 //!
 //! - **Writes** ([`Store::batch`], `put`, `delete`): one record per batch, appended to the
@@ -21,9 +22,19 @@
 //! - **The applier** (a thread) every second, or sooner when the active map holds
 //!   `max_pending_bytes` or an iterator asks: seals the segment and starts the next, moves the
 //!   active map to *applying*, fsyncs the sealed segment, writes the map into fjall as one batch,
-//!   syncs fjall, deletes the segment and syncs the directory. Only then is the segment gone, so a
-//!   crash at any point leaves every write in the tree or in a segment (or both: replaying a
-//!   write that is already in the tree writes the same value again).
+//!   syncs fjall, renames the segment to `spare` and syncs the directory. Only then is the
+//!   segment gone, so a crash at any point leaves every write in the tree or in a segment (or
+//!   both: replaying a write that is already in the tree writes the same value again).
+//! - **Recycled segments**: the next segment is the spare file renamed, written over from its
+//!   start. Under `--durability always` an fsync follows every group of writes, and an fsync of
+//!   a file that grew must also commit the file system's journal (ext4: the new size and
+//!   blocks), while one of blocks the file already had writes the data alone (half the time per
+//!   fsync on ext4 here: `log-fsync` in docs/benchmarks.md); databases' write-ahead logs
+//!   reuse their files for the same reason (RocksDB's `recycle_log_file_num`, PostgreSQL's WAL
+//!   segments). What the spare held before must never be replayed: each segment's header holds
+//!   the number it was opened as, every record's CRC covers that number, and sealing a segment
+//!   writes an empty record, the seal, after its last batch, so the replay knows where a
+//!   segment ends and an older life's records fail their CRC.
 //! - **Reads**: a point read looks in the active map, then in the map being applied, then in
 //!   the tree. An iterator lays the pending writes in its range (sorted when it is created, so
 //!   its cost grows with what is pending, at most about a second of writes) over a snapshot of
@@ -31,17 +42,19 @@
 //! - **Backpressure**: a writer that finds `max_pending_bytes` already waiting blocks until the
 //!   applier has caught up; memory stays bounded when writes come faster than fjall takes them.
 //! - **Recovery** ([`FjallStore::open`], so any opener of the directory gets it): the segments
-//!   are replayed in order into the tree, up to the first record that is torn or fails its CRC
-//!   (a write that was cut off by a crash was never acknowledged), the tree is synced, and the
-//!   segments are deleted.
+//!   are replayed in order into the tree, each to its seal, up to the first record that is torn
+//!   or fails its CRC (a write that was cut off by a crash was never acknowledged), the tree is
+//!   synced, and the segments and the spare are deleted. Segments of the format before the
+//!   header (no seal, CRCs of the payload alone) are still read.
 //! - **Failure**: if the log cannot be written, or the applier cannot write the tree, every later
 //!   write is refused with [`StoreError::Poisoned`], the first error its source (reads go on,
 //!   from the maps and the tree), and the segments stay for the next open to replay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write as _};
+use std::io::ErrorKind;
 use std::ops::Bound;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -57,6 +70,15 @@ use crate::{
 /// The log's directory inside a store directory.
 pub(crate) const LOG_DIR: &str = "log";
 
+/// The applied segment kept to be the next one (see the module doc).
+const SPARE: &str = "spare";
+
+/// A segment's first bytes: this, then the number it was opened as (u64 little-endian), the seed
+/// of its records' CRCs. Read as the length of a record of the format before it, the magic would
+/// be 10^17 bytes: a segment of that format never starts with it.
+const MAGIC: [u8; 8] = *b"PLNTLOG2";
+const SEGMENT_HEADER: u64 = 16;
+
 // Slice-by-16: the checksum is on every write's path.
 const CRC: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
 
@@ -66,6 +88,9 @@ const HEADER: usize = 12;
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
+/// A seal's whole payload. Not an empty record: zeros (a hole a power cut can leave where a write
+/// had not reached the disk) read as an empty record whose CRC may match.
+const SEAL: u8 = 3;
 
 /// What a pending key costs besides its bytes (map slot, two vectors), for the byte budget.
 const ENTRY_OVERHEAD: usize = 64;
@@ -84,6 +109,11 @@ pub struct WriteBehindOptions {
     /// and writers wait for it (default 64 MiB, fjall's default memtable size: one application
     /// fills at most one memtable).
     pub max_pending_bytes: usize,
+    /// Bytes of zeros written into the first segment at open (default 0), so that it starts as
+    /// a recycled one would, on blocks it already has: for a store fsynced after every group of
+    /// writes, whose first second of fsyncs would otherwise each commit the journal too. Later
+    /// segments are recycled whatever this is.
+    pub preallocate: u64,
 }
 
 impl Default for WriteBehindOptions {
@@ -91,6 +121,7 @@ impl Default for WriteBehindOptions {
         Self {
             apply_every: Duration::from_secs(1),
             max_pending_bytes: 64 << 20,
+            preallocate: 0,
         }
     }
 }
@@ -130,10 +161,11 @@ struct State {
     active: Pending,
     active_bytes: usize,
     applying: Arc<Pending>,
-    /// The segment being appended to, and its number. Shared so that a sync can run without
-    /// the lock (see [`Store::sync`]).
+    /// The segment being appended to, its number and where its next record goes. Shared so
+    /// that a sync can run without the lock (see [`Store::sync`]).
     log: Arc<File>,
     segment: u64,
+    pos: u64,
     /// The sealed segment being applied, kept so that a sync covers it too.
     sealed: Option<Arc<File>>,
     /// Whether a segment was created since the directory was last synced.
@@ -203,7 +235,10 @@ impl<S: Store + 'static> WriteBehind<S> {
             .map_err(io("listing the log"))?
             .last()
             .map_or(0, |(n, _)| n + 1);
-        let log = create_segment(&log_dir, segment).map_err(io("creating a log segment"))?;
+        let log = open_segment(&log_dir, segment).map_err(io("creating a log segment"))?;
+        if opts.preallocate > SEGMENT_HEADER {
+            fill_zeros(&log, opts.preallocate).map_err(io("preallocating a log segment"))?;
+        }
         let shared = Arc::new(Shared {
             tree,
             dir: store_dir.clone(),
@@ -216,6 +251,7 @@ impl<S: Store + 'static> WriteBehind<S> {
                 applying: Arc::new(Pending::default()),
                 log: Arc::new(log),
                 segment,
+                pos: SEGMENT_HEADER,
                 sealed: None,
                 dir_dirty: true,
                 want_apply: false,
@@ -356,16 +392,24 @@ impl<S: Store> Shared<S> {
             }
             // Seal the segment and start the next one.
             let next = st.segment + 1;
-            let log = match create_segment(&self.log_dir, next) {
+            let sealing = (|| {
+                let seal = seal(st.segment);
+                st.log
+                    .write_all_at(&seal, st.pos)
+                    .map_err(self.io("sealing a log segment"))?;
+                open_segment(&self.log_dir, next).map_err(self.io("creating a log segment"))
+            })();
+            let log = match sealing {
                 Ok(f) => f,
                 Err(e) => {
-                    st.failed = Some(Arc::new(self.io("creating a log segment")(e)));
+                    st.failed = Some(Arc::new(e));
                     self.applied_cv.notify_all();
                     return;
                 }
             };
             let sealed = std::mem::replace(&mut st.log, Arc::new(log));
             let segment = std::mem::replace(&mut st.segment, next);
+            st.pos = SEGMENT_HEADER;
             st.sealed = Some(Arc::clone(&sealed));
             st.dir_dirty = true;
             let pending = Arc::new(std::mem::take(&mut st.active));
@@ -407,8 +451,11 @@ impl<S: Store> Shared<S> {
         // The segment may go only once the tree has its writes on disk, and its removal must be
         // on disk before a later segment's: a removal that a power cut undid would otherwise
         // replay this segment's older values over the later one's.
-        fs::remove_file(segment_path(&self.log_dir, segment))
-            .map_err(self.io("removing an applied log segment"))?;
+        fs::rename(
+            segment_path(&self.log_dir, segment),
+            self.log_dir.join(SPARE),
+        )
+        .map_err(self.io("keeping an applied log segment as the spare"))?;
         sync_dir(&self.log_dir).map_err(self.io("syncing the log directory"))
     }
 }
@@ -463,14 +510,15 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
             return Err(self.shared.poisoned(first));
         }
         let st = &mut *st;
-        encode(batch, &mut st.buf);
-        if let Err(e) = (&*st.log).write_all(&st.buf) {
+        encode(batch, st.segment, &mut st.buf);
+        if let Err(e) = st.log.write_all_at(&st.buf, st.pos) {
             // Part of the record may be in the segment: nothing after it could be replayed.
             let kept = std::io::Error::new(e.kind(), e.to_string());
             st.failed = Some(Arc::new(self.shared.io("appending to the log")(kept)));
             self.shared.applied_cv.notify_all();
             return Err(self.shared.io("appending to the log")(e));
         }
+        st.pos += st.buf.len() as u64;
         for w in batch.take_writes() {
             let (key, value) = match w {
                 Write::Put { key, value } => (key, Some(value)),
@@ -612,8 +660,8 @@ pub(crate) struct Recovered {
     pub torn_bytes: u64,
 }
 
-/// Replays the log segments in `log_dir` into `tree`, in order, up to the first damaged record;
-/// syncs the tree; removes the segments. Errors name `dir`.
+/// Replays the log segments in `log_dir` into `tree`, in order, each to its seal, up to the first
+/// damaged record; syncs the tree; removes the segments and the spare. Errors name `dir`.
 pub(crate) fn recover(
     tree: &dyn Store,
     log_dir: &Path,
@@ -636,17 +684,26 @@ pub(crate) fn recover(
     'segments: for (_, path) in &list {
         found.segments += 1;
         let bytes = fs::read(path).map_err(io("reading a log segment"))?;
-        let mut at = 0;
+        let (mut at, seed) = match bytes.split_first_chunk::<8>() {
+            Some((magic, rest)) if *magic == MAGIC => match rest.first_chunk::<8>() {
+                Some(n) => (SEGMENT_HEADER as usize, Some(u64::from_le_bytes(*n))),
+                // Cut off while its header was written: nothing was written after it.
+                None => break 'segments,
+            },
+            _ => (0, None),
+        };
         while at < bytes.len() {
-            match decode(&bytes[at..]) {
-                Some((used, batch)) => {
+            match decode(&bytes[at..], seed) {
+                Record::Batch(used, batch) => {
                     for (k, v) in batch {
                         writes.insert(k.into(), v.map(Into::into));
                     }
                     found.batches += 1;
                     at += used;
                 }
-                None => {
+                // What follows, if anything, is the spare's older life.
+                Record::Seal => continue 'segments,
+                Record::Damaged => {
                     // Nothing after a damaged record was acknowledged after it was written, and
                     // what follows it cannot be trusted to be whole: stop here, for every
                     // later segment too.
@@ -674,6 +731,12 @@ pub(crate) fn recover(
         fs::remove_file(path).map_err(io("removing a replayed log segment"))?;
         sync_dir(log_dir).map_err(io("syncing the log directory"))?;
     }
+    match fs::remove_file(log_dir.join(SPARE)) {
+        Err(e) if e.kind() != ErrorKind::NotFound => {
+            return Err(io("removing the spare log segment")(e));
+        }
+        _ => {}
+    }
     Ok(found)
 }
 
@@ -699,16 +762,53 @@ fn segment_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:020}.log"))
 }
 
-fn create_segment(dir: &Path, n: u64) -> std::io::Result<File> {
-    OpenOptions::new()
+/// Segment `n`, on the spare's blocks if there is a spare, its header written; records go after
+/// [`SEGMENT_HEADER`].
+fn open_segment(dir: &Path, n: u64) -> std::io::Result<File> {
+    let path = segment_path(dir, n);
+    match fs::rename(dir.join(SPARE), &path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    // Not truncated: the spare's blocks are the point.
+    let f = OpenOptions::new()
         .create(true)
-        .append(true)
-        .open(segment_path(dir, n))
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    let mut header = [0; SEGMENT_HEADER as usize];
+    header[..8].copy_from_slice(&MAGIC);
+    header[8..].copy_from_slice(&n.to_le_bytes());
+    f.write_all_at(&header, 0)?;
+    Ok(f)
 }
 
-/// One record: payload length and CRC, then per write a tag, the key's length and key, and for a
-/// put the value's length and value (lengths u32 little-endian).
-fn encode(batch: &Batch, out: &mut Vec<u8>) {
+/// Zeros from the segment header up to `len` bytes, on disk.
+fn fill_zeros(f: &File, len: u64) -> std::io::Result<()> {
+    let zeros = vec![0; 1 << 20];
+    let mut at = SEGMENT_HEADER;
+    while at < len {
+        let n = (len - at).min(zeros.len() as u64);
+        f.write_all_at(&zeros[..n as usize], at)?;
+        at += n;
+    }
+    f.sync_data()
+}
+
+/// A record's CRC: of the segment's number, then of the payload (see the module doc); of the
+/// payload alone in a segment of the format before the header.
+fn checksum(seed: Option<u64>, payload: &[u8]) -> u32 {
+    let mut d = CRC.digest();
+    if let Some(n) = seed {
+        d.update(&n.to_le_bytes());
+    }
+    d.update(payload);
+    d.finalize()
+}
+
+/// One record of segment `segment`: payload length and CRC, then per write a tag, the key's
+/// length and key, and for a put the value's length and value (lengths u32 little-endian).
+fn encode(batch: &Batch, segment: u64, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&[0; HEADER]);
     for w in batch.writes() {
@@ -724,9 +824,22 @@ fn encode(batch: &Batch, out: &mut Vec<u8>) {
             }
         }
     }
+    frame(segment, out);
+}
+
+/// Segment `segment`'s seal: a record of the payload [`SEAL`] alone.
+fn seal(segment: u64) -> Vec<u8> {
+    let mut out = vec![0; HEADER];
+    out.push(SEAL);
+    frame(segment, &mut out);
+    out
+}
+
+/// Fills in the header of the record in `out`.
+fn frame(segment: u64, out: &mut [u8]) {
     let payload = &out[HEADER..];
     let len = payload.len() as u64;
-    let crc = CRC.checksum(payload);
+    let crc = checksum(Some(segment), payload);
     out[..8].copy_from_slice(&len.to_le_bytes());
     out[8..HEADER].copy_from_slice(&crc.to_le_bytes());
 }
@@ -739,15 +852,35 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 type Decoded = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
-/// The record at the start of `bytes` and its length, or `None` if it is torn or damaged.
-fn decode(bytes: &[u8]) -> Option<(usize, Decoded)> {
-    let len = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+/// What [`decode`] found.
+#[derive(Debug, PartialEq)]
+enum Record {
+    /// A batch, and the record's length.
+    Batch(usize, Decoded),
+    /// The segment's seal: nothing after it belongs to the segment.
+    Seal,
+    /// Torn, damaged, or from an older life of the file.
+    Damaged,
+}
+
+/// The record at the start of `bytes`, of a segment whose CRCs are seeded with `seed` (`None`:
+/// the format before the header, which has no seal).
+fn decode(bytes: &[u8], seed: Option<u64>) -> Record {
+    decode_batch(bytes, seed).unwrap_or(Record::Damaged)
+}
+
+fn decode_batch(bytes: &[u8], seed: Option<u64>) -> Option<Record> {
+    let len = usize::try_from(u64::from_le_bytes(*bytes.first_chunk::<8>()?)).ok()?;
     let crc = u32::from_le_bytes(bytes.get(8..HEADER)?.try_into().ok()?);
     let payload = bytes.get(HEADER..HEADER.checked_add(len)?)?;
     // An empty batch is never written, and zeros (a hole a power cut can leave where a write
-    // had not reached the disk) would pass as one: the CRC of nothing is 0.
-    if len == 0 || CRC.checksum(payload) != crc {
+    // had not reached the disk, or a preallocated segment's rest) would pass as one in a
+    // segment of the format before the header: the CRC of nothing is 0.
+    if len == 0 || checksum(seed, payload) != crc {
         return None;
+    }
+    if payload == [SEAL] {
+        return seed.map(|_| Record::Seal);
     }
     let mut writes = Vec::new();
     let mut p = payload;
@@ -766,7 +899,7 @@ fn decode(bytes: &[u8]) -> Option<(usize, Decoded)> {
             _ => return None,
         }
     }
-    Some((HEADER + len, writes))
+    Some(Record::Batch(HEADER + len, writes))
 }
 
 fn take_bytes(p: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -784,8 +917,10 @@ mod tests {
         let mut b = Batch::new();
         b.put(b"k", b"v").delete(b"gone").put(b"", b"");
         let mut buf = Vec::new();
-        encode(&b, &mut buf);
-        let (used, writes) = decode(&buf).expect("whole record");
+        encode(&b, 7, &mut buf);
+        let Record::Batch(used, writes) = decode(&buf, Some(7)) else {
+            panic!("a whole record is read back");
+        };
         assert_eq!(used, buf.len());
         assert_eq!(
             writes,
@@ -796,12 +931,57 @@ mod tests {
             ]
         );
         for cut in 0..buf.len() {
-            assert!(decode(&buf[..cut]).is_none(), "cut at {cut}");
+            assert_eq!(
+                decode(&buf[..cut], Some(7)),
+                Record::Damaged,
+                "cut at {cut}"
+            );
         }
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x40;
-            assert!(decode(&bad).is_none(), "bit flipped in byte {i}");
+            assert_eq!(
+                decode(&bad, Some(7)),
+                Record::Damaged,
+                "bit flipped in byte {i}"
+            );
         }
+    }
+
+    #[test]
+    fn a_record_is_read_in_its_own_segment_only_and_a_seal_is_told_from_zeros() {
+        let mut b = Batch::new();
+        b.put(b"k", b"v");
+        let mut buf = Vec::new();
+        encode(&b, 7, &mut buf);
+        // The same bytes in a recycled file opened as another segment are an older life's.
+        assert_eq!(decode(&buf, Some(8)), Record::Damaged);
+        assert_eq!(decode(&buf, None), Record::Damaged);
+        let seal = seal(7);
+        assert_eq!(decode(&seal, Some(7)), Record::Seal);
+        assert_eq!(decode(&seal, Some(8)), Record::Damaged);
+        for seed in [None, Some(0), Some(7)] {
+            assert_eq!(
+                decode(&[0; 64], seed),
+                Record::Damaged,
+                "zeros, seed {seed:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_of_the_format_before_the_header_is_read() {
+        // That format: the CRC of the payload alone, and no segment header.
+        let mut b = Batch::new();
+        b.put(b"old", b"record");
+        let mut buf = Vec::new();
+        encode(&b, 0, &mut buf);
+        let crc = CRC.checksum(&buf[HEADER..]);
+        buf[8..HEADER].copy_from_slice(&crc.to_le_bytes());
+        let Record::Batch(used, writes) = decode(&buf, None) else {
+            panic!("an old record is read");
+        };
+        assert_eq!(used, buf.len());
+        assert_eq!(writes, vec![(b"old".to_vec(), Some(b"record".to_vec()))]);
     }
 }

@@ -65,6 +65,8 @@ fn quick() -> WriteBehindOptions {
     WriteBehindOptions {
         apply_every: Duration::from_millis(5),
         max_pending_bytes: 4 << 10,
+        // The zeros after the last record of a killed store's first segment end its replay.
+        preallocate: 8 << 10,
     }
 }
 
@@ -72,6 +74,7 @@ fn never() -> WriteBehindOptions {
     WriteBehindOptions {
         apply_every: Duration::from_secs(3600),
         max_pending_bytes: usize::MAX,
+        preallocate: 0,
     }
 }
 
@@ -175,9 +178,10 @@ fn a_torn_last_record_is_skipped_and_everything_before_it_kept() {
         .collect();
     let refs: Vec<(&[u8], &[u8])> = writes.iter().map(|(k, v)| (&k[..], &v[..])).collect();
     let whole = log_of(&refs);
-    // One record per put: 12-byte header, tag, 4 + 3 key bytes, 4 + 4 value bytes.
+    // The segment's 16-byte header, then one record per put: 12-byte header, tag, 4 + 3 key
+    // bytes, 4 + 4 value bytes.
     const RECORD: usize = 28;
-    assert_eq!(whole.len(), 100 * RECORD);
+    assert_eq!(whole.len(), 16 + 100 * RECORD);
     assert_eq!(replayed(std::slice::from_ref(&whole)).len(), 100);
     // Cut the last record at every length, as a crash in the middle of its write would.
     for cut in 1..RECORD {
@@ -193,9 +197,10 @@ fn a_damaged_record_stops_the_replay_for_later_segments_too() {
     let second = log_of(&[(b"c", b"3")]);
     let good = replayed(&[first.clone(), second.clone()]);
     assert_eq!(good.len(), 3);
-    // Each record is 12 + 1 + 4 + 1 + 4 + 1 = 23 bytes; damage the second one's value.
-    assert_eq!(first.len(), 46);
-    first[45] ^= 0xff;
+    // The segment's header is 16 bytes, each record 12 + 1 + 4 + 1 + 4 + 1 = 23; damage the
+    // second record's value.
+    assert_eq!(first.len(), 16 + 46);
+    first[16 + 45] ^= 0xff;
     let got = replayed(&[first, second]);
     assert_eq!(
         got,
@@ -210,6 +215,7 @@ fn a_writer_far_ahead_of_the_applier_waits_for_it_and_nothing_is_lost() {
     let opts = WriteBehindOptions {
         apply_every: Duration::from_secs(3600),
         max_pending_bytes: 16 << 10,
+        preallocate: 0,
     };
     let s = WriteBehind::open(&dir, opts.clone()).expect("open");
     let value = vec![b'x'; 1_000];
@@ -359,4 +365,57 @@ fn a_poisoned_write_behind_store_is_a_variant_callers_can_match() {
         first_failure(&synced),
         StoreError::Injected { .. }
     ));
+}
+
+#[test]
+fn a_recycled_segment_never_replays_what_it_held_before() {
+    // Each record below is 23 bytes and each pending key counts 66 against the budget: the
+    // fourth write of a segment wakes the applier, and the fifth waits until the segment is
+    // applied and kept as the spare. So segment 0 holds writes 1-4, segment 1 (a new file)
+    // writes 5-8, and segment 2 is segment 0's file again, with write 9 over write 1 and
+    // writes 2-4 after it, whole records of an older life, of the same size, with old values.
+    let (_tmp, dir) = scratch();
+    let opts = WriteBehindOptions {
+        apply_every: Duration::from_secs(3600),
+        max_pending_bytes: 200,
+        preallocate: 0,
+    };
+    let s = WriteBehind::open(&dir, opts).expect("open");
+    for _ in 0..4 {
+        s.put(b"a", b"1").expect("put");
+    }
+    for _ in 0..4 {
+        s.put(b"a", b"2").expect("put");
+    }
+    s.put(b"b", b"9").expect("put");
+    s.abandon();
+    let files = segments(&dir);
+    let names: Vec<_> = files
+        .iter()
+        .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [format!("{:020}.log", 2), "spare".to_string()],
+        "segment 1 was applied and kept as the spare"
+    );
+    let reused = std::fs::metadata(&files[0]).expect("segment 2").len();
+    assert_eq!(
+        reused,
+        16 + 4 * 23 + 13,
+        "segment 2 is segment 0's file (header, 4 records, seal), its older records still in it"
+    );
+    let s = FjallStore::open(&dir).expect("reopen");
+    assert_eq!(
+        contents(&s),
+        Model::from([
+            (b"a".to_vec(), b"2".to_vec()),
+            (b"b".to_vec(), b"9".to_vec())
+        ]),
+        "a = 1 from segment 0's life is not replayed over a = 2"
+    );
+    assert!(
+        segments(&dir).is_empty(),
+        "the replay removes the spare too"
+    );
 }

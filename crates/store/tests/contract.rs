@@ -249,6 +249,7 @@ macro_rules! backends {
                 let opts = pliant_store::WriteBehindOptions {
                     apply_every: std::time::Duration::from_millis(1),
                     max_pending_bytes: 1 << 10,
+                    preallocate: 0,
                 };
                 super::$name(&pliant_store::WriteBehind::temporary(opts).expect("store"))
             })*
