@@ -1,39 +1,15 @@
 //! The FUSE adapter: translates kernel requests into [`FsCache`] calls and nothing more (inode
-//! numbers to paths, open handles to numbers, errors to errnos), plus the control names
-//! `pliant fs` reaches the mount through.
+//! numbers to paths, open handles to numbers, errors to errnos).
 //!
-//! ## Control through extended attributes
-//! No one needs a socket or a pid file: the verbs are extended attribute names under
-//! `pliant.`, which never reach the backing directory and are not listed. Each verb has a rule
-//! by whom it affects (docs/security.md):
-//!
-//! - `getxattr(PATH, "pliant.<verb>")`, a read, for verbs that touch only what the caller may
-//!   touch: `stats` (the mount's [`FsStats`](crate::FsStats)), `preload` and `invalidate` (of clean copies) on
-//!   the files at or under PATH that the caller may read, `evict` and `writeback` on those it
-//!   may write (a [`HintReport`](crate::core::HintReport); the kernel checks PATH itself, the core each file under it).
-//! - `setxattr(MOUNT, "pliant.<verb>", VALUE)`, for verbs that change the mount for every
-//!   user, its owner's or root's only (`EPERM` otherwise): `flush` (start writing everything
-//!   back, in the background: a FUSE request thread is not held for it), `discard` (drop dirty
-//!   data at the unmount), `policy.*` (swap or roll back a policy). The answer waits for the
-//!   same process under `getxattr("pliant.result")`.
-//!
-//! A `getxattr` asking only for the size runs the verb and keeps the answer for the same
-//! process's next call (a bounded number of them), so the usual two-call pattern runs a verb
-//! once.
-//!
-//! ## Security
-//! The kernel checks permissions (`default_permissions`) against the backing directory's modes
-//! and owners, which the attributes pass through. What it cannot see are the directories above
-//! the backing directory: a user who may not traverse them must not reach the backing tree
-//! through the mount (DataWarp's hole). Every request from a user other than the mount's owner
-//! and root is checked against them first.
+//! The control verbs ([`Controls`](crate::core::Controls)), the inode table
+//! ([`Inodes`](crate::core::Inodes)) and the check of who may use the mount
+//! ([`Gate`](crate::core::Gate)) are the core's, tested without a mount; this file hands them
+//! the kernel's requests.
 
 use std::collections::HashMap;
 
-use indexmap::IndexMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
@@ -46,153 +22,14 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 
-use crate::core::{Attr, FsCache, Handle, libc_mode, lock};
-
-/// The attribute names `pliant fs` uses.
-pub const CONTROL_PREFIX: &str = "pliant.";
-
-/// Answers kept for a later call of the same process (size probes, `setxattr` results). Any
-/// user who may read a file can ask, so they are bounded: past this, the oldest go (a process
-/// that lost its answer asks again).
-const KEPT_ANSWERS: usize = 256;
-
-/// Keeps `v` under `k` in `map`, dropping the oldest answers past [`KEPT_ANSWERS`].
-fn keep<K: std::hash::Hash + Eq, V>(map: &mut IndexMap<K, V>, k: K, v: V) {
-    map.insert(k, v);
-    while map.len() > KEPT_ANSWERS {
-        map.shift_remove_index(0);
-    }
-}
+use crate::core::{
+    Access, Attr, CONTROL_PREFIX, Controls, FsCache, Gate, Handle, Inodes, ROOT, VerbError,
+    groups_of, libc_mode, lock,
+};
 
 /// How long the kernel may trust attributes and names. Short: the backing directory can change
 /// behind the cache's back, and revalidation on open is only as good as the attributes it sees.
 const TTL: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Default)]
-struct Inodes {
-    paths: HashMap<u64, (PathBuf, u64)>,
-    by_path: HashMap<PathBuf, u64>,
-    next: u64,
-}
-
-impl Inodes {
-    fn path(&self, ino: INodeNo) -> Option<PathBuf> {
-        if ino.0 == 1 {
-            return Some(PathBuf::new());
-        }
-        self.paths.get(&ino.0).map(|(p, _)| p.clone())
-    }
-
-    /// The inode number of `path`, counting one more kernel reference.
-    fn lookup(&mut self, path: &Path) -> u64 {
-        if path.as_os_str().is_empty() {
-            return 1;
-        }
-        if let Some(&ino) = self.by_path.get(path) {
-            if let Some(e) = self.paths.get_mut(&ino) {
-                e.1 += 1;
-            }
-            return ino;
-        }
-        // Numbers are never reused in a mount: the kernel may still hold a forgotten one.
-        self.next = self.next.max(1) + 1;
-        let ino = self.next;
-        self.paths.insert(ino, (path.to_path_buf(), 1));
-        self.by_path.insert(path.to_path_buf(), ino);
-        ino
-    }
-
-    fn forget(&mut self, ino: u64, n: u64) {
-        if let Some(e) = self.paths.get_mut(&ino) {
-            e.1 = e.1.saturating_sub(n);
-            if e.1 == 0 {
-                let (p, _) = self.paths.remove(&ino).unwrap_or_default();
-                if self.by_path.get(&p) == Some(&ino) {
-                    self.by_path.remove(&p);
-                }
-            }
-        }
-    }
-
-    fn renamed(&mut self, from: &Path, to: &Path, exchange: bool) {
-        let swap = |base: &Path, rest: &Path| {
-            if rest.as_os_str().is_empty() {
-                base.to_path_buf()
-            } else {
-                base.join(rest)
-            }
-        };
-        if !exchange && let Some(ino) = self.by_path.remove(to) {
-            // The replaced file keeps its number for the kernel, under no name.
-            if let Some(e) = self.paths.get_mut(&ino) {
-                e.0 = PathBuf::from(format!("\0replaced-{ino}"));
-            }
-        }
-        let moved: Vec<(PathBuf, u64)> = self
-            .by_path
-            .iter()
-            .filter(|(p, _)| p.starts_with(from) || (exchange && p.starts_with(to)))
-            .map(|(p, i)| (p.clone(), *i))
-            .collect();
-        for (p, _) in &moved {
-            self.by_path.remove(p);
-        }
-        for (p, ino) in moved {
-            let new = match (p.strip_prefix(from), p.strip_prefix(to)) {
-                (Ok(rest), _) => swap(to, rest),
-                (_, Ok(rest)) => swap(from, rest),
-                _ => continue,
-            };
-            if let Some(e) = self.paths.get_mut(&ino) {
-                e.0 = new.clone();
-            }
-            self.by_path.insert(new, ino);
-        }
-    }
-}
-
-/// Who may use the mount beyond its owner.
-#[derive(Debug, Clone)]
-pub struct Access {
-    /// The daemon's user: always allowed.
-    pub owner: u32,
-    /// The directories above the backing directory: `(mode, uid, gid)` of each.
-    pub ancestors: Vec<(u32, u32, u32)>,
-    /// Files created for other users get their owner (only meaningful run as root).
-    pub chown_new: bool,
-}
-
-impl Access {
-    /// Reads the modes of the backing directory's ancestors.
-    pub fn for_backing(backing: &Path, chown_new: bool) -> std::io::Result<Self> {
-        let mut ancestors = Vec::new();
-        let mut p = backing.parent();
-        while let Some(dir) = p {
-            let m = std::fs::metadata(dir)?;
-            ancestors.push((m.mode(), m.uid(), m.gid()));
-            p = dir.parent();
-        }
-        Ok(Self {
-            owner: nix::unistd::getuid().as_raw(),
-            ancestors,
-            chown_new,
-        })
-    }
-
-    fn may_traverse(&self, uid: u32, gid: u32, groups: &[u32]) -> bool {
-        uid == 0
-            || uid == self.owner
-            || self.ancestors.iter().all(|&(mode, ouid, ogid)| {
-                if uid == ouid {
-                    mode & 0o100 != 0
-                } else if gid == ogid || groups.contains(&ogid) {
-                    mode & 0o010 != 0
-                } else {
-                    mode & 0o001 != 0
-                }
-            })
-    }
-}
 
 /// A directory's entries as readdir pages through them: inode number, type, name.
 type Listing = Vec<(u64, FileType, OsString)>;
@@ -242,36 +79,14 @@ pub(crate) fn reply_statfs(s: std::io::Result<nix::sys::statvfs::Statvfs>, reply
     }
 }
 
-/// Supplementary groups of a process, from `/proc/PID/status`.
-fn groups_of(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("Groups:").map(|g| {
-                    g.split_whitespace()
-                        .filter_map(|x| x.parse().ok())
-                        .collect()
-                })
-            })
-        })
-        .unwrap_or_default()
-}
-
 /// The FUSE file system over a [`FsCache`].
 pub struct PliantFuse {
     core: Arc<FsCache>,
     inodes: Mutex<Inodes>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    access: Access,
-    traversal: Mutex<HashMap<(u32, u32), bool>>,
-    /// Answers of control verbs asked for their size first, by (pid, inode, name).
-    pending: Mutex<IndexMap<(u32, u64, OsString), Vec<u8>>>,
-    /// Set by the owner's `discard` verb: the unmount drops dirty data.
-    pub discard: Arc<AtomicBool>,
-    /// Answers of the owner's `setxattr` verbs, by the asking process.
-    results: Mutex<IndexMap<u32, (bool, String)>>,
+    gate: Gate,
+    controls: Controls,
     /// Directory listings of open directories, by handle.
     listings: Mutex<HashMap<u64, Listing>>,
     /// Asked for: use kernel passthrough for reads of fully cached files.
@@ -279,8 +94,6 @@ pub struct PliantFuse {
     /// The kernel agreed (set at init).
     passthrough: AtomicBool,
     pt: Mutex<Passthrough>,
-    /// Where the Prometheus endpoint listens (`stats` reports it: `--metrics …:0` picks a port).
-    metrics: Option<String>,
 }
 
 impl std::fmt::Debug for PliantFuse {
@@ -293,6 +106,15 @@ impl std::fmt::Debug for PliantFuse {
 
 fn err(e: std::io::Error) -> Errno {
     Errno::from(e)
+}
+
+fn control_errno(e: VerbError) -> Errno {
+    match e {
+        VerbError::NotOwner => Errno::EPERM,
+        VerbError::Refused(_) => Errno::EINVAL,
+        VerbError::NoSuchVerb(_) => Errno::ENODATA,
+        VerbError::Io(e) => err(e),
+    }
 }
 
 fn file_type(mode: u32) -> FileType {
@@ -338,27 +160,28 @@ impl PliantFuse {
     /// Wraps a cache.
     pub fn new(core: Arc<FsCache>, access: Access) -> Self {
         Self {
+            controls: Controls::new(core.clone()),
             core,
             inodes: Mutex::new(Inodes::default()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            access,
-            traversal: Mutex::new(HashMap::new()),
-            pending: Mutex::new(IndexMap::new()),
-            discard: Arc::new(AtomicBool::new(false)),
-            results: Mutex::new(IndexMap::new()),
+            gate: Gate::new(access),
             listings: Mutex::new(HashMap::new()),
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
             pt: Mutex::new(Passthrough::default()),
-            metrics: None,
         }
     }
 
     /// The address the Prometheus endpoint was bound to, reported by `stats`.
     pub fn with_metrics(mut self, addr: Option<std::net::SocketAddr>) -> Self {
-        self.metrics = addr.map(|a| a.to_string());
+        self.controls = self.controls.with_metrics(addr.map(|a| a.to_string()));
         self
+    }
+
+    /// The flag the owner's `discard` verb sets: the unmount drops dirty data.
+    pub fn discard(&self) -> Arc<AtomicBool> {
+        self.controls.discard()
     }
 
     /// Reads of files whose extents are all cached go from the kernel to the cache file
@@ -424,19 +247,18 @@ impl PliantFuse {
     }
 
     fn guard(&self, req: &Request) -> Result<(), Errno> {
-        let (uid, gid) = (req.uid(), req.gid());
-        if uid == 0 || uid == self.access.owner {
-            return Ok(());
+        if self
+            .gate
+            .admits(req.uid(), req.gid(), || groups_of(req.pid()))
+        {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
         }
-        let mut t = lock(&self.traversal);
-        let ok = *t
-            .entry((uid, gid))
-            .or_insert_with(|| self.access.may_traverse(uid, gid, &groups_of(req.pid())));
-        if ok { Ok(()) } else { Err(Errno::EACCES) }
     }
 
     fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
-        lock(&self.inodes).path(ino).ok_or(Errno::ENOENT)
+        lock(&self.inodes).path(ino.0).ok_or(Errno::ENOENT)
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
@@ -447,7 +269,7 @@ impl PliantFuse {
     }
 
     fn owner(&self, req: &Request) -> Option<(u32, u32)> {
-        self.access.chown_new.then(|| (req.uid(), req.gid()))
+        self.gate.new_owner(req.uid(), req.gid())
     }
 
     fn entry(&self, path: &Path, reply: ReplyEntry) {
@@ -468,12 +290,10 @@ impl PliantFuse {
     fn listing(&self, ino: INodeNo) -> Result<Listing, Errno> {
         let path = self.path(ino)?;
         let list = self.core.readdir(&path).map_err(err)?;
-        let parent_ino = {
-            let inodes = lock(&self.inodes);
-            path.parent()
-                .and_then(|pp| inodes.by_path.get(pp).copied())
-                .unwrap_or(1)
-        };
+        let parent_ino = path
+            .parent()
+            .and_then(|pp| lock(&self.inodes).ino(pp))
+            .unwrap_or(ROOT);
         let mut all: Listing = vec![
             (ino.0, FileType::Directory, ".".into()),
             (parent_ino, FileType::Directory, "..".into()),
@@ -485,61 +305,12 @@ impl PliantFuse {
                 // Numbers for names the kernel has not looked up are only shown by `ls -i`;
                 // high numbers keep them apart from the mount's own.
                 let n = inodes
-                    .by_path
-                    .get(&child)
-                    .copied()
+                    .ino(&child)
                     .unwrap_or(u64::MAX / 2 + all.len() as u64);
                 all.push((n, file_type(e.kind), e.name));
             }
         }
         Ok(all)
-    }
-
-    /// The owner's verbs. `setxattr(MOUNT, "pliant.policy.evict"|"pliant.policy.writeback",
-    /// {"name", "code", "params": ["k=v", …]})` swaps a policy; `"pliant.policy.rollback"`
-    /// with `evict` or `writeback` rolls one back; `"pliant.flush"` starts a flush (the answer
-    /// names its number, done once `stats` shows `flush_done` there); `"pliant.discard"` has
-    /// the unmount drop dirty data. The answer waits under `pliant.result`.
-    fn control_set(&self, verb: &str, value: &[u8]) -> Result<String, String> {
-        use crate::policy::Trigger;
-        match verb {
-            "flush" => {
-                return self
-                    .core
-                    .request_flush()
-                    .map(|n| format!("flush {n} started"))
-                    .map_err(|e| format!("starting a flush: {e}"));
-            }
-            "discard" => {
-                self.discard.store(true, Relaxed);
-                return Ok("dirty data is dropped at the unmount".into());
-            }
-            _ => {}
-        }
-        if verb == "policy.rollback" {
-            let which: Trigger = String::from_utf8_lossy(value).trim().parse()?;
-            return self.core.rollback_policy(which);
-        }
-        match verb.strip_prefix("policy.").map(str::parse::<Trigger>) {
-            Some(Ok(which)) => {
-                #[derive(serde::Deserialize)]
-                struct Load {
-                    name: String,
-                    code: String,
-                    params: Option<Vec<String>>,
-                }
-                let l: Load = serde_json::from_slice(value).map_err(|e| format!("{verb}: {e}"))?;
-                let params = l.params.map(|ps| {
-                    ps.iter()
-                        .filter_map(|p| p.split_once('='))
-                        .map(|(k, v)| (k.to_string(), pliant_policy::ParamValue::parse(v)))
-                        .collect()
-                });
-                let source = pliant_policy::PolicySource::functions(l.name, l.code);
-                self.core.load_policy(which, source, params)
-            }
-            _ => Err(format!("{CONTROL_PREFIX}{verb}: no such control")),
-        }
     }
 
     /// Who asks, for the checks the kernel cannot make.
@@ -577,41 +348,6 @@ impl PliantFuse {
             return Err(err(e));
         }
         Ok(h)
-    }
-
-    /// The verbs of `getxattr`: none changes anything the caller could not change itself.
-    fn control(&self, path: &Path, verb: &str, req: &Request) -> Result<Vec<u8>, Errno> {
-        let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|_| Errno::EIO);
-        let caller = || Self::caller(req);
-        let pid = req.pid();
-        match verb {
-            "stats" => {
-                let mut s = self.core.stats();
-                s.metrics_addr.clone_from(&self.metrics);
-                json(serde_json::to_vec(&s))
-            }
-            "preload" => json(serde_json::to_vec(
-                &self.core.preload(path, &caller()).map_err(err)?,
-            )),
-            "evict" => json(serde_json::to_vec(
-                &self.core.evict(path, &caller()).map_err(err)?,
-            )),
-            "writeback" => json(serde_json::to_vec(
-                &self.core.writeback(path, &caller()).map_err(err)?,
-            )),
-            "invalidate" => json(serde_json::to_vec(
-                &self.core.invalidate(path, &caller()).map_err(err)?,
-            )),
-            "result" => {
-                let (ok, message) = lock(&self.results)
-                    .shift_remove(&pid)
-                    .unwrap_or((false, "nothing was asked by this process".into()));
-                json(serde_json::to_vec(
-                    &serde_json::json!({"ok": ok, "message": message}),
-                ))
-            }
-            _ => Err(Errno::ENODATA),
-        }
     }
 }
 
@@ -1041,18 +777,11 @@ impl Filesystem for PliantFuse {
         reply: ReplyEmpty,
     ) {
         if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
-            // These verbs change the mount for everyone: its owner's (or root's) call.
-            if req.uid() != 0 && req.uid() != self.access.owner {
-                return reply.error(Errno::EPERM);
-            }
-            let result = self.control_set(&String::from_utf8_lossy(verb), value);
-            let ok = result.is_ok();
-            let message = result.unwrap_or_else(|e| e);
-            keep(&mut lock(&self.results), req.pid(), (ok, message));
-            return if ok {
-                reply.ok()
-            } else {
-                reply.error(Errno::EINVAL)
+            let verb = String::from_utf8_lossy(verb);
+            let owner = self.gate.owns(req.uid());
+            return match self.controls.set(&verb, value, req.pid(), owner) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(control_errno(e)),
             };
         }
         let res = self
@@ -1070,17 +799,11 @@ impl Filesystem for PliantFuse {
             self.guard(req)?;
             let p = self.path(ino)?;
             if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
-                let key = (req.pid(), ino.0, name.to_os_string());
-                if size > 0
-                    && let Some(v) = lock(&self.pending).shift_remove(&key)
-                {
-                    return Ok(v);
-                }
-                let v = self.control(&p, &String::from_utf8_lossy(verb), req)?;
-                if size == 0 {
-                    keep(&mut lock(&self.pending), key, v.clone());
-                }
-                return Ok(v);
+                let verb = String::from_utf8_lossy(verb);
+                return self
+                    .controls
+                    .get(&p, ino.0, &verb, size == 0, req.pid(), || Self::caller(req))
+                    .map_err(control_errno);
             }
             self.core
                 .getxattr(&p, name)
@@ -1188,29 +911,5 @@ impl Filesystem for PliantFuse {
             }
             Err(e) => reply.error(e),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{IndexMap, KEPT_ANSWERS, keep};
-
-    #[test]
-    fn kept_answers_are_bounded_and_the_oldest_go_first() {
-        let mut m = IndexMap::new();
-        for i in 0..KEPT_ANSWERS as u32 + 10 {
-            keep(&mut m, i, i * 10);
-        }
-        assert_eq!(m.len(), KEPT_ANSWERS);
-        assert_eq!(m.get(&9), None);
-        assert_eq!(m.get(&10), Some(&100));
-        keep(&mut m, 10, 1);
-        keep(&mut m, 1_000_000, 0);
-        assert_eq!(m.len(), KEPT_ANSWERS);
-        assert_eq!(
-            m.get(&10),
-            None,
-            "a key set again keeps its place, the oldest"
-        );
     }
 }

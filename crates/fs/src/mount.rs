@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::SystemClock;
 use crate::config::FsConfig;
+use crate::core::{Access, CONTROL_PREFIX};
 use crate::core::{FsCache, HintReport, OpenError, Recovery};
-use crate::fuse::{Access, CONTROL_PREFIX, PliantFuse};
+use crate::fuse::PliantFuse;
 use crate::stats::FsStats;
 
 /// How to mount.
@@ -296,7 +297,7 @@ pub fn run_foreground(
     let fs = PliantFuse::new(core.clone(), access)
         .with_passthrough(opts.passthrough && root)
         .with_metrics(metrics_addr);
-    let discard = fs.discard.clone();
+    let discard = fs.discard();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName(format!("pliant:{}", backing.display())),

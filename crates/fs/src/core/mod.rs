@@ -47,14 +47,21 @@ use crate::journal::{self, Header, Journal};
 use crate::stats::{Counters, FsStats};
 use crate::window::WriteWindow;
 
+mod access;
 mod check;
+mod control;
 mod eviction;
 mod extents;
+mod inodes;
 mod metadata;
 mod recovery;
 mod writeback;
 
 use self::recovery::recover;
+
+pub use self::access::{Access, Gate, groups_of};
+pub use self::control::{CONTROL_PREFIX, Controls, VerbError};
+pub use self::inodes::{Inodes, ROOT};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in one FUSE request must not take the whole mount down with poisoned locks.
