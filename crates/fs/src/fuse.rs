@@ -63,7 +63,7 @@ struct Passthrough {
 
 /// Answers `statfs` with the backing file system's numbers: what `df` shows of a mount is
 /// what lies behind it.
-pub(crate) fn reply_statfs(s: std::io::Result<nix::sys::statvfs::Statvfs>, reply: ReplyStatfs) {
+pub fn reply_statfs(s: std::io::Result<nix::sys::statvfs::Statvfs>, reply: ReplyStatfs) {
     match s {
         Ok(s) => reply.statfs(
             s.blocks(),
@@ -129,7 +129,8 @@ fn file_type(mode: u32) -> FileType {
     }
 }
 
-pub(crate) fn fattr(ino: u64, a: &Attr) -> FileAttr {
+/// The attributes the kernel gets for inode `ino` (`pliant-slowfs` shows its files the same way).
+pub fn fattr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,

@@ -28,7 +28,6 @@ pub mod job;
 pub mod journal;
 pub mod mount;
 pub mod policy;
-pub mod slow;
 mod stats;
 mod window;
 

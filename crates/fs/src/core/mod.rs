@@ -267,7 +267,8 @@ fn time_of(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 impl Attr {
-    pub(crate) fn from_meta(m: &std::fs::Metadata) -> Self {
+    /// The attributes of a file as its metadata gives them.
+    pub fn from_meta(m: &std::fs::Metadata) -> Self {
         Self {
             size: m.size(),
             blocks: m.blocks(),

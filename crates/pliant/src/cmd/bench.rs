@@ -174,7 +174,7 @@ fn slow_fs(a: &SlowFsArgs) -> Result<ExitCode> {
             a.stream_rate
         ),
     };
-    pliant_fs::slow::run(&a.dir, &a.mountpoint, rate, a.threads)?;
+    pliant_slowfs::run(&a.dir, &a.mountpoint, rate, a.threads)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,9 +1,14 @@
-//! A slow file system for benchmarks: a FUSE passthrough over a directory whose data requests
-//! each take `bytes / stream_rate` seconds, so that one stream of I/O moves at most
-//! `stream_rate` bytes/s while concurrent streams add up, as on a parallel file system where
-//! one client stream is limited by its stripe and its round trips (DataWarp's figure 11: more
-//! write-back threads, more throughput). It stands in for Lustre in `tools/bench/fs_fio.sh`; it
-//! is not a product feature. Metadata requests are passed through without delay.
+//! `pliant-slowfs`: a slow file system for benchmarks (`pliant bench slow-fs`): a FUSE
+//! passthrough over a directory whose data requests each take `bytes / stream_rate` seconds, so
+//! that one stream of I/O moves at most `stream_rate` bytes/s while concurrent streams add up,
+//! as on a parallel file system where one client stream is limited by its stripe and its round
+//! trips (DataWarp's figure 11: more write-back threads, more throughput). It stands in for
+//! Lustre in `tools/bench/fs_fio.sh` and `tools/bench/store_miss_p99.sh`; it is not a product
+//! feature, hence a crate of its own beside `pliant-fs`. Metadata requests are passed through
+//! without delay.
+//!
+//! Dependencies: `pliant-fs` (its inode table, and its conversion of attributes, so that both
+//! file systems show a file alike), `fuser` (the protocol), `nix` (`statvfs`, signals).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -20,7 +25,13 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::core::lock;
+use pliant_fs::core::{Attr, Inodes};
+use pliant_fs::fuse::{fattr, reply_statfs};
+
+// A panic in one FUSE request must not take the whole mount down with poisoned locks.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -29,8 +40,8 @@ const TTL: Duration = Duration::from_secs(1);
 pub struct SlowFs {
     root: PathBuf,
     stream_rate: f64,
-    paths: Mutex<(HashMap<u64, PathBuf>, HashMap<PathBuf, u64>)>,
-    next_ino: AtomicU64,
+    /// Paths relative to `root`.
+    inodes: Mutex<Inodes>,
     files: Mutex<HashMap<u64, std::sync::Arc<File>>>,
     next_fh: AtomicU64,
 }
@@ -41,7 +52,7 @@ fn err(e: std::io::Error) -> Errno {
 
 /// The cache's own conversion, so both file systems show a file alike.
 fn attr(ino: u64, m: &std::fs::Metadata) -> FileAttr {
-    crate::fuse::fattr(ino, &crate::core::Attr::from_meta(m))
+    fattr(ino, &Attr::from_meta(m))
 }
 
 impl SlowFs {
@@ -50,33 +61,23 @@ impl SlowFs {
         Self {
             root,
             stream_rate,
-            paths: Mutex::new((HashMap::new(), HashMap::new())),
-            next_ino: AtomicU64::new(2),
+            inodes: Mutex::new(Inodes::default()),
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
         }
     }
 
     fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
-        if ino.0 == 1 {
-            return Ok(self.root.clone());
-        }
-        lock(&self.paths)
-            .0
-            .get(&ino.0)
-            .cloned()
-            .ok_or(Errno::ENOENT)
+        let rel = lock(&self.inodes).path(ino.0).ok_or(Errno::ENOENT)?;
+        Ok(self.root.join(rel))
+    }
+
+    fn rel<'a>(&self, p: &'a Path) -> &'a Path {
+        p.strip_prefix(&self.root).unwrap_or(p)
     }
 
     fn ino(&self, p: &Path) -> u64 {
-        let mut t = lock(&self.paths);
-        if let Some(&i) = t.1.get(p) {
-            return i;
-        }
-        let i = self.next_ino.fetch_add(1, Relaxed);
-        t.0.insert(i, p.to_path_buf());
-        t.1.insert(p.to_path_buf(), i);
-        i
+        lock(&self.inodes).lookup(self.rel(p))
     }
 
     fn delay(&self, bytes: usize) {
@@ -213,11 +214,7 @@ impl Filesystem for SlowFs {
             let from = self.path(parent)?.join(name);
             let to = self.path(newparent)?.join(newname);
             std::fs::rename(&from, &to).map_err(err)?;
-            let mut t = lock(&self.paths);
-            if let Some(i) = t.1.remove(&from) {
-                t.0.insert(i, to.clone());
-                t.1.insert(to, i);
-            }
+            lock(&self.inodes).renamed(self.rel(&from), self.rel(&to), false);
             Ok(())
         })();
         match res {
@@ -416,7 +413,7 @@ impl Filesystem for SlowFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = nix::sys::statvfs::statvfs(&self.root)
             .map_err(|e| std::io::Error::from_raw_os_error(e as i32));
-        crate::fuse::reply_statfs(s, reply);
+        reply_statfs(s, reply);
     }
 }
 
