@@ -35,5 +35,5 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{EvictionUnit, FsConfig, FsyncMode};
 pub use crate::core::{Attr, Caller, DirEntry, FsCache, Handle, HintReport, OpenError, Recovery};
 pub use crate::mount::{Hint, MountOptions, MountReport, UnmountReport};
-pub use crate::policy::{Policies, Trigger};
+pub use crate::policy::{Policies, PolicyError, Trigger, UnknownTrigger};
 pub use crate::stats::FsStats;

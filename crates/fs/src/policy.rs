@@ -49,26 +49,70 @@ impl Trigger {
     }
 }
 
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not a [`Trigger`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: expected evict or writeback")]
+pub struct UnknownTrigger(pub String);
+
 impl std::str::FromStr for Trigger {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTrigger;
+    fn from_str(s: &str) -> Result<Self, UnknownTrigger> {
         [Self::Evict, Self::Writeback]
             .into_iter()
             .find(|t| t.as_str() == s)
-            .ok_or_else(|| format!("{s:?}: expected evict or writeback"))
+            .ok_or_else(|| UnknownTrigger(s.to_string()))
     }
 }
+
+/// Why a mount's policy did not install, swap or roll back (a running one then stays as it
+/// was).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The engine refused the policy: it did not compile, or its dry run against the cache as
+    /// it is failed.
+    #[error("policy {name}")]
+    Install {
+        /// The policy's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: pliant_policy::PolicyError,
+    },
+    /// The engine could not go back (no earlier version, or the earlier one no longer runs).
+    #[error("rolling back the {which} policy")]
+    Rollback {
+        /// Which policy.
+        which: Trigger,
+        /// Why.
+        #[source]
+        source: pliant_policy::PolicyError,
+    },
+    /// The mount's policy thread is not running (the mount is stopping).
+    #[error("the policy thread has stopped")]
+    Stopped,
+    /// The policy thread did not answer in time.
+    #[error("the policy thread did not answer within {} s", .0.as_secs())]
+    NoAnswer(Duration),
+    /// The policy thread could not be started.
+    #[error("starting the policy thread")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// What the policy thread answers a swap: the new version's description, or why not.
+pub(crate) type Answer = mpsc::Sender<Result<String, PolicyError>>;
 
 /// What the policy thread is asked while it runs: a swap, answered with the new version's
 /// description or why it was refused (the running policy then stays).
 pub(crate) enum Command {
-    Load(
-        Trigger,
-        PolicySource,
-        Option<Params>,
-        mpsc::Sender<Result<String, String>>,
-    ),
-    Rollback(Trigger, mpsc::Sender<Result<String, String>>),
+    Load(Trigger, PolicySource, Option<Params>, Answer),
+    Rollback(Trigger, Answer),
 }
 
 /// The policies of a mount.
@@ -190,7 +234,7 @@ fn sample(inner: &Inner) -> Sample {
     }
 }
 
-fn engine(inner: &Inner, source: &PolicySource, params: &Params) -> Result<Engine, String> {
+fn engine(inner: &Inner, source: &PolicySource, params: &Params) -> Result<Engine, PolicyError> {
     let s = sample(inner);
     let config = EngineConfig {
         log_capacity: 1000,
@@ -203,14 +247,17 @@ fn engine(inner: &Inner, source: &PolicySource, params: &Params) -> Result<Engin
     );
     e.set_params(params.clone());
     e.install(source.clone())
-        .map_err(|err| format!("policy {}: {err}", source.name))?;
+        .map_err(|source_err| PolicyError::Install {
+            name: source.name.clone(),
+            source: source_err,
+        })?;
     Ok(e)
 }
 
 /// What a decision asks for: the target, or `NONE`.
-fn target(e: &mut Engine, m: Metrics, capacity: u64) -> Result<u64, String> {
+fn target(e: &mut Engine, m: Metrics, capacity: u64) -> Result<u64, pliant_policy::PolicyError> {
     *e.metrics_mut() = m;
-    let d = e.decide().map_err(|err| err.to_string())?;
+    let d = e.decide()?;
     if !d.when {
         return Ok(NONE);
     }
@@ -246,15 +293,18 @@ fn swap(inner: &Inner, cmd: Command, m: Metrics, evict: &mut Running, writeback:
             if let Some(p) = &params {
                 e.set_params(p.clone());
             }
+            let name = source.name.clone();
             let done = e.install(source);
             match (&done, params) {
                 (Ok(_), Some(p)) => r.params = p,
                 (Err(_), Some(_)) => e.set_params(r.params.clone()),
                 _ => {}
             }
-            done.map_err(|err| err.to_string())
+            done.map_err(|source| PolicyError::Install { name, source })
         }
-        Command::Rollback(..) => e.rollback().map_err(|err| err.to_string()),
+        Command::Rollback(..) => e
+            .rollback()
+            .map_err(|source| PolicyError::Rollback { which, source }),
     };
     let result = result.map(|v| {
         let name = e
@@ -272,7 +322,7 @@ fn swap(inner: &Inner, cmd: Command, m: Metrics, evict: &mut Running, writeback:
 pub(crate) fn start(
     inner: Arc<Inner>,
     policies: Policies,
-) -> Result<std::thread::JoinHandle<()>, String> {
+) -> Result<std::thread::JoinHandle<()>, PolicyError> {
     let (tx, rx) = mpsc::channel();
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>();
     inner.policies_started(
@@ -323,24 +373,24 @@ pub(crate) fn start(
                 let m = metrics(&inner, &last, &now, idle_since);
                 match target(&mut evict.engine, m.clone(), cap) {
                     Ok(t) => inner.set_evict_to(t),
-                    Err(e) => inner.policy_failed("eviction", &e),
+                    Err(e) => inner.policy_failed("eviction", &e.to_string()),
                 }
                 match target(&mut writeback.engine, m, cap) {
                     Ok(t) => inner.set_writeback_to(t),
-                    Err(e) => inner.policy_failed("write-back", &e),
+                    Err(e) => inner.policy_failed("write-back", &e.to_string()),
                 }
                 last = now;
                 inner.wake_writeback();
                 inner.maybe_evict();
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(PolicyError::Spawn)?;
     match rx.recv() {
         Ok(Ok(())) => Ok(handle),
         Ok(Err(e)) => {
             let _ = handle.join();
             Err(e)
         }
-        Err(_) => Err("the policy thread died while starting".into()),
+        Err(_) => Err(PolicyError::Stopped),
     }
 }

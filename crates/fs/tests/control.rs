@@ -98,6 +98,28 @@ fn a_refused_verb_says_why_and_an_unknown_one_is_no_attribute() {
     let r = get(&c, "result", false, PID);
     assert_eq!(r["ok"], false);
     assert_eq!(r["message"], e.to_string());
+    // A policy that does not compile: its name, then the engine's reason; the running one stays.
+    let broken = br#"{"name": "broken", "code": "function when( return true end"}"#;
+    let e = c
+        .set("policy.evict", broken, PID, true)
+        .expect_err("does not compile");
+    let why = e.to_string();
+    assert!(
+        why.starts_with("policy broken: ") && why.len() > 20,
+        "{why}"
+    );
+    assert_eq!(
+        fs.stats().evict_policy,
+        "fs-evict-watermarks",
+        "the running one stays"
+    );
+    let e = c
+        .set("policy.rollback", b"evict", PID, true)
+        .expect_err("nothing to roll back to");
+    assert!(
+        e.to_string().starts_with("rolling back the evict policy: "),
+        "{e}"
+    );
     let e = c.set("nope", b"", PID, true).expect_err("no such verb");
     assert_eq!(e.to_string(), "pliant.nope: no such control");
     let e = c

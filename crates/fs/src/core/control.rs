@@ -187,8 +187,11 @@ impl Controls {
             _ => {}
         }
         if verb == "policy.rollback" {
-            let which: Trigger = String::from_utf8_lossy(value).trim().parse()?;
-            return core.rollback_policy(which);
+            let which: Trigger = String::from_utf8_lossy(value)
+                .trim()
+                .parse()
+                .map_err(|e: crate::policy::UnknownTrigger| e.to_string())?;
+            return core.rollback_policy(which).map_err(|e| chain(&e));
         }
         match verb.strip_prefix("policy.").map(str::parse::<Trigger>) {
             Some(Ok(which)) => {
@@ -207,10 +210,22 @@ impl Controls {
                 });
                 let source = pliant_policy::PolicySource::functions(l.name, l.code);
                 core.load_policy(which, source, params)
+                    .map_err(|e| chain(&e))
             }
             _ => Err(format!("{CONTROL_PREFIX}{verb}: no such control")),
         }
     }
+}
+
+/// `e` and its sources, as one line for the caller's `result`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        text = format!("{text}: {s}");
+        next = s.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -427,8 +427,8 @@ pub enum OpenError {
         backing: PathBuf,
     },
     /// A policy that does not install.
-    #[error("{0}")]
-    Policy(String),
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
     /// I/O on a named path.
     #[error("{path}: {source}")]
     Io {
@@ -546,8 +546,7 @@ impl FsCache {
         }
         *lock(&inner.workers) = workers;
         let cache = Self { inner };
-        let policy = crate::policy::start(cache.inner.clone(), cache.inner.cfg.policies.clone())
-            .map_err(OpenError::Policy)?;
+        let policy = crate::policy::start(cache.inner.clone(), cache.inner.cfg.policies.clone())?;
         lock(&cache.inner.workers).push(policy);
         Ok((cache, recovery))
     }
@@ -658,30 +657,34 @@ impl FsCache {
         which: crate::policy::Trigger,
         source: pliant_policy::PolicySource,
         params: Option<pliant_policy::Params>,
-    ) -> Result<String, String> {
+    ) -> Result<String, crate::policy::PolicyError> {
         self.policy_call(|tx| crate::policy::Command::Load(which, source, params, tx))
     }
 
     /// Goes back to the policy that decided `which` before the last swap.
-    pub fn rollback_policy(&self, which: crate::policy::Trigger) -> Result<String, String> {
+    pub fn rollback_policy(
+        &self,
+        which: crate::policy::Trigger,
+    ) -> Result<String, crate::policy::PolicyError> {
         self.policy_call(|tx| crate::policy::Command::Rollback(which, tx))
     }
 
     fn policy_call(
         &self,
-        cmd: impl FnOnce(std::sync::mpsc::Sender<Result<String, String>>) -> crate::policy::Command,
-    ) -> Result<String, String> {
+        cmd: impl FnOnce(crate::policy::Answer) -> crate::policy::Command,
+    ) -> Result<String, crate::policy::PolicyError> {
+        use crate::policy::PolicyError;
+        // Past this, the caller (a FUSE request thread) gets an answer instead of waiting on.
+        const ANSWER_WITHIN: Duration = Duration::from_secs(30);
         let (tx, rx) = std::sync::mpsc::channel();
         let sender = lock(&self.inner.policy_tx)
             .clone()
-            .ok_or("no policy thread")?;
-        sender
-            .send(cmd(tx))
-            .map_err(|_| "the policy thread has stopped".to_string())?;
+            .ok_or(PolicyError::Stopped)?;
+        sender.send(cmd(tx)).map_err(|_| PolicyError::Stopped)?;
         *lock(&self.inner.decide_now) = true;
         self.inner.decide_cv.notify_all();
-        rx.recv_timeout(Duration::from_secs(30))
-            .map_err(|_| "the policy thread did not answer within 30 s".to_string())?
+        rx.recv_timeout(ANSWER_WITHIN)
+            .map_err(|_| PolicyError::NoAnswer(ANSWER_WITHIN))?
     }
 
     /// Pins a file's extents in the cache (a handle the kernel may map the cache file for).
