@@ -13,13 +13,29 @@ pub enum FsyncMode {
     Backing,
 }
 
+/// A setting's value that is none of those it may take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} {value:?}: expected {expected}")]
+pub struct UnknownSetting {
+    /// The setting.
+    pub setting: &'static str,
+    /// What was given.
+    pub value: String,
+    /// What it may be.
+    pub expected: &'static str,
+}
+
 impl std::str::FromStr for FsyncMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownSetting;
+    fn from_str(s: &str) -> Result<Self, UnknownSetting> {
         match s {
             "cache" => Ok(Self::Cache),
             "backing" => Ok(Self::Backing),
-            _ => Err(format!("fsync mode {s:?}: expected cache or backing")),
+            _ => Err(UnknownSetting {
+                setting: "fsync mode",
+                value: s.into(),
+                expected: "cache or backing",
+            }),
         }
     }
 }
@@ -35,12 +51,16 @@ pub enum EvictionUnit {
 }
 
 impl std::str::FromStr for EvictionUnit {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownSetting;
+    fn from_str(s: &str) -> Result<Self, UnknownSetting> {
         match s {
             "file" => Ok(Self::File),
             "extent" => Ok(Self::Extent),
-            _ => Err(format!("eviction unit {s:?}: expected file or extent")),
+            _ => Err(UnknownSetting {
+                setting: "eviction unit",
+                value: s.into(),
+                expected: "file or extent",
+            }),
         }
     }
 }

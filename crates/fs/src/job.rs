@@ -198,7 +198,8 @@ pub fn spawn_daemon(
         .process_group(0)
         .spawn()
         .map_err(io(exe))?;
-    mount::wait_mounted(mountpoint, &mut child, timeout).map_err(|message| {
+    mount::wait_mounted(mountpoint, &mut child, timeout).map_err(|e| {
+        let message = e.to_string();
         let mut tail = String::new();
         if let Ok(mut f) = std::fs::File::open(log)
             && f.seek(std::io::SeekFrom::Start(start)).is_ok()

@@ -32,7 +32,7 @@ mod stats;
 mod window;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use crate::config::{EvictionUnit, FsConfig, FsyncMode};
+pub use crate::config::{EvictionUnit, FsConfig, FsyncMode, UnknownSetting};
 pub use crate::core::{Attr, Caller, DirEntry, FsCache, Handle, HintReport, OpenError, Recovery};
 pub use crate::mount::{Hint, MountOptions, MountReport, UnmountReport};
 pub use crate::policy::{Policies, PolicyError, Trigger, UnknownTrigger};

@@ -729,12 +729,32 @@ fn release_mount(mountpoint: &Path) -> Result<(), ControlError> {
     }
 }
 
+/// Why a mount daemon started by [`wait_mounted`]'s caller did not come up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MountWaitError {
+    /// The thread asking the mount point stopped.
+    #[error("the mount probe stopped")]
+    ProbeStopped,
+    /// The daemon exited before its mount answered.
+    #[error("the mount daemon exited ({0})")]
+    Exited(std::process::ExitStatus),
+    /// Its mount did not answer in time; the daemon was killed and the mount point detached.
+    #[error("not answering after {timeout:?}; the daemon (pid {pid}) was stopped")]
+    NotAnswering {
+        /// How long it was given.
+        timeout: Duration,
+        /// The daemon's pid.
+        pid: u32,
+    },
+}
+
 /// Waits until `mountpoint` answers as a Pliant mount served by `pid` (or `child` exits).
 pub fn wait_mounted(
     mountpoint: &Path,
     child: &mut std::process::Child,
     timeout: Duration,
-) -> Result<FsStats, String> {
+) -> Result<FsStats, MountWaitError> {
     let deadline = Instant::now() + timeout;
     let pid = child.id();
     // The probe runs on a thread of its own: a daemon that mounted but does not answer would
@@ -758,19 +778,17 @@ pub fn wait_mounted(
             Ok(Some(s)) => return Ok(s),
             Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err("the mount probe stopped".into());
+                return Err(MountWaitError::ProbeStopped);
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the mount daemon exited ({status})"));
+            return Err(MountWaitError::Exited(status));
         }
         if left.is_zero() {
             let _ = child.kill();
             let _ = child.wait();
             let _ = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH);
-            return Err(format!(
-                "not answering after {timeout:?}; the daemon (pid {pid}) was stopped"
-            ));
+            return Err(MountWaitError::NotAnswering { timeout, pid });
         }
     }
 }

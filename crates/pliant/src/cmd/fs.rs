@@ -299,14 +299,11 @@ fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     c.dirty_high = a.dirty_high;
     c.dirty_low = a.dirty_low;
     c.writeback_threads = a.writeback_threads;
-    c.fsync = a.fsync.parse::<FsyncMode>().map_err(anyhow::Error::msg)?;
+    c.fsync = a.fsync.parse::<FsyncMode>()?;
     c.max_file_size = a.max_file_size;
     c.write_window_multiplier = a.write_window_multiplier;
     c.write_window = Duration::from_secs(a.write_window_length);
-    c.eviction = a
-        .evict
-        .parse::<EvictionUnit>()
-        .map_err(anyhow::Error::msg)?;
+    c.eviction = a.evict.parse::<EvictionUnit>()?;
     c.policies = pliant_fs::Policies {
         evict: pliant_policy::PolicySource::resolve(std::slice::from_ref(&a.evict_policy))?,
         writeback: pliant_policy::PolicySource::resolve(std::slice::from_ref(&a.writeback_policy))?,
