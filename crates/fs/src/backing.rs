@@ -85,7 +85,10 @@ impl Open {
             Some(false) => f |= OFlag::O_CREAT,
             None => {}
         }
-        f
+        // A FIFO someone made in the backing directory, opened where a file was expected (a
+        // hint's walk races a rename, a `create` finds the name taken), must not hold a request
+        // thread until a writer comes; on a regular file the flag changes nothing.
+        f | OFlag::O_NONBLOCK
     }
 }
 
@@ -203,6 +206,14 @@ impl BackingDir {
     pub fn mkdir(&self, rel: &Path, mode: u32) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;
         nix::sys::stat::mkdirat(&dir, name, Mode::from_bits_truncate(mode)).map_err(errno)
+    }
+
+    /// `mknodat` of a FIFO, socket or device node of type `kind` (`S_IFIFO`, …).
+    pub fn mknod(&self, rel: &Path, kind: u32, perm: u32, rdev: u64) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        let kind = nix::sys::stat::SFlag::from_bits_truncate(kind & crate::core::libc_mode::S_IFMT);
+        nix::sys::stat::mknodat(&dir, name, kind, Mode::from_bits_truncate(perm), rdev)
+            .map_err(errno)
     }
 
     pub fn rmdir(&self, rel: &Path) -> io::Result<()> {

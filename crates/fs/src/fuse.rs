@@ -121,10 +121,10 @@ fn file_type(mode: u32) -> FileType {
     match mode & libc_mode::S_IFMT {
         libc_mode::S_IFDIR => FileType::Directory,
         libc_mode::S_IFLNK => FileType::Symlink,
-        0o020_000 => FileType::CharDevice,
-        0o060_000 => FileType::BlockDevice,
-        0o010_000 => FileType::NamedPipe,
-        0o140_000 => FileType::Socket,
+        libc_mode::S_IFCHR => FileType::CharDevice,
+        libc_mode::S_IFBLK => FileType::BlockDevice,
+        libc_mode::S_IFIFO => FileType::NamedPipe,
+        libc_mode::S_IFSOCK => FileType::Socket,
         _ => FileType::RegularFile,
     }
 }
@@ -459,21 +459,29 @@ impl Filesystem for PliantFuse {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & libc_mode::S_IFMT != libc_mode::S_IFREG {
-            // Devices, fifos and sockets have no data to cache and no place in a job's output.
-            return reply.error(Errno::EPERM);
-        }
+        let perm = mode & !umask & 0o7777;
         let res = self
             .guard(req)
             .and_then(|_| self.child(parent, name))
             .and_then(|p| {
-                let h = self
-                    .core
-                    .create(&p, mode & !umask & 0o7777, self.owner(req));
-                h.map(|h| self.core.release(h)).map_err(err).map(|_| p)
+                if mode & libc_mode::S_IFMT == libc_mode::S_IFREG {
+                    let h = self.core.create(&p, perm, self.owner(req));
+                    return h.map(|h| self.core.release(h)).map_err(err).map(|_| p);
+                }
+                let kind = mode & libc_mode::S_IFMT;
+                self.core
+                    .mknod(
+                        &p,
+                        kind | perm,
+                        rdev.into(),
+                        &Self::caller(req),
+                        self.owner(req),
+                    )
+                    .map_err(err)
+                    .map(|()| p)
             });
         match res {
             Ok(p) => self.entry(&p, reply),

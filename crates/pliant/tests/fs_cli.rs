@@ -178,10 +178,13 @@ impl Drop for Mounted {
                 self.dir.path(),
             );
             let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            // No pid yet (the mount failed): kill(0) would be this test's own process group.
+            if self.pid != 0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
         }
     }
 }
@@ -302,6 +305,76 @@ fn posix_operations_through_the_mount_reach_the_backing_directory() {
         Some(b"pliant".to_vec())
     );
     assert!(!m.backing.join("d/e2").exists() && !m.backing.join("d/link").exists());
+}
+
+/// FIFOs and Unix sockets made through the mount are made in the backing directory and work
+/// through the mount (the kernel serves them; no data of theirs reaches the cache). Every wait
+/// is bounded: a FIFO's reader opens without blocking and reads for at most 10 s.
+#[test]
+fn fifos_and_sockets_work_through_the_mount() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let Some(mut m) = mount_with(&["--capacity", "8MiB"]) else {
+        return;
+    };
+    nix::unistd::mkfifo(
+        &m.at("pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .expect("mkfifo through the mount");
+    assert!(
+        fs::symlink_metadata(m.backing.join("pipe"))
+            .expect("in the backing directory")
+            .file_type()
+            .is_fifo()
+    );
+    assert!(
+        fs::symlink_metadata(m.at("pipe"))
+            .expect("through the mount")
+            .file_type()
+            .is_fifo()
+    );
+    let mut reader = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(m.at("pipe"))
+        .expect("open the reading end");
+    let path = m.at("pipe");
+    let writer = std::thread::spawn(move || fs::write(path, b"through the pipe"));
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while got.len() < 16 && std::time::Instant::now() < deadline {
+        let mut buf = [0u8; 64];
+        match reader.read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("reading the fifo: {e}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    writer.join().expect("writer").expect("write the fifo");
+    assert_eq!(got, b"through the pipe");
+
+    let listener = std::os::unix::net::UnixListener::bind(m.at("sock")).expect("bind in the mount");
+    assert!(
+        fs::symlink_metadata(m.backing.join("sock"))
+            .expect("in the backing directory")
+            .file_type()
+            .is_socket()
+    );
+    let mut client =
+        std::os::unix::net::UnixStream::connect(m.at("sock")).expect("connect through the mount");
+    let (mut server, _) = listener.accept().expect("accept");
+    client.write_all(b"ping").expect("send");
+    let mut four = [0u8; 4];
+    server.read_exact(&mut four).expect("receive");
+    assert_eq!(&four, b"ping");
+    drop((client, server, listener, reader));
+    fs::remove_file(m.at("sock")).expect("unlink the socket");
+    fs::remove_file(m.at("pipe")).expect("unlink the fifo");
+    assert!(!m.backing.join("sock").exists() && !m.backing.join("pipe").exists());
+    assert_eq!(m.stats()["used_bytes"], 0, "nothing of theirs was cached");
+    m.unmount();
 }
 
 #[test]

@@ -302,6 +302,14 @@ pub mod libc_mode {
     pub const S_IFREG: u32 = 0o100_000;
     /// Symbolic link.
     pub const S_IFLNK: u32 = 0o120_000;
+    /// FIFO (named pipe).
+    pub const S_IFIFO: u32 = 0o010_000;
+    /// Character device.
+    pub const S_IFCHR: u32 = 0o020_000;
+    /// Block device.
+    pub const S_IFBLK: u32 = 0o060_000;
+    /// Unix socket.
+    pub const S_IFSOCK: u32 = 0o140_000;
 }
 
 /// A directory entry.
@@ -758,6 +766,34 @@ impl FsCache {
     /// Makes a directory.
     pub fn mkdir(&self, rel: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
         self.tree().mkdir(rel, mode & 0o7777)?;
+        if let Some((uid, gid)) = owner {
+            self.tree().chown(rel, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    }
+
+    /// Makes a FIFO, a socket or a device node at `rel` in the backing directory, where it
+    /// behaves as any other: the kernel opens and serves such files itself, so none of their
+    /// data passes through the cache. `mode` holds the type and permission bits, `rdev` a
+    /// device's number. Devices are root's alone (`EPERM`), whatever the daemon may do: the
+    /// kernel checks `CAP_MKNOD` before it asks, and this holds even if it did not.
+    pub fn mknod(
+        &self,
+        rel: &Path,
+        mode: u32,
+        rdev: u64,
+        caller: &Caller,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        use libc_mode::{S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFSOCK};
+        match mode & S_IFMT {
+            S_IFIFO | S_IFSOCK => {}
+            S_IFCHR | S_IFBLK if caller.uid == 0 => {}
+            S_IFCHR | S_IFBLK => return Err(errno(nix::errno::Errno::EPERM)),
+            // A regular file is `create`'s, a directory `mkdir`'s.
+            _ => return Err(errno(nix::errno::Errno::EINVAL)),
+        }
+        self.tree().mknod(rel, mode, mode & 0o7777, rdev)?;
         if let Some((uid, gid)) = owner {
             self.tree().chown(rel, Some(uid), Some(gid))?;
         }
