@@ -216,6 +216,13 @@ impl BackingDir {
             .map_err(errno)
     }
 
+    /// `linkat` without following a symbolic link at `existing`.
+    pub fn link(&self, existing: &Path, new: &Path) -> io::Result<()> {
+        let (fdir, fname) = self.parent(existing)?;
+        let (tdir, tname) = self.parent(new)?;
+        nix::unistd::linkat(&fdir, fname, &tdir, tname, nix::fcntl::AtFlags::empty()).map_err(errno)
+    }
+
     pub fn rmdir(&self, rel: &Path) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;
         nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::RemoveDir).map_err(errno)

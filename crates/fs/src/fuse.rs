@@ -276,11 +276,21 @@ impl PliantFuse {
     fn entry(&self, path: &Path, reply: ReplyEntry) {
         match self.core.getattr(path) {
             Ok(a) => {
-                let ino = lock(&self.inodes).lookup(path);
+                let ino = self.number(path, &a);
                 reply.entry(&TTL, &fattr(ino, &a), Generation(0));
             }
             Err(e) => reply.error(err(e)),
         }
+    }
+
+    /// The inode number of `path`, whose attributes are `a`, counting a kernel reference: a
+    /// file's other names share it (hard links).
+    fn number(&self, path: &Path, a: &Attr) -> u64 {
+        if !a.is_file() {
+            return lock(&self.inodes).lookup(path);
+        }
+        let same = |other: &Path| self.core.getattr(other).is_ok_and(|o| o.ident == a.ident);
+        lock(&self.inodes).lookup_file(path, Some((a.ident, a.nlink)), same)
     }
 
     fn handle(&self, fh: FileHandle) -> Result<Handle, Errno> {
@@ -517,7 +527,11 @@ impl Filesystem for PliantFuse {
         let res = self
             .guard(req)
             .and_then(|_| self.child(parent, name))
-            .and_then(|p| self.core.unlink(&p).map_err(err));
+            .and_then(|p| {
+                self.core.unlink(&p).map_err(err)?;
+                lock(&self.inodes).unlinked(&p);
+                Ok(())
+            });
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -528,7 +542,11 @@ impl Filesystem for PliantFuse {
         let res = self
             .guard(req)
             .and_then(|_| self.child(parent, name))
-            .and_then(|p| self.core.rmdir(&p).map_err(err));
+            .and_then(|p| {
+                self.core.rmdir(&p).map_err(err)?;
+                lock(&self.inodes).unlinked(&p);
+                Ok(())
+            });
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -585,14 +603,25 @@ impl Filesystem for PliantFuse {
 
     fn link(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        // The cache keys data by path; two names for one file would be two caches of it.
-        reply.error(Errno::EPERM);
+        let res = (|| {
+            self.guard(req)?;
+            let existing = self.path(ino)?;
+            let new = self.child(newparent, newname)?;
+            self.core.link(&existing, &new).map_err(err)?;
+            let a = self.core.getattr(&new).map_err(err)?;
+            lock(&self.inodes).linked(ino.0, &new);
+            Ok(a)
+        })();
+        match res {
+            Ok(a) => reply.entry(&TTL, &fattr(ino.0, &a), Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -902,7 +931,7 @@ impl Filesystem for PliantFuse {
         })();
         match res {
             Ok((p, h, a)) => {
-                let ino = lock(&self.inodes).lookup(&p);
+                let ino = self.number(&p, &a);
                 let fh = self.next_fh.fetch_add(1, Relaxed);
                 lock(&self.handles).insert(fh, h);
                 if self.passthrough.load(Relaxed) {

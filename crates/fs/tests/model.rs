@@ -1,8 +1,9 @@
 //! fsx-style random operations on the core against an in-memory model of the file tree:
-//! create, write at random offsets, truncate, read, rename, unlink, fsync, evict, write back,
-//! remount and crash-with-everything-fsynced, on a cache small enough that eviction and
-//! write-back run all the time. Every read and size must match the model, and after the final
-//! unmount the backing directory must hold exactly the model.
+//! create, write at random offsets, truncate, read, rename, unlink, hard links, fsync, evict,
+//! write back, remount and crash-with-everything-fsynced, on a cache small enough that eviction
+//! and write-back run all the time. Every read and size must match the model, and after the
+//! final unmount the backing directory must hold exactly the model. The model is names that
+//! lead to files: two names of one file read and write one content.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,10 @@ enum Op {
         to: usize,
     },
     Unlink(usize),
+    Link {
+        from: usize,
+        to: usize,
+    },
     Fsync(usize),
     Evict(usize),
     Writeback(usize),
@@ -56,6 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(file, offset, len)| Op::Read { file, offset, len }),
         1 => (f.clone(), f.clone()).prop_map(|(from, to)| Op::Rename { from, to }),
         1 => f.clone().prop_map(Op::Unlink),
+        1 => (f.clone(), f.clone()).prop_map(|(from, to)| Op::Link { from, to }),
         1 => f.clone().prop_map(Op::Fsync),
         1 => f.clone().prop_map(Op::Evict),
         1 => f.clone().prop_map(Op::Writeback),
@@ -82,7 +88,11 @@ struct World {
     eviction: EvictionUnit,
     fs: Option<FsCache>,
     open: BTreeMap<usize, Handle>,
-    model: BTreeMap<usize, Vec<u8>>,
+    /// Which file each name leads to.
+    names: BTreeMap<usize, u64>,
+    /// Each file's content.
+    files: BTreeMap<u64, Vec<u8>>,
+    next_file: u64,
 }
 
 impl World {
@@ -96,7 +106,9 @@ impl World {
             eviction,
             fs: None,
             open: BTreeMap::new(),
-            model: BTreeMap::new(),
+            names: BTreeMap::new(),
+            files: BTreeMap::new(),
+            next_file: 0,
         };
         w.mount();
         w
@@ -128,14 +140,31 @@ impl World {
         }
     }
 
+    /// The content the name `f` leads to.
+    fn model(&mut self, f: usize) -> Option<&mut Vec<u8>> {
+        let id = self.names.get(&f)?;
+        self.files.get_mut(id)
+    }
+
+    /// Name `f` is gone; so is its file if that was its last name.
+    fn unname(&mut self, f: usize) {
+        if let Some(id) = self.names.remove(&f)
+            && !self.names.values().any(|i| *i == id)
+        {
+            self.files.remove(&id);
+        }
+    }
+
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let path = |i: usize| PathBuf::from(NAMES[i]);
         match *op {
             Op::Create(f) => {
-                if !self.model.contains_key(&f) {
+                if !self.names.contains_key(&f) {
                     let h = self.fs().create(&path(f), 0o644, None).expect("create");
                     self.open.insert(f, h);
-                    self.model.insert(f, Vec::new());
+                    self.names.insert(f, self.next_file);
+                    self.files.insert(self.next_file, Vec::new());
+                    self.next_file += 1;
                 }
             }
             Op::Write {
@@ -144,13 +173,13 @@ impl World {
                 len,
                 seed,
             } => {
-                if self.model.contains_key(&file) {
+                if self.names.contains_key(&file) {
                     let data: Vec<u8> = (0..len)
                         .map(|i| seed.wrapping_add((i % 251) as u8))
                         .collect();
                     let h = self.handle(file);
                     self.fs().write(&h, offset, &data).expect("write");
-                    let m = self.model.get_mut(&file).expect("model");
+                    let m = self.model(file).expect("model");
                     let end = (offset + len) as usize;
                     if m.len() < end {
                         m.resize(end, 0);
@@ -159,55 +188,68 @@ impl World {
                 }
             }
             Op::Truncate { file, size } => {
-                if let Some(m) = self.model.get_mut(&file) {
+                if let Some(m) = self.model(file) {
                     m.resize(size as usize, 0);
                     self.fs().truncate(&path(file), size).expect("truncate");
                 }
             }
             Op::Read { file, offset, len } => {
-                if self.model.contains_key(&file) {
+                if self.names.contains_key(&file) {
                     let h = self.handle(file);
                     let got = self.fs().read(&h, offset, len).expect("read");
-                    let m = &self.model[&file];
+                    let m = &self.files[&self.names[&file]];
                     let lo = (offset as usize).min(m.len());
                     let hi = (offset as usize + len as usize).min(m.len());
                     prop_assert!(got == m[lo..hi], "read {} @{offset}+{len}", NAMES[file]);
                 }
             }
             Op::Rename { from, to } => {
-                if from != to && self.model.contains_key(&from) {
+                if from != to && self.names.contains_key(&from) {
                     self.fs().rename(&path(from), &path(to), 0).expect("rename");
-                    if let Some(h) = self.open.remove(&to) {
-                        self.fs().release(h);
-                    }
-                    let m = self.model.remove(&from).expect("model");
-                    self.model.insert(to, m);
-                    if let Some(h) = self.open.remove(&from) {
-                        self.open.insert(to, h);
+                    // Two names of one file: rename(2) does nothing.
+                    if self.names.get(&to) != self.names.get(&from) {
+                        if let Some(h) = self.open.remove(&to) {
+                            self.fs().release(h);
+                        }
+                        self.unname(to);
+                        let id = self.names.remove(&from).expect("model");
+                        self.names.insert(to, id);
+                        if let Some(h) = self.open.remove(&from) {
+                            self.open.insert(to, h);
+                        }
                     }
                 }
             }
             Op::Unlink(f) => {
-                if self.model.remove(&f).is_some() {
+                if self.names.contains_key(&f) {
+                    self.unname(f);
                     if let Some(h) = self.open.remove(&f) {
                         self.fs().release(h);
                     }
                     self.fs().unlink(&path(f)).expect("unlink");
                 }
             }
+            Op::Link { from, to } => {
+                if let Some(&id) = self.names.get(&from)
+                    && !self.names.contains_key(&to)
+                {
+                    self.fs().link(&path(from), &path(to)).expect("link");
+                    self.names.insert(to, id);
+                }
+            }
             Op::Fsync(f) => {
-                if self.model.contains_key(&f) {
+                if self.names.contains_key(&f) {
                     let h = self.handle(f);
                     self.fs().fsync(&h).expect("fsync");
                 }
             }
             Op::Evict(f) => {
-                if self.model.contains_key(&f) {
+                if self.names.contains_key(&f) {
                     self.fs().evict(&path(f), &Caller::root()).expect("evict");
                 }
             }
             Op::Writeback(f) => {
-                if self.model.contains_key(&f) {
+                if self.names.contains_key(&f) {
                     self.fs()
                         .writeback(&path(f), &Caller::root())
                         .expect("writeback");
@@ -221,7 +263,7 @@ impl World {
             }
             Op::Crash => {
                 // Everything fsync'ed survives a crash; the journal must carry it.
-                for f in self.model.keys().copied().collect::<Vec<_>>() {
+                for f in self.names.keys().copied().collect::<Vec<_>>() {
                     let h = self.handle(f);
                     self.fs().fsync(&h).expect("fsync");
                 }
@@ -233,8 +275,18 @@ impl World {
         if let Err(e) = self.fs().check_invariants() {
             return Err(TestCaseError::fail(format!("after {op:?}: {e}")));
         }
-        for (f, m) in &self.model {
-            let size = self.fs().getattr(&path(*f)).expect("getattr").size;
+        for (f, id) in &self.names {
+            let m = &self.files[id];
+            let a = self.fs().getattr(&path(*f)).expect("getattr");
+            let links = self.names.values().filter(|i| *i == id).count();
+            prop_assert_eq!(
+                a.nlink as usize,
+                links,
+                "links of {} after {:?}",
+                NAMES[*f],
+                op
+            );
+            let size = a.size;
             prop_assert_eq!(
                 size,
                 m.len() as u64,
@@ -253,7 +305,8 @@ impl World {
         fs.shutdown(false, &mut |_| {}).expect("shutdown");
         for (i, name) in NAMES.iter().enumerate() {
             let on_disk = std::fs::read(self.backing.path().join(name)).ok();
-            prop_assert_eq!(on_disk.as_ref(), self.model.get(&i), "backing {}", name);
+            let model = self.names.get(&i).map(|id| &self.files[id]);
+            prop_assert_eq!(on_disk.as_ref(), model, "backing {}", name);
         }
         Ok(())
     }

@@ -377,6 +377,58 @@ fn fifos_and_sockets_work_through_the_mount() {
     m.unmount();
 }
 
+/// Hard links through the mount behave as on the backing directory: one inode number and
+/// one file for both names, `st_nlink`, data written through one name read through the other,
+/// one name unlinked or renamed over while the other keeps the data.
+#[test]
+fn hard_links_through_the_mount_are_one_file() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(mut m) = mount_with(&["--capacity", "8MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(m.at("a"), &data).expect("write a");
+    fs::hard_link(m.at("a"), m.at("b")).expect("ln a b");
+    let (ma, mb) = (
+        fs::metadata(m.at("a")).expect("a"),
+        fs::metadata(m.at("b")).expect("b"),
+    );
+    assert_eq!(ma.ino(), mb.ino(), "one inode number for both names");
+    assert_eq!((ma.nlink(), mb.nlink()), (2, 2));
+    assert_eq!(
+        fs::metadata(m.backing.join("a")).expect("backing a").ino(),
+        fs::metadata(m.backing.join("b")).expect("backing b").ino(),
+        "a link in the backing directory"
+    );
+    // Appended through b, read through a (the cache's data: nothing written back yet).
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(m.at("b"))
+        .expect("open b");
+    f.write_all(b"tail").expect("append");
+    drop(f);
+    let mut want = data.clone();
+    want.extend_from_slice(b"tail");
+    assert_eq!(fs::read(m.at("a")).expect("read a"), want);
+    fs::remove_file(m.at("a")).expect("rm a");
+    assert_eq!(fs::metadata(m.at("b")).expect("b").nlink(), 1);
+    assert_eq!(fs::read(m.at("b")).expect("read b"), want);
+    // Linked again, then another file renamed over the new name: b keeps its data.
+    fs::hard_link(m.at("b"), m.at("c")).expect("ln b c");
+    fs::write(m.at("d"), b"another file").expect("write d");
+    fs::rename(m.at("d"), m.at("c")).expect("mv d c");
+    assert_eq!(fs::read(m.at("c")).expect("read c"), b"another file");
+    assert_eq!(fs::metadata(m.at("b")).expect("b").nlink(), 1);
+    assert_eq!(fs::read(m.at("b")).expect("read b"), want);
+    m.unmount();
+    assert_eq!(fs::read(m.backing.join("b")).expect("backing b"), want);
+    assert_eq!(
+        fs::read(m.backing.join("c")).expect("backing c"),
+        b"another file"
+    );
+    assert!(!m.backing.join("a").exists() && !m.backing.join("d").exists());
+}
+
 #[test]
 fn kill_9_loses_nothing_fsynced_and_the_next_mount_writes_it_back() {
     let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
@@ -387,6 +439,14 @@ fn kill_9_loses_nothing_fsynced_and_the_next_mount_writes_it_back() {
     f.write_all(&synced).expect("write");
     f.sync_all().expect("fsync");
     fs::write(m.at("unsynced"), b"may be lost").expect("write");
+    // A hard-linked file whose journaled name goes before the crash: its data comes back
+    // under the name that is left.
+    let linked: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
+    let mut f = fs::File::create(m.at("linked")).expect("create linked");
+    f.write_all(&linked).expect("write linked");
+    fs::hard_link(m.at("linked"), m.at("other-name")).expect("link");
+    f.sync_all().expect("fsync linked");
+    fs::remove_file(m.at("linked")).expect("unlink the journaled name");
     // Nothing of it is in the backing directory yet: it is only in the cache (and journal).
     assert_eq!(
         fs::metadata(m.backing.join("synced")).expect("meta").len(),
@@ -400,6 +460,14 @@ fn kill_9_loses_nothing_fsynced_and_the_next_mount_writes_it_back() {
         synced
     );
     assert_eq!(fs::read(m.at("synced")).expect("through the mount"), synced);
+    assert_eq!(
+        fs::read(m.backing.join("other-name")).expect("the link left"),
+        linked
+    );
+    assert!(
+        !m.backing.join("linked").exists(),
+        "the removed name stays removed"
+    );
     let log = fs::read_to_string(m.cache.join("mount.log")).expect("log");
     assert!(log.contains("recovered"), "{log}");
     m.unmount();
@@ -638,7 +706,7 @@ fn job_directives_set_up_a_cache_and_teardown_writes_it_back() {
     );
 }
 
-/// Random operations (create, write at random offsets, truncate, read, rename, unlink, fsync,
+/// Random operations (create, write at random offsets, truncate, read, rename, hard link, unlink, fsync,
 /// evict) through the mount against an in-memory model, then the backing directory after
 /// unmount: the mount-sized version of `pliant-fs`'s 100,000-operation model test.
 #[test]
@@ -658,7 +726,18 @@ fn random_operations_through_the_mount_match_the_model() {
     let names = ["a", "b", "c", "sub/d", "sub/e"];
     fs::create_dir(m.at("sub")).expect("sub");
     let mut rng = rand_pcg::Pcg64::seed_from_u64(2026);
-    let mut model: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    // Names lead to files (two names of one file after a hard link); files hold the bytes.
+    let mut model: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut files: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    let mut next_file = 0;
+    // Name `f` goes; its file too when that was its last name.
+    let unname = |model: &mut BTreeMap<usize, usize>, files: &mut BTreeMap<usize, Vec<u8>>, f| {
+        if let Some(id) = model.remove(&f)
+            && !model.values().any(|i| *i == id)
+        {
+            files.remove(&id);
+        }
+    };
     let ops = 3000;
     for n in 0..ops {
         let f = rng.random_range(0..names.len());
@@ -666,7 +745,9 @@ fn random_operations_through_the_mount_match_the_model() {
         match rng.random_range(0..100) {
             0..10 if !model.contains_key(&f) => {
                 fs::File::create(&path).expect("create");
-                model.insert(f, Vec::new());
+                model.insert(f, next_file);
+                files.insert(next_file, Vec::new());
+                next_file += 1;
             }
             10..45 if model.contains_key(&f) => {
                 let off = rng.random_range(0..200_000usize);
@@ -675,7 +756,7 @@ fn random_operations_through_the_mount_match_the_model() {
                 let data = vec![byte; len];
                 let file = OpenOptions::new().write(true).open(&path).expect("open w");
                 file.write_all_at(&data, off as u64).expect("pwrite");
-                let mm = model.get_mut(&f).expect("model");
+                let mm = files.get_mut(&model[&f]).expect("model");
                 if mm.len() < off + len {
                     mm.resize(off + len, 0);
                 }
@@ -689,7 +770,7 @@ fn random_operations_through_the_mount_match_the_model() {
                     .expect("open t")
                     .set_len(size as u64)
                     .expect("truncate");
-                model.get_mut(&f).expect("model").resize(size, 0);
+                files.get_mut(&model[&f]).expect("model").resize(size, 0);
             }
             55..80 if model.contains_key(&f) => {
                 let off = rng.random_range(0..200_000u64);
@@ -698,22 +779,33 @@ fn random_operations_through_the_mount_match_the_model() {
                 file.seek(SeekFrom::Start(off)).expect("seek");
                 let mut got = Vec::new();
                 file.take(len as u64).read_to_end(&mut got).expect("read");
-                let mm = &model[&f];
+                let mm = &files[&model[&f]];
                 let lo = (off as usize).min(mm.len());
                 let hi = (off as usize + len).min(mm.len());
                 assert!(got == mm[lo..hi], "op {n}: read {} @{off}+{len}", names[f]);
             }
-            80..85 if model.contains_key(&f) => {
+            80..83 if model.contains_key(&f) => {
                 let to = rng.random_range(0..names.len());
                 if to != f {
                     fs::rename(&path, m.at(names[to])).expect("rename");
-                    let v = model.remove(&f).expect("model");
-                    model.insert(to, v);
+                    // Two names of one file: rename(2) does nothing.
+                    if model.get(&to) != model.get(&f) {
+                        unname(&mut model, &mut files, to);
+                        let id = model.remove(&f).expect("model");
+                        model.insert(to, id);
+                    }
+                }
+            }
+            83..85 if model.contains_key(&f) => {
+                let to = rng.random_range(0..names.len());
+                if !model.contains_key(&to) {
+                    fs::hard_link(&path, m.at(names[to])).expect("link");
+                    model.insert(to, model[&f]);
                 }
             }
             85..90 if model.contains_key(&f) => {
                 fs::remove_file(&path).expect("unlink");
-                model.remove(&f);
+                unname(&mut model, &mut files, f);
             }
             90..95 if model.contains_key(&f) => {
                 OpenOptions::new()
@@ -732,9 +824,21 @@ fn random_operations_through_the_mount_match_the_model() {
             _ => {}
         }
         if n % 100 == 0 {
-            for (i, v) in &model {
-                let len = fs::metadata(m.at(names[*i])).expect("stat").len();
-                assert_eq!(len, v.len() as u64, "op {n}: size of {}", names[*i]);
+            for (i, id) in &model {
+                let meta = fs::metadata(m.at(names[*i])).expect("stat");
+                let links = model.values().filter(|x| *x == id).count() as u64;
+                assert_eq!(
+                    meta.len(),
+                    files[id].len() as u64,
+                    "op {n}: size of {}",
+                    names[*i]
+                );
+                assert_eq!(
+                    std::os::unix::fs::MetadataExt::nlink(&meta),
+                    links,
+                    "op {n}: links of {}",
+                    names[*i]
+                );
             }
         }
     }
@@ -748,7 +852,7 @@ fn random_operations_through_the_mount_match_the_model() {
         let on_disk = fs::read(m.backing.join(name)).ok();
         assert_eq!(
             on_disk.as_ref(),
-            model.get(&i),
+            model.get(&i).map(|id| &files[id]),
             "backing {name} after unmount"
         );
     }

@@ -54,6 +54,14 @@ impl FsCache {
                 if by_path.get(p) != Some(&e.id) {
                     return Err(format!("{name}: the path maps to {:?}", by_path.get(p)));
                 }
+            } else if !d.links.is_empty() {
+                return Err(format!("{name}: no path, but links {:?}", d.links));
+            }
+            for l in &d.links {
+                named += 1;
+                if by_path.get(l) != Some(&e.id) {
+                    return Err(format!("{name}: link {l:?} maps to {:?}", by_path.get(l)));
+                }
             }
             let (mut c, mut dd) = (0, 0);
             for (i, x) in &d.extents {

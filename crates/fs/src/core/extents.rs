@@ -91,6 +91,19 @@ impl Inner {
         if !meta.is_file() {
             return Err(errno(nix::errno::Errno::EISDIR));
         }
+        let ident = (meta.dev(), meta.ino());
+        if meta.nlink() > 1
+            && let Some(entry) = self.adopt(rel, ident)
+        {
+            let mut d = lock(&entry.data);
+            d.open_count += 1;
+            if d.backing.is_none() {
+                d.backing = Some(Arc::new(f));
+                d.backing_writable = writable;
+            }
+            drop(d);
+            return Ok(entry);
+        }
         let mtime = Attr::from_meta(&meta).mtime;
         let mut s = lock(&self.state);
         // Another thread may have opened it meanwhile.
@@ -110,8 +123,10 @@ impl Inner {
         let tick = s.next_tick();
         let entry = Arc::new(FileEntry {
             id,
+            ident,
             data: Mutex::new(FileData {
                 path: Some(rel.to_path_buf()),
+                links: Vec::new(),
                 cache: None,
                 backing: Some(Arc::new(f)),
                 backing_writable: writable,
@@ -131,7 +146,65 @@ impl Inner {
         });
         s.files.insert(id, entry.clone());
         s.by_path.insert(rel.to_path_buf(), id);
+        s.by_ident.insert(ident, id);
         Ok(entry)
+    }
+
+    /// The entry of the file `rel` is another name of (a hard link made behind the cache's
+    /// back, or before this mount), with `rel` added to its names; `None` if the cache holds no
+    /// entry of the file whose identity is `ident`. An entry whose name no longer leads to the
+    /// same file (it was removed behind the cache's back, and its inode number went to this
+    /// file) is not it.
+    pub(super) fn adopt(&self, rel: &Path, ident: (u64, u64)) -> Option<Arc<FileEntry>> {
+        let candidate = {
+            let s = lock(&self.state);
+            s.by_ident
+                .get(&ident)
+                .and_then(|id| s.files.get(id))
+                .cloned()
+        }?;
+        let mut d = lock(&candidate.data);
+        let same = d
+            .path
+            .as_ref()
+            .and_then(|p| self.tree.symlink_metadata(p).ok())
+            .is_some_and(|m| (m.dev(), m.ino()) == ident);
+        if !same {
+            return None;
+        }
+        // The file's lock, then the state's: the documented order.
+        let mut s = lock(&self.state);
+        match s.by_path.get(rel) {
+            Some(id) if *id == candidate.id => return Some(candidate.clone()),
+            // Another file's entry has the name: the caller's look at the backing directory
+            // is older than it.
+            Some(_) => return None,
+            None => {}
+        }
+        s.by_path.insert(rel.to_path_buf(), candidate.id);
+        drop(s);
+        d.links.push(rel.to_path_buf());
+        drop(d);
+        Some(candidate)
+    }
+
+    /// The entry of `rel`, by its name or, for a file with several names, by its identity.
+    pub(super) fn entry_or_link(&self, rel: &Path) -> Option<Arc<FileEntry>> {
+        self.entry(rel).or_else(|| {
+            let m = self.tree.symlink_metadata(rel).ok()?;
+            (m.is_file() && m.nlink() > 1)
+                .then(|| self.adopt(rel, (m.dev(), m.ino())))
+                .flatten()
+        })
+    }
+
+    /// Forgets an entry nothing refers to any more: its identity, if it is still its.
+    pub(super) fn forget_entry(&self, entry: &FileEntry) {
+        let mut s = lock(&self.state);
+        s.files.remove(&entry.id);
+        if s.by_ident.get(&entry.ident) == Some(&entry.id) {
+            s.by_ident.remove(&entry.ident);
+        }
     }
 
     pub(super) fn release(&self, entry: &Arc<FileEntry>) {
@@ -145,7 +218,7 @@ impl Inner {
             let _ = self.drop_extents_locked(entry, &mut d, |_, _| true);
             d.cache = None;
             drop(d);
-            lock(&self.state).files.remove(&entry.id);
+            self.forget_entry(entry);
             let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
             return;
         }

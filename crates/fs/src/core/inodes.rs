@@ -1,7 +1,9 @@
-//! The inode table: the numbers the kernel knows the mount's files by, and the path each stands
-//! for now. The cache works by path (every name is in the backing directory), the kernel by
-//! number, so a rename re-paths every number under the old name, and a number lives as long as
-//! the kernel holds a reference (`lookup` counts one, `forget` gives them back).
+//! The inode table: the numbers the kernel knows the mount's files by, and the names each
+//! stands for now. The cache works by name (every name is in the backing directory), the kernel
+//! by number, so a rename re-paths every number under the old name, and a number lives as long
+//! as the kernel holds a reference (`lookup` counts one, `forget` gives them back). A file with
+//! several names (hard links) has one number for all of them, as on the backing directory:
+//! `stat` shows one `st_ino`, and the kernel keeps one page cache for the file.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,12 +11,23 @@ use std::path::{Path, PathBuf};
 /// The mount's root directory, whose path is the empty one.
 pub const ROOT: u64 = 1;
 
-/// Inode numbers and the paths they stand for (see the module doc).
+/// A number the kernel holds.
+#[derive(Debug)]
+struct Node {
+    /// Its names; requests by number use the first.
+    names: Vec<PathBuf>,
+    /// References the kernel holds.
+    refs: u64,
+    /// A file's backing identity (device, inode), by which its other names find this number.
+    ident: Option<(u64, u64)>,
+}
+
+/// Inode numbers and the names they stand for (see the module doc).
 #[derive(Debug, Default)]
 pub struct Inodes {
-    /// Number → (path, references the kernel holds).
-    paths: HashMap<u64, (PathBuf, u64)>,
+    nodes: HashMap<u64, Node>,
     by_path: HashMap<PathBuf, u64>,
+    by_ident: HashMap<(u64, u64), u64>,
     /// The highest number given out.
     next: u64,
 }
@@ -25,7 +38,7 @@ impl Inodes {
         if ino == ROOT {
             return Some(PathBuf::new());
         }
-        self.paths.get(&ino).map(|(p, _)| p.clone())
+        self.nodes.get(&ino).and_then(|n| n.names.first().cloned())
     }
 
     /// The number of `path`, if the kernel holds one for it (the root always).
@@ -38,39 +51,109 @@ impl Inodes {
 
     /// The number of `path`, counting one more kernel reference.
     pub fn lookup(&mut self, path: &Path) -> u64 {
+        self.lookup_file(path, None, |_| false)
+    }
+
+    /// [`lookup`](Self::lookup) of a file whose backing identity is `ident` (device, inode):
+    /// if it has `links` names and another of them has a number, that is this name's number
+    /// too, provided `same(other name)` says the other name still leads to the file (a file
+    /// removed behind the cache's back leaves its inode number to be reused).
+    pub fn lookup_file(
+        &mut self,
+        path: &Path,
+        file: Option<((u64, u64), u32)>,
+        same: impl Fn(&Path) -> bool,
+    ) -> u64 {
         if path.as_os_str().is_empty() {
             return ROOT;
         }
         if let Some(&ino) = self.by_path.get(path) {
-            if let Some(e) = self.paths.get_mut(&ino) {
-                e.1 += 1;
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                n.refs += 1;
             }
+            return ino;
+        }
+        if let Some((ident, links)) = file
+            && links > 1
+            && let Some(&ino) = self.by_ident.get(&ident)
+            && let Some(n) = self.nodes.get_mut(&ino)
+            && n.names.first().is_some_and(|p| same(p))
+        {
+            n.names.push(path.to_path_buf());
+            n.refs += 1;
+            self.by_path.insert(path.to_path_buf(), ino);
             return ino;
         }
         // Numbers are never reused in a mount: the kernel may still hold a forgotten one.
         self.next = self.next.max(ROOT) + 1;
         let ino = self.next;
-        self.paths.insert(ino, (path.to_path_buf(), 1));
+        let ident = file.map(|(i, _)| i);
+        self.nodes.insert(
+            ino,
+            Node {
+                names: vec![path.to_path_buf()],
+                refs: 1,
+                ident,
+            },
+        );
         self.by_path.insert(path.to_path_buf(), ino);
+        if let Some(i) = ident {
+            self.by_ident.insert(i, ino);
+        }
         ino
+    }
+
+    /// `new` was made another name of `ino` (a hard link through the mount), counting one
+    /// more kernel reference.
+    pub fn linked(&mut self, ino: u64, new: &Path) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.names.push(new.to_path_buf());
+            n.refs += 1;
+            self.by_path.insert(new.to_path_buf(), ino);
+        }
     }
 
     /// The kernel gave back `n` references to `ino`; at none, the number is gone.
     pub fn forget(&mut self, ino: u64, n: u64) {
-        if let Some(e) = self.paths.get_mut(&ino) {
-            e.1 = e.1.saturating_sub(n);
-            if e.1 == 0 {
-                let (p, _) = self.paths.remove(&ino).unwrap_or_default();
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.refs = node.refs.saturating_sub(n);
+        if node.refs > 0 {
+            return;
+        }
+        if let Some(node) = self.nodes.remove(&ino) {
+            for p in node.names {
                 if self.by_path.get(&p) == Some(&ino) {
                     self.by_path.remove(&p);
                 }
             }
+            if let Some(i) = node.ident
+                && self.by_ident.get(&i) == Some(&ino)
+            {
+                self.by_ident.remove(&i);
+            }
+        }
+    }
+
+    /// `path` was removed. A number with other names keeps them; one with none keeps the old
+    /// name for its requests (an open file reads on), but the name no longer leads to it: a
+    /// file made under it later gets a number of its own.
+    pub fn unlinked(&mut self, path: &Path) {
+        let Some(ino) = self.by_path.remove(path) else {
+            return;
+        };
+        if let Some(n) = self.nodes.get_mut(&ino)
+            && n.names.len() > 1
+        {
+            n.names.retain(|p| p != path);
         }
     }
 
     /// `from` was renamed to `to` (or, with `exchange`, the two swapped): every number at or
-    /// under either follows its file. A file `to` replaced keeps its number, under no name, for
-    /// as long as the kernel holds it (an open file of it still reads through it).
+    /// under either follows its file. A file `to` replaced loses that name; with no other, it
+    /// keeps its number under no name, for as long as the kernel holds it (an open file of it
+    /// still reads through it).
     pub fn renamed(&mut self, from: &Path, to: &Path, exchange: bool) {
         let swap = |base: &Path, rest: &Path| {
             if rest.as_os_str().is_empty() {
@@ -81,10 +164,13 @@ impl Inodes {
         };
         if !exchange
             && let Some(ino) = self.by_path.remove(to)
-            && let Some(e) = self.paths.get_mut(&ino)
+            && let Some(n) = self.nodes.get_mut(&ino)
         {
-            // NUL never occurs in a path: this name resolves to nothing in the backing tree.
-            e.0 = PathBuf::from(format!("\0replaced-{ino}"));
+            n.names.retain(|p| p != to);
+            if n.names.is_empty() {
+                // NUL never occurs in a path: this name resolves to nothing in the backing tree.
+                n.names.push(PathBuf::from(format!("\0replaced-{ino}")));
+            }
         }
         let moved: Vec<(PathBuf, u64)> = self
             .by_path
@@ -101,8 +187,10 @@ impl Inodes {
                 (_, Ok(rest)) => swap(from, rest),
                 _ => continue,
             };
-            if let Some(e) = self.paths.get_mut(&ino) {
-                e.0 = new.clone();
+            if let Some(n) = self.nodes.get_mut(&ino)
+                && let Some(name) = n.names.iter_mut().find(|x| **x == p)
+            {
+                *name = new.clone();
             }
             self.by_path.insert(new, ino);
         }
@@ -180,5 +268,42 @@ mod tests {
         assert_eq!(t.path(b), Some(p("a")));
         assert_eq!(t.path(b2), Some(p("a/2")));
         assert_eq!(t.ino(&p("a/2")), Some(b2));
+    }
+
+    #[test]
+    fn the_names_of_one_file_share_its_number_while_they_last() {
+        let mut t = Inodes::default();
+        let ident = (7, 42);
+        let a = t.lookup_file(&p("a"), Some((ident, 1)), |_| true);
+        // Linked through the mount.
+        t.linked(a, &p("b"));
+        assert_eq!(t.ino(&p("b")), Some(a));
+        // Linked behind the mount's back, found by identity.
+        let c = t.lookup_file(&p("c"), Some((ident, 3)), |q| q == Path::new("a"));
+        assert_eq!(c, a);
+        // A file that no longer is what its first name leads to: a number of its own.
+        let d = t.lookup_file(&p("d"), Some((ident, 4)), |_| false);
+        assert_ne!(d, a);
+        // One name goes: the others still lead to the number, and requests use one of them.
+        t.unlinked(&p("a"));
+        assert_eq!(t.ino(&p("a")), None);
+        assert_eq!(t.path(a), Some(p("b")));
+        t.renamed(&p("b"), &p("e"), false);
+        assert_eq!(t.path(a), Some(p("e")));
+        assert_eq!(t.ino(&p("c")), Some(a));
+        // A rename over a name of it takes only that name.
+        let f = t.lookup(&p("f"));
+        t.renamed(&p("f"), &p("c"), false);
+        assert_eq!(t.ino(&p("c")), Some(f));
+        assert_eq!(t.path(a), Some(p("e")));
+        // Two lookups and a link: three references.
+        t.forget(a, 2);
+        assert_eq!(t.path(a), Some(p("e")));
+        t.forget(a, 1);
+        assert_eq!(t.path(a), None);
+        assert_eq!(t.ino(&p("e")), None);
+        // The identity now leads to the number that took it last, never to a forgotten one.
+        let g = t.lookup_file(&p("g"), Some((ident, 2)), |_| true);
+        assert_eq!(g, d);
     }
 }

@@ -1,7 +1,9 @@
 //! What metadata operations do to cached files: truncation (journaled, then cut in the backing
-//! file and in the cache), an unlinked or replaced path leaving its entry, and renames (the
+//! file and in the cache), an unlinked or replaced path leaving its entry, renames (the
 //! journal's `Rename` records first, then the path map of every cached file at or under the
-//! name). The operations themselves go to the backing directory in `FsCache`'s methods.
+//! name), and hard links (every name of one file is one entry: `FileData::path`, the name the
+//! journal records, and `links`, the others; a file leaves the cache with its last name). The
+//! operations themselves go to the backing directory in `FsCache`'s methods.
 
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -71,8 +73,43 @@ impl Inner {
         };
         let Some(entry) = entry else { return };
         let mut d = lock(&entry.data);
+        // One name of several: the file, its data and its other names stay.
+        if let Some(i) = d.links.iter().position(|p| p == rel) {
+            d.links.remove(i);
+            return;
+        }
+        if d.path.as_deref() == Some(rel) && !d.links.is_empty() {
+            let next = d.links.remove(0);
+            if d.journaled {
+                // A crash must not have the next mount write back to the name that went.
+                let mut j = lock(&self.journal);
+                let _ = j
+                    .append(&Record::Rename {
+                        id: entry.id,
+                        path: journal::path_bytes(&next),
+                    })
+                    .and_then(|_| j.sync());
+            }
+            d.path = Some(next);
+            return;
+        }
         while d.extents.values().any(|x| x.in_flight) {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        // The last name the cache knows, but the backing file has others (hard links made
+        // behind its back): its data is not gone, so what only the cache holds is written
+        // back through the open descriptor instead of dropped.
+        if d.dirty_bytes > 0
+            && d.backing
+                .as_ref()
+                .and_then(|f| f.metadata().ok())
+                .is_some_and(|m| m.nlink() > 0)
+        {
+            drop(d);
+            if let Err(e) = self.writeback_file(&entry, true) {
+                tracing::warn!(error = %e, path = %rel.display(), "writing back a file unlinked under one of its names");
+            }
+            d = lock(&entry.data);
         }
         d.path = None;
         for x in d.extents.values_mut() {
@@ -91,15 +128,33 @@ impl Inner {
             d.cache = None;
             d.backing = None;
             drop(d);
-            lock(&self.state).files.remove(&entry.id);
+            self.forget_entry(&entry);
             let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
         }
+    }
+
+    /// `new` was made another name of `existing`: if the cache holds the file, the name joins
+    /// its entry.
+    pub(super) fn linked(&self, existing: &Path, new: &Path) {
+        let Some(entry) = self.entry(existing) else {
+            return;
+        };
+        let mut d = lock(&entry.data);
+        // The file's lock, then the state's: the documented order.
+        let mut s = lock(&self.state);
+        if s.by_path.contains_key(new) {
+            // link(2) refuses a name that exists: the cache's map had a stale one.
+            return;
+        }
+        s.by_path.insert(new.to_path_buf(), entry.id);
+        drop(s);
+        d.links.push(new.to_path_buf());
     }
 
     /// Appends (and syncs) `Rename` records for the journaled files at or under `from` as if
     /// moved to `to` (and the reverse too for an exchange).
     pub(super) fn journal_moves(&self, from: &Path, to: &Path, exchange: bool) -> io::Result<()> {
-        let moving: Vec<(Arc<FileEntry>, PathBuf)> = {
+        let moving: Vec<(Arc<FileEntry>, PathBuf, PathBuf)> = {
             let s = lock(&self.state);
             s.by_path
                 .iter()
@@ -109,14 +164,15 @@ impl Inner {
                         (_, Ok(rest)) if exchange => join_rest(from, rest),
                         _ => return None,
                     };
-                    s.files.get(id).map(|e| (e.clone(), new))
+                    s.files.get(id).map(|e| (e.clone(), p.clone(), new))
                 })
                 .collect()
         };
         let mut any = false;
-        for (entry, new) in moving {
+        for (entry, old, new) in moving {
             let d = lock(&entry.data);
-            if d.journaled {
+            // The journal names a file by its `path` alone; its other names may move freely.
+            if d.journaled && d.path.as_ref() == Some(&old) {
                 lock(&self.journal).append(&Record::Rename {
                     id: entry.id,
                     path: journal::path_bytes(&new),
@@ -134,7 +190,7 @@ impl Inner {
         if from == to {
             return;
         }
-        let mut moved: Vec<(Arc<FileEntry>, PathBuf)> = Vec::new();
+        let mut moved: Vec<(Arc<FileEntry>, PathBuf, PathBuf)> = Vec::new();
         let mut replaced = None;
         {
             let mut s = lock(&self.state);
@@ -159,7 +215,7 @@ impl Inner {
                     continue;
                 };
                 if let Some(e) = s.files.get(&id).cloned() {
-                    moved.push((e, new));
+                    moved.push((e, p, new));
                 }
             }
         }
@@ -167,8 +223,16 @@ impl Inner {
             self.detach(&p);
         }
         let mut s_updates = Vec::new();
-        for (entry, new) in moved {
+        for (entry, old, new) in moved {
             let mut d = lock(&entry.data);
+            if d.path.as_ref() != Some(&old) {
+                // One of its other names.
+                if let Some(l) = d.links.iter_mut().find(|l| **l == old) {
+                    *l = new.clone();
+                }
+                s_updates.push((new, entry.id));
+                continue;
+            }
             d.path = Some(new.clone());
             if d.journaled {
                 let mut j = lock(&self.journal);

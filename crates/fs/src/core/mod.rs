@@ -90,7 +90,11 @@ struct Extent {
 #[derive(Debug)]
 struct FileData {
     /// Relative to the backing directory; `None` once unlinked (the entry lives on while open).
+    /// The name write-back opens and the journal records.
     path: Option<PathBuf>,
+    /// The file's other names the cache knows (hard links): each maps to this entry too, and
+    /// one of them becomes `path` when `path` goes.
+    links: Vec<PathBuf>,
     cache: Option<Arc<File>>,
     backing: Option<Arc<File>>,
     backing_writable: bool,
@@ -129,6 +133,9 @@ impl FileData {
 #[derive(Debug)]
 pub(crate) struct FileEntry {
     id: u64,
+    /// The backing file's device and inode numbers: a name of a file with several links is
+    /// looked up by them, so that every name of one file is one entry.
+    ident: (u64, u64),
     data: Mutex<FileData>,
     /// Signalled when an extent stops being in flight.
     idle: Condvar,
@@ -153,6 +160,8 @@ enum CopyUp {
 struct State {
     files: HashMap<u64, Arc<FileEntry>>,
     by_path: HashMap<PathBuf, u64>,
+    /// Entries by their backing file's identity (see `FileEntry::ident`).
+    by_ident: HashMap<(u64, u64), u64>,
     /// Oldest first: `(file id, None)` for file-level eviction, `(id, Some(extent))` for
     /// extent-level.
     lru: BTreeMap<u64, (u64, Option<u64>)>,
@@ -255,6 +264,9 @@ pub struct Attr {
     pub gid: u32,
     /// Device number of a device file.
     pub rdev: u32,
+    /// The backing file's device and inode numbers: two names with the same are one file
+    /// (hard links).
+    pub ident: (u64, u64),
 }
 
 fn time_of(secs: i64, nsecs: i64) -> SystemTime {
@@ -280,6 +292,7 @@ impl Attr {
             uid: m.uid(),
             gid: m.gid(),
             rdev: m.rdev() as u32,
+            ident: (m.dev(), m.ino()),
         }
     }
     /// Whether this is a directory.
@@ -508,6 +521,7 @@ impl FsCache {
             state: Mutex::new(State {
                 files: HashMap::new(),
                 by_path: HashMap::new(),
+                by_ident: HashMap::new(),
                 lru: BTreeMap::new(),
                 dirty_queue: BTreeMap::new(),
                 tick: 0,
@@ -570,8 +584,19 @@ impl FsCache {
 
     /// Attributes of `rel` (the root is `""`), corrected for data only the cache has.
     pub fn getattr(&self, rel: &Path) -> io::Result<Attr> {
-        let Some(entry) = self.inner.entry(rel) else {
-            return Ok(Attr::from_meta(&self.tree().symlink_metadata(rel)?));
+        let entry = match self.inner.entry(rel) {
+            Some(entry) => entry,
+            None => {
+                let meta = self.tree().symlink_metadata(rel)?;
+                // A name of a file the cache holds under another (a hard link): its data too.
+                let adopted = (meta.is_file() && meta.nlink() > 1)
+                    .then(|| self.inner.adopt(rel, (meta.dev(), meta.ino())))
+                    .flatten();
+                match adopted {
+                    Some(entry) => entry,
+                    None => return Ok(Attr::from_meta(&meta)),
+                }
+            }
         };
         // The backing file is looked at under the file's lock: a write-back completing between
         // the two would otherwise show the backing file's old size as the file's.
@@ -721,7 +746,7 @@ impl FsCache {
             Counters::add(&self.inner.counters.efbig, 1);
             return Err(errno(nix::errno::Errno::EFBIG));
         }
-        match self.inner.entry(rel) {
+        match self.inner.entry_or_link(rel) {
             Some(e) => self.inner.truncate_entry(&e, size),
             None => self.tree().open(rel, backing::Open::WRITE)?.set_len(size),
         }
@@ -753,7 +778,7 @@ impl FsCache {
             }
         };
         self.tree().set_times(rel, &ts(atime), &ts(mtime))?;
-        if let (Some(t), Some(entry)) = (mtime, self.inner.entry(rel)) {
+        if let (Some(t), Some(entry)) = (mtime, self.inner.entry_or_link(rel)) {
             let mut d = lock(&entry.data);
             d.mtime = t;
             if let Ok(m) = self.tree().metadata(rel) {
@@ -837,12 +862,29 @@ impl FsCache {
         Ok(())
     }
 
+    /// Makes `new` a second name of the file at `existing` (a hard link): in the backing
+    /// directory at once, and in the cache one entry for both names, so that what is written
+    /// through one is read through the other.
+    pub fn link(&self, existing: &Path, new: &Path) -> io::Result<()> {
+        self.tree().link(existing, new)?;
+        self.inner.linked(existing, new);
+        Ok(())
+    }
+
     /// Renames `from` to `to` (a file or a whole directory), with `renameat2` flags
     /// (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`).
     pub fn rename(&self, from: &Path, to: &Path, flags: u32) -> io::Result<()> {
         let rflags =
             nix::fcntl::RenameFlags::from_bits(flags).ok_or(errno(nix::errno::Errno::EINVAL))?;
         let exchange = rflags.contains(nix::fcntl::RenameFlags::RENAME_EXCHANGE);
+        // Two names of one file: rename(2) does nothing, and leaves both names.
+        if let (Ok(a), Ok(b)) = (
+            self.tree().symlink_metadata(from),
+            self.tree().symlink_metadata(to),
+        ) && (a.dev(), a.ino()) == (b.dev(), b.ino())
+        {
+            return self.tree().rename(from, to, rflags);
+        }
         // Journaled files get their new paths in the journal before the rename: a crash in
         // between must not have the next mount write their data back under the old names
         // (where another file may be by then).
