@@ -39,6 +39,7 @@ pub(crate) use store_log::StoreLog;
 pub use store_reads::{Joined, Reading, StoreWant};
 
 use crate::upstream::UpstreamError;
+use store_log::Writes;
 
 /// Why a keyspace operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -382,25 +383,64 @@ pub struct StoreCounts {
 /// the store (a store iterator is a consistent snapshot); [`Keyspace::len`] and
 /// [`Keyspace::expiry_counts`] run it under the lock where the caller cannot.
 pub fn count_store(store: &dyn Store, now: u64) -> Result<StoreCounts, KvError> {
-    let mut c = StoreCounts::default();
-    let mut ttl_sum = 0u128;
+    count_store_over(store, &Writes::default(), now)
+}
+
+/// [`count_store`] with the writes `over` (key → encoded value, `None` a deletion) laid over the
+/// store: what it would count once they were written.
+fn count_store_over(store: &dyn Store, over: &Writes, now: u64) -> Result<StoreCounts, KvError> {
+    let mut t = Tally::default();
     for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
         let (_, raw) = entry?;
-        c.all += 1;
-        match encoded_expiry(&raw) {
-            None => c.live += 1,
+        t.count(&raw, now, 1);
+    }
+    for (k, v) in over {
+        if let Some(old) = store.get(k)? {
+            t.count(&old, now, -1);
+        }
+        if let Some(v) = v {
+            t.count(v, now, 1);
+        }
+    }
+    Ok(t.counts())
+}
+
+/// Running sums of [`StoreCounts`]; a key counts in (`sign` 1) or out (-1).
+#[derive(Default)]
+struct Tally {
+    all: i128,
+    live: i128,
+    expires: i128,
+    ttl_sum: i128,
+}
+
+impl Tally {
+    fn count(&mut self, raw: &[u8], now: u64, sign: i128) {
+        self.all += sign;
+        match encoded_expiry(raw) {
+            None => self.live += sign,
             Some(t) if t > now => {
-                c.live += 1;
-                c.expires += 1;
-                ttl_sum += u128::from(t - now);
+                self.live += sign;
+                self.expires += sign;
+                self.ttl_sum += sign * i128::from(t - now);
             }
             Some(_) => {}
         }
     }
-    if c.expires > 0 {
-        c.avg_ttl = (ttl_sum / u128::from(c.expires)) as u64;
+
+    fn counts(&self) -> StoreCounts {
+        let n = |x: i128| u64::try_from(x.max(0)).unwrap_or(u64::MAX);
+        StoreCounts {
+            all: n(self.all),
+            live: n(self.live),
+            expires: n(self.expires),
+            avg_ttl: if self.expires > 0 {
+                n(self.ttl_sum / self.expires)
+            } else {
+                0
+            },
+        }
     }
-    Ok(c)
 }
 
 /// [`Keyspace::scan`] over a store: up to `count` live keys of `store` that satisfy `filter`, in
@@ -414,23 +454,68 @@ pub fn scan_store(
     now: u64,
     filter: &dyn Fn(&[u8]) -> bool,
 ) -> Result<(Vec<Bytes>, Option<Bytes>), KvError> {
+    scan_store_over(store, &Writes::default(), after, count, now, filter)
+}
+
+/// [`scan_store`] with the writes `over` (key → encoded value, `None` a deletion) laid over the
+/// store, in key order with it: what it would find once they were written.
+fn scan_store_over(
+    store: &dyn Store,
+    over: &Writes,
+    after: Option<&[u8]>,
+    count: usize,
+    now: u64,
+    filter: &dyn Fn(&[u8]) -> bool,
+) -> Result<(Vec<Bytes>, Option<Bytes>), KvError> {
     let budget = count.saturating_mul(10).saturating_add(100);
     let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut laid: Vec<(&[u8], Option<&[u8]>)> = over
+        .iter()
+        .filter(|(k, _)| after.is_none_or(|a| k.as_ref() > a))
+        .map(|(k, v)| (k.as_ref(), v.as_deref()))
+        .collect();
+    laid.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut laid = laid.into_iter().peekable();
+    let mut stored = store.range((lower, Bound::Unbounded)).peekable();
     let mut found = Vec::new();
     let mut examined = 0usize;
-    for entry in store.range((lower, Bound::Unbounded)) {
-        let (k, raw) = entry?;
+    loop {
+        // The next key of either, the pending write winning over the store's value.
+        let order = match (stored.peek(), laid.peek()) {
+            (None, None) => return Ok((found, None)),
+            (Some(Err(_)), _) | (Some(Ok(_)), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some(Ok((sk, _))), Some((lk, _))) => sk.as_slice().cmp(lk),
+        };
+        let (k, raw) = if order == std::cmp::Ordering::Less {
+            match stored.next() {
+                Some(entry) => {
+                    let (k, raw) = entry?;
+                    (k, Some(raw))
+                }
+                None => return Ok((found, None)),
+            }
+        } else {
+            if order == std::cmp::Ordering::Equal {
+                stored.next();
+            }
+            match laid.next() {
+                Some((k, v)) => (k.to_vec(), v.map(<[u8]>::to_vec)),
+                None => return Ok((found, None)),
+            }
+        };
         examined += 1;
-        let v = Value::decode(&k, raw)?;
         let k = Bytes::from(k);
-        if v.live(now) && filter(&k) {
+        if let Some(raw) = raw
+            && Value::decode(&k, raw)?.live(now)
+            && filter(&k)
+        {
             found.push(k.clone());
         }
         if found.len() >= count || examined >= budget {
             return Ok((found, Some(k)));
         }
     }
-    Ok((found, None))
 }
 
 /// The largest encoding buffer a keyspace keeps between writes: a huge value's does not stay.
@@ -947,9 +1032,9 @@ impl Keyspace {
         now: u64,
         filter: &dyn Fn(&[u8]) -> bool,
     ) -> Result<(Vec<Bytes>, Option<Bytes>), KvError> {
-        self.commit()?;
+        self.walk_ready()?;
         if let Some(store) = &self.store {
-            return scan_store(store.as_ref(), after, count, now, filter);
+            return scan_store_over(store.as_ref(), &self.pending, after, count, now, filter);
         }
         let budget = count.saturating_mul(10).saturating_add(100);
         let mut found = Vec::new();
@@ -983,10 +1068,10 @@ impl Keyspace {
     /// store this walks it, under the keyspace lock: what runs where the server cannot walk
     /// off the lock first ([`count_store`], `Node::walk_store`).
     pub fn len(&mut self) -> Result<u64, KvError> {
-        self.commit()?;
+        self.walk_ready()?;
         match &self.store {
             None => Ok(self.held),
-            Some(store) => Ok(count_store(store.as_ref(), 0)?.all),
+            Some(store) => Ok(count_store_over(store.as_ref(), &self.pending, 0)?.all),
         }
     }
 
@@ -995,7 +1080,7 @@ impl Keyspace {
     /// [`len`](Self::len) does, and leaves out those expired; without one, memory's counters
     /// answer at once.
     pub fn expiry_counts(&mut self, now: u64) -> Result<(u64, u64, u64), KvError> {
-        self.commit()?;
+        self.walk_ready()?;
         match &self.store {
             // Memory is every key: its counters answer at once. Keys expired and not yet
             // deleted are counted, as Redis counts them until it deletes them; their time to
@@ -1007,7 +1092,7 @@ impl Keyspace {
                 Ok((self.held, self.expiring, avg))
             }
             Some(store) => {
-                let c = count_store(store.as_ref(), now)?;
+                let c = count_store_over(store.as_ref(), &self.pending, now)?;
                 Ok((c.live, c.expires, c.avg_ttl))
             }
         }
@@ -1062,7 +1147,9 @@ impl Keyspace {
 
     /// Deletes every key, in the store too.
     pub fn flush(&mut self) -> Result<(), KvError> {
-        self.commit()?;
+        // The writes still pending are deleted with the rest rather than written first: inside
+        // EXEC they are the transaction's so far, which must not reach the store on their own.
+        self.walk_ready()?;
         if let Some(store) = &self.store {
             let keys: Vec<Vec<u8>> = store
                 .range((Bound::Unbounded, Bound::Unbounded))
@@ -1072,10 +1159,15 @@ impl Keyspace {
             for k in &keys {
                 batch.delete(k);
             }
+            for k in self.pending.keys() {
+                batch.delete(k);
+            }
             self.off_lock.flushed();
             if let Some(log) = &self.log {
                 log.write_now(&mut batch)?;
             }
+            // Deleted by that batch: nothing of them is to be written any more.
+            self.pending.clear();
             self.stats.store_writes += 1;
         }
         self.forget_memory();
@@ -1259,6 +1351,19 @@ impl Keyspace {
                 }
             }
         }
+    }
+
+    /// Readies the store for a walk under the lock: every batch queued is written, and the
+    /// writes still pending are left pending, for the walk to lay over the store. Pending may
+    /// be a transaction's writes so far (a walk queued in MULTI runs inside EXEC): written for
+    /// the walk, half a transaction would be in the store, where a crash would leave it.
+    fn walk_ready(&mut self) -> Result<(), KvError> {
+        let Some(log) = self.log.clone() else {
+            return Ok(());
+        };
+        let done = log.write_queued_through();
+        self.drop_doomed();
+        done.map_err(KvError::Failed)
     }
 
     /// Hands the writes not yet committed to the store as one batch (in the store's journal,
@@ -1670,6 +1775,49 @@ mod tests {
             Value::decode(b"k", vec![1, 2]),
             Err(KvError::Corrupt { .. })
         ));
+    }
+
+    /// The bug: SCAN, KEYS, DBSIZE and INFO keyspace under the lock (queued in MULTI, run by
+    /// EXEC) wrote what was pending to the store before walking it, so a transaction with a
+    /// walk in the middle put its first half in the store, where a crash would leave it. The
+    /// walk now lays what is pending over the store, and FLUSHDB deletes it with the rest.
+    #[test]
+    fn a_walk_under_the_lock_sees_pending_writes_without_writing_them() {
+        let mut k = ks("100keys", true);
+        let store = k.store_handle().expect("store");
+        k.set(Bytes::from_static(b"old"), Value::new("1"))
+            .expect("set");
+        k.set(Bytes::from_static(b"gone"), Value::new("2"))
+            .expect("set");
+        k.commit().expect("commit");
+        // A transaction's first half: one key set, one deleted, one with an expiry.
+        k.set(Bytes::from_static(b"new"), Value::new("3"))
+            .expect("set");
+        k.remove(b"gone").expect("remove");
+        let mut expiring = Value::new("4");
+        expiring.expires_at = Some(10_000);
+        k.set(Bytes::from_static(b"ttl"), expiring).expect("set");
+        let (keys, next) = k.scan(None, 100, 1_000, &|_| true).expect("scan");
+        assert_eq!(keys, ["new", "old", "ttl"]);
+        assert_eq!(next, None);
+        let (first, next) = k.scan(None, 1, 1_000, &|_| true).expect("scan");
+        assert_eq!(first, ["new"]);
+        assert_eq!(next.as_deref(), Some(&b"new"[..]));
+        assert_eq!(k.len().expect("len"), 3);
+        assert_eq!(k.expiry_counts(1_000).expect("counts"), (3, 1, 9_000));
+        for (key, stored) in [(&b"new"[..], false), (b"ttl", false), (b"gone", true)] {
+            assert_eq!(
+                store.get(key).expect("get").is_some(),
+                stored,
+                "{}: the walk wrote nothing pending",
+                String::from_utf8_lossy(key)
+            );
+        }
+        // FLUSHDB deletes what is pending with the rest, without writing it first.
+        k.flush().expect("flush");
+        assert_eq!(k.len().expect("len"), 0);
+        assert!(!k.has_pending());
+        assert_eq!(store.range((Bound::Unbounded, Bound::Unbounded)).count(), 0);
     }
 
     /// The bug: a SET of a key longer than the store takes (65,535 bytes; a request's bulk may

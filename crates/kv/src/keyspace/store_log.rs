@@ -263,6 +263,13 @@ impl StoreLog {
         self.failed.get().map(|why| Err(why.clone()))
     }
 
+    /// Returns once every batch queued so far is in the store (see
+    /// [`write_through`](Self::write_through)).
+    pub(crate) fn write_queued_through(&self) -> Result<(), Arc<StoreError>> {
+        let taken = self.state().taken;
+        self.write_through(taken)
+    }
+
     /// Returns once batch `seq` (and every one before it) is in the store, writing what is
     /// queued if nobody else is; blocks the calling thread for the writer lock. For paths that
     /// hold the keyspace lock: the queue is written before they go on.
