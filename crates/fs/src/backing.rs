@@ -179,7 +179,16 @@ impl BackingDir {
 
     /// Opens a file (a directory with `O_DIRECTORY` in a read-only open).
     pub fn open(&self, rel: &Path, how: Open) -> io::Result<File> {
-        Ok(File::from(self.resolve(rel, how.flags(), how.mode)?))
+        let flags = how.flags();
+        match self.resolve(rel, flags, how.mode) {
+            // A lease on a regular file (a Samba oplock, an NFS delegation) refuses a
+            // non-blocking open: opened as any open is, waiting for the lease's break. (A FIFO
+            // never answers so: without a peer its non-blocking open succeeds or is ENXIO.)
+            Err(e) if e.raw_os_error() == Some(Errno::EAGAIN as i32) => Ok(File::from(
+                self.resolve(rel, flags - OFlag::O_NONBLOCK, how.mode)?,
+            )),
+            r => Ok(File::from(r?)),
+        }
     }
 
     /// Opens a directory for listing.

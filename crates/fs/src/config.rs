@@ -86,6 +86,8 @@ pub struct FsConfig {
     pub dirty_low: f64,
     /// Threads writing dirty extents back.
     pub writeback_threads: usize,
+    /// The most extents copied up ahead of a reader going through a file in order (0: none).
+    pub read_ahead: u64,
     /// When fsync returns.
     pub fsync: FsyncMode,
     /// Writes past this size fail with EFBIG.
@@ -124,6 +126,7 @@ impl FsConfig {
             dirty_high: 0.45,
             dirty_low: 0.20,
             writeback_threads: 8,
+            read_ahead: 8,
             fsync: FsyncMode::Cache,
             max_file_size: 1 << 30,
             write_window_multiplier: 10,
@@ -195,6 +198,12 @@ impl FsConfig {
             return bad(
                 "writeback-threads",
                 format!("{}: must be 1..=256", self.writeback_threads),
+            );
+        }
+        if self.read_ahead > 1024 {
+            return bad(
+                "read-ahead",
+                format!("{}: at most 1024 extents", self.read_ahead),
             );
         }
         if self.max_file_size == 0 {

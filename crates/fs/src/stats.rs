@@ -11,6 +11,7 @@ pub(crate) struct Counters {
     pub copy_up_bytes: AtomicU64,
     pub copy_up_read_bytes: AtomicU64,
     pub copy_up_preload_bytes: AtomicU64,
+    pub read_ahead_bytes: AtomicU64,
     pub writeback_bytes: AtomicU64,
     pub writeback_errors: AtomicU64,
     pub evicted_extents: AtomicU64,
@@ -69,6 +70,10 @@ pub struct FsStats {
     /// Of those, bytes copied up by `preload` hints.
     #[serde(default)]
     pub copy_up_preload_bytes: u64,
+    /// Of the bytes copied up for reads, those read-ahead copied before a read asked (a
+    /// reader going through a file in order).
+    #[serde(default)]
+    pub read_ahead_bytes: u64,
     /// Mean copy-up rate since the mount, bytes/s.
     pub copy_up_rate: f64,
     /// Bytes written back to the backing directory.

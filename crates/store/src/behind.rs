@@ -681,14 +681,22 @@ pub(crate) fn recover(
     };
     let mut found = Recovered::default();
     let mut writes: Pending = Pending::default();
-    'segments: for (_, path) in &list {
+    'segments: for (number, path) in &list {
         found.segments += 1;
         let bytes = fs::read(path).map_err(io("reading a log segment"))?;
         let (mut at, seed) = match bytes.split_first_chunk::<8>() {
             Some((magic, rest)) if *magic == MAGIC => match rest.first_chunk::<8>() {
-                Some(n) => (SEGMENT_HEADER as usize, Some(u64::from_le_bytes(*n))),
-                // Cut off while its header was written: nothing was written after it.
-                None => break 'segments,
+                Some(n) if u64::from_le_bytes(*n) == *number => {
+                    (SEGMENT_HEADER as usize, Some(*number))
+                }
+                // Cut off while its header was written, or a recycled file whose new header
+                // did not reach the disk (its rename did): what follows is the spare's older
+                // life, and nothing written in this one was acknowledged as on disk (its header
+                // went to the disk with the first fsync that covered a write of it).
+                _ => {
+                    found.torn_bytes = bytes.len() as u64;
+                    break 'segments;
+                }
             },
             _ => (0, None),
         };
@@ -760,6 +768,20 @@ fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 
 fn segment_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:020}.log"))
+}
+
+/// The bytes of a log segment numbered `number` holding `batches` (and no seal), as a store
+/// would leave it: for tests of the replay.
+#[doc(hidden)]
+pub fn log_segment(number: u64, batches: &[Batch]) -> Vec<u8> {
+    let mut out = Vec::from(MAGIC);
+    out.extend_from_slice(&number.to_le_bytes());
+    let mut record = Vec::new();
+    for b in batches {
+        encode(b, number, &mut record);
+        out.extend_from_slice(&record);
+    }
+    out
 }
 
 /// Segment `n`, on the spare's blocks if there is a spare, its header written; records go after

@@ -32,7 +32,7 @@ mod mem;
 
 use std::ops::Bound;
 
-pub use behind::{WriteBehind, WriteBehindOptions};
+pub use behind::{WriteBehind, WriteBehindOptions, log_segment};
 pub use dir::{FORMAT_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use error::StoreError;
 pub use faulty::{Faults, FaultyStore, OpKind, Stall};

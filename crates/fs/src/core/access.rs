@@ -52,7 +52,10 @@ impl Access {
 }
 
 /// [`Access`] with its answers kept per user and group: a check reads `/proc` for the caller's
-/// groups, and every request of a user other than the owner asks.
+/// groups, and every request of a user other than the owner asks. Only answers that do not
+/// depend on supplementary groups are kept: a process's groups are its own (one login of a user
+/// may be in a group another is not), and a process gone before its groups were read has none
+/// to go by; those answers are worked out for each request.
 #[derive(Debug)]
 pub struct Gate {
     access: Access,
@@ -73,19 +76,36 @@ impl Gate {
         &self.access
     }
 
-    /// Whether user `uid` of group `gid` may use the mount; `groups` gives its supplementary
-    /// groups, asked only when the answer is not known yet.
-    pub fn admits(&self, uid: u32, gid: u32, groups: impl FnOnce() -> Vec<u32>) -> bool {
+    /// Whether user `uid` of group `gid` may use the mount; `groups` gives the asking process's
+    /// supplementary groups (`None`: they could not be read), asked only when the answer is not
+    /// kept.
+    pub fn admits(&self, uid: u32, gid: u32, groups: impl FnOnce() -> Option<Vec<u32>>) -> bool {
         if uid == 0 || uid == self.access.owner {
             return true;
         }
-        *lock(&self.traversal).entry((uid, gid)).or_insert_with(|| {
-            self.access.may_traverse(&Caller {
-                uid,
-                gid,
-                groups: groups(),
-            })
-        })
+        if let Some(&known) = lock(&self.traversal).get(&(uid, gid)) {
+            return known;
+        }
+        let alone = self.access.may_traverse(&Caller {
+            uid,
+            gid,
+            groups: Vec::new(),
+        });
+        // In every group the directories above belong to: if that changes nothing, no
+        // supplementary group can, and the answer is the user's whatever process asks.
+        let in_all = self.access.may_traverse(&Caller {
+            uid,
+            gid,
+            groups: self.access.ancestors.iter().map(|a| a.2).collect(),
+        });
+        if in_all == alone {
+            lock(&self.traversal).insert((uid, gid), alone);
+            return alone;
+        }
+        match groups() {
+            Some(groups) => self.access.may_traverse(&Caller { uid, gid, groups }),
+            None => alone,
+        }
     }
 
     /// Whether `uid` may use the verbs that change the mount for every user: the owner and
@@ -100,8 +120,9 @@ impl Gate {
     }
 }
 
-/// Supplementary groups of a process, from `/proc/PID/status` (none if it is gone).
-pub fn groups_of(pid: u32) -> Vec<u32> {
+/// Supplementary groups of a process, from `/proc/PID/status` (`None` if they cannot be read:
+/// the process is gone, or hidden from the daemon).
+pub fn groups_of(pid: u32) -> Option<Vec<u32>> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -113,7 +134,6 @@ pub fn groups_of(pid: u32) -> Vec<u32> {
                 })
             })
         })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -133,53 +153,67 @@ mod tests {
     fn a_user_who_may_not_search_a_directory_above_the_backing_one_is_kept_out() {
         // /home/alice (0700 alice) above the backing directory, / (0755 root).
         let g = gate(vec![(S_IFDIR | 0o700, 1000, 1000), (S_IFDIR | 0o755, 0, 0)]);
-        assert!(g.admits(1000, 1000, Vec::new), "the owner");
-        assert!(g.admits(0, 0, Vec::new), "root");
-        assert!(!g.admits(2000, 2000, Vec::new), "another user");
+        assert!(g.admits(1000, 1000, || Some(Vec::new())), "the owner");
+        assert!(g.admits(0, 0, || Some(Vec::new())), "root");
+        assert!(!g.admits(2000, 2000, || Some(Vec::new())), "another user");
         let g = gate(vec![(S_IFDIR | 0o710, 1000, 50), (S_IFDIR | 0o755, 0, 0)]);
-        assert!(!g.admits(2000, 2000, Vec::new), "not in the group");
         assert!(
-            g.admits(2000, 50, Vec::new),
+            !g.admits(2000, 2000, || Some(Vec::new())),
+            "not in the group"
+        );
+        assert!(
+            g.admits(2000, 50, || Some(Vec::new())),
             "the group by its primary group"
         );
         assert!(
-            g.admits(3000, 3000, || vec![7, 50]),
+            g.admits(3000, 3000, || Some(vec![7, 50])),
             "by a supplementary group"
         );
         let g = gate(vec![(S_IFDIR | 0o701, 1000, 50)]);
-        assert!(g.admits(2000, 2000, Vec::new), "others may search");
         assert!(
-            !g.admits(2001, 50, Vec::new),
+            g.admits(2000, 2000, || Some(Vec::new())),
+            "others may search"
+        );
+        assert!(
+            !g.admits(2001, 50, || Some(Vec::new())),
             "the group's bits decide for its members"
         );
     }
 
     #[test]
-    fn an_answer_is_kept_per_user_and_group_and_the_groups_read_once() {
+    fn only_answers_no_group_could_change_are_kept() {
         let g = gate(vec![(S_IFDIR | 0o710, 1000, 50)]);
         let mut asked = 0;
-        assert!(g.admits(3000, 3000, || {
+        // Refused whatever the groups (others may not search): kept, the groups never read.
+        let g2 = gate(vec![(S_IFDIR | 0o700, 1000, 50)]);
+        assert!(!g2.admits(3000, 3000, || {
             asked += 1;
-            vec![50]
+            Some(vec![50])
         }));
-        assert!(g.admits(3000, 3000, || {
+        assert!(!g2.admits(3000, 3000, || {
             asked += 1;
-            Vec::new()
+            Some(Vec::new())
         }));
-        assert_eq!(asked, 1);
+        assert_eq!(asked, 0);
+        // Let in by a supplementary group: not kept, so a login of the same user outside the
+        // group is refused, and one whose groups could not be read is judged without them.
+        assert!(g.admits(3000, 3000, || Some(vec![50])));
+        assert!(!g.admits(3000, 3000, || Some(Vec::new())));
+        assert!(!g.admits(3000, 3000, || None));
+        assert!(g.admits(3000, 3000, || Some(vec![50])));
         assert!(g.owns(1000) && g.owns(0) && !g.owns(3000));
         assert_eq!(g.new_owner(3000, 3000), None);
     }
 
     #[test]
     fn a_process_groups_are_read_from_proc() {
-        let mine = groups_of(std::process::id());
+        let mine = groups_of(std::process::id()).expect("our own groups");
         let expected: Vec<u32> = nix::unistd::getgroups()
             .expect("getgroups")
             .into_iter()
             .map(|g| g.as_raw())
             .collect();
         assert_eq!(mine, expected);
-        assert_eq!(groups_of(u32::MAX), Vec::<u32>::new(), "no such process");
+        assert_eq!(groups_of(u32::MAX), None, "no such process");
     }
 }

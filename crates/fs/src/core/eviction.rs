@@ -19,6 +19,7 @@ impl Inner {
         d: &mut FileData,
         select: impl Fn(u64, &Extent) -> bool,
     ) -> io::Result<u64> {
+        d.epoch += 1;
         let victims: Vec<u64> = d
             .extents
             .iter()

@@ -16,6 +16,9 @@ use crate::backing;
 use crate::config::EvictionUnit;
 use crate::stats::Counters;
 
+/// Extents waiting for the read-ahead thread, at most (beyond, reads copy their own).
+const READ_AHEAD_QUEUE: usize = 64;
+
 impl Inner {
     pub(super) fn extent_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
         let e = self.cfg.extent;
@@ -30,7 +33,9 @@ impl Inner {
         rel: &Path,
         created: Option<File>,
     ) -> io::Result<Arc<FileEntry>> {
-        let existing = self.entry(rel);
+        // Another name of a file the cache holds is that file, checked against the backing
+        // directory as any open of it is.
+        let existing = self.entry_or_link(rel);
         let open_backing = || -> io::Result<(File, bool)> {
             match self.tree.open(rel, backing::Open::READ_WRITE) {
                 Ok(f) => Ok((f, true)),
@@ -92,20 +97,21 @@ impl Inner {
             return Err(errno(nix::errno::Errno::EISDIR));
         }
         let ident = (meta.dev(), meta.ino());
-        if meta.nlink() > 1
-            && let Some(entry) = self.adopt(rel, ident)
-        {
-            let mut d = lock(&entry.data);
-            d.open_count += 1;
-            if d.backing.is_none() {
-                d.backing = Some(Arc::new(f));
-                d.backing_writable = writable;
-            }
-            drop(d);
-            return Ok(entry);
-        }
         let mtime = Attr::from_meta(&meta).mtime;
         let mut s = lock(&self.state);
+        if meta.nlink() > 1
+            && s.by_ident
+                .get(&ident)
+                .is_some_and(|id| s.files.contains_key(id))
+        {
+            // Another name of it was opened meanwhile: one entry for both, this name joining
+            // it, then opened as an existing entry is (revalidated).
+            drop(s);
+            if self.adopt(rel, ident).is_some() {
+                return self.open_entry(rel, None);
+            }
+            s = lock(&self.state);
+        }
         // Another thread may have opened it meanwhile.
         if let Some(entry) = s.by_path.get(rel).and_then(|id| s.files.get(id)).cloned() {
             drop(s);
@@ -141,6 +147,10 @@ impl Inner {
                 tick,
                 journaled: false,
                 pinned: 0,
+                copying: Default::default(),
+                epoch: 0,
+                last_read: None,
+                ahead: 0,
             }),
             idle: Condvar::new(),
         });
@@ -257,6 +267,120 @@ impl Inner {
 
     /// Copies extent `i` up from the backing file unless the cache has it, counting the copy
     /// under `why`; true if it had.
+    /// Queues the extents after `range` for the read-ahead thread when reads of the file go on
+    /// in order: one extent after the second read in order, doubling with each further one up
+    /// to `read_ahead` (8 by default: a window only has to cover the time one copy-up takes
+    /// while the reader goes on; its sensitivity is in docs/benchmarks.md, `fs-read-ahead`);
+    /// none after a read elsewhere. Extents already cached, or being copied, are skipped.
+    fn read_ahead(&self, entry: &Arc<FileEntry>, d: &mut FileData, range: std::ops::Range<u64>) {
+        let (first, last) = (range.start, range.end.saturating_sub(1));
+        let in_order = d.last_read.is_some_and(|l| first == l || first == l + 1);
+        d.ahead = if in_order {
+            (d.ahead * 2).clamp(1, self.cfg.read_ahead.max(1))
+        } else {
+            0
+        };
+        d.last_read = Some(last);
+        if d.ahead == 0 || self.cfg.read_ahead == 0 {
+            return;
+        }
+        let ext = self.cfg.extent;
+        let end = d.backing_size.min(d.size).div_ceil(ext);
+        let wanted: Vec<u64> = (last + 1..(last + 1 + d.ahead).min(end))
+            .filter(|i| !d.extents.contains_key(i) && !d.copying.contains(i))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let mut q = lock(&self.ahead);
+        for i in wanted {
+            if q.len() >= READ_AHEAD_QUEUE {
+                break;
+            }
+            d.copying.insert(i);
+            q.push_back((Arc::downgrade(entry), i));
+        }
+        self.ahead_cv.notify_one();
+    }
+
+    /// The read-ahead thread: copies up the extents [`read_ahead`](Self::read_ahead) queued,
+    /// each read from the backing file without the file's lock (a read of the extents before
+    /// it goes on meanwhile), and kept only if nothing changed the file's extents meanwhile.
+    pub(super) fn readahead_worker(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut q = lock(&self.ahead);
+                loop {
+                    if self.stopping() {
+                        return;
+                    }
+                    if let Some(n) = q.pop_front() {
+                        break n;
+                    }
+                    q = self.ahead_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let (weak, i) = next;
+            let Some(entry) = weak.upgrade() else {
+                continue;
+            };
+            {
+                // Held off, as the write-back workers are, while the bookkeeping is checked.
+                let mut s = lock(&self.state);
+                while s.paused && !self.stopping() {
+                    s = self
+                        .work
+                        .wait_timeout(s, std::time::Duration::from_millis(50))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                s.busy += 1;
+            }
+            if let Err(e) = self.copy_ahead(&entry, i) {
+                tracing::debug!(error = %e, extent = i, "read-ahead");
+            }
+            let mut d = lock(&entry.data);
+            d.copying.remove(&i);
+            drop(d);
+            entry.idle.notify_all();
+            lock(&self.state).busy -= 1;
+            self.progress.notify_all();
+            self.nudge();
+            self.maybe_evict();
+        }
+    }
+
+    fn copy_ahead(&self, entry: &FileEntry, i: u64) -> io::Result<()> {
+        let ext = self.cfg.extent;
+        let start = i * ext;
+        let (src, have, epoch) = {
+            let mut d = lock(&entry.data);
+            // A reader that has closed the file will not read on.
+            if d.path.is_none() || d.open_count == 0 || d.extents.contains_key(&i) {
+                return Ok(());
+            }
+            let have = d.backing_size.min(d.size).saturating_sub(start).min(ext);
+            if have == 0 {
+                return Ok(());
+            }
+            (self.backing_fd(&mut d)?, have, d.epoch)
+        };
+        let buf = read_at_zero_filled(&src, start, have)?;
+        let mut d = lock(&entry.data);
+        // Dropped extents (a truncation, a change behind the cache, an unlink) or a write of
+        // this one meanwhile: what was read may be stale, and is not kept.
+        if d.epoch != epoch || d.path.is_none() || d.extents.contains_key(&i) {
+            return Ok(());
+        }
+        self.cache_file(entry.id, &mut d)?
+            .write_all_at(&buf, start)?;
+        Counters::add(&self.counters.copy_up_bytes, have);
+        Counters::add(&self.counters.copy_up_read_bytes, have);
+        Counters::add(&self.counters.read_ahead_bytes, have);
+        self.insert_extent(&mut d, i);
+        Ok(())
+    }
+
     fn ensure_extent(
         &self,
         entry: &FileEntry,
@@ -356,7 +480,12 @@ impl Inner {
         }
     }
 
-    pub(super) fn read(&self, entry: &FileEntry, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    pub(super) fn read(
+        &self,
+        entry: &Arc<FileEntry>,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<Vec<u8>> {
         let mut d = lock(&entry.data);
         let len = len.min(d.size.saturating_sub(offset));
         if len == 0 {
@@ -364,6 +493,11 @@ impl Inner {
         }
         let ext = self.cfg.extent;
         let range = self.extent_range(offset, len);
+        // An extent read-ahead is copying: its copy, not a second one.
+        while range.clone().any(|i| d.copying.contains(&i)) {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+        self.read_ahead(entry, &mut d, range.clone());
         for i in range.clone() {
             let part = (offset + len).min((i + 1) * ext) - offset.max(i * ext);
             if self.ensure_extent(entry, &mut d, i, CopyUp::Read)? {

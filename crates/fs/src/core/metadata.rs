@@ -21,6 +21,8 @@ impl Inner {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
         let ext = self.cfg.extent;
+        // A read-ahead copy under way read the old length's bytes.
+        d.epoch += 1;
         if d.journaled {
             // Before anything is cut: a crash after the cut must not replay the old length.
             let mut j = lock(&self.journal);
@@ -81,7 +83,8 @@ impl Inner {
         if d.path.as_deref() == Some(rel) && !d.links.is_empty() {
             let next = d.links.remove(0);
             if d.journaled {
-                // A crash must not have the next mount write back to the name that went.
+                // A crash must not have the next mount write back to the name that went (an
+                // unlink journaled this before it; a rename over `rel` did not).
                 let mut j = lock(&self.journal);
                 let _ = j
                     .append(&Record::Rename {
@@ -131,6 +134,41 @@ impl Inner {
             self.forget_entry(&entry);
             let _ = std::fs::remove_file(self.data_dir.join(entry.id.to_string()));
         }
+    }
+
+    /// Before `rel` is unlinked: if the journal names a file by `rel` and the file has another
+    /// name, the journal names that one from now on (synced), so that a crash after the unlink
+    /// never writes the file's data back under the name that went. Returns the file's id if it
+    /// did (for [`journal_rename_back`](Self::journal_rename_back) if the unlink fails).
+    pub(super) fn journal_unlink(&self, rel: &Path) -> io::Result<Option<u64>> {
+        let Some(entry) = self.entry(rel) else {
+            return Ok(None);
+        };
+        let d = lock(&entry.data);
+        let Some(next) = d.links.first() else {
+            return Ok(None);
+        };
+        if !d.journaled || d.path.as_deref() != Some(rel) {
+            return Ok(None);
+        }
+        let mut j = lock(&self.journal);
+        j.append(&Record::Rename {
+            id: entry.id,
+            path: journal::path_bytes(next),
+        })?;
+        j.sync()?;
+        Ok(Some(entry.id))
+    }
+
+    /// The unlink [`journal_unlink`](Self::journal_unlink) prepared failed: the journal names
+    /// file `id` by `rel` again.
+    pub(super) fn journal_rename_back(&self, id: u64, rel: &Path) -> io::Result<()> {
+        let mut j = lock(&self.journal);
+        j.append(&Record::Rename {
+            id,
+            path: journal::path_bytes(rel),
+        })?;
+        j.sync()
     }
 
     /// `new` was made another name of `existing`: if the cache holds the file, the name joins

@@ -116,6 +116,15 @@ struct FileData {
     /// Open in kernel passthrough (reads go to the cache file without the daemon): its extents
     /// must stay where they are.
     pinned: u32,
+    /// Extents being copied up by read-ahead, off this lock (see `extents::readahead`).
+    copying: std::collections::BTreeSet<u64>,
+    /// Bumped whenever extents are dropped (truncation, revalidation, eviction, unlink): a
+    /// read-ahead copy begun before keeps nothing.
+    epoch: u64,
+    /// The last extent a read of the file reached, and how many extents read-ahead copies up
+    /// beyond the next read (doubling while reads go on in order, none after a jump).
+    last_read: Option<u64>,
+    ahead: u64,
 }
 
 impl FileData {
@@ -201,6 +210,9 @@ pub(crate) struct Inner {
     dirty: AtomicU64,
     /// Wakes write-back workers.
     work: Condvar,
+    /// Extents for the read-ahead thread to copy up, and its wake-up.
+    ahead: Mutex<std::collections::VecDeque<(std::sync::Weak<FileEntry>, u64)>>,
+    ahead_cv: Condvar,
     /// Wakes callers waiting for write-back progress.
     progress: Condvar,
     evicting: Mutex<()>,
@@ -537,6 +549,8 @@ impl FsCache {
             used: AtomicU64::new(0),
             dirty: AtomicU64::new(0),
             work: Condvar::new(),
+            ahead: Mutex::default(),
+            ahead_cv: Condvar::new(),
             progress: Condvar::new(),
             evicting: Mutex::new(()),
             stop: AtomicBool::new(false),
@@ -562,6 +576,17 @@ impl FsCache {
                 .spawn(move || inner.writeback_worker())
                 .map_err(|e| OpenError::Io {
                     path: PathBuf::from("write-back thread"),
+                    source: e,
+                })?;
+            workers.push(h);
+        }
+        {
+            let inner = inner.clone();
+            let h = std::thread::Builder::new()
+                .name("pliant-fs-ahead".into())
+                .spawn(move || inner.readahead_worker())
+                .map_err(|e| OpenError::Io {
+                    path: PathBuf::from("read-ahead thread"),
                     source: e,
                 })?;
             workers.push(h);
@@ -857,7 +882,13 @@ impl FsCache {
     /// Removes a file; its cached data goes (dirty data included: there is nowhere to write
     /// it), or goes when its last handle closes.
     pub fn unlink(&self, rel: &Path) -> io::Result<()> {
-        self.tree().unlink(rel)?;
+        let renamed = self.inner.journal_unlink(rel)?;
+        if let Err(e) = self.tree().unlink(rel) {
+            if let Some(id) = renamed {
+                self.inner.journal_rename_back(id, rel)?;
+            }
+            return Err(e);
+        }
         self.inner.detach(rel);
         Ok(())
     }
@@ -1200,6 +1231,10 @@ impl Inner {
     fn stop_threads(&self) {
         self.stop.store(true, Relaxed);
         self.work.notify_all();
+        {
+            let _queue = lock(&self.ahead);
+            self.ahead_cv.notify_all();
+        }
         *lock(&self.decide_now) = true;
         self.decide_cv.notify_all();
         for h in std::mem::take(&mut *lock(&self.workers)) {
@@ -1239,6 +1274,7 @@ impl Inner {
             copy_up_bytes: c.copy_up_bytes.load(Relaxed),
             copy_up_read_bytes: c.copy_up_read_bytes.load(Relaxed),
             copy_up_preload_bytes: c.copy_up_preload_bytes.load(Relaxed),
+            read_ahead_bytes: c.read_ahead_bytes.load(Relaxed),
             copy_up_rate: c.copy_up_bytes.load(Relaxed) as f64 / up,
             writeback_bytes: c.writeback_bytes.load(Relaxed),
             writeback_rate: c.writeback_bytes.load(Relaxed) as f64 / up,

@@ -149,6 +149,10 @@ pub struct MountArgs {
     /// Threads writing back.
     #[arg(long, default_value_t = 8)]
     writeback_threads: usize,
+    /// Extents copied up ahead of a reader going through a file in order, at most (the
+    /// window doubles from 1 with each read in order; 0: no read-ahead).
+    #[arg(long, default_value_t = 8, value_name = "EXTENTS")]
+    read_ahead: u64,
     /// When fsync returns: once durable in the cache (and journaled), or in BACKING.
     #[arg(long, value_parser = ["cache", "backing"], default_value = "cache")]
     fsync: String,
@@ -299,6 +303,7 @@ fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     c.dirty_high = a.dirty_high;
     c.dirty_low = a.dirty_low;
     c.writeback_threads = a.writeback_threads;
+    c.read_ahead = a.read_ahead;
     c.fsync = a.fsync.parse::<FsyncMode>()?;
     c.max_file_size = a.max_file_size;
     c.write_window_multiplier = a.write_window_multiplier;
