@@ -32,11 +32,52 @@ import time
 # Differences accepted for good, with the reason. Key: case name (every user) or
 # "USER:case" (one run; USER is "root" or the uid).
 KNOWN = {
-    "truncate.regular.to_2GiB": "the cache refuses files past --max-file-size (1 GiB default): EFBIG by design",
+    "truncate.regular.to_2GiB": "the cache refuses files past --max-file-size (1 GiB by default): EFBIG by design",
+    "truncate.ftruncate.to_2GiB": "the cache refuses files past --max-file-size (1 GiB by default): EFBIG by design",
+    # Linux's FUSE (fuse_setattr, without FUSE_HANDLE_KILLPRIV_V2) clears setgid on chown and
+    # write only when group-execute is set, and sends no request for a chown(-1, -1) that
+    # clears nothing; ext4 (Linux 6.x) clears setgid without group-execute too.
+    "chown.me2745.nothing": "kernel FUSE: chown(-1,-1) of a g+s,g-x file sends no request: no ctime change",
+    "chown.other2745.nothing": "kernel FUSE: chown(-1,-1) of a g+s,g-x file sends no request: ok, no EPERM, no ctime",
 }
 
-# Real bugs, to fix in the product; printed as failures to fix, not counted in the exit status.
+# Real bugs, to fix in the product: reported as failures to fix, not counted in the exit status.
+# Remove a case from here once its fix lands (the check then fails if it differs again).
+BUG_UMASK = ("bug: mkdir/mknod/create: the daemon's own umask (022) applies on top of the "
+             "caller's (it never calls umask(0)): 0777 becomes 0755")
+BUG_OWNER = ("bug: create/mkdir/mknod chown the new entry to the caller's uid and gid afterwards "
+             "(core create/mkdir/mknod): a setgid directory's group is replaced, and the chown "
+             "clears the new file's setuid/setgid bits")
+BUG_CTIME = ("bug: a write does not change st_ctime (getattr corrects size and mtime for data "
+             "only in the cache, not ctime)")
+BUG_NODEV = ("bug or doc: the mount is nodev (mount.rs, MountOption::NoDev), so a device node "
+             "cannot be opened through it (EACCES); docs/fs.md says the kernel serves them")
+BUG_UNLINKED = ("bug: getattr/setattr on the open descriptor of an unlinked file fail with "
+                "ENOENT (the daemon resolves the name, not the handle): fstat, ftruncate, fchmod")
 PENDING = {}
+PENDING.update({c: BUG_UMASK for c in [
+    "mkdir.max_name", "mkdir.mode1777.umask0", "mkdir.mode777.umask0", "mkdir.mode7777.umask0",
+    "mkdir.perm.no_search", "mkdir.perm.o", "mkdir.perm.p", "mkdir.perm.s", "mkdir.perm.t",
+    "mkdir.perm.w", "mkdir.trailing_slash", "mknod.block.mode777", "mknod.char.mode777",
+    "mknod.fifo.mode777", "mknod.regular.mode777", "mknod.socket.mode777",
+    "mknod.zero_type.mode777", "mknod.perm.fifo.o", "mknod.perm.fifo.p", "mknod.perm.fifo.s",
+    "mknod.perm.fifo.t", "mknod.perm.fifo.w", "mknod.socket.bind", "open.create.mode777.umask0"]})
+PENDING.update({c: BUG_OWNER for c in [
+    "mkdir.setgid_parent", "mkdir.setgid_parent.file", "mknod.block.mode4755",
+    "mknod.char.mode4755", "mknod.fifo.mode4755", "mknod.regular.mode4755",
+    "mknod.socket.mode4755", "mknod.zero_type.mode4755", "open.create.mode2755.umask0",
+    "open.create.mode2755.umask22", "open.create.mode4755.umask0",
+    "open.create.mode4755.umask22", "open.create.mode4755.umask77"]})
+PENDING.update({c: BUG_CTIME for c in [
+    "open.append.write", "open.write.overwrite", "write.me2777", "write.me4777", "write.me666",
+    "write.me6777", "write.other2777", "write.other4777", "write.other666", "write.other6777"]})
+# also: as a non-owner, the kernel's FUSE leaves setgid without group-execute (see KNOWN)
+PENDING.update({c: BUG_CTIME + "; as a non-owner also the g+s,g-x rule of KNOWN"
+                for c in ["write.me2767", "write.other2767"]})
+PENDING.update({f"open.{t}.{f}": BUG_NODEV for t in ("block", "char")
+                for f in ("rdonly", "wronly", "rdwr", "nofollow", "trunc", "creat")})
+PENDING["mknod.char.read_null"] = BUG_NODEV
+PENDING.update({f"unlink.open_file.{w}": BUG_UNLINKED for w in ("fstat", "ftruncate", "fchmod")})
 
 OTHER = (12345, 12345)  # the owner of "someone else's" files: never the acting user
 TIMEOUT_S = 5  # a case's system call must return by then (a FIFO open never blocks)
@@ -293,7 +334,10 @@ def build():
              lambda: os.unlink("w/a"), [T("w"), T("w/b", "c")])
     case("unlink", "one_of_three_links", [DIRS["w"], E("regular", "w/a"), E("link", "w/b", extra="w/a"),
                                           E("link", "w/c", extra="w/a")], lambda: os.unlink("w/b"))
-    case("unlink", "open_file", [DIRS["w"], E("regular", "w/f")], unlink_open)
+    for what in ("write_read", "fstat", "ftruncate", "fchmod"):
+        case("unlink", f"open_file.{what}", [DIRS["w"], E("regular", "w/f")], lambda what=what: unlink_open(what))
+    case("rename", "open_file_then_fstat", [DIRS["w"], E("regular", "w/a")],
+         lambda: fd_after("w/a", lambda: os.rename("w/a", "w/b"), lambda fd: os.fstat(fd).st_size))
     for d in DIRS:
         for own in ("me", "other"):
             for t in ("regular", "fifo", "symlink"):
@@ -529,12 +573,28 @@ def link_then_append():
     return os.stat("w/a").st_size
 
 
-def unlink_open():
-    fd = os.open("w/f", os.O_RDWR)
+def unlink_open(what):
+    """What an open file still allows after its last name is gone (tmpfile-style)."""
+    def use(fd):
+        if what == "write_read":
+            os.pwrite(fd, b"after", 0)
+            return os.pread(fd, 5, 0)
+        if what == "fstat":
+            st = os.fstat(fd)
+            return [st.st_nlink, st.st_size]
+        if what == "ftruncate":
+            os.ftruncate(fd, 1)
+            return os.pread(fd, 5, 0)
+        os.fchmod(fd, 0o600)
+        return None
+    return fd_after("w/f", lambda: os.unlink("w/f"), use)
+
+
+def fd_after(path, change, use):
+    fd = os.open(path, os.O_RDWR)
     try:
-        os.unlink("w/f")
-        os.pwrite(fd, b"after", 0)
-        return [os.pread(fd, 5, 0), os.fstat(fd).st_nlink]
+        change()
+        return use(fd)
     finally:
         os.close(fd)
 
@@ -803,6 +863,8 @@ def main():
                 continue
             f["differing"] += 1
             key = next((k for k in (f"{tag}:{c['name']}", c["name"]) if k in KNOWN or k in PENDING), None)
+            if key in PENDING:
+                key = c["name"] if c["name"] in PENDING else key
             diff = {"run": tag, "case": c["name"], "family": c["family"],
                     "status": "known" if key in KNOWN else "pending" if key in PENDING else "new",
                     "reason": KNOWN.get(key) or PENDING.get(key),
@@ -829,7 +891,10 @@ def main():
             for name, f in sorted(r["families"].items()):
                 print(f"    {name:9} {f['cases']:4} cases {f['passed']:4} passed {f['differing']:4} differing")
         if report["pending"]:
-            print(f"PENDING (bugs to fix, not failing the run): {', '.join(report['pending'])}")
+            print("PENDING (bugs to fix, not failing the run):")
+            for reason in sorted({PENDING[c] for c in report["pending"] if c in PENDING}):
+                names = [c for c in report["pending"] if PENDING.get(c) == reason]
+                print(f"  {len(names)} cases: {reason}")
         print(f"{len(report['differences'])} differences: {report['new']} new, "
               f"{len(report['pending'])} pending cases, in {report['seconds']} s")
     return 1 if new and not a.report_only else 0
