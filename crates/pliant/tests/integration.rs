@@ -10,6 +10,7 @@ mod errors_cli;
 mod fs_cli;
 mod parsplice_cli;
 mod policy_cli;
+mod posix_diff;
 mod scale_cli;
 mod serve_cli;
 mod serve_redis_cli;
