@@ -43,41 +43,16 @@ KNOWN = {
 
 # Real bugs, to fix in the product: reported as failures to fix, not counted in the exit status.
 # Remove a case from here once its fix lands (the check then fails if it differs again).
-BUG_UMASK = ("bug: mkdir/mknod/create: the daemon's own umask (022) applies on top of the "
-             "caller's (it never calls umask(0)): 0777 becomes 0755")
-BUG_OWNER = ("bug: create/mkdir/mknod chown the new entry to the caller's uid and gid afterwards "
-             "(core create/mkdir/mknod): a setgid directory's group is replaced, and the chown "
-             "clears the new file's setuid/setgid bits")
-BUG_CTIME = ("bug: a write does not change st_ctime (getattr corrects size and mtime for data "
-             "only in the cache, not ctime)")
-BUG_NODEV = ("bug or doc: the mount is nodev (mount.rs, MountOption::NoDev), so a device node "
-             "cannot be opened through it (EACCES); docs/fs.md says the kernel serves them")
-BUG_UNLINKED = ("bug: getattr/setattr on the open descriptor of an unlinked file fail with "
-                "ENOENT (the daemon resolves the name, not the handle): fstat, ftruncate, fchmod")
+NODEV = ("the mount is nodev by design (mount.rs, MountOption::NoDev; docs/fs.md): a device "
+         "node is made and listed through it, opened only in the backing directory (EACCES)")
 PENDING = {}
-PENDING.update({c: BUG_UMASK for c in [
-    "mkdir.max_name", "mkdir.mode1777.umask0", "mkdir.mode777.umask0", "mkdir.mode7777.umask0",
-    "mkdir.perm.no_search", "mkdir.perm.o", "mkdir.perm.p", "mkdir.perm.s", "mkdir.perm.t",
-    "mkdir.perm.w", "mkdir.trailing_slash", "mknod.block.mode777", "mknod.char.mode777",
-    "mknod.fifo.mode777", "mknod.regular.mode777", "mknod.socket.mode777",
-    "mknod.zero_type.mode777", "mknod.perm.fifo.o", "mknod.perm.fifo.p", "mknod.perm.fifo.s",
-    "mknod.perm.fifo.t", "mknod.perm.fifo.w", "mknod.socket.bind", "open.create.mode777.umask0"]})
-PENDING.update({c: BUG_OWNER for c in [
-    "mkdir.setgid_parent", "mkdir.setgid_parent.file", "mknod.block.mode4755",
-    "mknod.char.mode4755", "mknod.fifo.mode4755", "mknod.regular.mode4755",
-    "mknod.socket.mode4755", "mknod.zero_type.mode4755", "open.create.mode2755.umask0",
-    "open.create.mode2755.umask22", "open.create.mode4755.umask0",
-    "open.create.mode4755.umask22", "open.create.mode4755.umask77"]})
-PENDING.update({c: BUG_CTIME for c in [
-    "open.append.write", "open.write.overwrite", "write.me2777", "write.me4777", "write.me666",
-    "write.me6777", "write.other2777", "write.other4777", "write.other666", "write.other6777"]})
-# also: as a non-owner, the kernel's FUSE leaves setgid without group-execute (see KNOWN)
-PENDING.update({c: BUG_CTIME + "; as a non-owner also the g+s,g-x rule of KNOWN"
-                for c in ["write.me2767", "write.other2767"]})
-PENDING.update({f"open.{t}.{f}": BUG_NODEV for t in ("block", "char")
-                for f in ("rdonly", "wronly", "rdwr", "nofollow", "trunc", "creat")})
-PENDING["mknod.char.read_null"] = BUG_NODEV
-PENDING.update({f"unlink.open_file.{w}": BUG_UNLINKED for w in ("fstat", "ftruncate", "fchmod")})
+# The kernel's FUSE clears setgid on a non-owner's write only with group-execute (ext4 does
+# without it too): the daemon sees the write after the kernel's check.
+KNOWN["65534:write.other2767"] = ("kernel FUSE: a non-owner's write of a g+s,g-x file keeps "
+                                  "setgid (ext4 clears it)")
+KNOWN.update({f"open.{t}.{f}": NODEV for t in ("block", "char")
+              for f in ("rdonly", "wronly", "rdwr", "nofollow", "trunc", "creat")})
+KNOWN["mknod.char.read_null"] = NODEV
 
 OTHER = (12345, 12345)  # the owner of "someone else's" files: never the acting user
 TIMEOUT_S = 5  # a case's system call must return by then (a FIFO open never blocks)

@@ -83,7 +83,8 @@ pub fn reply_statfs(s: std::io::Result<nix::sys::statvfs::Statvfs>, reply: Reply
 pub struct PliantFuse {
     core: Arc<FsCache>,
     inodes: Mutex<Inodes>,
-    handles: Mutex<HashMap<u64, Handle>>,
+    /// Open handles, by number: the inode each was opened as, and the core's handle.
+    handles: Mutex<HashMap<u64, (u64, Handle)>>,
     next_fh: AtomicU64,
     gate: Gate,
     controls: Controls,
@@ -212,7 +213,7 @@ impl PliantFuse {
                                 node.id = Arc::downgrade(&id);
                                 node.passthrough += 1;
                                 handles.insert(fh, (ino.0, Mode::Passthrough, Some(id.clone())));
-                                lock(&self.handles).insert(fh, h);
+                                lock(&self.handles).insert(fh, (ino.0, h));
                                 return reply.opened_passthrough(
                                     FileHandle(fh),
                                     FopenFlags::empty(),
@@ -237,13 +238,13 @@ impl PliantFuse {
                 // Pinned too: the kernel may map the cache file for this handle as well.
                 self.core.pin(&h);
                 handles.insert(fh, (ino.0, Mode::DirectBesidePassthrough, Some(id.clone())));
-                lock(&self.handles).insert(fh, h);
+                lock(&self.handles).insert(fh, (ino.0, h));
                 return reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
             }
             node.cached += 1;
             handles.insert(fh, (ino.0, Mode::Cached, None));
         }
-        lock(&self.handles).insert(fh, h);
+        lock(&self.handles).insert(fh, (ino.0, h));
         reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
@@ -294,7 +295,19 @@ impl PliantFuse {
     }
 
     fn handle(&self, fh: FileHandle) -> Result<Handle, Errno> {
-        lock(&self.handles).get(&fh.0).cloned().ok_or(Errno::EBADF)
+        lock(&self.handles)
+            .get(&fh.0)
+            .map(|(_, h)| h.clone())
+            .ok_or(Errno::EBADF)
+    }
+
+    /// An open handle of inode `ino`: the way to a file unlinked while open, whose name is gone
+    /// (the kernel sends `fstat` and `fchmod` by inode, without the handle).
+    fn handle_of(&self, ino: INodeNo) -> Option<Handle> {
+        lock(&self.handles)
+            .values()
+            .find(|(i, _)| *i == ino.0)
+            .map(|(_, h)| h.clone())
     }
 
     /// `.`, `..` and the backing directory's entries, with the inode numbers the kernel knows.
@@ -398,11 +411,24 @@ impl Filesystem for PliantFuse {
         lock(&self.inodes).forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let res = self
-            .guard(req)
-            .and_then(|_| self.path(ino))
-            .and_then(|p| self.core.getattr(&p).map_err(err));
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // By the open handle when the kernel names one, or when the file's name is gone (a file
+        // unlinked while open: `fstat` comes by inode).
+        let res = self.guard(req).and_then(|_| {
+            if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
+                return self.core.getattr_open(&h).map_err(err);
+            }
+            match self
+                .path(ino)
+                .and_then(|p| self.core.getattr(&p).map_err(err))
+            {
+                Err(Errno::ENOENT) => match self.handle_of(ino) {
+                    Some(h) => self.core.getattr_open(&h).map_err(err),
+                    None => Err(Errno::ENOENT),
+                },
+                r => r,
+            }
+        });
         match res {
             Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
             Err(e) => reply.error(e),
@@ -420,7 +446,7 @@ impl Filesystem for PliantFuse {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -429,6 +455,32 @@ impl Filesystem for PliantFuse {
     ) {
         let res = (|| {
             self.guard(req)?;
+            // `fchmod`, `fchown`, `ftruncate`, `futimens`: the open file, whatever its name is
+            // now (one unlinked while open has none).
+            let gone = || {
+                self.path(ino)
+                    .map_or(true, |p| self.core.getattr(&p).is_err())
+            };
+            let open = fh
+                .and_then(|fh| self.handle(fh).ok())
+                .or_else(|| gone().then(|| self.handle_of(ino)).flatten());
+            if let Some(h) = &open {
+                if let Some(m) = mode {
+                    self.core.chmod_open(h, m).map_err(err)?;
+                }
+                if uid.is_some() || gid.is_some() {
+                    self.core.chown_open(h, uid, gid).map_err(err)?;
+                }
+                if let Some(s) = size {
+                    self.core.truncate_open(h, s).map_err(err)?;
+                }
+                if atime.is_some() || mtime.is_some() {
+                    self.core
+                        .set_times_open(h, atime.map(time), mtime.map(time))
+                        .map_err(err)?;
+                }
+                return self.core.getattr_open(h).map_err(err);
+            }
             let p = self.path(ino)?;
             if let Some(m) = mode {
                 self.core.chmod(&p, m).map_err(err)?;
@@ -703,7 +755,7 @@ impl Filesystem for PliantFuse {
     ) {
         // Taken out first: a guard in the `if let` would hold the handle table through the body,
         // against an open that holds the passthrough table and wants the handle table.
-        let h = lock(&self.handles).remove(&fh.0);
+        let h = lock(&self.handles).remove(&fh.0).map(|(_, h)| h);
         if let Some(h) = h {
             let mut pt = lock(&self.pt);
             if let Some((ino, mode, _id)) = pt.handles.remove(&fh.0)
@@ -934,7 +986,7 @@ impl Filesystem for PliantFuse {
             Ok((p, h, a)) => {
                 let ino = self.number(&p, &a);
                 let fh = self.next_fh.fetch_add(1, Relaxed);
-                lock(&self.handles).insert(fh, h);
+                lock(&self.handles).insert(fh, (ino, h));
                 if self.passthrough.load(Relaxed) {
                     let mut pt = lock(&self.pt);
                     pt.inodes.entry(ino).or_default().cached += 1;

@@ -269,6 +269,10 @@ pub fn run_foreground(
     }
     let _ = signals.thread_block();
     let (cache, recovery) = FsCache::new(opts.cache.clone(), Arc::new(SystemClock))?;
+    // The caller's umask is the kernel's to apply (FUSE hands it to the daemon, which takes it
+    // off the mode): the daemon's own must not be taken off again. Whatever the daemon makes
+    // for itself sits in the cache directory (0700), made above under its umask.
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     let backing = cache.config().backing.clone();
     let core = Arc::new(cache);
     let access = Access::for_backing(&backing, opts.allow_other && root).map_err(|source| {

@@ -424,6 +424,29 @@ impl Caller {
     }
 }
 
+/// A time for `utimensat`: `None` leaves it as it is.
+fn timespec(t: Option<SystemTime>) -> nix::sys::time::TimeSpec {
+    match t {
+        None => nix::sys::time::TimeSpec::UTIME_OMIT,
+        Some(t) => {
+            let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            nix::sys::time::TimeSpec::new(d.as_secs() as i64, d.subsec_nanos() as i64)
+        }
+    }
+}
+
+/// `attr` of a file's backing copy, with the size and times of the data only the cache holds.
+fn corrected(mut attr: Attr, d: &FileData) -> Attr {
+    if attr.is_file() && (d.dirty_bytes > 0 || d.seen == (attr.size, attr.mtime)) {
+        attr.size = d.size;
+        attr.mtime = d.mtime;
+        // A write changes the status too: no older than the data the cache holds.
+        attr.ctime = attr.ctime.max(d.mtime);
+        attr.blocks = attr.blocks.max(d.size.div_ceil(512));
+    }
+    attr
+}
+
 /// The cache.
 pub struct FsCache {
     inner: Arc<Inner>,
@@ -627,13 +650,56 @@ impl FsCache {
         // the two would otherwise show the backing file's old size as the file's.
         let d = lock(&entry.data);
         let meta = self.tree().symlink_metadata(rel)?;
-        let mut attr = Attr::from_meta(&meta);
-        if attr.is_file() && (d.dirty_bytes > 0 || d.seen == (attr.size, attr.mtime)) {
-            attr.size = d.size;
-            attr.mtime = d.mtime;
-            attr.blocks = attr.blocks.max(d.size.div_ceil(512));
+        Ok(corrected(Attr::from_meta(&meta), &d))
+    }
+
+    /// Attributes of an open file, from its backing descriptor: what `fstat` asks, whatever the
+    /// file's name is now (one unlinked while open has none).
+    pub fn getattr_open(&self, h: &Handle) -> io::Result<Attr> {
+        let mut d = lock(&h.0.data);
+        let meta = self.inner.backing_fd(&mut d)?.metadata()?;
+        Ok(corrected(Attr::from_meta(&meta), &d))
+    }
+
+    /// `fchmod` of an open file.
+    pub fn chmod_open(&self, h: &Handle, mode: u32) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let f = self.inner.backing_fd(&mut lock(&h.0.data))?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+    }
+
+    /// `fchown` of an open file.
+    pub fn chown_open(&self, h: &Handle, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        let f = self.inner.backing_fd(&mut lock(&h.0.data))?;
+        std::os::unix::fs::fchown(&*f, uid, gid)
+    }
+
+    /// `futimens` of an open file (`None`: left as it is).
+    pub fn set_times_open(
+        &self,
+        h: &Handle,
+        atime: Option<SystemTime>,
+        mtime: Option<SystemTime>,
+    ) -> io::Result<()> {
+        let mut d = lock(&h.0.data);
+        let f = self.inner.backing_fd(&mut d)?;
+        nix::sys::stat::futimens(&*f, &timespec(atime), &timespec(mtime)).map_err(errno)?;
+        if let Some(t) = mtime {
+            d.mtime = t;
+            if let Ok(m) = f.metadata() {
+                d.seen = (m.size(), Attr::from_meta(&m).mtime);
+            }
         }
-        Ok(attr)
+        Ok(())
+    }
+
+    /// `ftruncate` of an open file (limits as [`truncate`](Self::truncate)).
+    pub fn truncate_open(&self, h: &Handle, size: u64) -> io::Result<()> {
+        if size > self.inner.cfg.max_file_size {
+            Counters::add(&self.inner.counters.efbig, 1);
+            return Err(errno(nix::errno::Errno::EFBIG));
+        }
+        self.inner.truncate_entry(&h.0, size)
     }
 
     /// Opens a regular file, revalidating what the cache holds of it: if the backing file's
@@ -656,8 +722,14 @@ impl FsCache {
                 ..backing::Open::READ_WRITE
             },
         )?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+        if let Some(owner) = owner {
+            let (uid, gid) = self.new_owner(rel, owner);
+            std::os::unix::fs::fchown(&f, uid, gid)?;
+            // The change of owner cleared set-user-ID and set-group-ID: the mode asked for.
+            if mode & 0o6000 != 0 {
+                use std::os::unix::fs::PermissionsExt;
+                f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+            }
         }
         self.inner.open_entry(rel, Some(f)).map(Handle)
     }
@@ -795,14 +867,8 @@ impl FsCache {
         atime: Option<SystemTime>,
         mtime: Option<SystemTime>,
     ) -> io::Result<()> {
-        let ts = |t: Option<SystemTime>| match t {
-            None => nix::sys::time::TimeSpec::UTIME_OMIT,
-            Some(t) => {
-                let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-                nix::sys::time::TimeSpec::new(d.as_secs() as i64, d.subsec_nanos() as i64)
-            }
-        };
-        self.tree().set_times(rel, &ts(atime), &ts(mtime))?;
+        self.tree()
+            .set_times(rel, &timespec(atime), &timespec(mtime))?;
         if let (Some(t), Some(entry)) = (mtime, self.inner.entry_or_link(rel)) {
             let mut d = lock(&entry.data);
             d.mtime = t;
@@ -816,8 +882,9 @@ impl FsCache {
     /// Makes a directory.
     pub fn mkdir(&self, rel: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
         self.tree().mkdir(rel, mode & 0o7777)?;
-        if let Some((uid, gid)) = owner {
-            self.tree().chown(rel, Some(uid), Some(gid))?;
+        if let Some(owner) = owner {
+            let (uid, gid) = self.new_owner(rel, owner);
+            self.tree().chown(rel, uid, gid)?;
         }
         Ok(())
     }
@@ -844,8 +911,12 @@ impl FsCache {
             _ => return Err(errno(nix::errno::Errno::EINVAL)),
         }
         self.tree().mknod(rel, mode, mode & 0o7777, rdev)?;
-        if let Some((uid, gid)) = owner {
-            self.tree().chown(rel, Some(uid), Some(gid))?;
+        if let Some(owner) = owner {
+            let (uid, gid) = self.new_owner(rel, owner);
+            self.tree().chown(rel, uid, gid)?;
+            if mode & 0o6000 != 0 {
+                self.tree().chmod(rel, mode & 0o7777)?;
+            }
         }
         Ok(())
     }
@@ -858,10 +929,23 @@ impl FsCache {
     /// Makes a symbolic link at `rel` pointing at `target`.
     pub fn symlink(&self, rel: &Path, target: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
         self.tree().symlink(rel, target)?;
-        if let Some((uid, gid)) = owner {
-            self.tree().chown(rel, Some(uid), Some(gid))?;
+        if let Some(owner) = owner {
+            let (uid, gid) = self.new_owner(rel, owner);
+            self.tree().chown(rel, uid, gid)?;
         }
         Ok(())
+    }
+
+    /// Who a new entry at `rel` made for `owner` (its creator, user and group) belongs to: the
+    /// creator, but in a set-group-ID directory the directory's group, which the entry got when
+    /// it was made (`None`: left as it is).
+    fn new_owner(&self, rel: &Path, (uid, gid): (u32, u32)) -> (Option<u32>, Option<u32>) {
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let sgid = self
+            .tree()
+            .symlink_metadata(parent)
+            .is_ok_and(|m| m.mode() & 0o2000 != 0);
+        (Some(uid), (!sgid).then_some(gid))
     }
 
     /// Reads a symbolic link.
