@@ -123,6 +123,8 @@ fn unlinking_the_last_name_the_cache_knows_writes_back_for_the_names_it_does_not
     // A name the cache never hears of: only the backing directory has it.
     std::fs::hard_link(b.path().join("x"), b.path().join("hidden")).expect("ln");
     fs.unlink(p("x")).expect("unlink x");
+    // Still open: written back by the workers in their time, or at the latest on the close.
+    fs.release(h);
     let mut want = bytes(3_000, 5);
     want[1_000..1_500].copy_from_slice(&bytes(500, 6));
     assert_eq!(
@@ -130,7 +132,6 @@ fn unlinking_the_last_name_the_cache_knows_writes_back_for_the_names_it_does_not
         want,
         "the cache's data reached the file's other name instead of being dropped"
     );
-    fs.release(h);
     fs.check_invariants().expect("bookkeeping");
 }
 
@@ -275,5 +276,66 @@ fn two_names_opened_at_once_are_one_entry() {
         fs.release(ha);
         fs.release(hb);
     }
+    fs.check_invariants().expect("bookkeeping");
+}
+
+/// Found by an audit: a file with a name the cache never heard of, written through a handle
+/// still open after its known name was unlinked: the writes never reached the other name, and
+/// a flush waited for them for ever.
+#[test]
+fn writes_after_the_known_name_goes_reach_the_names_the_cache_does_not_know() {
+    let (b, d) = dirs();
+    std::fs::write(b.path().join("x"), b"0000000000").expect("x");
+    std::fs::hard_link(b.path().join("x"), b.path().join("y")).expect("ln");
+    let fs = Arc::new(cache(b.path(), d.path()));
+    let h = fs.open(p("x")).expect("open x");
+    fs.write(&h, 0, b"11").expect("write");
+    fs.unlink(p("x")).expect("unlink x");
+    fs.write(&h, 2, b"22").expect("write after the unlink");
+    let flusher = fs.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        flusher.flush(&mut |_| {});
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the flush ended");
+    assert_eq!(std::fs::read(b.path().join("y")).expect("y"), b"1122000000");
+    fs.write(&h, 4, b"33").expect("write");
+    fs.fsync(&h).expect("fsync");
+    assert_eq!(
+        std::fs::read(b.path().join("y")).expect("y"),
+        b"1122330000",
+        "fsync of a file with no name the journal could give writes it back"
+    );
+    fs.write(&h, 6, b"44").expect("write");
+    fs.release(h);
+    fs.check_invariants().expect("bookkeeping");
+    assert_eq!(std::fs::read(b.path().join("y")).expect("y"), b"1122334400");
+}
+
+/// Found by an audit (older than hard links): a file unlinked while open, its only name, then
+/// written: the writes stayed dirty with nowhere to go, and a flush waited for ever.
+#[test]
+fn writes_to_a_file_unlinked_while_open_do_not_hold_up_a_flush() {
+    let (b, d) = dirs();
+    let fs = Arc::new(cache(b.path(), d.path()));
+    let h = fs.create(p("x"), 0o644, None).expect("x");
+    fs.unlink(p("x")).expect("unlink");
+    fs.write(&h, 0, b"zz").expect("write");
+    assert_eq!(
+        fs.read(&h, 0, 10).expect("read"),
+        b"zz",
+        "still the file's data"
+    );
+    let flusher = fs.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        flusher.flush(&mut |_| {});
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the flush ended");
+    fs.release(h);
     fs.check_invariants().expect("bookkeeping");
 }

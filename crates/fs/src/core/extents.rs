@@ -224,7 +224,18 @@ impl Inner {
             return;
         }
         if d.path.is_none() {
-            // Unlinked while open: nothing refers to it any more.
+            // Unlinked while open: nothing refers to it any more here. What it holds for names
+            // of the file the cache does not know goes to them first.
+            if d.dirty_bytes > 0 && super::writeback::still_linked(&d) {
+                drop(d);
+                if let Err(e) = self.writeback_file(entry, true) {
+                    tracing::warn!(error = %e, "writing back a file unlinked under the names the cache knew");
+                }
+                d = lock(&entry.data);
+                if d.open_count > 0 {
+                    return;
+                }
+            }
             let _ = self.drop_extents_locked(entry, &mut d, |_, _| true);
             d.cache = None;
             drop(d);

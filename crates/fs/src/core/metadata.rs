@@ -100,14 +100,21 @@ impl Inner {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
         // The last name the cache knows, but the backing file has others (hard links made
-        // behind its back): its data is not gone, so what only the cache holds is written
-        // back through the open descriptor instead of dropped.
-        if d.dirty_bytes > 0
-            && d.backing
-                .as_ref()
-                .and_then(|f| f.metadata().ok())
-                .is_some_and(|m| m.nlink() > 0)
-        {
+        // behind its back): its data is not gone. Still open, it stays dirty, and the
+        // write-back workers write it through the open descriptor (as they do later writes);
+        // closed, what only the cache holds is written back now, before the entry goes.
+        if d.dirty_bytes > 0 && super::writeback::still_linked(&d) {
+            if d.open_count > 0 {
+                d.path = None;
+                if std::mem::take(&mut d.journaled) {
+                    // The journal can name no path of it now; a later fsync writes it back.
+                    let mut j = lock(&self.journal);
+                    let _ = j
+                        .append(&Record::Drop { id: entry.id })
+                        .and_then(|_| j.sync());
+                }
+                return;
+            }
             drop(d);
             if let Err(e) = self.writeback_file(&entry, true) {
                 tracing::warn!(error = %e, path = %rel.display(), "writing back a file unlinked under one of its names");

@@ -25,6 +25,12 @@ impl Inner {
             return Ok(());
         }
         let Some(path) = d.path.clone() else {
+            // No name the journal could give: durable where the file still has names (links
+            // the cache does not know), in the backing file; with none, nothing to keep.
+            if still_linked(&d) {
+                drop(d);
+                return self.writeback_file(entry, true).map(|_| ());
+            }
             return Ok(());
         };
         self.cache_file(entry.id, &mut d)?.sync_data()?;
@@ -67,7 +73,18 @@ impl Inner {
                 _ => return Ok((d, 0)),
             }
         }
-        if d.path.is_none() {
+        if d.path.is_none() && !still_linked(&d) {
+            // Unlinked, and no name left anywhere: the data has nowhere to go. No longer dirty,
+            // so that flushes and the unmount do not wait for it. (With names the cache does
+            // not know, the open descriptor still reaches the file: written back through it.)
+            if let Some(x) = d.extents.get_mut(&i)
+                && x.dirty
+            {
+                x.dirty = false;
+                let b = x.bytes;
+                d.dirty_bytes -= b;
+                self.dirty.fetch_sub(b, Relaxed);
+            }
             return Ok((d, 0));
         }
         let start = i * self.cfg.extent;
@@ -299,4 +316,13 @@ impl Inner {
         let _ = lock(&self.journal).sync();
         lock(&self.state).flushing -= 1;
     }
+}
+
+/// Whether the file's open backing descriptor still has a name in the backing directory (a
+/// hard link the cache does not know), after the names the cache knew went.
+pub(super) fn still_linked(d: &FileData) -> bool {
+    d.backing
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .is_some_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0)
 }
