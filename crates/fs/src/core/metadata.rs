@@ -85,13 +85,7 @@ impl Inner {
             if d.journaled {
                 // A crash must not have the next mount write back to the name that went (an
                 // unlink journaled this before it; a rename over `rel` did not).
-                let mut j = lock(&self.journal);
-                let _ = j
-                    .append(&Record::Rename {
-                        id: entry.id,
-                        path: journal::path_bytes(&next),
-                    })
-                    .and_then(|_| j.sync());
+                let _ = self.journal_now(&rename(entry.id, &next));
             }
             d.path = Some(next);
             return;
@@ -108,10 +102,7 @@ impl Inner {
                 d.path = None;
                 if std::mem::take(&mut d.journaled) {
                     // The journal can name no path of it now; a later fsync writes it back.
-                    let mut j = lock(&self.journal);
-                    let _ = j
-                        .append(&Record::Drop { id: entry.id })
-                        .and_then(|_| j.sync());
+                    let _ = self.journal_now(&Record::Drop { id: entry.id });
                 }
                 return;
             }
@@ -128,10 +119,7 @@ impl Inner {
         self.dirty.fetch_sub(d.dirty_bytes, Relaxed);
         d.dirty_bytes = 0;
         if std::mem::take(&mut d.journaled) {
-            let mut j = lock(&self.journal);
-            let _ = j
-                .append(&Record::Drop { id: entry.id })
-                .and_then(|_| j.sync());
+            let _ = self.journal_now(&Record::Drop { id: entry.id });
         }
         if d.open_count == 0 {
             let _ = self.drop_extents_locked(&entry, &mut d, |_, _| true);
@@ -158,23 +146,20 @@ impl Inner {
         if !d.journaled || d.path.as_deref() != Some(rel) {
             return Ok(None);
         }
-        let mut j = lock(&self.journal);
-        j.append(&Record::Rename {
-            id: entry.id,
-            path: journal::path_bytes(next),
-        })?;
-        j.sync()?;
+        self.journal_now(&rename(entry.id, next))?;
         Ok(Some(entry.id))
     }
 
     /// The unlink [`journal_unlink`](Self::journal_unlink) prepared failed: the journal names
     /// file `id` by `rel` again.
     pub(super) fn journal_rename_back(&self, id: u64, rel: &Path) -> io::Result<()> {
+        self.journal_now(&rename(id, rel))
+    }
+
+    /// Appends `record` to the journal and syncs it.
+    fn journal_now(&self, record: &Record) -> io::Result<()> {
         let mut j = lock(&self.journal);
-        j.append(&Record::Rename {
-            id,
-            path: journal::path_bytes(rel),
-        })?;
+        j.append(record)?;
         j.sync()
     }
 
@@ -218,10 +203,7 @@ impl Inner {
             let d = lock(&entry.data);
             // The journal names a file by its `path` alone; its other names may move freely.
             if d.journaled && d.path.as_ref() == Some(&old) {
-                lock(&self.journal).append(&Record::Rename {
-                    id: entry.id,
-                    path: journal::path_bytes(&new),
-                })?;
+                lock(&self.journal).append(&rename(entry.id, &new))?;
                 any = true;
             }
         }
@@ -280,13 +262,7 @@ impl Inner {
             }
             d.path = Some(new.clone());
             if d.journaled {
-                let mut j = lock(&self.journal);
-                let _ = j
-                    .append(&Record::Rename {
-                        id: entry.id,
-                        path: journal::path_bytes(&new),
-                    })
-                    .and_then(|_| j.sync());
+                let _ = self.journal_now(&rename(entry.id, &new));
             }
             s_updates.push((new, entry.id));
         }
@@ -303,5 +279,13 @@ fn join_rest(base: &Path, rest: &Path) -> PathBuf {
         base.to_path_buf()
     } else {
         base.join(rest)
+    }
+}
+
+/// The journal record that file `id` is now at `path`.
+fn rename(id: u64, path: &Path) -> Record {
+    Record::Rename {
+        id,
+        path: journal::path_bytes(path),
     }
 }
