@@ -1,10 +1,9 @@
 //! The FUSE adapter: translates kernel requests into [`FsCache`] calls and nothing more (inode
 //! numbers to paths, open handles to numbers, errors to errnos).
 //!
-//! The control verbs ([`Controls`](crate::core::Controls)), the inode table
-//! ([`Inodes`](crate::core::Inodes)) and the check of who may use the mount
-//! ([`Gate`](crate::core::Gate)) are the core's, tested without a mount; this file hands them
-//! the kernel's requests.
+//! The control verbs ([`Controls`]), the inode table ([`Inodes`]) and the check of who may use
+//! the mount ([`Gate`]) are the core's, tested without a mount; this file hands them the
+//! kernel's requests.
 
 use std::collections::HashMap;
 
