@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The write path of `pliant fs mount` against writing the same directory directly: fio's 1 MiB
+# (or --bs) sequential write + fsync at the end (issue 32: "writes at disk speed", goal >= 90% of direct
+# for a mount without passthrough).
+#
+# What it measures
+#   Per repetition, one after another on an idle mount: fio (ioengine=psync, direct=0, one job,
+#   bs=BS, end_fsync=1, fallocate=none) writes SIZE into a fresh file, once directly in a
+#   directory, and once through each VARIANT: a fresh `pliant fs mount` over that same
+#   directory, with its cache directory on the same file system (so the data path is measured,
+#   not two disks), `--no-passthrough` (what an ordinary user's mount gets) and the variant's own
+#   options. The order of direct and the variants rotates from one repetition to the next, so
+#   drift of the shared machine falls on all of them alike.
+#   - No write-back runs inside the measured window: capacity is 4 x SIZE, --dirty-high 95%
+#     (nothing is written back before 3.8 x SIZE is dirty), the write window is far
+#     above SIZE, and --max-file-size is 2 x SIZE. (Checked: the mount's writeback_bytes counter
+#     must be 0 after the fio run, or the run is reported as tainted.)
+#   - Before every run: `sync` and the page cache dropped, so no earlier run's dirty data is
+#     being written while this one runs. After each mounted run the mount is unmounted with
+#     --discard (the write-back to the backing directory is not what this measures; part b of
+#     fs_fio.sh measures that).
+#   Reports, for direct and every variant, the median MB/s with its spread (min-max and the
+#   interquartile range over REPS runs), and the median of the per-repetition ratios
+#   variant / direct with their min-max.
+#
+# Usage
+#   tools/bench/fs_write.sh [--size SIZE] [--bs BS] [--reps N] [--out DIR] [--variant NAME='OPTIONS']...
+#   --size     file size (default 1GiB; 512MiB, 2G or a number of MiB)
+#   --bs       fio's block size, the size of each write() (default 1m; e.g. 4k)
+#   --reps     repetitions (default 10)
+#   --variant  a mount to measure, named NAME, with extra `pliant fs mount` OPTIONS (words of
+#              the form VAR=VALUE go to the daemon's environment instead); repeatable
+#              (default: one variant, "mount", with no extra options)
+#   --out      fio JSON, mount logs and results.csv (default target/fs_write)
+#   env: PLIANT_BIN (default target/release/pliant, not built here), WORK_BASE (default /var/tmp,
+#   a local disk: the direct directory and the cache directory both live there)
+#
+# Needs root (drop_caches), fio, python3. Every mount it starts is stopped at exit (by its pid),
+# and the work directory is removed.
+
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+mib() {
+    local s=${1^^}
+    s=${s%IB}; s=${s%B}
+    case $s in
+        *G) echo $(( ${s%G} * 1024 )) ;;
+        *M) echo "${s%M}" ;;
+        *[!0-9]* | "") echo "bad size: $1" >&2; exit 2 ;;
+        *) echo "$s" ;;
+    esac
+}
+
+SIZE_MIB=1024
+BS=1m
+REPS=10
+OUT=target/fs_write
+NAMES=()
+OPTS=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --size) SIZE_MIB=$(mib "$2"); shift ;;
+        --reps) REPS=$2; shift ;;
+        --bs) BS=$2; shift ;;
+        --out) OUT=$2; shift ;;
+        --variant) NAMES+=("${2%%=*}"); OPTS+=("${2#*=}"); [[ $2 == *=* ]] || OPTS[-1]=""; shift ;;
+        -h | --help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument: $1 (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ ${#NAMES[@]} -gt 0 ] || { NAMES=(mount); OPTS=(""); }
+
+BIN=${PLIANT_BIN:-target/release/pliant}
+[ -x "$BIN" ] || { echo "fs_write.sh: no $BIN (cargo build --release, or set PLIANT_BIN)" >&2; exit 1; }
+BIN=$(realpath "$BIN")
+HELP=$(realpath tools/bench/fs_fio.py)
+for t in fio python3 mountpoint; do
+    command -v $t >/dev/null || { echo "fs_write.sh: needs $t" >&2; exit 1; }
+done
+[ "$(id -u)" = 0 ] || { echo "fs_write.sh: needs root (drop_caches)" >&2; exit 1; }
+
+mkdir -p "$OUT/logs"
+OUT=$(realpath "$OUT")
+WORK=$(mktemp -d "${WORK_BASE:-/var/tmp}/fs_write.XXXXXX")
+DIRECT=$WORK/direct    # written directly, and the mounts' backing directory
+CACHE=$WORK/cache      # the mounts' cache directory: the same file system
+MNT=$WORK/mnt
+mkdir -p "$DIRECT" "$MNT"
+DAEMON_PID=
+
+wait_gone() {
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    return 1
+}
+cleanup() {
+    local rc=$?
+    set +e
+    if mountpoint -q "$MNT"; then
+        timeout 60 "$BIN" fs unmount --discard "$MNT" >/dev/null 2>&1 || umount -l "$MNT"
+    fi
+    if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
+    fi
+    mountpoint -q "$MNT" && umount -l "$MNT"
+    rm -rf "$WORK"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+quiet() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# fio_write NAME DIR: prints MB/s of a 1 MiB sequential write of SIZE with fsync at the end.
+fio_write() {
+    fio --name="$1" --directory="$2" --filename=fio.dat --rw=write --bs="$BS" --size="${SIZE_MIB}m" \
+        --ioengine=psync --direct=0 --fallocate=none --end_fsync=1 \
+        --output-format=json --output="$OUT/$1.json" >/dev/null
+    python3 "$HELP" fio "$OUT/$1.json" | awk '{ printf "%.1f", $1 / 1e6 }'
+}
+
+# run_variant I R: one measured write through a fresh mount with variant I's options.
+run_variant() {
+    local i=$1 r=$2 name=${NAMES[$1]} out bw wb w envs=() opts=()
+    rm -rf "$CACHE" "$DIRECT/fio.dat"
+    for w in ${OPTS[$i]}; do  # words; NAME=VALUE ones go to the daemon's environment
+        if [[ $w =~ ^[A-Z_]+= ]]; then envs+=("$w"); else opts+=("$w"); fi
+    done
+    out=$(env "${envs[@]}" "$BIN" fs mount "$DIRECT" "$MNT" --cache-dir "$CACHE" --capacity "$((SIZE_MIB * 4))MiB" \
+        --high 95% --low 90% --dirty-high 95% --dirty-low 90% --max-file-size "$((SIZE_MIB * 2))MiB" \
+        --write-window-multiplier 1000 --no-passthrough "${opts[@]}")
+    DAEMON_PID=$(sed -n 's/.*daemon pid \([0-9]*\).*/\1/p' <<<"$out")
+    [ -n "$DAEMON_PID" ] || { echo "fs_write.sh: mount said: $out" >&2; exit 1; }
+    quiet
+    bw=$(fio_write "$name-$r" "$MNT")
+    wb=$("$BIN" fs stat "$MNT" --json | python3 "$HELP" get - writeback_bytes 0)
+    timeout 300 "$BIN" fs unmount --discard "$MNT" >/dev/null
+    wait_gone "$DAEMON_PID" 60 || { echo "fs_write.sh: daemon $DAEMON_PID still running" >&2; exit 1; }
+    DAEMON_PID=
+    cp "$CACHE/mount.log" "$OUT/logs/$name-$r.log"
+    echo "$name,$r,$bw,$wb" >>"$OUT/results.csv"
+    [ "$wb" = 0 ] || echo "  ($name run $r is tainted: $wb bytes written back inside the window)"
+    echo "  $name: $bw MB/s"
+}
+run_direct() {
+    rm -f "$DIRECT/fio.dat"
+    quiet
+    local bw
+    bw=$(fio_write "direct-$1" "$DIRECT")
+    echo "direct,$1,$bw,0" >>"$OUT/results.csv"
+    echo "  direct: $bw MB/s"
+}
+
+echo "name,rep,mbps,writeback_bytes" >"$OUT/results.csv"
+N=$((${#NAMES[@]} + 1))
+echo "== ${SIZE_MIB} MiB sequential write (bs $BS) + fsync, $REPS interleaved repetitions; load $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 1; r <= REPS; r++)); do
+    echo "run $r"
+    for ((k = 0; k < N; k++)); do
+        j=$(((k + r - 1) % N))  # rotates who goes first
+        if [ $j = 0 ]; then run_direct "$r"; else run_variant $((j - 1)) "$r"; fi
+    done
+done
+echo "load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$OUT/results.csv" "${NAMES[@]}" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+names = ["direct"] + sys.argv[2:]
+by = {n: {int(r["rep"]): float(r["mbps"]) for r in rows if r["name"] == n} for n in names}
+tainted = {r["name"] for r in rows if r["writeback_bytes"] not in ("0", "")}
+def q(v):
+    v = sorted(v)
+    if len(v) < 4:
+        return v[0], v[-1]
+    qs = statistics.quantiles(v, n=4)
+    return qs[0], qs[2]
+print("| | median MB/s | min-max | IQR | median of ratio to direct | ratio min-max |")
+print("|---|---:|---:|---:|---:|---:|")
+for n in names:
+    v = list(by[n].values())
+    lo, hi = q(v)
+    line = f"| {n}{' (tainted)' if n in tainted else ''} | {statistics.median(v):.0f} | {min(v):.0f}-{max(v):.0f} | {lo:.0f}-{hi:.0f} |"
+    if n == "direct":
+        line += " 100% | |"
+    else:
+        ratios = [by[n][r] / by["direct"][r] for r in by[n] if r in by["direct"]]
+        line += f" {statistics.median(ratios) * 100:.1f}% | {min(ratios) * 100:.0f}-{max(ratios) * 100:.0f}% |"
+    print(line)
+EOF
