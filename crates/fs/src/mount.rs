@@ -27,6 +27,9 @@ pub struct MountOptions {
     /// Serve reads of fully cached files by kernel passthrough when the kernel and the
     /// privileges allow it (root: CAP_SYS_ADMIN).
     pub passthrough: bool,
+    /// Where passthrough is off (not asked for, or not root): let the kernel cache writes and
+    /// write them back to the daemon (FUSE's write-back cache; see [`crate::fuse`]).
+    pub write_cache: bool,
     /// Serve the counters in Prometheus's text format on this address.
     pub metrics: Option<std::net::SocketAddr>,
     /// Allow `metrics` on an address other than loopback: the endpoint has no authentication.
@@ -300,6 +303,7 @@ pub fn run_foreground(
     let metrics_addr = metrics.as_ref().map(|(_, a)| *a);
     let fs = PliantFuse::new(core.clone(), access)
         .with_passthrough(opts.passthrough && root)
+        .with_write_cache(opts.write_cache && !(opts.passthrough && root))
         .with_metrics(metrics_addr);
     let discard = fs.discard();
     let mut config = fuser::Config::default();

@@ -431,7 +431,23 @@ fn hard_links_through_the_mount_are_one_file() {
 
 #[test]
 fn kill_9_loses_nothing_fsynced_and_the_next_mount_writes_it_back() {
-    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+    kill_9_case(&[]);
+}
+
+/// The same through the kernel's write-back cache (a mount without passthrough): fsync
+/// writes the kernel's dirty pages to the daemon before it asks the daemon to sync.
+#[test]
+fn kill_9_loses_nothing_fsynced_under_the_write_cache() {
+    kill_9_case(&["--no-passthrough"]);
+}
+
+fn kill_9_case(extra: &[&str]) {
+    let args: Vec<&str> = ["--capacity", "16MiB", "--extent", "64KiB"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    let Some(mut m) = mount_with(&args) else {
         return;
     };
     let synced: Vec<u8> = (0..500_000u32).map(|i| (i % 241) as u8).collect();
@@ -495,7 +511,9 @@ fn a_file_changed_behind_the_cache_is_revalidated_on_open() {
 
 #[test]
 fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
+    // Write-through (no write-back cache in the kernel): the write that crosses a limit fails.
     let Some(mut m) = mount_with(&[
+        "--no-write-cache",
         "--capacity",
         "4MiB",
         "--extent",
@@ -541,6 +559,71 @@ fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
     );
     assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
     m.unmount();
+}
+
+/// Under the kernel's write-back cache the daemon sees a write only when the kernel writes it
+/// back: `write()` succeeds, the refusal (EFBIG past --max-file-size, EDQUOT past the write
+/// window) comes back from `fsync`, or from `close` (as EIO: all the kernel keeps for it) when
+/// nothing was synced; the cache and the backing directory hold only what was accepted.
+#[test]
+fn under_the_write_cache_edquot_and_efbig_reach_fsync_and_close() {
+    use std::os::fd::IntoRawFd;
+    let Some(mut m) = mount_with(&[
+        "--no-passthrough",
+        "--capacity",
+        "4MiB",
+        "--extent",
+        "64KiB",
+        "--write-window-multiplier",
+        "1",
+        "--max-file-size",
+        "3MiB",
+    ]) else {
+        return;
+    };
+    let mut f = fs::File::create(m.at("big")).expect("create");
+    f.write_all(&vec![1u8; 4 << 20])
+        .expect("the kernel takes the write");
+    let e = f.sync_all().expect_err("past max-file-size");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EFBIG as i32),
+        "{e}"
+    );
+    drop(f);
+    // 3 MiB were accepted (and charged to the window, 4 MiB long): the next 2 MiB cross it.
+    let mut f = fs::File::create(m.at("f0")).expect("create");
+    f.write_all(&vec![2u8; 2 << 20])
+        .expect("the kernel takes the write");
+    let e = f.sync_all().expect_err("past the write window");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EDQUOT as i32),
+        "{e}"
+    );
+    drop(f);
+    // Not synced: close says it.
+    let mut f = fs::File::create(m.at("f1")).expect("create");
+    f.write_all(&vec![3u8; 1 << 20])
+        .expect("the kernel takes the write");
+    let e = nix::unistd::close(f.into_raw_fd()).expect_err("close after a refused write-back");
+    assert_eq!(e, nix::errno::Errno::EIO);
+    let s = m.stats();
+    assert!(
+        s["edquot_writes"].as_u64().expect("edquot") >= 1
+            && s["efbig_writes"].as_u64().expect("efbig") >= 1,
+        "{s}"
+    );
+    assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
+    m.unmount();
+    // Only what the daemon accepted reached the backing directory.
+    let big = fs::read(m.backing.join("big")).expect("big");
+    assert!(
+        big.len() <= 3 << 20 && big.iter().all(|&b| b == 1),
+        "{}",
+        big.len()
+    );
+    assert!(fs::metadata(m.backing.join("f1")).expect("f1").len() < 1 << 20);
 }
 
 #[test]
@@ -711,7 +794,18 @@ fn job_directives_set_up_a_cache_and_teardown_writes_it_back() {
 /// unmount: the mount-sized version of `pliant-fs`'s 100,000-operation model test.
 #[test]
 fn random_operations_through_the_mount_match_the_model() {
-    let Some(mut m) = mount_with(&[
+    random_operations_case(&[]);
+}
+
+/// The same through the kernel's write-back cache: sizes and contents as the model says,
+/// whatever the kernel holds back.
+#[test]
+fn random_operations_under_the_write_cache_match_the_model() {
+    random_operations_case(&["--no-passthrough"]);
+}
+
+fn random_operations_case(extra: &[&str]) {
+    let args: Vec<&str> = [
         "--capacity",
         "1MiB",
         "--extent",
@@ -720,7 +814,12 @@ fn random_operations_through_the_mount_match_the_model() {
         "2",
         "--write-window-multiplier",
         "1000",
-    ]) else {
+    ]
+    .iter()
+    .chain(extra)
+    .copied()
+    .collect();
+    let Some(mut m) = mount_with(&args) else {
         return;
     };
     let names = ["a", "b", "c", "sub/d", "sub/e"];
@@ -1057,6 +1156,68 @@ fn python_as(uid: u32, code: &str) -> std::process::Output {
         .args(["/usr/bin/python3", "-c", code])
         .output()
         .expect("setpriv python3")
+}
+
+/// Under the write-back cache the kernel leaves the clearing of set-user-ID and set-group-ID
+/// bits to the daemon (FUSE_HANDLE_KILLPRIV_V2, which spares a GETXATTR before every write):
+/// a write or a truncation by a user without CAP_FSETID drops them, as on a local file system.
+#[test]
+fn a_write_by_another_user_drops_set_id_bits_under_the_write_cache() {
+    use std::os::unix::fs::MetadataExt;
+    if !two_users_possible() {
+        return;
+    }
+    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--no-passthrough", "--allow-other"])
+    else {
+        return;
+    };
+    let bob = 60_002u32;
+    for p in [m.dir.path(), m.backing.as_path()] {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    for name in ["written", "truncated"] {
+        let p = m.backing.join(name);
+        fs::write(&p, b"#!/bin/sh\n").expect("seed");
+        std::os::unix::fs::chown(&p, Some(bob), Some(bob)).expect("chown");
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o6775)).expect("chmod");
+    }
+    let mnt = m.mnt.to_str().expect("utf-8");
+    let out = python_as(
+        bob,
+        &format!(
+            r#"
+import os
+with open("{mnt}/written", "r+b") as f:
+    f.seek(0, 2)
+    f.write(b"echo hi\n")
+os.truncate("{mnt}/truncated", 3)
+"#
+        ),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["written", "truncated"] {
+        let mode = fs::metadata(m.at(name)).expect("stat").mode() & 0o7777;
+        assert_eq!(mode, 0o775, "{name}: {mode:o}");
+    }
+    // Root keeps them (CAP_FSETID), as on a local file system.
+    fs::set_permissions(m.at("written"), fs::Permissions::from_mode(0o6775)).expect("chmod");
+    OpenOptions::new()
+        .append(true)
+        .open(m.at("written"))
+        .expect("open")
+        .write_all(b"echo root\n")
+        .expect("write");
+    let mode = fs::metadata(m.at("written")).expect("stat").mode() & 0o7777;
+    assert_eq!(mode, 0o6775, "{mode:o}");
+    m.unmount();
+    assert_eq!(
+        fs::read(m.backing.join("written")).expect("backing"),
+        b"#!/bin/sh\necho hi\necho root\n"
+    );
 }
 
 /// A reader could once arm the sticky discard with one `getxattr` and have the next stop of

@@ -196,6 +196,14 @@ pub struct MountArgs {
     /// writes always go through the daemon, which tracks what is dirty.
     #[arg(long)]
     no_passthrough: bool,
+    /// Send every write to the daemon at once. By default a mount without passthrough (an
+    /// ordinary user's, or --no-passthrough) lets the kernel cache writes and pass them on
+    /// later in large requests, much faster for small writes; a write past the write window
+    /// or --max-file-size is then refused at fsync or close instead of at the write, and a
+    /// file changed in the backing directory behind the cache is seen only once the kernel
+    /// forgets it.
+    #[arg(long)]
+    no_write_cache: bool,
     /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
     /// authentication: an address other than loopback needs --unsafe-no-auth.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -327,6 +335,7 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         allow_other: a.allow_other,
         fuse_threads: a.fuse_threads,
         passthrough: !a.no_passthrough,
+        write_cache: !a.no_write_cache,
         metrics: a.metrics,
         unsafe_no_auth: a.unsafe_no_auth,
     };
