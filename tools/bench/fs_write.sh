@@ -88,6 +88,13 @@ DIRECT=$WORK/direct    # written directly, and the mounts' backing directory
 CACHE=$WORK/cache      # the mounts' cache directory: the same file system
 MNT=$WORK/mnt
 mkdir -p "$DIRECT" "$MNT"
+# A run holds the file and, through a mount, its cached copy too (the fio JSON is empty when
+# the disk fills: the summary would fail on it).
+free_mib=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
+[ "$free_mib" -gt $((SIZE_MIB * 2 + 512)) ] || {
+    echo "fs_write.sh: ${free_mib} MiB free under $WORK, a run needs $((SIZE_MIB * 2 + 512))" >&2
+    rm -rf "$WORK"; exit 1
+}
 DAEMON_PID=
 
 wait_gone() {

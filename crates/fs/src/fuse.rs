@@ -16,17 +16,15 @@
 //! it (the kernel's check for privileges to drop), and 4 KiB sequential writes ran at 10% of
 //! writing the backing directory directly. With it, and with `FUSE_HANDLE_KILLPRIV_V2` (the
 //! file system clears set-user-ID and set-group-ID bits itself, so the kernel marks it
-//! `SB_NOSEC` and stops asking), they run at 102% of direct, and 1 MiB writes + fsync went from
-//! 69% to 155% of direct on the loaded machine of that day. The daemon's own code is a few
-//! percent of its time: the rest is the kernel copying the data to the daemon and the daemon
-//! copying it into the cache file (ext4), three copies where writing directly makes one, so
-//! where the disk takes more than those copies (1.7-1.9 GB/s on a quiet day) the copies set the
-//! pace (then: 63% of direct write-through, 55% with the write cache alone, medians of 10;
-//! `FUSE_HANDLE_KILLPRIV_V2` came later and was not measured on a quiet day). What did not
-//! win: starting the cache file's write-out as each extent fills (`sync_file_range`; fsync
-//! then has little left, but the total did not move beyond the noise), a larger share of dirty
-//! memory for the mount (the bdi's `max_ratio`, `strict_limit`: root only, no gain). Kept, and
-//! what it changes:
+//! `SB_NOSEC` and stops asking), they run at 102-113% of direct, and 1 MiB writes + fsync went
+//! from 69% to 155% of direct on a loaded machine. The daemon's own code is a few percent of
+//! its time: the rest is the kernel copying the data to the daemon and the daemon copying it
+//! into the cache file (ext4), three copies where writing directly makes one, so where the disk
+//! takes 2 GB/s those copies set the pace and 1 MiB writes stay at about half of direct, with
+//! the cache or without (52% / 54%). What did not win: starting the cache file's write-out as
+//! each extent fills (`sync_file_range`; fsync then has little left, but the total did not
+//! move beyond the noise), a larger share of dirty memory for the mount (the bdi's
+//! `max_ratio`, `strict_limit`: root only, no gain). Kept, and what it changes:
 //!
 //! - `fsync` stays exact: the kernel writes the file's dirty pages to the daemon and waits for
 //!   them before it sends FSYNC, so `--fsync cache` returns once the data is in the cache file
