@@ -67,7 +67,7 @@ use fuser::{
 };
 
 use crate::core::{
-    Access, Attr, CONTROL_PREFIX, Controls, FsCache, Gate, Handle, Inodes, ROOT, VerbError,
+    Access, Asker, Attr, CONTROL_PREFIX, Controls, FsCache, Gate, Handle, Inodes, ROOT, VerbError,
     groups_of, libc_mode, lock,
 };
 
@@ -409,6 +409,14 @@ impl PliantFuse {
             }
         }
         Ok(all)
+    }
+
+    /// Who asks, for the answers kept for it.
+    fn asker(req: &Request) -> Asker {
+        Asker {
+            pid: req.pid(),
+            uid: req.uid(),
+        }
     }
 
     /// Who asks, for the checks the kernel cannot make.
@@ -756,6 +764,14 @@ impl Filesystem for PliantFuse {
             self.guard(req)?;
             let existing = self.path(ino)?;
             let new = self.child(newparent, newname)?;
+            // The file the kernel means, not whatever was put under its name behind the mount
+            // since (the kernel checked the caller against the file it knows).
+            let known = lock(&self.inodes).ident(ino.0);
+            if let Some(known) = known
+                && self.core.getattr(&existing).map_err(err)?.ident != known
+            {
+                return Err(Errno::ENOENT);
+            }
             self.core.link(&existing, &new).map_err(err)?;
             let a = self.core.getattr(&new).map_err(err)?;
             lock(&self.inodes).linked(ino.0, &new);
@@ -967,7 +983,7 @@ impl Filesystem for PliantFuse {
         if let Some(verb) = name.as_bytes().strip_prefix(CONTROL_PREFIX.as_bytes()) {
             let verb = String::from_utf8_lossy(verb);
             let owner = self.gate.owns(req.uid());
-            return match self.controls.set(&verb, value, req.pid(), owner) {
+            return match self.controls.set(&verb, value, Self::asker(req), owner) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(control_errno(e)),
             };
@@ -990,7 +1006,9 @@ impl Filesystem for PliantFuse {
                 let verb = String::from_utf8_lossy(verb);
                 return self
                     .controls
-                    .get(&p, ino.0, &verb, size == 0, req.pid(), || Self::caller(req))
+                    .get(&p, ino.0, &verb, size == 0, Self::asker(req), || {
+                        Self::caller(req)
+                    })
                     .map_err(control_errno);
             }
             self.core

@@ -6,10 +6,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use pliant_fs::core::{Controls, VerbError};
+use pliant_fs::core::{Asker, Controls, VerbError};
 use pliant_fs::{Caller, FsCache, FsConfig, SystemClock};
 
 const PID: u32 = 4242;
+
+/// Process `pid` of root.
+fn by(pid: u32) -> Asker {
+    Asker { pid, uid: 0 }
+}
 
 fn cache(backing: &Path, dir: &Path) -> Arc<FsCache> {
     let mut c = FsConfig::new(backing.into(), dir.into(), 1 << 20);
@@ -26,9 +31,9 @@ fn dirs() -> (tempfile::TempDir, tempfile::TempDir) {
 }
 
 /// `getxattr(MOUNT, "pliant.<verb>")` by process `pid`, with its size probe first when `probe`.
-fn get(c: &Controls, verb: &str, probe: bool, pid: u32) -> serde_json::Value {
+fn get(c: &Controls, verb: &str, probe: bool, asker: Asker) -> serde_json::Value {
     let v = c
-        .get(Path::new(""), 1, verb, probe, pid, Caller::root)
+        .get(Path::new(""), 1, verb, probe, asker, Caller::root)
         .unwrap_or_else(|e| panic!("{verb}: {e}"));
     serde_json::from_slice(&v).expect("JSON")
 }
@@ -38,8 +43,8 @@ fn a_size_probe_runs_the_verb_once_and_the_next_call_gets_that_answer() {
     let (b, d) = dirs();
     let fs = cache(b.path(), d.path());
     let c = Controls::new(fs.clone());
-    c.set("flush", b"", PID, true).expect("flush");
-    let probed = get(&c, "result", true, PID);
+    c.set("flush", b"", by(PID), true).expect("flush");
+    let probed = get(&c, "result", true, by(PID));
     assert_eq!(probed["ok"], true);
     assert!(
         probed["message"]
@@ -49,18 +54,27 @@ fn a_size_probe_runs_the_verb_once_and_the_next_call_gets_that_answer() {
     );
     // The result is taken once: the call after the probe gets the probe's answer, not a
     // second run of the verb (which would find nothing asked).
-    assert_eq!(get(&c, "result", false, PID), probed);
+    assert_eq!(get(&c, "result", false, by(PID)), probed);
     assert_eq!(
-        get(&c, "result", false, PID)["message"],
+        get(&c, "result", false, by(PID))["message"],
         "nothing was asked by this process"
     );
-    // Another process's probe is its own.
-    c.set("discard", b"", PID, true).expect("discard");
+    // Another process's answer is its own, and so is another user's process's under the same
+    // pid (pids are reused).
+    c.set("discard", b"", by(PID), true).expect("discard");
     assert_eq!(
-        get(&c, "result", false, PID + 1)["message"],
+        get(&c, "result", false, by(PID + 1))["message"],
         "nothing was asked by this process"
     );
-    assert_eq!(get(&c, "result", false, PID)["ok"], true);
+    let other_user = Asker {
+        pid: PID,
+        uid: 1000,
+    };
+    assert_eq!(
+        get(&c, "result", false, other_user)["message"],
+        "nothing was asked by this process"
+    );
+    assert_eq!(get(&c, "result", false, by(PID))["ok"], true);
 }
 
 #[test]
@@ -70,16 +84,16 @@ fn verbs_that_change_the_mount_are_its_owners_and_roots_only() {
     let c = Controls::new(fs.clone());
     let discard = c.discard();
     assert!(matches!(
-        c.set("discard", b"", PID, false),
+        c.set("discard", b"", by(PID), false),
         Err(VerbError::NotOwner)
     ));
     assert!(!discard.load(Ordering::Relaxed), "refused: nothing changed");
     assert_eq!(
-        get(&c, "result", false, PID)["message"],
+        get(&c, "result", false, by(PID))["message"],
         "nothing was asked by this process",
         "a refused caller leaves no answer"
     );
-    c.set("discard", b"", PID, true).expect("the owner's");
+    c.set("discard", b"", by(PID), true).expect("the owner's");
     assert!(discard.load(Ordering::Relaxed));
 }
 
@@ -89,19 +103,19 @@ fn a_refused_verb_says_why_and_an_unknown_one_is_no_attribute() {
     let fs = cache(b.path(), d.path());
     let c = Controls::new(fs.clone());
     let e = c
-        .set("policy.evict", b"not json", PID, true)
+        .set("policy.evict", b"not json", by(PID), true)
         .expect_err("not a policy");
     assert!(
         matches!(&e, VerbError::Refused(m) if m.starts_with("policy.evict: ")),
         "{e:?}"
     );
-    let r = get(&c, "result", false, PID);
+    let r = get(&c, "result", false, by(PID));
     assert_eq!(r["ok"], false);
     assert_eq!(r["message"], e.to_string());
     // A policy that does not compile: its name, then the engine's reason; the running one stays.
     let broken = br#"{"name": "broken", "code": "function when( return true end"}"#;
     let e = c
-        .set("policy.evict", broken, PID, true)
+        .set("policy.evict", broken, by(PID), true)
         .expect_err("does not compile");
     let why = e.to_string();
     assert!(
@@ -114,20 +128,20 @@ fn a_refused_verb_says_why_and_an_unknown_one_is_no_attribute() {
         "the running one stays"
     );
     let e = c
-        .set("policy.rollback", b"evict", PID, true)
+        .set("policy.rollback", b"evict", by(PID), true)
         .expect_err("nothing to roll back to");
     assert!(
         e.to_string().starts_with("rolling back the evict policy: "),
         "{e}"
     );
-    let e = c.set("nope", b"", PID, true).expect_err("no such verb");
+    let e = c.set("nope", b"", by(PID), true).expect_err("no such verb");
     assert_eq!(e.to_string(), "pliant.nope: no such control");
     let e = c
-        .set("policy.rollback", b"sideways", PID, true)
+        .set("policy.rollback", b"sideways", by(PID), true)
         .expect_err("no such policy");
     assert!(matches!(e, VerbError::Refused(_)), "{e:?}");
     assert!(matches!(
-        c.get(Path::new(""), 1, "nope", false, PID, Caller::root),
+        c.get(Path::new(""), 1, "nope", false, by(PID), Caller::root),
         Err(VerbError::NoSuchVerb(v)) if v == "nope"
     ));
 }
@@ -150,7 +164,10 @@ fn stats_carry_the_metrics_address_and_a_hint_covers_only_what_its_caller_may_to
     .expect("chmod");
     let fs = cache(b.path(), d.path());
     let c = Controls::new(fs.clone()).with_metrics(Some("127.0.0.1:9".into()));
-    assert_eq!(get(&c, "stats", false, PID)["metrics_addr"], "127.0.0.1:9");
+    assert_eq!(
+        get(&c, "stats", false, by(PID))["metrics_addr"],
+        "127.0.0.1:9"
+    );
     // Someone else, not in the files' group: may read `open`, not `closed`.
     let stranger = || Caller {
         uid: 54_321,
@@ -158,7 +175,7 @@ fn stats_carry_the_metrics_address_and_a_hint_covers_only_what_its_caller_may_to
         groups: Vec::new(),
     };
     let v = c
-        .get(Path::new(""), 1, "preload", false, PID, stranger)
+        .get(Path::new(""), 1, "preload", false, by(PID), stranger)
         .expect("preload");
     let r: serde_json::Value = serde_json::from_slice(&v).expect("JSON");
     assert_eq!(

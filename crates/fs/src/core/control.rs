@@ -43,6 +43,16 @@ fn keep<K: std::hash::Hash + Eq, V>(map: &mut IndexMap<K, V>, k: K, v: V) {
     }
 }
 
+/// Who asks: a process and its user. Answers are kept for both: a pid alone may be another
+/// user's process by the time it asks again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Asker {
+    /// The process.
+    pub pid: u32,
+    /// Its user.
+    pub uid: u32,
+}
+
 /// Why a verb was not carried out.
 #[derive(Debug, thiserror::Error)]
 pub enum VerbError {
@@ -65,10 +75,10 @@ pub enum VerbError {
 #[derive(Debug)]
 pub struct Controls {
     core: Arc<FsCache>,
-    /// Answers of verbs asked for their size first, by (pid, inode, name).
-    pending: Mutex<IndexMap<(u32, u64, OsString), Vec<u8>>>,
+    /// Answers of verbs asked for their size first, by (asker, inode, name).
+    pending: Mutex<IndexMap<(Asker, u64, OsString), Vec<u8>>>,
     /// Answers of the owner's `set` verbs, by the asking process.
-    results: Mutex<IndexMap<u32, (bool, String)>>,
+    results: Mutex<IndexMap<Asker, (bool, String)>>,
     /// Set by the owner's `discard` verb: the unmount drops dirty data.
     discard: Arc<AtomicBool>,
     /// Where the Prometheus endpoint listens (`stats` reports it: `--metrics …:0` picks a port).
@@ -98,7 +108,7 @@ impl Controls {
         self.discard.clone()
     }
 
-    /// Runs verb `verb` of `getxattr` on `path` (inode `ino`) for process `pid`. A `probe` asks
+    /// Runs verb `verb` of `getxattr` on `path` (inode `ino`) for `asker`. A `probe` asks
     /// only for the size: the answer is kept for the process's next call of the same name, which
     /// gets it without running the verb again.
     pub fn get(
@@ -107,14 +117,18 @@ impl Controls {
         ino: u64,
         verb: &str,
         probe: bool,
-        pid: u32,
+        asker: Asker,
         caller: impl FnOnce() -> Caller,
     ) -> Result<Vec<u8>, VerbError> {
-        let key = (pid, ino, OsString::from(format!("{CONTROL_PREFIX}{verb}")));
+        let key = (
+            asker,
+            ino,
+            OsString::from(format!("{CONTROL_PREFIX}{verb}")),
+        );
         if !probe && let Some(v) = lock(&self.pending).shift_remove(&key) {
             return Ok(v);
         }
-        let v = self.run_get(path, verb, pid, caller)?;
+        let v = self.run_get(path, verb, asker, caller)?;
         if probe {
             keep(&mut lock(&self.pending), key, v.clone());
         }
@@ -125,7 +139,7 @@ impl Controls {
         &self,
         path: &Path,
         verb: &str,
-        pid: u32,
+        asker: Asker,
         caller: impl FnOnce() -> Caller,
     ) -> Result<Vec<u8>, VerbError> {
         let json = |v: serde_json::Result<Vec<u8>>| v.map_err(|e| VerbError::Io(e.into()));
@@ -142,7 +156,7 @@ impl Controls {
             "invalidate" => json(serde_json::to_vec(&core.invalidate(path, &caller())?)),
             "result" => {
                 let (ok, message) = lock(&self.results)
-                    .shift_remove(&pid)
+                    .shift_remove(&asker)
                     .unwrap_or((false, "nothing was asked by this process".into()));
                 json(serde_json::to_vec(
                     &serde_json::json!({"ok": ok, "message": message}),
@@ -152,10 +166,16 @@ impl Controls {
         }
     }
 
-    /// Runs verb `verb` of `setxattr` with `value` for process `pid`, whose user `owner` says
+    /// Runs verb `verb` of `setxattr` with `value` for `asker`, whose user `owner` says
     /// whether it is the mount's owner or root; the answer (or why it was refused) is kept for
     /// the process's `result`.
-    pub fn set(&self, verb: &str, value: &[u8], pid: u32, owner: bool) -> Result<(), VerbError> {
+    pub fn set(
+        &self,
+        verb: &str,
+        value: &[u8],
+        asker: Asker,
+        owner: bool,
+    ) -> Result<(), VerbError> {
         if !owner {
             return Err(VerbError::NotOwner);
         }
@@ -163,7 +183,7 @@ impl Controls {
         let answer = match &result {
             Ok(m) | Err(m) => m.clone(),
         };
-        keep(&mut lock(&self.results), pid, (result.is_ok(), answer));
+        keep(&mut lock(&self.results), asker, (result.is_ok(), answer));
         result.map(drop).map_err(VerbError::Refused)
     }
 

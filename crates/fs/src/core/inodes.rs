@@ -49,6 +49,11 @@ impl Inodes {
         self.by_path.get(path).copied()
     }
 
+    /// The backing identity (device, inode) `ino` was given for, if it is a file's.
+    pub fn ident(&self, ino: u64) -> Option<(u64, u64)> {
+        self.nodes.get(&ino).and_then(|n| n.ident)
+    }
+
     /// The number of `path`, counting one more kernel reference.
     pub fn lookup(&mut self, path: &Path) -> u64 {
         self.lookup_file(path, None, |_| false)

@@ -60,7 +60,7 @@ mod writeback;
 use self::recovery::recover;
 
 pub use self::access::{Access, Gate, groups_of};
-pub use self::control::{CONTROL_PREFIX, Controls, VerbError};
+pub use self::control::{Asker, CONTROL_PREFIX, Controls, VerbError};
 pub use self::inodes::{Inodes, ROOT};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
