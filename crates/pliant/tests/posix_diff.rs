@@ -48,7 +48,14 @@ struct Mount {
 }
 
 impl Mount {
-    fn start(dir: &Path, backing: &Path, mnt: &Path, cache: &Path, limit: Duration) -> Mount {
+    fn start(
+        dir: &Path,
+        backing: &Path,
+        mnt: &Path,
+        cache: &Path,
+        extra: &[&str],
+        limit: Duration,
+    ) -> Mount {
         let s = |p: &Path| p.to_str().expect("utf-8").to_string();
         let args = [
             "fs".into(),
@@ -61,7 +68,11 @@ impl Mount {
             "64MiB".into(),
             "--allow-other".into(),
         ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
         ok(&pliant(&args, dir));
         let stats = ok(&pliant(&["fs", "stat", &s(mnt), "--json"], dir));
         let stats: serde_json::Value = serde_json::from_str(&stats).expect("stat json");
@@ -124,6 +135,14 @@ fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
     if !possible() {
         return;
     }
+    // A root mount reads through passthrough and writes through the daemon; one without
+    // passthrough (what an ordinary user's mount is) writes through the kernel's write cache.
+    check(&[], &[]);
+    check(&["--no-passthrough"], &["--write-cache"]);
+}
+
+/// The script through a mount with `extra` options, given `flags` too.
+fn check(extra: &[&str], flags: &[&str]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/compat/posix_diff.py");
     let top = tempfile::tempdir().expect("tempdir");
     let [backing, mnt, cache, reference] =
@@ -134,11 +153,19 @@ fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
         fs::create_dir(d).expect("mkdir");
         fs::set_permissions(d, fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    let mut m = Mount::start(top.path(), &backing, &mnt, &cache, Duration::from_secs(120));
+    let mut m = Mount::start(
+        top.path(),
+        &backing,
+        &mnt,
+        &cache,
+        extra,
+        Duration::from_secs(120),
+    );
     let out = Command::new("/usr/bin/python3")
         .arg(&script)
         .args([&mnt, &reference])
         .args(["--as-user", "65534:65534", "--json"])
+        .args(flags)
         .output()
         .expect("run python3 posix_diff.py");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -151,7 +178,7 @@ fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
     m.unmount();
     for (run, r) in report["runs"].as_object().expect("runs") {
         eprintln!(
-            "posix_diff as {run}: {} cases, {} passed, {} differing",
+            "posix_diff {extra:?} as {run}: {} cases, {} passed, {} differing",
             r["cases"], r["passed"], r["differing"]
         );
     }
@@ -205,8 +232,8 @@ fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
     let new = with("new");
     assert!(
         new.is_empty(),
-        "{} cases differ between the mount and a local directory (neither KNOWN nor PENDING in \
-         tools/compat/posix_diff.py):\n  {}",
+        "{} cases differ between the mount ({extra:?}) and a local directory (neither KNOWN nor \
+         PENDING in tools/compat/posix_diff.py):\n  {}",
         new.len(),
         new.join("\n  ")
     );
