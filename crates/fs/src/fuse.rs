@@ -808,13 +808,22 @@ impl Filesystem for PliantFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self
-            .handle(fh)
-            .and_then(|h| self.core.read(&h, offset, size).map_err(err))
-        {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
+        // One buffer a request thread, kept between reads (up to a few extents' worth).
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        BUF.with_borrow_mut(|buf| {
+            match self
+                .handle(fh)
+                .and_then(|h| self.core.read_into(&h, offset, size, buf).map_err(err))
+            {
+                Ok(()) => reply.data(buf),
+                Err(e) => reply.error(e),
+            }
+            if buf.capacity() > 4 << 20 {
+                *buf = Vec::new();
+            }
+        });
     }
 
     fn write(

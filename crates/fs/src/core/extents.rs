@@ -496,11 +496,13 @@ impl Inner {
         entry: &Arc<FileEntry>,
         offset: u64,
         len: u64,
-    ) -> io::Result<Vec<u8>> {
+        buf: &mut Vec<u8>,
+    ) -> io::Result<()> {
         let mut d = lock(&entry.data);
         let len = len.min(d.size.saturating_sub(offset));
         if len == 0 {
-            return Ok(Vec::new());
+            buf.clear();
+            return Ok(());
         }
         let ext = self.cfg.extent;
         let range = self.extent_range(offset, len);
@@ -517,9 +519,9 @@ impl Inner {
                 Counters::add(&self.counters.read_miss_bytes, part);
             }
         }
-        let buf = read_at_zero_filled(self.cache_file(entry.id, &mut d)?, offset, len)?;
+        read_at_into(self.cache_file(entry.id, &mut d)?, offset, len, buf)?;
         self.touch(entry, &mut d, range);
-        Ok(buf)
+        Ok(())
     }
 
     pub(super) fn write(&self, entry: &FileEntry, offset: u64, data: &[u8]) -> io::Result<()> {
@@ -632,9 +634,22 @@ impl Inner {
 /// Reads `len` bytes at `offset`; what lies past the end of the file reads as zeros, as it does
 /// in a sparse file.
 pub(super) fn read_at_zero_filled(f: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len as usize];
+    let mut buf = Vec::new();
+    read_at_into(f, offset, len, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_at_zero_filled`] into `buf`, which keeps its bytes between calls: only what the file
+/// does not fill is zeroed, not the whole buffer first (a read of the cache file runs for every
+/// read request through the daemon).
+pub(super) fn read_at_into(f: &File, offset: u64, len: u64, buf: &mut Vec<u8>) -> io::Result<()> {
+    let len = len as usize;
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    buf.truncate(len);
     let mut done = 0;
-    while done < buf.len() {
+    while done < len {
         match f.read_at(&mut buf[done..], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
@@ -642,5 +657,27 @@ pub(super) fn read_at_zero_filled(f: &File, offset: u64, len: u64) -> io::Result
             Err(e) => return Err(e),
         }
     }
-    Ok(buf)
+    buf[done..].fill(0);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reused_buffer_gets_the_file_s_bytes_and_zeros_past_its_end_never_old_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abcdef").expect("write");
+        let f = File::open(&path).expect("open");
+        let mut buf = vec![b'x'; 16];
+        read_at_into(&f, 2, 10, &mut buf).expect("read");
+        assert_eq!(buf, b"cdef\0\0\0\0\0\0");
+        read_at_into(&f, 0, 3, &mut buf).expect("read");
+        assert_eq!(buf, b"abc");
+        read_at_into(&f, 4, 8, &mut buf).expect("read");
+        assert_eq!(buf, b"ef\0\0\0\0\0\0");
+        assert_eq!(read_at_zero_filled(&f, 5, 3).expect("read"), b"f\0\0");
+    }
 }

@@ -741,10 +741,24 @@ impl FsCache {
 
     /// Reads up to `len` bytes at `offset`, copying missing extents up first.
     pub fn read(&self, h: &Handle, offset: u64, len: u32) -> io::Result<Vec<u8>> {
-        let out = self.inner.read(&h.0, offset, len as u64)?;
+        let mut out = Vec::new();
+        self.read_into(h, offset, len, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`read`](Self::read) into `buf` (replacing what it held): a caller that reads often keeps
+    /// one buffer rather than allocating and zeroing one a read.
+    pub fn read_into(
+        &self,
+        h: &Handle,
+        offset: u64,
+        len: u32,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        self.inner.read(&h.0, offset, len as u64, buf)?;
         self.inner.nudge();
         self.inner.maybe_evict();
-        Ok(out)
+        Ok(())
     }
 
     /// Writes `data` at `offset` into the cache.
