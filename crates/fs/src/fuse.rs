@@ -158,6 +158,19 @@ fn err(e: std::io::Error) -> Errno {
     Errno::from(e)
 }
 
+/// What the kernel leaves to the daemon under FUSE_HANDLE_KILLPRIV_V2: the mode `a` gets once a
+/// write or truncation by a caller without CAP_FSETID has cleared its set-user-ID bit, and its
+/// set-group-ID bit where group execute is set (as the kernel does on a local file system);
+/// `None` if nothing is to clear. The backing file holds the mode.
+fn suidgid_cleared(a: Attr) -> Option<u32> {
+    let mode = a.mode & 0o7777;
+    let mut kill = mode & 0o4000;
+    if mode & 0o2010 == 0o2010 {
+        kill |= 0o2000;
+    }
+    (kill != 0).then_some(mode & !kill)
+}
+
 fn control_errno(e: VerbError) -> Errno {
     match e {
         VerbError::NotOwner => Errno::EPERM,
@@ -252,20 +265,26 @@ impl PliantFuse {
         self
     }
 
-    /// What the kernel leaves to us under FUSE_HANDLE_KILLPRIV_V2: a write or truncation by a
-    /// caller without CAP_FSETID drops set-user-ID, and set-group-ID where group execute is set
-    /// (as the kernel does on a local file system). The backing file holds the mode.
-    fn kill_suidgid(&self, ino: INodeNo) -> Result<(), Errno> {
-        let p = self.path(ino)?;
-        let mode = self.core.getattr(&p).map_err(err)?.mode & 0o7777;
-        let mut kill = mode & 0o4000;
-        if mode & 0o2010 == 0o2010 {
-            kill |= 0o2000;
+    /// Runs `by_handle` on the open file the kernel names (`fh`: `fstat`, `ftruncate`, …), or
+    /// `by_path` on the inode's name; if the name is gone (a file unlinked while open, whose
+    /// `fstat` and `fchmod` come by inode), `by_handle` on an open handle of it.
+    fn on_file<T>(
+        &self,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        by_handle: impl Fn(&Handle) -> Result<T, Errno>,
+        by_path: impl Fn(&Path) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
+            return by_handle(&h);
         }
-        if kill != 0 {
-            self.core.chmod(&p, mode & !kill).map_err(err)?;
+        match self.path(ino).and_then(|p| by_path(&p)) {
+            Err(Errno::ENOENT) => match self.handle_of(ino) {
+                Some(h) => by_handle(&h),
+                None => Err(Errno::ENOENT),
+            },
+            r => r,
         }
-        Ok(())
     }
 
     /// Opens `h` as the kernel should see it: in passthrough when it can be, else cached.
@@ -510,19 +529,12 @@ impl Filesystem for PliantFuse {
         // By the open handle when the kernel names one, or when the file's name is gone (a file
         // unlinked while open: `fstat` comes by inode).
         let res = self.guard(req).and_then(|_| {
-            if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
-                return self.core.getattr_open(&h).map_err(err);
-            }
-            match self
-                .path(ino)
-                .and_then(|p| self.core.getattr(&p).map_err(err))
-            {
-                Err(Errno::ENOENT) => match self.handle_of(ino) {
-                    Some(h) => self.core.getattr_open(&h).map_err(err),
-                    None => Err(Errno::ENOENT),
-                },
-                r => r,
-            }
+            self.on_file(
+                ino,
+                fh,
+                |h| self.core.getattr_open(h).map_err(err),
+                |p| self.core.getattr(p).map_err(err),
+            )
         });
         match res {
             Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
@@ -548,54 +560,47 @@ impl Filesystem for PliantFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let res = (|| {
-            self.guard(req)?;
-            // `fchmod`, `fchown`, `ftruncate`, `futimens`: the open file, whatever its name is
-            // now (one unlinked while open has none).
-            let gone = || {
-                self.path(ino)
-                    .map_or(true, |p| self.core.getattr(&p).is_err())
-            };
-            let open = fh
-                .and_then(|fh| self.handle(fh).ok())
-                .or_else(|| gone().then(|| self.handle_of(ino)).flatten());
-            if let Some(h) = &open {
-                if let Some(m) = mode {
-                    self.core.chmod_open(h, m).map_err(err)?;
-                }
-                if uid.is_some() || gid.is_some() {
-                    self.core.chown_open(h, uid, gid).map_err(err)?;
-                }
-                if let Some(s) = size {
-                    self.core.truncate_open(h, s).map_err(err)?;
-                }
-                if atime.is_some() || mtime.is_some() {
-                    self.core
-                        .set_times_open(h, atime.map(time), mtime.map(time))
-                        .map_err(err)?;
-                }
-                return self.core.getattr_open(h).map_err(err);
-            }
-            let p = self.path(ino)?;
+        let kill = req.uid() != 0 && self.kill_suidgid.load(Relaxed);
+        let (atime, mtime) = (atime.map(time), mtime.map(time));
+        let by_handle = |h: &Handle| {
             if let Some(m) = mode {
-                self.core.chmod(&p, m).map_err(err)?;
+                self.core.chmod_open(h, m).map_err(err)?;
             }
             if uid.is_some() || gid.is_some() {
-                self.core.chown(&p, uid, gid).map_err(err)?;
+                self.core.chown_open(h, uid, gid).map_err(err)?;
             }
             if let Some(s) = size {
-                self.core.truncate(&p, s).map_err(err)?;
-                if req.uid() != 0 && self.kill_suidgid.load(Relaxed) {
-                    self.kill_suidgid(ino)?;
+                self.core.truncate_open(h, s).map_err(err)?;
+                if kill && let Some(m) = suidgid_cleared(self.core.getattr_open(h).map_err(err)?) {
+                    self.core.chmod_open(h, m).map_err(err)?;
                 }
             }
             if atime.is_some() || mtime.is_some() {
-                self.core
-                    .set_times(&p, atime.map(time), mtime.map(time))
-                    .map_err(err)?;
+                self.core.set_times_open(h, atime, mtime).map_err(err)?;
             }
-            self.core.getattr(&p).map_err(err)
-        })();
+            self.core.getattr_open(h).map_err(err)
+        };
+        let by_path = |p: &Path| {
+            if let Some(m) = mode {
+                self.core.chmod(p, m).map_err(err)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                self.core.chown(p, uid, gid).map_err(err)?;
+            }
+            if let Some(s) = size {
+                self.core.truncate(p, s).map_err(err)?;
+                if kill && let Some(m) = suidgid_cleared(self.core.getattr(p).map_err(err)?) {
+                    self.core.chmod(p, m).map_err(err)?;
+                }
+            }
+            if atime.is_some() || mtime.is_some() {
+                self.core.set_times(p, atime, mtime).map_err(err)?;
+            }
+            self.core.getattr(p).map_err(err)
+        };
+        let res = self
+            .guard(req)
+            .and_then(|_| self.on_file(ino, fh, by_handle, by_path));
         match res {
             Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
             Err(e) => reply.error(e),
@@ -829,7 +834,7 @@ impl Filesystem for PliantFuse {
     fn write(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -840,15 +845,15 @@ impl Filesystem for PliantFuse {
     ) {
         // Under the write-back cache this may be the kernel writing back what it accepted a
         // while ago: an error here (EDQUOT, EFBIG) reaches the application at fsync or close.
-        match self
-            .handle(fh)
-            .and_then(|h| self.core.write(&h, offset, data).map_err(err))
-            .and_then(|n| {
-                if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                    self.kill_suidgid(ino)?;
-                }
-                Ok(n)
-            }) {
+        match self.handle(fh).and_then(|h| {
+            let n = self.core.write(&h, offset, data).map_err(err)?;
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                && let Some(m) = suidgid_cleared(self.core.getattr_open(&h).map_err(err)?)
+            {
+                self.core.chmod_open(&h, m).map_err(err)?;
+            }
+            Ok(n)
+        }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
