@@ -33,9 +33,9 @@ impl Inner {
         rel: &Path,
         created: Option<File>,
     ) -> io::Result<Arc<FileEntry>> {
-        // Another name of a file the cache holds is that file, checked against the backing
-        // directory as any open of it is.
-        let existing = self.entry_or_link(rel);
+        // (Another name of a file the cache holds is found by the file's identity once the
+        // backing file is open, below, and then opened as this existing entry is.)
+        let existing = self.entry(rel);
         let open_backing = || -> io::Result<(File, bool)> {
             match self.tree.open(rel, backing::Open::READ_WRITE) {
                 Ok(f) => Ok((f, true)),
@@ -104,7 +104,7 @@ impl Inner {
                 .get(&ident)
                 .is_some_and(|id| s.files.contains_key(id))
         {
-            // Another name of it was opened meanwhile: one entry for both, this name joining
+            // Another name of a file the cache holds: one entry for both, this name joining
             // it, then opened as an existing entry is (revalidated).
             drop(s);
             if self.adopt(rel, ident).is_some() {
