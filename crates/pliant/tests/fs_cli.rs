@@ -31,10 +31,10 @@ fn fuse_available() -> bool {
     present
 }
 
-struct Mounted {
-    dir: tempfile::TempDir,
-    backing: PathBuf,
-    mnt: PathBuf,
+pub(crate) struct Mounted {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) backing: PathBuf,
+    pub(crate) mnt: PathBuf,
     cache: PathBuf,
     pid: u32,
     args: Vec<String>,
@@ -69,7 +69,7 @@ fn watchdog(limit: std::time::Duration) -> std::sync::Arc<std::sync::atomic::Ato
     pid
 }
 
-fn mount_with(extra: &[&str]) -> Option<Mounted> {
+pub(crate) fn mount_with(extra: &[&str]) -> Option<Mounted> {
     if !fuse_available() {
         return None;
     }
@@ -131,7 +131,7 @@ impl Mounted {
         self.mnt.join(rel)
     }
 
-    fn unmount(&mut self) -> serde_json::Value {
+    pub(crate) fn unmount(&mut self) -> serde_json::Value {
         let v = json(&pliant(
             &["fs", "unmount", self.mnt.to_str().expect("utf-8"), "--json"],
             self.dir.path(),

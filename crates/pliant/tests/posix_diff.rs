@@ -8,13 +8,8 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-
-use crate::common::{ok, pliant, stderr};
 
 /// Whether this run can mount with `--allow-other` and switch users: /dev/fuse, root and the
 /// system's python3 (a per-user one, pyenv under /root, is no use to another user's child).
@@ -36,100 +31,6 @@ fn possible() -> bool {
     true
 }
 
-/// A root mount over `backing` at `mnt`; unmounted (writing back) by [`Mount::unmount`], or
-/// discarded and detached when dropped after a failure. A watchdog kills a daemon that hangs,
-/// so a stuck request fails the test (ENOTCONN) instead of hanging the suite.
-struct Mount {
-    dir: PathBuf,
-    mnt: PathBuf,
-    pid: u32,
-    done: bool,
-    stop_watch: Arc<AtomicBool>,
-}
-
-impl Mount {
-    fn start(
-        dir: &Path,
-        backing: &Path,
-        mnt: &Path,
-        cache: &Path,
-        extra: &[&str],
-        limit: Duration,
-    ) -> Mount {
-        let s = |p: &Path| p.to_str().expect("utf-8").to_string();
-        let args = [
-            "fs".into(),
-            "mount".into(),
-            s(backing),
-            s(mnt),
-            "--cache-dir".into(),
-            s(cache),
-            "--capacity".into(),
-            "64MiB".into(),
-            "--allow-other".into(),
-        ];
-        let args: Vec<&str> = args
-            .iter()
-            .map(String::as_str)
-            .chain(extra.iter().copied())
-            .collect();
-        ok(&pliant(&args, dir));
-        let stats = ok(&pliant(&["fs", "stat", &s(mnt), "--json"], dir));
-        let stats: serde_json::Value = serde_json::from_str(&stats).expect("stat json");
-        let pid = stats["pid"].as_u64().expect("pid") as u32;
-        let stop_watch = Arc::new(AtomicBool::new(false));
-        let stop = stop_watch.clone();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + limit;
-            while Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(200));
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-            }
-            eprintln!("watchdog: killing mount daemon {pid} after {limit:?}");
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        });
-        Mount {
-            dir: dir.to_path_buf(),
-            mnt: mnt.to_path_buf(),
-            pid,
-            done: false,
-            stop_watch,
-        }
-    }
-
-    fn unmount(&mut self) {
-        let out = pliant(
-            &["fs", "unmount", self.mnt.to_str().expect("utf-8")],
-            &self.dir,
-        );
-        self.done = true;
-        self.stop_watch.store(true, Ordering::Relaxed);
-        assert!(out.status.success(), "unmount: {}", stderr(&out));
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        self.stop_watch.store(true, Ordering::Relaxed);
-        if !self.done {
-            let mnt = self.mnt.to_str().unwrap_or_default();
-            let _ = pliant(&["fs", "unmount", "--discard", mnt], &self.dir);
-            let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
-            if self.pid != 0 {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(self.pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-    }
-}
-
 #[test]
 fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
     if !possible() {
@@ -144,23 +45,17 @@ fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
 /// The script through a mount with `extra` options, given `flags` too.
 fn check(extra: &[&str], flags: &[&str]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/compat/posix_diff.py");
-    let top = tempfile::tempdir().expect("tempdir");
-    let [backing, mnt, cache, reference] =
-        ["backing", "mnt", "cache", "reference"].map(|n| top.path().join(n));
+    let args = [&["--capacity", "64MiB", "--allow-other"][..], extra].concat();
+    let Some(mut m) = crate::fs_cli::mount_with(&args) else {
+        return;
+    };
+    let (top, reference) = (m.dir.path().to_path_buf(), m.dir.path().join("reference"));
+    fs::create_dir(&reference).expect("mkdir");
     // nobody must reach both sides: every directory on the way is 0755.
-    fs::set_permissions(top.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-    for d in [&backing, &mnt, &reference] {
-        fs::create_dir(d).expect("mkdir");
+    for d in [&top, &m.backing, &reference] {
         fs::set_permissions(d, fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    let mut m = Mount::start(
-        top.path(),
-        &backing,
-        &mnt,
-        &cache,
-        extra,
-        Duration::from_secs(120),
-    );
+    let mnt = m.mnt.clone();
     let out = Command::new("/usr/bin/python3")
         .arg(&script)
         .args([&mnt, &reference])
