@@ -59,21 +59,10 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tools/lib/fs_mount.sh
 ROOT=$PWD
 
 usage() { sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; }
-
-# A size in MiB from 1GiB / 512MiB / 2G / 512M / 512.
-mib() {
-    local s=${1^^}
-    s=${s%IB}; s=${s%B}
-    case $s in
-        *G) echo $(( ${s%G} * 1024 )) ;;
-        *M) echo "${s%M}" ;;
-        *[!0-9]* | "") echo "bad size: $1" >&2; exit 2 ;;
-        *) echo "$s" ;;
-    esac
-}
 
 SIZE_MIB=1024
 SLOW_MIB=512
@@ -86,8 +75,8 @@ QUICK=0
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) QUICK=1; SIZE_MIB=128; SLOW_MIB=64; REPS=1; RAND_SECS=3 ;;
-        --size) SIZE_MIB=$(mib "$2"); shift ;;
-        --slow-size) SLOW_MIB=$(mib "$2"); shift ;;
+        --size) SIZE_MIB=$(size_mib "$2"); shift ;;
+        --slow-size) SLOW_MIB=$(size_mib "$2"); shift ;;
         --reps) REPS=$2; shift ;;
         --rand-secs) RAND_SECS=$2; shift ;;
         --wb-files) WB_FILES=$2; shift ;;
@@ -127,30 +116,16 @@ mkdir -p "$LOCAL" "$SLOWDIR" "$SLOWMNT" "$MNT"
 DAEMON_PID=   # the pliant mount daemon serving $MNT, while mounted
 SLOW_PID=     # `pliant bench slow-fs`, while running
 
-# Waits up to $2 seconds for pid $1 to exit; 0 if it did.
-wait_gone() {
-    local i
-    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-    return 1
-}
-
 cleanup() {
     local rc=$?
     set +e
     # The pliant mount first: it may sit on the slow file system.
-    if mountpoint -q "$MNT"; then
-        echo "cleanup: unmounting $MNT (dirty data discarded)" >&2
-        timeout 60 "$BIN" fs unmount --discard "$MNT" >/dev/null 2>&1 || umount -l "$MNT"
-    fi
-    if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
-        kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
-    fi
+    stop_fs_mount
     if [ -n "$SLOW_PID" ] && kill -0 "$SLOW_PID" 2>/dev/null; then
         kill -TERM "$SLOW_PID"; wait_gone "$SLOW_PID" 20 || kill -KILL "$SLOW_PID"
         wait "$SLOW_PID" 2>/dev/null
     fi
     mountpoint -q "$SLOWMNT" && umount -l "$SLOWMNT"
-    mountpoint -q "$MNT" && umount -l "$MNT"
     rm -rf "$WORK"
     exit $rc
 }

@@ -31,6 +31,7 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tools/lib/fs_mount.sh
 ROOT=$PWD
 
 usage() { sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -72,23 +73,10 @@ mkdir -p "$BACKING" "$MNT"
 SUMMARY=$ROOT/target/fs_tree.md
 DAEMON_PID=
 
-wait_gone() { # wait_gone PID SECONDS: 0 once PID has exited
-    local i
-    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-    return 1
-}
-
 cleanup() {
     local rc=$?
     set +e
-    if mountpoint -q "$MNT"; then
-        echo "cleanup: unmounting $MNT (dirty data discarded)" >&2
-        timeout 60 "$BIN" fs unmount --discard "$MNT" >/dev/null 2>&1 || umount -l "$MNT"
-    fi
-    if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
-        kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
-    fi
-    mountpoint -q "$MNT" && umount -l "$MNT"
+    stop_fs_mount
     rm -rf "$WORK"
     exit $rc
 }

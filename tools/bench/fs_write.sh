@@ -40,17 +40,7 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-
-mib() {
-    local s=${1^^}
-    s=${s%IB}; s=${s%B}
-    case $s in
-        *G) echo $(( ${s%G} * 1024 )) ;;
-        *M) echo "${s%M}" ;;
-        *[!0-9]* | "") echo "bad size: $1" >&2; exit 2 ;;
-        *) echo "$s" ;;
-    esac
-}
+. tools/lib/fs_mount.sh
 
 SIZE_MIB=1024
 BS=1m
@@ -60,7 +50,7 @@ NAMES=()
 OPTS=()
 while [ $# -gt 0 ]; do
     case $1 in
-        --size) SIZE_MIB=$(mib "$2"); shift ;;
+        --size) SIZE_MIB=$(size_mib "$2"); shift ;;
         --reps) REPS=$2; shift ;;
         --bs) BS=$2; shift ;;
         --out) OUT=$2; shift ;;
@@ -97,21 +87,10 @@ free_mib=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
 }
 DAEMON_PID=
 
-wait_gone() {
-    local i
-    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-    return 1
-}
 cleanup() {
     local rc=$?
     set +e
-    if mountpoint -q "$MNT"; then
-        timeout 60 "$BIN" fs unmount --discard "$MNT" >/dev/null 2>&1 || umount -l "$MNT"
-    fi
-    if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
-        kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
-    fi
-    mountpoint -q "$MNT" && umount -l "$MNT"
+    stop_fs_mount
     rm -rf "$WORK"
     exit $rc
 }

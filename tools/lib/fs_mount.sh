@@ -1,0 +1,35 @@
+# Sourced by the file-cache benchmarks (tools/bench/fs_fio.sh, fs_tree.sh, fs_write.sh): a size
+# on the command line, and the clean-up of a `pliant fs` mount by its own daemon's pid.
+#
+#   size_mib SIZE     MiB in 1GiB / 512MiB / 2G / 512M / 512; exits 2 on anything else
+#   wait_gone PID S   0 once PID has exited, 1 if it is still there after S seconds
+#   stop_fs_mount     unmounts $MNT with `$BIN fs unmount --discard` (dirty data discarded),
+#                     stops $DAEMON_PID if it still runs, and detaches $MNT if still mounted
+
+size_mib() {
+    local s=${1^^}
+    s=${s%IB}; s=${s%B}
+    case $s in
+        *G) echo $(( ${s%G} * 1024 )) ;;
+        *M) echo "${s%M}" ;;
+        *[!0-9]* | "") echo "bad size: $1" >&2; exit 2 ;;
+        *) echo "$s" ;;
+    esac
+}
+
+wait_gone() {
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    return 1
+}
+
+stop_fs_mount() {
+    if mountpoint -q "$MNT"; then
+        echo "cleanup: unmounting $MNT (dirty data discarded)" >&2
+        timeout 60 "$BIN" fs unmount --discard "$MNT" >/dev/null 2>&1 || umount -l "$MNT"
+    fi
+    if [ -n "${DAEMON_PID:-}" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
+    fi
+    if mountpoint -q "$MNT"; then umount -l "$MNT"; fi
+}
