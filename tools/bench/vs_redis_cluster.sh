@@ -493,6 +493,8 @@ PLIANT_VERSION=$("$PLIANT" --version)
 REDIS_VERSION=$(redis-server --version | awk '{ sub(/^v=/, "", $3); print $3 }')
 GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$ROOT" status --porcelain 2>/dev/null | head -n 1) ]]; then GIT_REV="$GIT_REV+dirty"; fi
+# A binary given from outside was not built from this tree: its name, not the tree's commit.
+if [[ -n ${PLIANT_BIN:-} ]]; then GIT_REV="PLIANT_BIN=$PLIANT_BIN"; fi
 log "vs_redis_cluster: $PLIANT_VERSION ($GIT_REV) vs Redis Cluster $REDIS_VERSION, $NODES nodes each; ROUNDS=$ROUNDS N=$N N16=$N16 KEYSPACE=$KEYSPACE PIN=$PIN"
 
 START=$(date +%s)
