@@ -7,6 +7,10 @@
                                      -> one field of a JSON file ("-" reads stdin), e.g. stats.pid;
                                         DEFAULT if it is missing (a counter an older pliant lacks)
   fs_fio.py median V...              -> the median (the middle value; mean of the two middle ones)
+  fs_fio.py pairs "A..." "B..."      -> B/A run by run (run i of A against run i of B, measured
+                                        next to each other), as "MEDIAN (MIN-MAX)": on a machine
+                                        whose disk speed drifts between runs the ratio of each
+                                        interleaved pair is steadier than the ratio of medians
   fs_fio.py rates SAMPLES CSV        -> write-back throughput over time: SAMPLES has lines
                                         "T BYTES" (seconds since the unmount began, the mount's
                                         writeback_bytes counter); CSV gets "seconds,MB/s" for each
@@ -47,6 +51,14 @@ def median(values):
     print(f"{statistics.median(float(v) for v in values):g}")
 
 
+def pairs(a, b):
+    a, b = [float(v) for v in a.split()], [float(v) for v in b.split()]
+    if len(a) != len(b) or not a:
+        sys.exit(f"fs_fio.py pairs: {len(a)} and {len(b)} values: expected as many, at least one")
+    r = [y / x for x, y in zip(a, b)]
+    print(f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
+
+
 def rates(samples, out):
     pts = []
     with open(samples) as f:
@@ -83,6 +95,8 @@ def main(argv):
         get(*args)
     elif cmd == "median" and args:
         median(args)
+    elif cmd == "pairs" and len(args) == 2:
+        pairs(*args)
     elif cmd == "rates" and len(args) == 2:
         rates(*args)
     else:

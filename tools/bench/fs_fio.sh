@@ -6,7 +6,9 @@
 #   a. Local backing (a directory on the same disk as the cache directory):
 #        1 MiB sequential write (end_fsync=1), 1 MiB sequential read, 4 KiB random read
 #        (time-based, RAND_SECS), each directly on the backing directory and through
-#        `pliant fs mount` over it (capacity 2 × SIZE, so the file stays cached). The read through
+#        `pliant fs mount` over it (capacity 2 × SIZE, so the file stays cached, and --dirty-high
+#        90%, so no write-back runs while the write is measured: the script checks the mount's
+#        writeback_bytes after it and prints what, if anything, went back). The read through
 #        the mount is warm: the file is in the cache from the write (checked: no copy-up during the
 #        measured read). Before each measured read phase the kernel page cache is dropped
 #        (`sync; echo 3 > /proc/sys/vm/drop_caches`), so reads come from the cache directory or
@@ -237,7 +239,7 @@ read_delta() {
 
 if part a; then
     echo "== a. local backing, ${SIZE_MIB} MiB, $REPS runs each (page cache dropped before each measured read)"
-    declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit
+    declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit a_wb
     for ((r = 1; r <= REPS; r++)); do
         # Directly on the backing directory.
         rm -f "$LOCAL/fio.dat"
@@ -253,10 +255,15 @@ if part a; then
         rm -f "$LOCAL/fio.dat"
 
         # Through the mount (defaults): the file written through it stays cached, so the reads are warm.
-        pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-$r"
+        # The file is half the capacity and write-back starts only above 90% dirty: nothing is
+        # written back while the write is measured, so the disk is not written twice in it.
+        pl_mount "$LOCAL" $((SIZE_MIB * 2)) "a-$r" --dirty-high 90% --dirty-low 70%
         out=$(fio_run "a-mount-write-$r" "$MNT" write 1m "$SIZE_MIB" --end_fsync=1)
         read -r bw _ _ <<<"$out"; a_mw+=("$(mbps "$bw")")
-        settle  # the write left dirty data above --dirty-high: let that write-back finish first
+        wb=$(stat_field writeback_bytes)
+        [ "$wb" = 0 ] || echo "fs_fio.sh: run $r: $((wb >> 20)) MiB written back during the measured write" >&2
+        a_wb+=("$((wb >> 20))")
+        settle  # none is expected (see above); should any have started, it ends before the reads
         preread "$MNT/fio.dat"
         c0=$(read_counters)
         drop_caches
@@ -287,7 +294,8 @@ if part a; then
         echo "run $r (direct / mount / mount ${NOPT[*]:-again}): write ${a_dw[-1]} / ${a_mw[-1]} MB/s;" \
             "read ${a_dr[-1]} / ${a_mr[-1]} / ${a_nr[-1]} MB/s (cold ${a_cold[-1]});" \
             "4k randread ${a_drr[-1]} / ${a_mrr[-1]} / ${a_nrr[-1]} IOPS"
-        echo "    warm read through the mount: ${a_hit[-1]}; through the daemon: ${a_nhit[-1]}"
+        echo "    warm read through the mount: ${a_hit[-1]}; through the daemon: ${a_nhit[-1]};" \
+            "written back during the measured write: ${a_wb[-1]} MiB"
     done
     A_DW=$(med "${a_dw[@]}"); A_MW=$(med "${a_mw[@]}")
     A_DR=$(med "${a_dr[@]}"); A_MR=$(med "${a_mr[@]}"); A_NR=$(med "${a_nr[@]}"); A_COLD=$(med "${a_cold[@]}")
@@ -410,6 +418,8 @@ log_errors=$(cat "$OUT"/logs/*.log | grep -c -E 'ERROR|panick' || true)
 log_warns=$(cat "$OUT"/logs/*.log | grep -c 'WARN' || true)
 verdict() { awk -v v="$1" -v g="$2" -v op="$3" 'BEGIN { ok = (op == "le") ? v <= g : v >= g; print ok ? "met" : "MISSED" }'; }
 join() { local out; printf -v out '%s, ' "$@"; echo "${out%, }"; }
+# pairs A B: the arrays named A and B, run by run, B/A (see fs_fio.py pairs).
+pairs() { local -n pa=$1 pb=$2; python3 "$HELP" pairs "${pa[*]}" "${pb[*]}"; }
 daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant has no --no-passthrough: same as the default})"
 
 {
@@ -425,17 +435,20 @@ daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant h
     if part a; then
         echo "## a. Local backing, ${SIZE_MIB} MiB file, cache capacity $((SIZE_MIB * 2)) MiB on the same disk"
         echo
-        echo "| | direct | through pliant (defaults) | overhead | goal |"
-        echo "|---|---:|---:|---:|---|"
-        echo "| 1 MiB seq write + end_fsync, MB/s | $A_DW [$(join "${a_dw[@]}")] | $A_MW [$(join "${a_mw[@]}")] | $(overhead "$A_DW" "$A_MW")% | |"
-        echo "| 1 MiB seq read, warm, MB/s | $A_DR [$(join "${a_dr[@]}")] | $A_MR [$(join "${a_mr[@]}")] | $(overhead "$A_DR" "$A_MR")% | <= 10% (DataWarp 2.1-2.2%): $(verdict "$(overhead "$A_DR" "$A_MR")" 10 le) |"
-        echo "| 4 KiB random read, IOPS (${RAND_SECS} s runs) | $A_DRR [$(join "${a_drr[@]}")] | $A_MRR [$(join "${a_mrr[@]}")] | $(overhead "$A_DRR" "$A_MRR")% | |"
+        echo "Pairs: each run's figure through pliant over the direct figure of the same run (they run"
+        echo "next to each other), median (min-max) over the runs."
         echo
-        echo "| | direct | $daemon_label | overhead | goal |"
-        echo "|---|---:|---:|---:|---|"
-        echo "| 1 MiB seq read, cold (copy-up), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | |"
-        echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
-        echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | |"
+        echo "| | direct | through pliant (defaults) | overhead | pairs | goal |"
+        echo "|---|---:|---:|---:|---:|---|"
+        echo "| 1 MiB seq write + end_fsync, MB/s | $A_DW [$(join "${a_dw[@]}")] | $A_MW [$(join "${a_mw[@]}")] | $(overhead "$A_DW" "$A_MW")% | $(pairs a_dw a_mw) | |"
+        echo "| 1 MiB seq read, warm, MB/s | $A_DR [$(join "${a_dr[@]}")] | $A_MR [$(join "${a_mr[@]}")] | $(overhead "$A_DR" "$A_MR")% | $(pairs a_dr a_mr) | <= 10% (DataWarp 2.1-2.2%): $(verdict "$(overhead "$A_DR" "$A_MR")" 10 le) |"
+        echo "| 4 KiB random read, IOPS (${RAND_SECS} s runs) | $A_DRR [$(join "${a_drr[@]}")] | $A_MRR [$(join "${a_mrr[@]}")] | $(overhead "$A_DRR" "$A_MRR")% | $(pairs a_drr a_mrr) | |"
+        echo
+        echo "| | direct | $daemon_label | overhead | pairs | goal |"
+        echo "|---|---:|---:|---:|---:|---|"
+        echo "| 1 MiB seq read, cold (copy-up), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | $(pairs a_dr a_cold) | |"
+        echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | $(pairs a_dr a_nr) | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
+        echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | $(pairs a_drr a_nrr) | |"
         echo
         echo "What served the measured warm reads (pliant fs stat before/after): defaults: $(join "${a_hit[@]}");"
         echo "through the daemon: $(join "${a_nhit[@]}")."
@@ -444,13 +457,13 @@ daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant h
     if part b; then
         echo "## b. Slow backing (pliant bench slow-fs, 50 MB/s per stream), ${SLOW_MIB} MiB, --fsync cache"
         echo
-        echo "| | direct on the slow mount | through pliant | speed-up | goal |"
-        echo "|---|---:|---:|---:|---|"
-        echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | >= 2x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 2 ge) |"
-        echo "| unmount flush (flush_secs), s | | $B_F [$(join "${b_f[@]}")] | | |"
-        echo "| dirty at unmount, MiB | | $B_DIRTY [$(join "${b_dirty[@]}")] | | |"
-        echo "| write end -> all in backing (md5 read + unmount), s | | $B_DRAIN [$(join "${b_drain[@]}")] | | |"
-        echo "| md5 through the mount = md5 in backing after unmount | | $B_OK [$(join "${b_ok[@]}")] | | |"
+        echo "| | direct on the slow mount | through pliant | speed-up | pairs (speed-up run by run) | goal |"
+        echo "|---|---:|---:|---:|---:|---|"
+        echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | $(pairs b_m b_d)x | >= 2x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 2 ge) |"
+        echo "| unmount flush (flush_secs), s | | $B_F [$(join "${b_f[@]}")] | |  |"
+        echo "| dirty at unmount, MiB | | $B_DIRTY [$(join "${b_dirty[@]}")] | |  |"
+        echo "| write end -> all in backing (md5 read + unmount), s | | $B_DRAIN [$(join "${b_drain[@]}")] | |  |"
+        echo "| md5 through the mount = md5 in backing after unmount | | $B_OK [$(join "${b_ok[@]}")] | |  |"
         echo
     fi
     if part c; then
