@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use pliant_fs::{FsCache, FsConfig, SystemClock};
+use pliant_fs::{Caller, FsCache, FsConfig, SystemClock};
 
 const EXTENT: u64 = 4096;
 
@@ -59,6 +59,127 @@ fn a_reader_in_order_finds_the_next_extents_copied_and_one_that_jumps_does_not()
         before,
         "no read-ahead for jumps"
     );
+    fs.release(h);
+    fs.check_invariants().expect("bookkeeping");
+}
+
+/// Waits (at most 10 s) until a read-ahead copy of an extent at or after `from` is held.
+fn held_from(fs: &FsCache, from: u64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(&i) = fs.held_read_ahead().iter().find(|&&i| i >= from) {
+            return i;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no read-ahead copy was held"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Read-ahead copies into the cache file without the file's lock. A truncation in the middle
+/// of one (the file cut below the extent being copied) must leave the cache file as the cut
+/// made it: no longer than the file, since a passthrough read ends where the cache file ends
+/// (a copy that wrote on would have the kernel read zeros past the end of the file), and
+/// holding nothing but the file's bytes and zeros.
+#[test]
+fn a_copy_the_file_was_cut_under_leaves_no_byte_of_it() {
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let fs = cache(b.path(), d.path());
+    let data = bytes(64 * EXTENT, 5);
+    std::fs::write(b.path().join("f"), &data).expect("backing file");
+    let h = fs.open(Path::new("f")).expect("open");
+    fs.hold_read_ahead();
+    // Two reads in order: read-ahead copies the next extent, and is held there. (A third read
+    // would wait for that copy.)
+    for i in 0..2 {
+        fs.read(&h, i * EXTENT, EXTENT as u32).expect("read");
+    }
+    let copied = held_from(&fs, 2);
+    let cut = EXTENT + 100;
+    fs.truncate_open(&h, cut).expect("cut");
+    fs.release_read_ahead();
+    // A preload waits for the copies under way: after it, the held one is done.
+    fs.preload(Path::new("f"), &Caller::root())
+        .expect("preload");
+    let cache_file = fs
+        .passthrough_file(&h)
+        .expect("passthrough")
+        .expect("every extent of the cut file is cached");
+    assert_eq!(
+        cache_file.metadata().expect("metadata").len(),
+        cut,
+        "the cache file of a file cut while extent {copied} was being copied"
+    );
+    fs.unpin(&h);
+    // A write far past the cut: everything between is a hole, zeros.
+    let patch = bytes(300, 9);
+    let at = 40 * EXTENT + 10;
+    fs.write(&h, at, &patch).expect("write");
+    let mut want = data[..cut as usize].to_vec();
+    want.resize(at as usize, 0);
+    want.extend_from_slice(&patch);
+    let got = fs.read(&h, 0, want.len() as u32 + 1).expect("read all");
+    assert!(
+        got == want,
+        "extent {copied} was being copied: {} bytes against {}, first difference at {:?}",
+        got.len(),
+        want.len(),
+        got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    fs.release(h);
+    fs.check_invariants().expect("bookkeeping");
+}
+
+/// A write to an extent read-ahead is copying waits for the copy, so the copy of the backing
+/// file's older bytes never lands over it.
+#[test]
+fn a_write_waits_for_the_copy_of_its_extent() {
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let fs = Arc::new(cache(b.path(), d.path()));
+    let data = bytes(64 * EXTENT, 5);
+    std::fs::write(b.path().join("f"), &data).expect("backing file");
+    let h = Arc::new(fs.open(Path::new("f")).expect("open"));
+    fs.hold_read_ahead();
+    for i in 0..2 {
+        fs.read(&h, i * EXTENT, EXTENT as u32).expect("read");
+    }
+    let copied = held_from(&fs, 2);
+    let patch = bytes(300, 9);
+    let at = copied * EXTENT + 10;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let (fs, h, patch) = (fs.clone(), h.clone(), patch.clone());
+        std::thread::spawn(move || {
+            fs.write(&h, at, &patch).expect("write");
+            tx.send(()).expect("send");
+        })
+    };
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err(),
+        "the write went ahead while extent {copied} was being copied"
+    );
+    fs.release_read_ahead();
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the write finishes once the copy is done");
+    writer.join().expect("writer");
+    let mut want = data.clone();
+    want[at as usize..at as usize + patch.len()].copy_from_slice(&patch);
+    let got = fs.read(&h, 0, want.len() as u32).expect("read all");
+    assert!(
+        got == want,
+        "first difference at {:?}",
+        got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    let h = Arc::try_unwrap(h).expect("the writer is done");
     fs.release(h);
     fs.check_invariants().expect("bookkeeping");
 }

@@ -315,8 +315,10 @@ impl Inner {
     }
 
     /// The read-ahead thread: copies up the extents [`read_ahead`](Self::read_ahead) queued,
-    /// each read from the backing file without the file's lock (a read of the extents before
-    /// it goes on meanwhile), and kept only if nothing changed the file's extents meanwhile.
+    /// each straight from the backing file into the cache file without the file's lock (a read
+    /// of the extents before it goes on meanwhile; reads, writes and preloads of the extent
+    /// itself wait for the copy), and kept only if nothing changed the file's extents meanwhile
+    /// (else the copied range is made a hole again and the cache file no longer than the file).
     pub(super) fn readahead_worker(self: Arc<Self>) {
         loop {
             let next = {
@@ -364,7 +366,7 @@ impl Inner {
     fn copy_ahead(&self, entry: &FileEntry, i: u64) -> io::Result<()> {
         let ext = self.cfg.extent;
         let start = i * ext;
-        let (src, have, epoch) = {
+        let (src, dst, have, epoch) = {
             let mut d = lock(&entry.data);
             // A reader that has closed the file will not read on.
             if d.path.is_none() || d.open_count == 0 || d.extents.contains_key(&i) {
@@ -374,17 +376,41 @@ impl Inner {
             if have == 0 {
                 return Ok(());
             }
-            (self.backing_fd(&mut d)?, have, d.epoch)
+            self.cache_file(entry.id, &mut d)?;
+            let dst = d
+                .cache
+                .clone()
+                .ok_or_else(|| io::Error::other("cache file"))?;
+            (self.backing_fd(&mut d)?, dst, have, d.epoch)
         };
-        let buf = read_at_zero_filled(&src, start, have)?;
+        // Straight into the cache file, without the file's lock: nothing else writes this
+        // extent meanwhile (reads, writes and preloads of an extent being copied wait for it).
+        {
+            let mut h = lock(&self.ahead_hold);
+            if h.0 {
+                h.1.push(i);
+                while h.0 && !self.stopping() {
+                    h = self
+                        .ahead_hold_cv
+                        .wait_timeout(h, std::time::Duration::from_millis(50))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
+        copy_range(&src, &dst, start, have)?;
         let mut d = lock(&entry.data);
-        // Dropped extents (a truncation, a change behind the cache, an unlink) or a write of
-        // this one meanwhile: what was read may be stale, and is not kept.
-        if d.epoch != epoch || d.path.is_none() || d.extents.contains_key(&i) {
+        // Dropped extents (a truncation, a change behind the cache, an unlink) meanwhile: what
+        // was copied may be stale. It must not stay in the cache file either, where a later
+        // copy-up of a shorter backing file would leave some of it (and a truncation's length,
+        // which passthrough reads end at, must stand).
+        if d.epoch != epoch || d.path.is_none() {
+            punch(&dst, start, have)?;
+            if dst.metadata()?.len() > d.size {
+                dst.set_len(d.size)?;
+            }
             return Ok(());
         }
-        self.cache_file(entry.id, &mut d)?
-            .write_all_at(&buf, start)?;
         Counters::add(&self.counters.copy_up_bytes, have);
         Counters::add(&self.counters.copy_up_read_bytes, have);
         Counters::add(&self.counters.read_ahead_bytes, have);
@@ -407,8 +433,7 @@ impl Inner {
         let have = d.backing_size.min(d.size).saturating_sub(start).min(ext);
         if have > 0 {
             let src = self.backing_fd(d)?;
-            let buf = read_at_zero_filled(&src, start, have)?;
-            self.cache_file(entry.id, d)?.write_all_at(&buf, start)?;
+            copy_range(&src, self.cache_file(entry.id, d)?, start, have)?;
             Counters::add(&self.counters.copy_up_bytes, have);
             match why {
                 CopyUp::Read => Counters::add(&self.counters.copy_up_read_bytes, have),
@@ -558,9 +583,10 @@ impl Inner {
         // Wait out write-backs of the whole range first, and hold the lock from then on: a
         // wait in the middle would let an eviction drop an extent this write had already
         // added clean, and the write would land unmarked.
+        // Copies read-ahead has under way too: they write the cache file without the lock.
         while range
             .clone()
-            .any(|i| d.extents.get(&i).is_some_and(|x| x.in_flight))
+            .any(|i| d.extents.get(&i).is_some_and(|x| x.in_flight) || d.copying.contains(&i))
         {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
@@ -621,6 +647,10 @@ impl Inner {
 
     pub(super) fn preload_entry(&self, entry: &FileEntry) -> io::Result<u64> {
         let mut d = lock(&entry.data);
+        // Read-ahead's copies write the cache file without the lock: not over one of them.
+        while !d.copying.is_empty() {
+            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
         let before = d.cached_bytes;
         let range = self.extent_range(0, d.size);
         for i in range.clone() {
@@ -628,6 +658,54 @@ impl Inner {
         }
         self.touch(entry, &mut d, range);
         Ok(d.cached_bytes - before)
+    }
+}
+
+/// Copies `len` bytes at `offset` of `src` to the same offset of `dst`; what `src` lacks (it
+/// shrank meanwhile) is written as zeros, as [`read_at_zero_filled`] reads it.
+///
+/// Why `copy_file_range`: within one file system the kernel moves the pages itself, without the
+/// two copies through the daemon's memory a read and a write cost (`fs-copy-range` in
+/// docs/benchmarks.md). Where the kernel cannot (a backing directory on another file system:
+/// EXDEV; no support: EOPNOTSUPP, ENOSYS, EINVAL), what is left goes by a read and a write.
+pub(super) fn copy_range(src: &File, dst: &File, offset: u64, len: u64) -> io::Result<()> {
+    use nix::errno::Errno;
+    let mut done = 0;
+    while done < len {
+        let (mut from, mut to) = ((offset + done) as i64, (offset + done) as i64);
+        let want = usize::try_from(len - done).unwrap_or(usize::MAX);
+        match nix::fcntl::copy_file_range(src, Some(&mut from), dst, Some(&mut to), want) {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(Errno::EINTR) => {}
+            Err(Errno::EXDEV | Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
+                let buf = read_at_zero_filled(src, offset + done, len - done)?;
+                return dst.write_all_at(&buf, offset + done);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if done < len {
+        dst.write_all_at(&vec![0; (len - done) as usize], offset + done)?;
+    }
+    Ok(())
+}
+
+/// Makes `len` bytes at `offset` of a cache file a hole again (zeros where a file system has no
+/// holes), its length unchanged.
+fn punch(f: &File, offset: u64, len: u64) -> io::Result<()> {
+    let flags = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+        | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    match nix::fcntl::fallocate(f, flags, offset as i64, len as i64) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EOPNOTSUPP) => {
+            let end = f.metadata()?.len().min(offset + len);
+            if end > offset {
+                f.write_all_at(&vec![0; (end - offset) as usize], offset)?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -679,5 +757,39 @@ mod tests {
         read_at_into(&f, 4, 8, &mut buf).expect("read");
         assert_eq!(buf, b"ef\0\0\0\0\0\0");
         assert_eq!(read_at_zero_filled(&f, 5, 3).expect("read"), b"f\0\0");
+    }
+
+    /// A copy-up overwrites what the cache file held in the range, and writes zeros where the
+    /// backing file ended early; within one file system (the kernel's copy) and across two
+    /// (tmpfs to the test's directory: the kernel's copy or the read-and-write fallback).
+    #[test]
+    fn a_copied_range_is_the_source_s_bytes_then_zeros_over_what_was_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shm = std::path::Path::new("/dev/shm");
+        let other = shm
+            .is_dir()
+            .then(|| tempfile::tempdir_in(shm).expect("tempdir in /dev/shm"));
+        for src_dir in std::iter::once(dir.path()).chain(other.as_ref().map(|d| d.path())) {
+            let src_path = src_dir.join("src");
+            std::fs::write(&src_path, (0..100u8).collect::<Vec<_>>()).expect("write src");
+            let dst_path = dir.path().join("dst");
+            std::fs::write(&dst_path, vec![0xAA; 200]).expect("write dst");
+            let src = File::open(&src_path).expect("open src");
+            let dst = OpenOptions::new()
+                .write(true)
+                .open(&dst_path)
+                .expect("open dst");
+            // Bytes 40..100 exist in the source, 100..140 do not.
+            copy_range(&src, &dst, 40, 100).expect("copy");
+            let got = std::fs::read(&dst_path).expect("read dst");
+            assert_eq!(&got[..40], &[0xAA; 40][..], "before the range: untouched");
+            assert_eq!(
+                &got[40..100],
+                &(40..100u8).collect::<Vec<_>>()[..],
+                "the source's bytes"
+            );
+            assert_eq!(&got[100..140], &[0; 40][..], "past the source's end: zeros");
+            assert_eq!(&got[140..], &[0xAA; 60][..], "after the range: untouched");
+        }
     }
 }

@@ -213,6 +213,10 @@ pub(crate) struct Inner {
     /// Extents for the read-ahead thread to copy up, and its wake-up.
     ahead: Mutex<std::collections::VecDeque<(std::sync::Weak<FileEntry>, u64)>>,
     ahead_cv: Condvar,
+    /// Tests only ([`FsCache::hold_read_ahead`]): whether read-ahead copies stop between taking
+    /// what they copy (under the file's lock) and copying it (off it), and the extents stopped.
+    ahead_hold: Mutex<(bool, Vec<u64>)>,
+    ahead_hold_cv: Condvar,
     /// Wakes callers waiting for write-back progress.
     progress: Condvar,
     evicting: Mutex<()>,
@@ -574,6 +578,8 @@ impl FsCache {
             work: Condvar::new(),
             ahead: Mutex::default(),
             ahead_cv: Condvar::new(),
+            ahead_hold: Mutex::new((false, Vec::new())),
+            ahead_hold_cv: Condvar::new(),
             progress: Condvar::new(),
             evicting: Mutex::new(()),
             stop: AtomicBool::new(false),
@@ -767,6 +773,29 @@ impl FsCache {
         self.inner.nudge();
         self.inner.maybe_evict();
         Ok(data.len() as u32)
+    }
+
+    /// Tests only: read-ahead copies stop after they let go of the file's lock and before they
+    /// copy, until `release_read_ahead`; `held_read_ahead` gives the extents stopped so far. So
+    /// a test can put a truncation or a write inside a copy for certain.
+    #[doc(hidden)]
+    pub fn hold_read_ahead(&self) {
+        lock(&self.inner.ahead_hold).0 = true;
+    }
+
+    /// Tests only: the extents [`hold_read_ahead`](Self::hold_read_ahead) stopped.
+    #[doc(hidden)]
+    pub fn held_read_ahead(&self) -> Vec<u64> {
+        lock(&self.inner.ahead_hold).1.clone()
+    }
+
+    /// Tests only: lets the copies [`hold_read_ahead`](Self::hold_read_ahead) stopped go on.
+    #[doc(hidden)]
+    pub fn release_read_ahead(&self) {
+        let mut h = lock(&self.inner.ahead_hold);
+        h.0 = false;
+        h.1.clear();
+        self.inner.ahead_hold_cv.notify_all();
     }
 
     /// For kernel passthrough: if every extent of the file is in the cache, pins them there and
