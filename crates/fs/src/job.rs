@@ -16,6 +16,18 @@ use crate::config::FsConfig;
 use crate::directives::{CacheDirective, JobDirectives};
 use crate::mount::{self, Hint};
 
+/// The user a job's cache is mounted for, when setup runs as root on the job's node (Slurm's
+/// Prolog): the job's directory is theirs alone (mode 0700), and the mount is `--allow-other`, so
+/// they use a mount root serves, as the kernel's permission checks on the backing files allow.
+/// The cache directory inside stays root's: it is the daemon's, not the user's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// The user.
+    pub uid: u32,
+    /// Their group.
+    pub gid: u32,
+}
+
 /// Where a job's cache lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobPaths {
@@ -243,6 +255,7 @@ pub fn setup(
     directives: &JobDirectives,
     root: &Path,
     job_id: &str,
+    owner: Option<Owner>,
 ) -> Result<Setup, JobError> {
     let d = directives
         .cache
@@ -256,7 +269,7 @@ pub fn setup(
             state: paths.state.clone(),
         });
     }
-    setup_in(exe, directives, d, &paths, job_id).map_err(|mut e| {
+    setup_in(exe, directives, d, &paths, job_id, owner).map_err(|mut e| {
         match remove_job_dir(&paths) {
             Ok(()) => {
                 if let JobError::Mount { log, .. } = &mut e {
@@ -297,6 +310,18 @@ fn remove_job_dir(paths: &JobPaths) -> Result<(), JobError> {
     std::fs::remove_dir_all(&paths.dir).map_err(io(&paths.dir))
 }
 
+/// Makes `dir` (and its parents) with mode 0700, owned by `owner` if given. A directory that is
+/// there already gets the mode and owner too: a job's directory must not be left open to others.
+fn make_private_dir(dir: &Path, owner: Option<Owner>) -> Result<(), JobError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
+    if let Some(o) = owner {
+        std::os::unix::fs::chown(dir, Some(o.uid), Some(o.gid)).map_err(io(dir))?;
+    }
+    Ok(())
+}
+
 /// True if something is mounted at `p` (its device differs from its parent's).
 fn is_mount_point(p: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -315,13 +340,23 @@ fn setup_in(
     d: &CacheDirective,
     paths: &JobPaths,
     job_id: &str,
+    owner: Option<Owner>,
 ) -> Result<Setup, JobError> {
-    for p in [&paths.mountpoint, &paths.cache_dir] {
-        std::fs::create_dir_all(p).map_err(io(p))?;
+    if let Some(o) = owner {
+        make_private_dir(&paths.dir, Some(o))?;
+        make_private_dir(&paths.mountpoint, Some(o))?;
+        make_private_dir(&paths.cache_dir, None)?;
+    } else {
+        for p in [&paths.mountpoint, &paths.cache_dir] {
+            std::fs::create_dir_all(p).map_err(io(p))?;
+        }
     }
     let cfg = cache_config(d, paths);
     let mut args: Vec<OsString> = vec!["fs".into(), "mount".into()];
     args.extend(mount_args(&cfg, &paths.mountpoint));
+    if owner.is_some() {
+        args.push("--allow-other".into());
+    }
     let stats = spawn_daemon(
         exe,
         &args,

@@ -618,6 +618,13 @@ pub enum JobCommand {
         /// Where jobs' mounts and caches go.
         #[arg(long, env = "PLIANT_JOB_ROOT", default_value = "/tmp/pliant-jobs")]
         root: PathBuf,
+        /// Mount for this user (run as root, e.g. by Slurm's Prolog on the job's node): the
+        /// job's directory is theirs alone and the mount `--allow-other`.
+        #[arg(long, requires = "gid")]
+        uid: Option<u32>,
+        /// The user's group (with --uid).
+        #[arg(long, requires = "uid")]
+        gid: Option<u32>,
     },
     /// Write the job's cache back, unmount it and remove its directory (nothing to do is fine).
     Teardown {
@@ -660,13 +667,18 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             script,
             job_id,
             root,
+            uid,
+            gid,
         } => {
             let (name, d) = read_script(&script)?;
             if d.cache.is_none() {
                 bail!("{name}: no `#DW jobdw type=cache …` directive: nothing to set up");
             }
             let exe = std::env::current_exe().context("finding the pliant binary")?;
-            let s = pliant_fs::job::setup(&exe, &name, &d, &root, &job_id)?;
+            let owner = uid
+                .zip(gid)
+                .map(|(uid, gid)| pliant_fs::job::Owner { uid, gid });
+            let s = pliant_fs::job::setup(&exe, &name, &d, &root, &job_id, owner)?;
             if s.not_preloaded.0 > 0 {
                 eprintln!(
                     "job {job_id}: {} files ({}) of the #DW preloads not preloaded: larger than the cache holds before it evicts",
