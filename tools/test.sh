@@ -45,6 +45,14 @@ fi
 # is out of that user's reach).
 need fuse3 command -v fusermount3
 need python3 test -x /usr/bin/python3
+# The Slurm test (crates/pliant/tests/slurm_cli.rs) runs a one-node cluster of Debian's Slurm
+# 22.05 with its own munged (tools/slurm/cluster.sh): the burst_buffer/lua plugin is in
+# slurm-wlm-basic-plugins.
+need munge command -v munged
+need slurmctld command -v slurmctld
+need slurmd command -v slurmd
+need slurm-client command -v sbatch
+need slurm-wlm-basic-plugins bash -c "compgen -G '/usr/lib/*/slurm-wlm/burst_buffer_lua.so'"
 if [ ! -e /dev/fuse ]; then
   if [ -n "${CI:-}" ]; then
     echo "tools/test.sh: /dev/fuse is missing: the pliant fs tests need FUSE (a container needs --device /dev/fuse)" >&2

@@ -1,52 +1,55 @@
 --[[
-burst_buffer.lua: Pliant's per-job write-back cache behind Slurm's burst_buffer/lua plugin.
-Jobs ask for it with DataWarp's "#DW jobdw type=cache ..." lines; the pliant binary reads
-them, sets the cache up, and tears it down.
+burst_buffer.lua: the controller's side of Pliant's per-job write-back cache, for Slurm 22.05's
+burst_buffer/lua plugin. Jobs ask for it with DataWarp's "#DW jobdw type=cache ..." lines.
+
+Slurm runs this file on the slurmctld host only; its 22.05 plugin has no hook on the compute
+nodes. So the work is divided as DataWarp divides it:
+  here (controller)  checks directives at submission, accounts capacity in the pool, hands the
+                     job's script to the node (stage-in) and waits for the node's write-back
+                     (stage-out);
+  node.sh (node)     run as root by slurmd as Prolog and Epilog: mounts the cache for the job's
+                     user, preloads, and at the end writes back and unmounts.
+See docs/slurm.md for the installation.
 
 Install on the slurmctld host:
   slurm.conf         BurstBufferType=burst_buffer/lua
+                     Prolog=... and Epilog=... running tools/slurm/node.sh on the nodes
   burst_buffer.conf  Directive=DW
   this file, as burst_buffer.lua, next to slurm.conf.
-The plugin's default directive is BB_LUA, with which Slurm calls this file only for jobs that
-also carry a "#BB_LUA" line. With Directive=DW, Slurm itself refuses a directive line with
-"capacity=" but no "pool=", or with a pool slurm_bb_pools does not report: set
-PLIANT_BB_POOL_BYTES and have jobs write pool=pliant (burst_buffer_lua.c, _parse_capacity).
 
-Environment of slurmctld:
+Environment of slurmctld (this file reads it with os.getenv):
   PLIANT_BIN            the pliant binary (default: pliant, found in PATH)
-  PLIANT_BB_STATE_DIR   keeps what "pliant job setup" prints from stage-in until the job
-                        starts; writable by SlurmUser (default /var/spool/pliant/slurm-bb)
+  PLIANT_BB_STATE_DIR   where a job's script is handed to its node and the node's stage-out
+                        outcome comes back; shared with the nodes (default
+                        /var/spool/pliant/slurm-bb)
+  PLIANT_JOB_ROOT       where the nodes mount jobs' caches (default /tmp/pliant-jobs, as pliant's)
   PLIANT_BB_POOL        name of the pool reported to Slurm (default pliant)
-  PLIANT_BB_POOL_BYTES  its size in bytes; unset, no pool is reported
+  PLIANT_BB_POOL_BYTES  its size in bytes; unset, no pool is reported, and Slurm then refuses
+                        every "#DW jobdw ... capacity=" line (Directive=DW needs a pool)
+  PLIANT_BB_STAGE_OUT_WAIT  seconds slurm_bb_data_out waits for the node (default 600)
 
-Hook names and arguments are those of etc/burst_buffer.lua.example in Slurm 24.05 and later,
-which require slurm_bb_test_data_in and slurm_bb_test_data_out; older versions never call
-those two and pass no job_info, which nothing here uses. Slurm loads this file afresh for
-every call, so nothing survives in Lua variables from one hook to the next.
+Hook names and arguments are those of Slurm 22.05 (etc/burst_buffer.lua.example): every
+argument is a string, job_script is the path of the batch script slurmctld keeps. Slurm loads
+this file afresh for every call, so nothing survives in Lua variables from one hook to the next.
+It runs under Lua 5.1 (what Debian's plugin links): no goto, and io.popen():close() gives no
+exit status.
 --]]
 
 local PLIANT = os.getenv("PLIANT_BIN") or "pliant"
 local STATE_DIR = os.getenv("PLIANT_BB_STATE_DIR") or "/var/spool/pliant/slurm-bb"
+local JOB_ROOT = os.getenv("PLIANT_JOB_ROOT") or "/tmp/pliant-jobs"
 local POOL = os.getenv("PLIANT_BB_POOL") or "pliant"
 local POOL_BYTES = os.getenv("PLIANT_BB_POOL_BYTES")
+local STAGE_OUT_WAIT = tonumber(os.getenv("PLIANT_BB_STAGE_OUT_WAIT") or "600") or 600
 
 -- One shell word: in single quotes, each ' written as '\''.
 local function quote(s)
 	return "'" .. (string.gsub(tostring(s), "'", "'\\''")) .. "'"
 end
 
--- Runs pliant with the given arguments and returns its exit status and what it printed on
--- stderr, and on stdout too unless stdout goes to the file out_path.
-local function pliant(args, out_path)
-	local words = { quote(PLIANT) }
-	for _, a in ipairs(args) do
-		words[#words + 1] = quote(a)
-	end
-	local cmd = table.concat(words, " ")
-	if out_path then
-		cmd = cmd .. " >" .. quote(out_path)
-	end
-	-- The status is echoed because io.popen():close() reports it only from Lua 5.2 on.
+-- Runs a shell command; returns its exit status and its output (stdout and stderr), trimmed.
+local function run(cmd)
+	-- The status is echoed because io.popen():close() reports none in Lua 5.1.
 	local p = io.popen("(" .. cmd .. ") 2>&1; echo \"exit=$?\"")
 	if not p then
 		return nil, "cannot start /bin/sh"
@@ -57,29 +60,49 @@ local function pliant(args, out_path)
 	return tonumber(status), string.match(text or out, "^%s*(.-)%s*$")
 end
 
+local function pliant(args)
+	local words = { quote(PLIANT) }
+	for _, a in ipairs(args) do
+		words[#words + 1] = quote(a)
+	end
+	return run(table.concat(words, " "))
+end
+
 local function failed(what, status, out)
-	if out == "" then
+	if out == nil or out == "" then
 		out = "exit status " .. tostring(status)
 	end
 	return string.format("%s %s failed: %s", PLIANT, what, out)
 end
 
--- Where stage-in leaves the job's environment for slurm_bb_paths.
-local function env_path(job_id)
-	return STATE_DIR .. "/" .. job_id .. ".env"
+local function job_dir(job_id)
+	return STATE_DIR .. "/" .. job_id
 end
 
--- Called at submission while slurmctld waits with its locks held, so pliant job check must be
--- quick. An error rejects the job and sbatch prints the message.
-function slurm_bb_job_process(job_script, uid, gid, job_info)
+local function read_file(path)
+	local f = io.open(path, "r")
+	if not f then
+		return nil
+	end
+	local text = f:read("*a")
+	f:close()
+	return text
+end
+
+-- Synchronous, at submission, while slurmctld holds its locks: pliant job check is quick. An
+-- error rejects the job and sbatch prints the message, which names the line and the parameter.
+function slurm_bb_job_process(job_script)
 	local status, out = pliant({ "job", "check", job_script })
 	if status ~= 0 then
-		return slurm.ERROR, failed("job check", status, out)
+		-- The path is slurmctld's copy of the script; the user knows it as the batch script.
+		out = string.gsub(out, "[^%s:]*/script:", "batch script:")
+		return slurm.ERROR, out
 	end
 	return slurm.SUCCESS
 end
 
--- Called often from slurmctld, so it only reads the environment.
+-- Called often from slurmctld, so it only reads the environment. Slurm takes a job's capacity
+-- from the pool at stage-in and gives it back after teardown; concurrent jobs share it.
 function slurm_bb_pools()
 	if not POOL_BYTES then
 		return slurm.SUCCESS
@@ -91,116 +114,94 @@ function slurm_bb_pools()
 		string.format('{"pools":[{"id":"%s","quantity":%s,"granularity":1}]}', POOL, POOL_BYTES)
 end
 
--- The work is in slurm_bb_data_in: setup runs under OtherTimeout (5 minutes by default),
--- data_in under StageInTimeout (a day), and preloading can take that long.
-function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script, job_info)
+-- Nothing to reserve beyond what Slurm accounts in the pool.
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
 	return slurm.SUCCESS
 end
 
-function slurm_bb_data_in(job_id, job_script, uid, gid, job_info)
+-- Stage-in, while the job is pending: hands the job's script to the node, whose Prolog mounts
+-- and preloads once the job has one (the cache is on the node, which is not chosen yet).
+function slurm_bb_data_in(job_id, job_script)
 	if not string.match(job_id, "^%d+$") then
 		return slurm.ERROR, "unexpected job id " .. tostring(job_id)
 	end
-	os.execute("mkdir -p " .. quote(STATE_DIR))
-	local env = env_path(job_id)
-	local tmp = env .. ".tmp"
-	local status, out = pliant({ "job", "setup", job_script, "--job-id", job_id }, tmp)
+	local dir = job_dir(job_id)
+	local status, out = run("umask 077 && mkdir -p " .. quote(dir)
+		.. " && rm -f " .. quote(dir .. "/stage-out") .. " " .. quote(dir .. "/setup.err")
+		.. " && cp " .. quote(job_script) .. " " .. quote(dir .. "/job.sh.tmp")
+		.. " && mv -f " .. quote(dir .. "/job.sh.tmp") .. " " .. quote(dir .. "/job.sh"))
 	if status ~= 0 then
-		os.remove(tmp)
-		return slurm.ERROR, failed("job setup", status, out)
-	end
-	-- Checked now, while a failure can still hold the job, rather than when it starts.
-	local f = io.open(tmp, "r")
-	local printed = f and f:read("*a") or ""
-	if f then
-		f:close()
-	end
-	for line in string.gmatch(printed, "[^\n]+") do
-		if not string.match(line, "^[%a_][%w_]*=") then
-			os.remove(tmp)
-			return slurm.ERROR,
-				string.format("%s job setup printed %q, not NAME=VALUE", PLIANT, line)
-		end
-	end
-	local ok, err = os.rename(tmp, env)
-	if not ok then
-		return slurm.ERROR, "cannot keep the output of " .. PLIANT .. " job setup: " .. tostring(err)
+		return slurm.ERROR, "cannot hand job " .. job_id .. " to its node in " .. dir .. ": " .. out
 	end
 	return slurm.SUCCESS
 end
 
--- slurm_bb_data_in finishes its work before returning.
-function slurm_bb_test_data_in(job_id, job_script, uid, gid, job_info)
+function slurm_bb_real_size(job_id)
 	return slurm.SUCCESS
 end
 
-function slurm_bb_real_size(job_id, uid, gid, job_info)
-	return slurm.SUCCESS
-end
-
--- Called synchronously when the job starts: copies the variables kept at stage-in into the
--- file whose NAME=VALUE lines Slurm adds to the job's environment.
-function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
-	local f = io.open(env_path(job_id), "r")
-	if not f then
-		return slurm.ERROR, "no output of " .. PLIANT .. " job setup is kept for job " .. job_id
-	end
-	local printed = f:read("*a")
-	f:close()
+-- Synchronous, when the job is scheduled: the mount point is known before the node makes it.
+function slurm_bb_paths(job_id, job_script, path_file)
 	local out, err = io.open(path_file, "w")
 	if not out then
 		return slurm.ERROR, "cannot write " .. path_file .. ": " .. tostring(err)
 	end
-	-- One variable a line and no empty lines: Slurm would add an empty one.
-	for line in string.gmatch(printed, "[^\n]+") do
-		out:write(line, "\n")
-	end
+	out:write("DW_JOB_STRIPED_CACHE=", JOB_ROOT, "/", job_id, "/mnt\n")
 	out:close()
 	return slurm.SUCCESS
 end
 
-function slurm_bb_pre_run(job_id, job_script, uid, gid, job_info)
+function slurm_bb_pre_run(job_id, job_script)
 	return slurm.SUCCESS
 end
 
-function slurm_bb_post_run(job_id, job_script, uid, gid, job_info)
+function slurm_bb_post_run(job_id, job_script)
 	return slurm.SUCCESS
 end
 
--- The cache is written back and taken down here rather than only in slurm_bb_job_teardown:
--- stage-out runs under StageOutTimeout (a day by default; teardown gets OtherTimeout, five
--- minutes, and Slurm gives up on it after three tries), and a failure here keeps the job in
--- stage-out with its cache instead of losing dirty data.
-function slurm_bb_data_out(job_id, job_script, uid, gid, job_info)
-	local status, out = pliant({ "job", "teardown", "--job-id", job_id })
+-- Stage-out, after the job ended (failed or not, as Slurm runs it): the node's Epilog writes
+-- back and unmounts; this waits, bounded, for its outcome. A failure keeps the job in
+-- stage-out with the message in `scontrol show job` (Reason=burst_buffer/lua: ...).
+function slurm_bb_data_out(job_id, job_script)
+	local dir = job_dir(job_id)
+	local waited = 0
+	local text = read_file(dir .. "/stage-out")
+	while not text and waited < STAGE_OUT_WAIT do
+		if read_file(dir .. "/setup.err") then
+			-- The node never mounted the cache: nothing of the job's is in one.
+			return slurm.SUCCESS
+		end
+		os.execute("sleep 1")
+		waited = waited + 1
+		text = read_file(dir .. "/stage-out")
+	end
+	if not text then
+		return slurm.ERROR,
+			string.format("no stage-out outcome from the node in %ss (%s/stage-out)", waited, dir)
+	end
+	local outcome, rest = string.match(text, "^(%a+)\n?(.-)%s*$")
+	if outcome ~= "ok" then
+		return slurm.ERROR, "the node's write-back failed: " .. (rest or text)
+	end
+	return slurm.SUCCESS
+end
+
+-- After stage-out, or instead of it (hurry: the job never ran, or was cancelled in stage-in):
+-- the node's Epilog has taken the cache down if the job ran; what is left here is the hand-over.
+function slurm_bb_job_teardown(job_id, job_script, hurry)
+	if not string.match(job_id, "^%d+$") then
+		return slurm.ERROR, "unexpected job id " .. tostring(job_id)
+	end
+	local status, out = run("rm -rf " .. quote(job_dir(job_id)))
 	if status ~= 0 then
-		return slurm.ERROR, failed("job teardown", status, out)
+		return slurm.ERROR, out
 	end
-	return slurm.SUCCESS
-end
-
-function slurm_bb_test_data_out(job_id, job_script, uid, gid, job_info)
-	return slurm.SUCCESS
-end
-
--- Also reached without stage-out: Slurm hurries a teardown when the job never ran, when
--- stage-in or pre-run failed, or on scancel --hurry, and then nothing the job wrote is wanted.
--- After a stage-out, pliant finds nothing left to do.
-function slurm_bb_job_teardown(job_id, job_script, hurry, uid, gid)
-	local args = { "job", "teardown", "--job-id", job_id }
-	if hurry == "true" then
-		args[#args + 1] = "--discard"
-	end
-	local status, out = pliant(args)
-	if status ~= 0 then
-		return slurm.ERROR, failed("job teardown", status, out)
-	end
-	os.remove(env_path(job_id))
 	return slurm.SUCCESS
 end
 
 -- scontrol show bbstat
-function slurm_bb_get_status(uid, gid, ...)
+function slurm_bb_get_status(...)
 	return slurm.SUCCESS,
-		string.format("pliant burst buffer: PLIANT_BIN=%s PLIANT_BB_STATE_DIR=%s\n", PLIANT, STATE_DIR)
+		string.format("pliant burst buffer: PLIANT_BIN=%s PLIANT_BB_STATE_DIR=%s PLIANT_JOB_ROOT=%s\n",
+			PLIANT, STATE_DIR, JOB_ROOT)
 end

@@ -1,0 +1,453 @@
+//! Pliant's burst buffer under a real Slurm: Debian's Slurm 22.05 on this machine, one node,
+//! started by tools/slurm/cluster.sh with its own munged, slurmd in a mount namespace of its
+//! own (the "compute node"). Ordinary users `sbatch` scripts with `#DW` directives; the
+//! controller's burst_buffer.lua checks and hands them over, the node's Prolog mounts the cache
+//! for the job's user and its Epilog writes it back. Run as root (the daemons are root's); in
+//! CI (`CI` set) a cluster that cannot start fails the test, elsewhere a machine without Slurm
+//! or without root skips it, saying so.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a job may take to go through stage-in, run and stage-out.
+const JOB_LIMIT: Duration = Duration::from_secs(120);
+
+/// A one-node cluster in a temporary directory; stopped (each daemon by its pid) when dropped.
+struct Cluster {
+    dir: tempfile::TempDir,
+    conf: PathBuf,
+    slurmd_pid: u32,
+    stopped: bool,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/slurm/cluster.sh")
+}
+
+/// Whether this machine can run the cluster: root, and Slurm and munge installed. In CI it must.
+fn slurm_possible() -> bool {
+    let missing: Vec<&str> = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol"]
+        .into_iter()
+        .filter(|c| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {c}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    let why = if !nix::unistd::geteuid().is_root() {
+        Some("needs root to run slurmctld, slurmd and munged".to_string())
+    } else if !missing.is_empty() {
+        Some(format!(
+            "{} missing (packages munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins; tools/test.sh installs them)",
+            missing.join(", ")
+        ))
+    } else if !Path::new("/dev/fuse").exists() {
+        Some("no /dev/fuse for the job's cache".to_string())
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI: the Slurm tests must run: {why}"
+            );
+            pliant_testdata::skip(&format!("Slurm test skipped: {why}"));
+            false
+        }
+    }
+}
+
+impl Cluster {
+    fn start(pool_bytes: u64) -> Option<Self> {
+        if !slurm_possible() {
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(script())
+            .args(["start", dir.path().to_str().expect("utf-8")])
+            .env("PLIANT_BIN", env!("CARGO_BIN_EXE_pliant"))
+            .env("PLIANT_BB_POOL_BYTES", pool_bytes.to_string())
+            .env("PLIANT_BB_STAGE_OUT_WAIT", "60")
+            .output()
+            .expect("run tools/slurm/cluster.sh");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut c = Cluster {
+            conf: dir.path().join("slurm.conf"),
+            dir,
+            slurmd_pid: 0,
+            stopped: false,
+        };
+        assert!(
+            out.status.success(),
+            "tools/slurm/cluster.sh start failed (Slurm or munge did not come up): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c.slurmd_pid = text
+            .lines()
+            .find_map(|l| l.strip_prefix("export SLURMD_PID="))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no SLURMD_PID in cluster.sh's output: {text}"));
+        Some(c)
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A Slurm command, as root.
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new(args[0])
+            .args(&args[1..])
+            .env("SLURM_CONF", &self.conf)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", args[0]))
+    }
+
+    /// `sbatch --parsable SCRIPT` as `user`, in `dir`.
+    fn sbatch_as(&self, user: &User, script: &Path, dir: &Path) -> Output {
+        Command::new("setpriv")
+            .args([
+                format!("--reuid={}", user.uid),
+                format!("--regid={}", user.gid),
+                "--clear-groups".into(),
+                "sbatch".into(),
+                "--parsable".into(),
+            ])
+            .arg(script)
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(dir)
+            .output()
+            .expect("setpriv sbatch")
+    }
+
+    fn submit(&self, user: &User, script: &Path, dir: &Path) -> u32 {
+        let o = self.sbatch_as(user, script, dir);
+        assert!(
+            o.status.success(),
+            "sbatch {}: {}",
+            script.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .expect("sbatch --parsable prints the job id")
+    }
+
+    /// `scontrol show job ID` as `Key=Value` pairs (one line: `-o`).
+    fn job(&self, id: u32) -> std::collections::HashMap<String, String> {
+        let o = self.cmd(&["scontrol", "-o", "show", "job", &id.to_string()]);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Waits (bounded) until job `id` satisfies `done`; its record then.
+    fn wait_job(
+        &self,
+        id: u32,
+        what: &str,
+        done: impl Fn(&std::collections::HashMap<String, String>) -> bool,
+    ) -> std::collections::HashMap<String, String> {
+        let deadline = Instant::now() + JOB_LIMIT;
+        loop {
+            let j = self.job(id);
+            if done(&j) {
+                return j;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "job {id}: not {what} after {JOB_LIMIT:?}: {j:?}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits until job `id` ended and its burst buffer is gone through stage-out and teardown.
+    fn wait_done(&self, id: u32) -> std::collections::HashMap<String, String> {
+        self.wait_job(id, "finished with its burst buffer torn down", |j| {
+            let state = j.get("JobState").map(String::as_str).unwrap_or("");
+            !matches!(state, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "")
+                && j.get("BurstBufferState").map(String::as_str) == Some("complete")
+                && !self.state_dir().join(id.to_string()).exists()
+        })
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.path().join("bb-state")
+    }
+
+    fn job_root(&self) -> PathBuf {
+        self.path().join("jobs")
+    }
+
+    /// The ends of the daemons' logs, for a failure's message.
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for f in ["slurmctld.log", "slurmd.log"] {
+            let text = std::fs::read_to_string(self.path().join(f)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            s += &format!(
+                "--- {f}\n{}\n",
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            );
+        }
+        s
+    }
+
+    /// The mounts of the cluster's directory in the namespace of `pid` ("self": this test's,
+    /// which is the controller's).
+    fn mounts_in(&self, pid: &str) -> Vec<String> {
+        let dir = self.path().to_str().expect("utf-8");
+        std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+            .expect("mountinfo")
+            .lines()
+            .filter(|l| l.contains(dir))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn node_mounts(&self) -> Vec<String> {
+        self.mounts_in(&self.slurmd_pid.to_string())
+    }
+
+    fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let o = Command::new(script())
+            .args(["stop", self.path().to_str().expect("utf-8")])
+            .output()
+            .expect("cluster.sh stop");
+        assert!(
+            o.status.success(),
+            "cluster.sh stop: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.stopped = true;
+            let _ = Command::new(script())
+                .args(["stop", self.path().to_str().unwrap_or("")])
+                .output();
+        }
+    }
+}
+
+/// An ordinary user, made for these tests if missing (a Slurm job needs a name for its uid).
+struct User {
+    uid: u32,
+    gid: u32,
+}
+
+fn user(name: &str) -> User {
+    static USERADD: Mutex<()> = Mutex::new(());
+    let _g = USERADD.lock().unwrap_or_else(|e| e.into_inner());
+    let id = |flag: &str| -> Option<u32> {
+        let o = Command::new("id").args([flag, name]).output().ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let o = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/bin/sh",
+                name,
+            ])
+            .output()
+            .expect("useradd");
+        assert!(
+            o.status.success(),
+            "useradd {name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    User {
+        uid: id("-u").expect("uid"),
+        gid: id("-g").expect("gid"),
+    }
+}
+
+/// A directory of `user`'s under the cluster's: their job's working directory and its `pfs`.
+fn work_dir(c: &Cluster, name: &str, u: &User) -> PathBuf {
+    let w = c.path().join(name);
+    std::fs::create_dir_all(w.join("pfs/in")).expect("mkdir");
+    std::fs::write(w.join("pfs/in/input.txt"), "the job's input\n").expect("write");
+    for p in ["", "pfs", "pfs/in", "pfs/in/input.txt"] {
+        std::os::unix::fs::chown(w.join(p), Some(u.uid), Some(u.gid)).expect("chown");
+    }
+    w
+}
+
+/// Writes a batch script (owned by `u`) into `w`.
+fn batch(w: &Path, name: &str, u: &User, text: &str) -> PathBuf {
+    let p = w.join(name);
+    std::fs::write(&p, text).expect("write script");
+    std::os::unix::fs::chown(&p, Some(u.uid), Some(u.gid)).expect("chown");
+    p
+}
+
+/// The script of a job that waits (bounded) for the file `go` before writing, so that the test
+/// can look at the node while it runs; `tail` is run last.
+fn cache_job(w: &Path, capacity: &str, tail: &str) -> String {
+    let w = w.display();
+    format!(
+        r#"#!/bin/sh
+#SBATCH --output={w}/job.out
+#DW jobdw type=cache access_mode=striped pool=pliant capacity={capacity} pfs={w}/pfs
+#DW preload path={w}/pfs/in
+echo "cache=$DW_JOB_STRIPED_CACHE"
+echo "uid=$(id -u)"
+grep " $DW_JOB_STRIPED_CACHE " /proc/self/mountinfo
+touch {w}/started
+i=0
+while [ ! -e {w}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+cat "$DW_JOB_STRIPED_CACHE/in/input.txt"
+echo "written through the cache" > "$DW_JOB_STRIPED_CACHE/output.txt"
+cat "$DW_JOB_STRIPED_CACHE/output.txt"
+{tail}
+"#
+    )
+}
+
+/// Waits (bounded) until the job made `w/started`.
+fn wait_started(c: &Cluster, w: &Path, id: u32) {
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !w.join("started").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "job {id} did not start in {JOB_LIMIT:?}: {:?}\n{}",
+            c.job(id),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn go(w: &Path) {
+    std::fs::write(w.join("go"), "").expect("go");
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The issue's case: an ordinary user's job gets its cache on the node, mounted for them (and
+/// seen only in the node's namespace), reads the preloaded input and writes through it; after
+/// the job the output is in the pfs directory, the user's, and nothing is mounted anywhere.
+#[test]
+fn a_users_job_writes_through_its_cache_on_the_node_and_the_data_lands_as_theirs() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", ""));
+    let id = c.submit(&u, &s, &w);
+    wait_started(&c, &w, id);
+
+    let mnt = c.job_root().join(id.to_string()).join("mnt");
+    let node = c.node_mounts();
+    assert!(
+        node.iter()
+            .any(|l| l.contains(&format!(" {} ", mnt.display()))),
+        "the cache is mounted on the node at {}: {node:?}",
+        mnt.display()
+    );
+    assert!(
+        c.mounts_in("self").is_empty(),
+        "nothing of the job's is mounted on the controller: {:?}",
+        c.mounts_in("self")
+    );
+    let dir = std::fs::metadata(c.job_root().join(id.to_string())).expect("job dir");
+    assert_eq!(
+        (dir.uid(), dir.mode() & 0o777),
+        (u.uid, 0o700),
+        "the job's directory is its user's alone"
+    );
+    go(&w);
+
+    let j = c.wait_done(id);
+    assert_eq!(j["JobState"], "COMPLETED", "{j:?}");
+    let out = read(&w.join("job.out"));
+    assert!(
+        out.contains(&format!("cache={}\n", mnt.display())),
+        "DW_JOB_STRIPED_CACHE reached the job: {out}"
+    );
+    assert!(out.contains(&format!("uid={}\n", u.uid)), "{out}");
+    assert!(
+        out.contains("fuse") && out.contains("allow_other"),
+        "the job saw its cache mounted (allow_other, for a root daemon): {out}"
+    );
+    assert!(
+        out.contains("the job's input\nwritten through the cache\n"),
+        "{out}"
+    );
+    let written = w.join("pfs/output.txt");
+    assert_eq!(read(&written), "written through the cache\n");
+    let m = std::fs::metadata(&written).expect("stat");
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (u.uid, u.gid),
+        "the job's file is its user's"
+    );
+    assert_eq!(c.node_mounts(), Vec::<String>::new(), "unmounted on the node");
+    assert_eq!(c.mounts_in("self"), Vec::<String>::new());
+    assert!(
+        !c.job_root().join(id.to_string()).exists(),
+        "the job's directory is gone"
+    );
+    c.stop();
+}
+
+/// A bad directive is refused at sbatch, with its line and parameter.
+#[test]
+fn a_bad_directive_is_refused_at_sbatch_with_its_line() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    let s = batch(
+        &w,
+        "bad.sh",
+        &u,
+        &format!(
+            "#!/bin/sh\n#SBATCH --output={w}/job.out\n#DW jobdw type=cache access_mode=striped pool=pliant capacity=12XB pfs={w}/pfs\ntrue\n",
+            w = w.display()
+        ),
+    );
+    let o = c.sbatch_as(&u, &s, &w);
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "refused: {e}");
+    assert!(
+        e.contains("batch script:3: #DW jobdw: capacity=12XB: expected a size"),
+        "names the line and the parameter: {e}"
+    );
+    let queue = c.cmd(&["squeue", "-h"]);
+    assert_eq!(
+        String::from_utf8_lossy(&queue.stdout).trim(),
+        "",
+        "no job was queued"
+    );
+    c.stop();
+}

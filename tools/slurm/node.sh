@@ -1,0 +1,49 @@
+#!/bin/sh
+# The node's side of Pliant's burst buffer: slurmd runs it as root, as Slurm's Prolog
+# (`node.sh prolog`) and Epilog (`node.sh epilog`), with SLURM_JOB_ID, SLURM_JOB_UID and
+# SLURM_JOB_GID in its environment, in slurmd's mount namespace: the mount it makes is the
+# compute node's, and the job's processes see it.
+#
+# The controller's burst_buffer.lua (slurm_bb_data_in) leaves a job's batch script in
+# $PLIANT_BB_STATE_DIR/<job id>/job.sh; a job without one asks for no cache and is left alone.
+# The Prolog mounts the job's cache for the job's user and preloads; the Epilog writes it back
+# and unmounts, and leaves the outcome in $PLIANT_BB_STATE_DIR/<job id>/stage-out, which the
+# controller's slurm_bb_data_out waits for. Both exit 0 unless the Prolog cannot set up: a
+# failing Epilog would drain the node, and the controller reports a stage-out failure instead.
+#
+# Environment: PLIANT_BIN (default: pliant in PATH), PLIANT_BB_STATE_DIR (default
+# /var/spool/pliant/slurm-bb), PLIANT_JOB_ROOT (where mounts go; pliant's default otherwise).
+set -u
+pliant=${PLIANT_BIN:-pliant}
+state=${PLIANT_BB_STATE_DIR:-/var/spool/pliant/slurm-bb}
+id=${SLURM_JOB_ID:?SLURM_JOB_ID is not set: run by slurmd as Prolog or Epilog}
+case $id in
+*[!0-9]*) echo "node.sh: unexpected job id $id" >&2; exit 1 ;;
+esac
+job=$state/$id
+[ -f "$job/job.sh" ] || exit 0
+
+case ${1:-} in
+prolog)
+  if ! out=$("$pliant" job setup "$job/job.sh" --job-id "$id" \
+    --uid "${SLURM_JOB_UID:?}" --gid "${SLURM_JOB_GID:?}" 2>&1); then
+    echo "$out" >"$job/setup.err"
+    echo "node.sh: pliant job setup for job $id failed: $out" >&2
+    exit 1
+  fi
+  ;;
+epilog)
+  # The outcome goes in atomically: the controller reads it as soon as it appears.
+  if out=$("$pliant" job teardown --job-id "$id" 2>&1); then
+    printf 'ok\n%s\n' "$out" >"$job/stage-out.tmp"
+  else
+    printf 'failed\n%s\n' "$out" >"$job/stage-out.tmp"
+  fi
+  mv -f "$job/stage-out.tmp" "$job/stage-out"
+  ;;
+*)
+  echo "usage: node.sh prolog|epilog" >&2
+  exit 2
+  ;;
+esac
+exit 0
