@@ -177,8 +177,10 @@ impl Cluster {
     fn wait_done(&self, id: u32) -> std::collections::HashMap<String, String> {
         self.wait_job(id, "finished with its burst buffer torn down", |j| {
             let state = j.get("JobState").map(String::as_str).unwrap_or("");
-            !matches!(state, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "")
-                && j.get("BurstBufferState").map(String::as_str) == Some("complete")
+            !matches!(
+                state,
+                "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | ""
+            ) && j.get("BurstBufferState").map(String::as_str) == Some("complete")
                 && !self.state_dir().join(id.to_string()).exists()
         })
     }
@@ -410,7 +412,11 @@ fn a_users_job_writes_through_its_cache_on_the_node_and_the_data_lands_as_theirs
         (u.uid, u.gid),
         "the job's file is its user's"
     );
-    assert_eq!(c.node_mounts(), Vec::<String>::new(), "unmounted on the node");
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
     assert_eq!(c.mounts_in("self"), Vec::<String>::new());
     assert!(
         !c.job_root().join(id.to_string()).exists(),
@@ -448,6 +454,106 @@ fn a_bad_directive_is_refused_at_sbatch_with_its_line() {
         String::from_utf8_lossy(&queue.stdout).trim(),
         "",
         "no job was queued"
+    );
+    c.stop();
+}
+
+/// A job that fails still has its cache written back (Slurm stages out after a failed job) and
+/// taken down; Slurm records the job's own failure, not the burst buffer's.
+#[test]
+fn a_failed_jobs_writes_are_still_staged_out() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    go(&w);
+    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", "exit 3"));
+    let id = c.submit(&u, &s, &w);
+    let j = c.wait_done(id);
+    assert_eq!(
+        (j["JobState"].as_str(), j["ExitCode"].as_str()),
+        ("FAILED", "3:0"),
+        "{j:?}"
+    );
+    assert_eq!(
+        read(&w.join("pfs/output.txt")),
+        "written through the cache\n"
+    );
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
+    assert!(!c.job_root().join(id.to_string()).exists());
+    c.stop();
+}
+
+/// Two users' jobs run at once, each with its cache on the node in its own directory, sharing
+/// the pool (`scontrol show burst` counts both); neither user can enter the other's cache.
+#[test]
+fn two_users_jobs_share_the_pool_at_once() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let users = [user("pliant-bb1"), user("pliant-bb2")];
+    let mut jobs = Vec::new();
+    for (i, u) in users.iter().enumerate() {
+        let w = work_dir(&c, &format!("work{i}"), u);
+        let s = batch(&w, "job.sh", u, &cache_job(&w, "256MiB", ""));
+        jobs.push((c.submit(u, &s, &w), w));
+    }
+    for (id, w) in &jobs {
+        wait_started(&c, w, *id);
+    }
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains(
+            "PoolName[0]=pliant Granularity=1 TotalSpace=1GiB FreeSpace=512MiB UsedSpace=512MiB"
+        ),
+        "both jobs' capacity is taken from the pool: {burst}"
+    );
+    // The other user's job directory is closed to each: tried on the node, where it is mounted.
+    for (i, u) in users.iter().enumerate() {
+        let (other, _) = &jobs[1 - i];
+        let theirs = c.job_root().join(other.to_string()).join("mnt");
+        let o = Command::new("nsenter")
+            .args(["-t", &c.slurmd_pid.to_string(), "-m", "setpriv"])
+            .args([
+                format!("--reuid={}", u.uid),
+                format!("--regid={}", u.gid),
+                "--clear-groups".into(),
+                "ls".into(),
+            ])
+            .arg(&theirs)
+            .output()
+            .expect("nsenter");
+        assert!(
+            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+            "user {} kept out of {}: {}",
+            u.uid,
+            theirs.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for (_, w) in &jobs {
+        go(w);
+    }
+    for ((id, w), u) in jobs.iter().zip(&users) {
+        let j = c.wait_done(*id);
+        assert_eq!(j["JobState"], "COMPLETED", "{j:?}");
+        let m = std::fs::metadata(w.join("pfs/output.txt")).expect("written back");
+        assert_eq!((m.uid(), m.gid()), (u.uid, u.gid));
+    }
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains("FreeSpace=1GiB UsedSpace=0"),
+        "given back: {burst}"
+    );
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
     );
     c.stop();
 }
