@@ -14,6 +14,6 @@ mod posix_diff;
 mod scale_cli;
 mod serve_cli;
 mod serve_redis_cli;
-mod slurm_cli;
 mod sim_trace_cli;
+mod slurm_cli;
 mod tiers_cli;
