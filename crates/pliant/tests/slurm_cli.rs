@@ -557,3 +557,146 @@ fn two_users_jobs_share_the_pool_at_once() {
     );
     c.stop();
 }
+
+/// A slow parallel file system (`pliant bench slow-fs`), mounted before the cluster starts so
+/// that slurmd's namespace has it too; unmounted and stopped by its pid when dropped.
+struct SlowFs {
+    top: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl SlowFs {
+    fn start(rate: &str) -> Self {
+        let top = tempfile::tempdir().expect("tempdir");
+        for d in ["real", "mnt"] {
+            std::fs::create_dir(top.path().join(d)).expect("mkdir");
+        }
+        std::fs::set_permissions(
+            top.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let child = Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args(["bench", "slow-fs"])
+            .arg(top.path().join("real"))
+            .arg(top.path().join("mnt"))
+            .args(["--stream-rate", rate])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("slow-fs");
+        let s = SlowFs { top, child };
+        let mnt = format!(" {} ", s.mnt().display());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&mnt)
+        {
+            assert!(Instant::now() < deadline, "slow-fs did not mount in 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    fn real(&self) -> PathBuf {
+        self.top.path().join("real")
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.top.path().join("mnt")
+    }
+}
+
+impl Drop for SlowFs {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = nix::mount::umount2(&self.mnt(), nix::mount::MntFlags::MNT_DETACH);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `scancel` while the node stages the job in (its Prolog preloading, seconds over a slow
+/// file system): the job never runs, the cache is taken down on the node anyway, the pool is
+/// given back and the node stays in service (a Prolog that fails would drain it).
+#[test]
+fn scancel_during_the_nodes_stage_in_leaves_nothing_mounted() {
+    if !slurm_possible() {
+        return;
+    }
+    // 20 MB to preload at 2 MB/s: ten seconds in which to cancel.
+    let slow = SlowFs::start("2MB");
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let input = slow.real().join("in");
+    std::fs::create_dir(&input).expect("mkdir");
+    std::fs::write(input.join("big"), vec![7u8; 20_000_000]).expect("write");
+    for p in [slow.real(), input.clone(), input.join("big")] {
+        std::os::unix::fs::chown(&p, Some(u.uid), Some(u.gid)).expect("chown");
+    }
+    let w = c.path().join("work");
+    std::fs::create_dir(&w).expect("mkdir");
+    std::os::unix::fs::chown(&w, Some(u.uid), Some(u.gid)).expect("chown");
+    let pfs = slow.mnt();
+    let s = batch(
+        &w,
+        "job.sh",
+        &u,
+        &format!(
+            "#!/bin/sh\n#SBATCH --output={w}/job.out\n#DW jobdw type=cache access_mode=striped pool=pliant capacity=64MiB pfs={pfs}\n#DW preload path={pfs}/in\necho ran > \"$DW_JOB_STRIPED_CACHE/ran.txt\"\n",
+            w = w.display(),
+            pfs = pfs.display()
+        ),
+    );
+    let id = c.submit(&u, &s, &w);
+    let mnt = format!(
+        " {} ",
+        c.job_root().join(id.to_string()).join("mnt").display()
+    );
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !c.node_mounts().iter().any(|l| l.contains(&mnt)) {
+        assert!(
+            Instant::now() < deadline,
+            "job {id}: no cache mounted on the node in {JOB_LIMIT:?}: {:?}\n{}",
+            c.job(id),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = c.cmd(&["scancel", &id.to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = c.wait_done(id);
+    assert_eq!(j["JobState"], "CANCELLED", "{j:?}");
+    assert!(
+        !slow.real().join("ran.txt").exists(),
+        "the job's script never ran"
+    );
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
+    assert!(!c.job_root().join(id.to_string()).exists());
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains("FreeSpace=1GiB UsedSpace=0"),
+        "given back: {burst}"
+    );
+    let node = c.cmd(&["sinfo", "-h", "-o", "%T"]);
+    assert_eq!(
+        String::from_utf8_lossy(&node.stdout).trim(),
+        "idle",
+        "the node is still in service"
+    );
+    c.stop();
+    drop(slow);
+}
