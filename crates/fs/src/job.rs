@@ -295,6 +295,7 @@ fn remove_job_dir(paths: &JobPaths) -> Result<(), JobError> {
             &paths.mountpoint,
             true,
             Duration::from_secs(60),
+            Duration::from_secs(60),
             &mut |_, _| {},
         )?;
     }
@@ -413,10 +414,13 @@ pub enum Teardown {
 }
 
 /// Flushes (or with `discard` drops) and unmounts a job's cache, then removes its directory.
+/// A write-back that keeps failing for `give_up_after` fails the teardown and leaves the cache
+/// mounted with its data ([`mount::unmount`]): a later teardown can still write it back.
 pub fn teardown(
     root: &Path,
     job_id: &str,
     discard: bool,
+    give_up_after: Duration,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Teardown, JobError> {
     let paths = JobPaths::new(root, job_id)?;
@@ -460,6 +464,7 @@ pub fn teardown(
             &state.mountpoint,
             discard,
             Duration::from_secs(600),
+            give_up_after,
             progress,
         )?)),
         // Already unmounted (a teardown that failed after unmounting): only the files are left.

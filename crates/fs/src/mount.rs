@@ -631,11 +631,15 @@ pub struct UnmountReport {
 
 /// Unmounts: writes every dirty extent back first (calling `progress(dirty, at_start)` about
 /// five times a second) unless `discard`, unmounts, and waits (up to `wait`) for the daemon to
-/// exit.
+/// exit. A write-back that keeps failing (errors, and not a byte written back, for
+/// `give_up_after`) ends the wait with an error and leaves the mount as it is, nothing dropped:
+/// the daemon retries for ever, and whoever waits (a job's Epilog) must be able to say so. A
+/// write-back that is only slow, without errors, is waited for.
 pub fn unmount(
     mountpoint: &Path,
     discard: bool,
     wait: Duration,
+    give_up_after: Duration,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<UnmountReport, ControlError> {
     if detach_dead(mountpoint)? {
@@ -652,10 +656,29 @@ pub fn unmount(
         // Checked every 10 ms (the flush time is reported), progress every 200 ms. A daemon
         // that dies ends the wait with the error of the next `stats`.
         let mut n = 0u32;
+        // Since when nothing was written back, and the errors counted then.
+        let (mut since, mut dirty_then, mut errors_then) =
+            (Instant::now(), before.dirty_bytes, before.writeback_errors);
         loop {
             let s = stats(mountpoint)?;
             if s.flush_done >= asked {
                 break;
+            }
+            if s.dirty_bytes < dirty_then {
+                (since, dirty_then, errors_then) =
+                    (Instant::now(), s.dirty_bytes, s.writeback_errors);
+            } else if since.elapsed() > give_up_after {
+                if s.writeback_errors > errors_then {
+                    return Err(ControlError::Unmount {
+                        path: mountpoint.to_path_buf(),
+                        message: format!(
+                            "write-back keeps failing ({} errors, nothing written back in {give_up_after:?}; the daemon's log says why): still mounted with {} bytes dirty, nothing dropped",
+                            s.writeback_errors - errors_then,
+                            s.dirty_bytes
+                        ),
+                    });
+                }
+                (since, errors_then) = (Instant::now(), s.writeback_errors);
             }
             if n.is_multiple_of(20) {
                 progress(s.dirty_bytes, before.dirty_bytes);

@@ -416,6 +416,7 @@ fn unmount(a: &UnmountArgs) -> anyhow::Result<ExitCode> {
         &a.mountpoint,
         a.discard,
         Duration::from_secs(600),
+        Duration::from_secs(600),
         &mut |dirty, total| {
             bar.set_length(total);
             bar.set_position(total.saturating_sub(dirty));
@@ -634,6 +635,10 @@ pub enum JobCommand {
         /// Drop dirty data instead (a failed or cancelled job).
         #[arg(long)]
         discard: bool,
+        /// Give up when write-back keeps failing with nothing written back for this many
+        /// seconds: the teardown fails and the cache stays mounted with its data
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        give_up_after: u64,
         /// Where jobs' mounts and caches go.
         #[arg(long, env = "PLIANT_JOB_ROOT", default_value = "/tmp/pliant-jobs")]
         root: PathBuf,
@@ -694,10 +699,13 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Teardown {
             job_id,
             discard,
+            give_up_after,
             root,
         } => {
             use pliant_fs::job::Teardown;
-            match pliant_fs::job::teardown(&root, &job_id, discard, &mut |_, _| {})? {
+            let give_up_after = Duration::from_secs(give_up_after);
+            match pliant_fs::job::teardown(&root, &job_id, discard, give_up_after, &mut |_, _| {})?
+            {
                 Teardown::Unmounted(r) => eprintln!(
                     "job {job_id}: {} {}",
                     human(r.dirty_bytes_at_start),
