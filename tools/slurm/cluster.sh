@@ -20,6 +20,7 @@
 #   PLIANT_BB_POOL_BYTES  the size of pool "pliant" (default 1073741824)
 #   PLIANT_BB_STATE_DIR   what the controller hands the node (default DIR/bb-state)
 #   PLIANT_JOB_ROOT       where jobs' mounts and caches go on the node (default DIR/jobs)
+#   PLIANT_BB_GIVE_UP_AFTER  seconds the Epilog's write-back may keep failing (default pliant's)
 #   SLURM_TIMEOUT         seconds to wait for each daemon (default 30)
 set -euo pipefail
 
@@ -196,6 +197,7 @@ EOF
 export PLIANT_BIN='$PLIANT_BIN'
 export PLIANT_BB_STATE_DIR='$state'
 export PLIANT_JOB_ROOT='$jobs'
+${PLIANT_BB_GIVE_UP_AFTER:+export PLIANT_BB_GIVE_UP_AFTER='$PLIANT_BB_GIVE_UP_AFTER'}
 exec '$here/node.sh' $hook
 EOF
     chmod 0755 "$dir/$hook"

@@ -12,7 +12,8 @@
 # failing Epilog would drain the node, and the controller reports a stage-out failure instead.
 #
 # Environment: PLIANT_BIN (default: pliant in PATH), PLIANT_BB_STATE_DIR (default
-# /var/spool/pliant/slurm-bb), PLIANT_JOB_ROOT (where mounts go; pliant's default otherwise).
+# /var/spool/pliant/slurm-bb), PLIANT_JOB_ROOT (where mounts go; pliant's default otherwise),
+# PLIANT_BB_GIVE_UP_AFTER (seconds of failing write-back before the Epilog gives up).
 set -u
 pliant=${PLIANT_BIN:-pliant}
 state=${PLIANT_BB_STATE_DIR:-/var/spool/pliant/slurm-bb}
@@ -34,7 +35,10 @@ prolog)
   ;;
 epilog)
   # The outcome goes in atomically: the controller reads it as soon as it appears.
-  if out=$("$pliant" job teardown --job-id "$id" 2>&1); then
+  # A write-back that keeps failing gives up after PLIANT_BB_GIVE_UP_AFTER seconds (pliant's
+  # default otherwise), leaving the cache mounted with its data for an administrator.
+  if out=$("$pliant" job teardown --job-id "$id" \
+    ${PLIANT_BB_GIVE_UP_AFTER:+--give-up-after "$PLIANT_BB_GIVE_UP_AFTER"} 2>&1); then
     printf 'ok\n%s\n' "$out" >"$job/stage-out.tmp"
   else
     printf 'failed\n%s\n' "$out" >"$job/stage-out.tmp"

@@ -74,6 +74,9 @@ impl Cluster {
             .env("PLIANT_BIN", env!("CARGO_BIN_EXE_pliant"))
             .env("PLIANT_BB_POOL_BYTES", pool_bytes.to_string())
             .env("PLIANT_BB_STAGE_OUT_WAIT", "60")
+            // A write-back that keeps failing fails the Epilog's teardown in seconds, not ten
+            // minutes: what the stage-out failure test waits for.
+            .env("PLIANT_BB_GIVE_UP_AFTER", "3")
             .output()
             .expect("run tools/slurm/cluster.sh");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -699,4 +702,81 @@ fn scancel_during_the_nodes_stage_in_leaves_nothing_mounted() {
     );
     c.stop();
     drop(slow);
+}
+
+/// A write-back that keeps failing on the node (the pfs file made immutable under the job)
+/// fails stage-out: the job stays in stage-out with the node's message in `scontrol show job`,
+/// and its data stays in the cache, mounted on the node, until an administrator's teardown
+/// there writes it back.
+#[test]
+fn a_failed_write_back_is_a_stage_out_failure_in_scontrol_and_loses_nothing() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    go(&w);
+    let tail = format!(
+        "touch {w}/written\ni=0\nwhile [ ! -e {w}/go2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done",
+        w = w.display()
+    );
+    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", &tail));
+    let id = c.submit(&u, &s, &w);
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !w.join("written").exists() {
+        assert!(Instant::now() < deadline, "job {id}: {:?}", c.job(id));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = w.join("pfs/output.txt");
+    let chattr = |flag: &str| {
+        let o = Command::new("chattr")
+            .arg(flag)
+            .arg(&out)
+            .output()
+            .expect("chattr");
+        assert!(
+            o.status.success(),
+            "chattr {flag} (the test needs a file system with the immutable flag, e.g. ext4): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    chattr("+i");
+    std::fs::write(w.join("go2"), "").expect("go2");
+    let j = c.wait_job(id, "failed in stage-out", |j| {
+        j.get("Reason")
+            .is_some_and(|r| r.replace('_', " ").contains("write-back keeps failing"))
+    });
+    chattr("-i");
+    // scontrol prints the reason with its spaces as underscores.
+    let reason = j["Reason"].replace('_', " ");
+    assert!(
+        reason.starts_with(
+            "burst buffer/lua: slurm bb data out: the node's write-back failed: error: unmounting "
+        ) && reason.contains("still mounted with 26 bytes dirty, nothing dropped"),
+        "the stage-out failure is the burst buffer's, with the node's message: {reason}"
+    );
+    assert_eq!(read(&out), "", "nothing reached the pfs yet");
+    let mnt = c.job_root().join(id.to_string()).join("mnt");
+    assert!(
+        c.node_mounts()
+            .iter()
+            .any(|l| l.contains(&format!(" {} ", mnt.display()))),
+        "the cache stays mounted on the node with the data"
+    );
+    // The administrator's way out, on the node: a teardown once the pfs takes writes again.
+    let o = Command::new("nsenter")
+        .args(["-t", &c.slurmd_pid.to_string(), "-m"])
+        .arg(env!("CARGO_BIN_EXE_pliant"))
+        .args(["job", "teardown", "--job-id", &id.to_string(), "--root"])
+        .arg(c.job_root())
+        .output()
+        .expect("nsenter pliant job teardown");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read(&out), "written through the cache\n");
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
+    c.stop();
 }
