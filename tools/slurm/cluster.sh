@@ -4,6 +4,7 @@
 #   tools/slurm/cluster.sh start DIR   # configure and start munged, slurmctld and slurmd in DIR
 #   tools/slurm/cluster.sh env DIR     # the shell lines that point Slurm's commands at it
 #   tools/slurm/cluster.sh stop DIR    # stop the three daemons (each by its own pid)
+#   tools/slurm/cluster.sh restart-controller DIR   # slurmctld stopped and started again
 #
 # DIR is made if missing and holds everything: slurm.conf, burst_buffer.conf, a copy of
 # burst_buffer.lua, the Prolog and Epilog, munge's key and socket, the daemons' state, spool
@@ -26,7 +27,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 usage() {
-  echo "usage: $0 start|stop|env DIR" >&2
+  echo "usage: $0 start|stop|env|restart-controller DIR" >&2
   exit 2
 }
 [ $# -eq 2 ] || usage
@@ -93,6 +94,26 @@ wait_for() {
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_controller() {
+  (
+    set -a
+    # shellcheck source=/dev/null
+    . "$dir/controller.env"
+    exec slurmctld -D -f "$dir/slurm.conf" </dev/null >>"$dir/slurmctld.out" 2>&1
+  ) &
+  echo $! >"$dir/slurmctld.pid"
+  wait_for slurmctld "$dir/slurmctld.log" env SLURM_CONF="$dir/slurm.conf" scontrol ping
+}
+
+# Stops slurmctld and starts it again on its saved state: jobs, and the burst buffers' pool
+# use, carry over.
+restart_controller() {
+  [ -f "$dir/controller.env" ] || die "$dir has no cluster started by this script"
+  stop_pid "$dir/slurmctld.pid" slurmctld
+  start_controller
+  env_lines
 }
 
 start() {
@@ -189,7 +210,10 @@ StageOutTimeout=120
 OtherTimeout=60
 EOF
   cp "$here/burst_buffer.lua" "$dir/burst_buffer.lua"
-  local hook
+  local hook give_up=""
+  if [ -n "${PLIANT_BB_GIVE_UP_AFTER:-}" ]; then
+    give_up="export PLIANT_BB_GIVE_UP_AFTER='$PLIANT_BB_GIVE_UP_AFTER'"
+  fi
   for hook in prolog epilog; do
     cat >"$dir/$hook" <<EOF
 #!/bin/sh
@@ -197,18 +221,25 @@ EOF
 export PLIANT_BIN='$PLIANT_BIN'
 export PLIANT_BB_STATE_DIR='$state'
 export PLIANT_JOB_ROOT='$jobs'
-${PLIANT_BB_GIVE_UP_AFTER:+export PLIANT_BB_GIVE_UP_AFTER='$PLIANT_BB_GIVE_UP_AFTER'}
+$give_up
 exec '$here/node.sh' $hook
 EOF
     chmod 0755 "$dir/$hook"
   done
 
-  # The controller reads its settings from its environment (burst_buffer.lua's os.getenv).
-  PLIANT_BIN=$PLIANT_BIN PLIANT_BB_STATE_DIR=$state PLIANT_JOB_ROOT=$jobs \
-    PLIANT_BB_POOL_BYTES=$pool SLURM_CONF=$dir/slurm.conf \
-    slurmctld -D -f "$dir/slurm.conf" </dev/null >>"$dir/slurmctld.out" 2>&1 &
-  echo $! >"$dir/slurmctld.pid"
-  wait_for slurmctld "$dir/slurmctld.log" env SLURM_CONF="$dir/slurm.conf" scontrol ping
+  # The controller reads its settings from its environment (burst_buffer.lua's os.getenv),
+  # kept for a restart.
+  {
+    echo "PLIANT_BIN='$PLIANT_BIN'"
+    echo "PLIANT_BB_STATE_DIR='$state'"
+    echo "PLIANT_JOB_ROOT='$jobs'"
+    echo "PLIANT_BB_POOL_BYTES='$pool'"
+    if [ -n "${PLIANT_BB_STAGE_OUT_WAIT:-}" ]; then
+      echo "PLIANT_BB_STAGE_OUT_WAIT='$PLIANT_BB_STAGE_OUT_WAIT'"
+    fi
+    echo "SLURM_CONF='$dir/slurm.conf'"
+  } >"$dir/controller.env"
+  start_controller
 
   # The compute node: its own mount namespace, private, so its mounts stay there.
   unshare --mount --propagation private \
@@ -222,6 +253,7 @@ EOF
 case $cmd in
 start) start ;;
 stop) stop ;;
+restart-controller) restart_controller ;;
 env) env_lines ;;
 *) usage ;;
 esac

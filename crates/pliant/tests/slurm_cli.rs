@@ -780,3 +780,50 @@ fn a_failed_write_back_is_a_stage_out_failure_in_scontrol_and_loses_nothing() {
     );
     c.stop();
 }
+
+/// slurmctld stopped and started again while a job runs with its cache: the job finishes, its
+/// stage-out (on the new controller) still waits for the node's write-back, the data lands and
+/// the pool is given back.
+#[test]
+fn a_controller_restart_in_the_middle_of_a_job_loses_nothing() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", ""));
+    let id = c.submit(&u, &s, &w);
+    wait_started(&c, &w, id);
+    let o = Command::new(script())
+        .args(["restart-controller", c.path().to_str().expect("utf-8")])
+        .output()
+        .expect("cluster.sh restart-controller");
+    assert!(
+        o.status.success(),
+        "restart-controller: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains("UsedSpace=64MiB"),
+        "the new controller knows the job's share of the pool: {burst}"
+    );
+    go(&w);
+    let j = c.wait_done(id);
+    assert_eq!(j["JobState"], "COMPLETED", "{j:?}");
+    assert_eq!(
+        read(&w.join("pfs/output.txt")),
+        "written through the cache\n"
+    );
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains("FreeSpace=1GiB UsedSpace=0"),
+        "given back: {burst}"
+    );
+    c.stop();
+}
