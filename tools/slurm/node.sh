@@ -1,7 +1,7 @@
 #!/bin/sh
 # The node's side of Pliant's burst buffer: slurmd runs it as root, as Slurm's Prolog
-# (`node.sh prolog`) and Epilog (`node.sh epilog`), with SLURM_JOB_ID, SLURM_JOB_UID and
-# SLURM_JOB_GID in its environment, in slurmd's mount namespace: the mount it makes is the
+# (`node.sh prolog`) and Epilog (`node.sh epilog`), with SLURM_JOB_ID and SLURM_JOB_UID in
+# its environment, in slurmd's mount namespace: the mount it makes is the
 # compute node's, and the job's processes see it.
 #
 # The controller's burst_buffer.lua (slurm_bb_data_in) leaves a job's batch script in
@@ -27,7 +27,7 @@ job=$state/$id
 case ${1:-} in
 prolog)
   if ! out=$("$pliant" job setup "$job/job.sh" --job-id "$id" \
-    --uid "${SLURM_JOB_UID:?}" --gid "${SLURM_JOB_GID:?}" 2>&1); then
+    --uid "${SLURM_JOB_UID:?}" 2>&1); then
     echo "$out" >"$job/setup.err"
     echo "node.sh: pliant job setup for job $id failed: $out" >&2
     exit 1

@@ -17,15 +17,15 @@ use crate::directives::{CacheDirective, JobDirectives};
 use crate::mount::{self, Hint};
 
 /// The user a job's cache is mounted for, when setup runs as root on the job's node (Slurm's
-/// Prolog): the job's directory is theirs alone (mode 0700), and the mount is `--allow-other`, so
-/// they use a mount root serves, as the kernel's permission checks on the backing files allow.
-/// The cache directory inside stays root's: it is the daemon's, not the user's.
+/// Prolog): the mount is `--allow-other`, so they use a mount root serves, as the kernel's
+/// permission checks on the backing files allow, and the job's directory is root's with mode 0700
+/// and an ACL that lets that user alone through to the mount point. The directory stays root's,
+/// not the user's: what is in it (`job.json`, which teardown trusts; the cache directory, which the
+/// daemon writes as root) must not be theirs to rename or replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Owner {
     /// The user.
     pub uid: u32,
-    /// Their group.
-    pub gid: u32,
 }
 
 /// Where a job's cache lives.
@@ -110,6 +110,17 @@ pub enum JobError {
     /// Reaching the mount failed.
     #[error(transparent)]
     Control(#[from] mount::ControlError),
+    /// A job root that someone other than root could change, for a mount root makes for
+    /// another user: they could put a link where root will mount or write.
+    #[error(
+        "{root}: {why}: a job root for other users' mounts must be root's and writable by root alone, as every directory above it (or sticky, as /tmp)"
+    )]
+    UnsafeRoot {
+        /// The job root, or the directory above it at fault.
+        root: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> JobError + '_ {
@@ -313,12 +324,74 @@ fn remove_job_dir(paths: &JobPaths) -> Result<(), JobError> {
 
 /// Makes `dir` (and its parents) with mode 0700, owned by `owner` if given. A directory that is
 /// there already gets the mode and owner too: a job's directory must not be left open to others.
-fn make_private_dir(dir: &Path, owner: Option<Owner>) -> Result<(), JobError> {
+fn make_private_dir(dir: &Path) -> Result<(), JobError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
-    if let Some(o) = owner {
-        std::os::unix::fs::chown(dir, Some(o.uid), Some(o.gid)).map_err(io(dir))?;
+    Ok(())
+}
+
+/// Lets user `uid` (and no one else but root) search `dir`: its POSIX access ACL becomes
+/// `user::rwx user:UID:--x group::--- mask::--x other::---`, in the kernel's
+/// `system.posix_acl_access` form (version 2, then (tag, permissions, id) entries in tag order).
+fn let_through(dir: &Path, uid: u32) -> Result<(), JobError> {
+    const UNDEFINED: u32 = u32::MAX;
+    let entries: [(u16, u16, u32); 5] = [
+        (0x01, 7, UNDEFINED), // ACL_USER_OBJ
+        (0x02, 1, uid),       // ACL_USER
+        (0x04, 0, UNDEFINED), // ACL_GROUP_OBJ
+        (0x10, 1, UNDEFINED), // ACL_MASK
+        (0x20, 0, UNDEFINED), // ACL_OTHER
+    ];
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    xattr::set(dir, "system.posix_acl_access", &acl).map_err(|e| JobError::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::new(
+            e.kind(),
+            format!(
+                "setting an ACL that lets the job's user through (the job root's file system must support POSIX ACLs): {e}"
+            ),
+        ),
+    })
+}
+
+/// Refuses a job root that anyone but root could change, or reach into through a directory
+/// above it that they could change: root is about to mount and write there for another user.
+fn check_root_is_roots(root: &Path) -> Result<(), JobError> {
+    use std::os::unix::fs::MetadataExt;
+    let unsafe_root = |p: &Path, why: String| JobError::UnsafeRoot {
+        root: p.to_path_buf(),
+        why,
+    };
+    std::fs::create_dir_all(root).map_err(io(root))?;
+    let link = std::fs::symlink_metadata(root).map_err(io(root))?;
+    if !link.is_dir() {
+        return Err(unsafe_root(
+            root,
+            "not a directory (a symbolic link?)".into(),
+        ));
+    }
+    let real = std::fs::canonicalize(root).map_err(io(root))?;
+    for (i, p) in real.ancestors().enumerate() {
+        let m = std::fs::metadata(p).map_err(io(p))?;
+        let writable_by_others = m.mode() & 0o022 != 0;
+        // Above the root, a sticky directory (/tmp) is fine: no one else can rename or remove
+        // root's entries in it. The root itself must be root's alone to write.
+        let sticky = i > 0 && m.mode() & 0o1000 != 0;
+        if m.uid() != 0 {
+            return Err(unsafe_root(p, format!("owned by uid {}", m.uid())));
+        }
+        if writable_by_others && !sticky {
+            return Err(unsafe_root(
+                p,
+                format!("mode {:o} lets others write", m.mode() & 0o7777),
+            ));
+        }
     }
     Ok(())
 }
@@ -344,9 +417,12 @@ fn setup_in(
     owner: Option<Owner>,
 ) -> Result<Setup, JobError> {
     if let Some(o) = owner {
-        make_private_dir(&paths.dir, Some(o))?;
-        make_private_dir(&paths.mountpoint, Some(o))?;
-        make_private_dir(&paths.cache_dir, None)?;
+        let root = paths.dir.parent().unwrap_or(Path::new("/"));
+        check_root_is_roots(root)?;
+        make_private_dir(&paths.dir)?;
+        let_through(&paths.dir, o.uid)?;
+        make_private_dir(&paths.cache_dir)?;
+        std::fs::create_dir_all(&paths.mountpoint).map_err(io(&paths.mountpoint))?;
     } else {
         for p in [&paths.mountpoint, &paths.cache_dir] {
             std::fs::create_dir_all(p).map_err(io(p))?;
@@ -491,4 +567,29 @@ pub fn teardown(
     };
     std::fs::remove_dir_all(&paths.dir).map_err(io(&paths.dir))?;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Root mounting for another user under a directory someone else may write in would let
+    /// them put a link where the mount goes: refused, naming the directory.
+    #[test]
+    fn a_job_root_others_may_write_is_refused_for_another_users_mount() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = tempfile::tempdir().expect("tempdir");
+        let root = top.path().join("jobs");
+        std::fs::create_dir(&root).expect("mkdir");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let e = check_root_is_roots(&root).expect_err("refused");
+        assert!(
+            matches!(&e, JobError::UnsafeRoot { root: r, .. } if *r == root.canonicalize().expect("canonical")),
+            "{e}"
+        );
+        let link = top.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).expect("symlink");
+        let e = check_root_is_roots(&link).expect_err("refused");
+        assert!(e.to_string().contains("not a directory"), "{e}");
+    }
 }

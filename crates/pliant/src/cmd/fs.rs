@@ -620,12 +620,10 @@ pub enum JobCommand {
         #[arg(long, env = "PLIANT_JOB_ROOT", default_value = "/tmp/pliant-jobs")]
         root: PathBuf,
         /// Mount for this user (run as root, e.g. by Slurm's Prolog on the job's node): the
-        /// job's directory is theirs alone and the mount `--allow-other`.
-        #[arg(long, requires = "gid")]
+        /// mount `--allow-other`, and the job's directory root's with an ACL that lets this user
+        /// alone through. The root must be root's and writable by root alone
+        #[arg(long)]
         uid: Option<u32>,
-        /// The user's group (with --uid).
-        #[arg(long, requires = "uid")]
-        gid: Option<u32>,
     },
     /// Write the job's cache back, unmount it and remove its directory (nothing to do is fine).
     Teardown {
@@ -673,16 +671,13 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             job_id,
             root,
             uid,
-            gid,
         } => {
             let (name, d) = read_script(&script)?;
             if d.cache.is_none() {
                 bail!("{name}: no `#DW jobdw type=cache …` directive: nothing to set up");
             }
             let exe = std::env::current_exe().context("finding the pliant binary")?;
-            let owner = uid
-                .zip(gid)
-                .map(|(uid, gid)| pliant_fs::job::Owner { uid, gid });
+            let owner = uid.map(|uid| pliant_fs::job::Owner { uid });
             let s = pliant_fs::job::setup(&exe, &name, &d, &root, &job_id, owner)?;
             if s.not_preloaded.0 > 0 {
                 eprintln!(
