@@ -27,6 +27,8 @@ Environment of slurmctld (this file reads it with os.getenv):
   PLIANT_BB_POOL_BYTES  its size in bytes; unset, no pool is reported, and Slurm then refuses
                         every "#DW jobdw ... capacity=" line (Directive=DW needs a pool)
   PLIANT_BB_STAGE_OUT_WAIT  seconds slurm_bb_data_out waits for the node (default 600)
+  PLIANT_BB_TEARDOWN_WAIT   seconds a hurried slurm_bb_job_teardown waits for the node to
+                            discard (default 120; Slurm's OtherTimeout must be longer)
 
 Hook names and arguments are those of Slurm 22.05 (etc/burst_buffer.lua.example): every
 argument is a string, job_script is the path of the batch script slurmctld keeps. Slurm loads
@@ -41,6 +43,7 @@ local JOB_ROOT = os.getenv("PLIANT_JOB_ROOT") or "/tmp/pliant-jobs"
 local POOL = os.getenv("PLIANT_BB_POOL") or "pliant"
 local POOL_BYTES = os.getenv("PLIANT_BB_POOL_BYTES")
 local STAGE_OUT_WAIT = tonumber(os.getenv("PLIANT_BB_STAGE_OUT_WAIT") or "600") or 600
+local TEARDOWN_WAIT = tonumber(os.getenv("PLIANT_BB_TEARDOWN_WAIT") or "120") or 120
 
 -- One shell word: in single quotes, each ' written as '\''.
 local function quote(s)
@@ -89,6 +92,43 @@ local function read_file(path)
 	return text
 end
 
+-- Writes a whole file at once (through a rename), for the node to read.
+local function write_file(path, text)
+	local tmp = path .. ".tmp"
+	local f, err = io.open(tmp, "w")
+	if not f then
+		return nil, err
+	end
+	f:write(text)
+	f:close()
+	return os.rename(tmp, path)
+end
+
+-- Waits, at most `limit` seconds, for the node's outcome of the job's teardown; returns
+-- slurm.SUCCESS, or slurm.ERROR and a message.
+local function node_outcome(dir, limit)
+	local waited = 0
+	local text = read_file(dir .. "/stage-out")
+	while not text and waited < limit do
+		if read_file(dir .. "/setup.err") then
+			-- The node never mounted the cache: nothing of the job's is in one.
+			return slurm.SUCCESS
+		end
+		os.execute("sleep 1")
+		waited = waited + 1
+		text = read_file(dir .. "/stage-out")
+	end
+	if not text then
+		return slurm.ERROR,
+			string.format("no stage-out outcome from the node in %ss (%s/stage-out)", waited, dir)
+	end
+	local outcome, rest = string.match(text, "^(%a+)\n?(.-)%s*$")
+	if outcome ~= "ok" then
+		return slurm.ERROR, "the node's write-back failed: " .. (rest or text)
+	end
+	return slurm.SUCCESS
+end
+
 -- Synchronous, at submission, while slurmctld holds its locks: pliant job check is quick. An
 -- error rejects the job and sbatch prints the message, which names the line and the parameter.
 function slurm_bb_job_process(job_script)
@@ -128,6 +168,7 @@ function slurm_bb_data_in(job_id, job_script)
 	local dir = job_dir(job_id)
 	local status, out = run("umask 077 && mkdir -p " .. quote(dir)
 		.. " && rm -f " .. quote(dir .. "/stage-out") .. " " .. quote(dir .. "/setup.err")
+		.. " " .. quote(dir .. "/mounted") .. " " .. quote(dir .. "/want")
 		.. " && cp " .. quote(job_script) .. " " .. quote(dir .. "/job.sh.tmp")
 		.. " && mv -f " .. quote(dir .. "/job.sh.tmp") .. " " .. quote(dir .. "/job.sh"))
 	if status ~= 0 then
@@ -159,40 +200,40 @@ function slurm_bb_post_run(job_id, job_script)
 	return slurm.SUCCESS
 end
 
--- Stage-out, after the job ended (failed or not, as Slurm runs it): the node's Epilog writes
--- back and unmounts; this waits, bounded, for its outcome. A failure keeps the job in
--- stage-out with the message in `scontrol show job` (Reason=burst_buffer/lua: ...).
+-- Stage-out, after the job ended (failed or not, as Slurm runs it): tells the node's Epilog,
+-- which waits for the word, to write back and unmount, and waits, bounded, for its outcome. A
+-- failure keeps the job in stage-out with the message in `scontrol show job`
+-- (Reason=burst_buffer/lua: ...).
 function slurm_bb_data_out(job_id, job_script)
 	local dir = job_dir(job_id)
-	local waited = 0
-	local text = read_file(dir .. "/stage-out")
-	while not text and waited < STAGE_OUT_WAIT do
-		if read_file(dir .. "/setup.err") then
-			-- The node never mounted the cache: nothing of the job's is in one.
-			return slurm.SUCCESS
-		end
-		os.execute("sleep 1")
-		waited = waited + 1
-		text = read_file(dir .. "/stage-out")
+	local ok, err = write_file(dir .. "/want", "stage-out\n")
+	if not ok then
+		return slurm.ERROR, "cannot ask the node for stage-out in " .. dir .. ": " .. tostring(err)
 	end
-	if not text then
-		return slurm.ERROR,
-			string.format("no stage-out outcome from the node in %ss (%s/stage-out)", waited, dir)
-	end
-	local outcome, rest = string.match(text, "^(%a+)\n?(.-)%s*$")
-	if outcome ~= "ok" then
-		return slurm.ERROR, "the node's write-back failed: " .. (rest or text)
-	end
-	return slurm.SUCCESS
+	return node_outcome(dir, STAGE_OUT_WAIT)
 end
 
--- After stage-out, or instead of it (hurry: the job never ran, or was cancelled in stage-in):
--- the node's Epilog has taken the cache down if the job ran; what is left here is the hand-over.
+-- After stage-out, or instead of it. Slurm hurries a teardown when the job's data is not
+-- wanted: it never ran, or `scancel --hurry` skipped its stage-out. If the node mounted the
+-- cache and has not written it back yet, its Epilog (waiting for the word) is told to discard,
+-- and this waits, bounded, for it. Then the hand-over directory goes.
 function slurm_bb_job_teardown(job_id, job_script, hurry)
 	if not string.match(job_id, "^%d+$") then
 		return slurm.ERROR, "unexpected job id " .. tostring(job_id)
 	end
-	local status, out = run("rm -rf " .. quote(job_dir(job_id)))
+	local dir = job_dir(job_id)
+	if hurry == "true" and read_file(dir .. "/mounted") and not read_file(dir .. "/stage-out") then
+		-- Over a "stage-out" that a hurried stage-out left, in case the node has not read it.
+		local ok, err = write_file(dir .. "/want", "discard\n")
+		if not ok then
+			return slurm.ERROR, "cannot ask the node to discard in " .. dir .. ": " .. tostring(err)
+		end
+		local rc, msg = node_outcome(dir, TEARDOWN_WAIT)
+		if rc ~= slurm.SUCCESS then
+			return rc, msg
+		end
+	end
+	local status, out = run("rm -rf " .. quote(dir))
 	if status ~= 0 then
 		return slurm.ERROR, out
 	end

@@ -22,6 +22,8 @@
 #   PLIANT_BB_STATE_DIR   what the controller hands the node (default DIR/bb-state)
 #   PLIANT_JOB_ROOT       where jobs' mounts and caches go on the node (default DIR/jobs)
 #   PLIANT_BB_GIVE_UP_AFTER  seconds the Epilog's write-back may keep failing (default pliant's)
+#   PLIANT_BB_DECISION_WAIT  seconds the Epilog waits for the controller's word (default 600)
+#   PLIANT_BB_STAGE_OUT_WAIT, PLIANT_BB_TEARDOWN_WAIT  burst_buffer.lua's waits for the node
 #   SLURM_TIMEOUT         seconds to wait for each daemon (default 30)
 set -euo pipefail
 
@@ -207,12 +209,16 @@ EOF
 Directive=DW
 StageInTimeout=120
 StageOutTimeout=120
-OtherTimeout=60
+# Longer than burst_buffer.lua's wait for a node's discard (PLIANT_BB_TEARDOWN_WAIT, 120 s).
+OtherTimeout=300
 EOF
   cp "$here/burst_buffer.lua" "$dir/burst_buffer.lua"
-  local hook give_up=""
+  local hook give_up="" decision=""
   if [ -n "${PLIANT_BB_GIVE_UP_AFTER:-}" ]; then
     give_up="export PLIANT_BB_GIVE_UP_AFTER='$PLIANT_BB_GIVE_UP_AFTER'"
+  fi
+  if [ -n "${PLIANT_BB_DECISION_WAIT:-}" ]; then
+    decision="export PLIANT_BB_DECISION_WAIT='$PLIANT_BB_DECISION_WAIT'"
   fi
   for hook in prolog epilog; do
     cat >"$dir/$hook" <<EOF
@@ -222,6 +228,7 @@ export PLIANT_BIN='$PLIANT_BIN'
 export PLIANT_BB_STATE_DIR='$state'
 export PLIANT_JOB_ROOT='$jobs'
 $give_up
+$decision
 exec '$here/node.sh' $hook
 EOF
     chmod 0755 "$dir/$hook"
@@ -236,6 +243,9 @@ EOF
     echo "PLIANT_BB_POOL_BYTES='$pool'"
     if [ -n "${PLIANT_BB_STAGE_OUT_WAIT:-}" ]; then
       echo "PLIANT_BB_STAGE_OUT_WAIT='$PLIANT_BB_STAGE_OUT_WAIT'"
+    fi
+    if [ -n "${PLIANT_BB_TEARDOWN_WAIT:-}" ]; then
+      echo "PLIANT_BB_TEARDOWN_WAIT='$PLIANT_BB_TEARDOWN_WAIT'"
     fi
     echo "SLURM_CONF='$dir/slurm.conf'"
   } >"$dir/controller.env"

@@ -6,14 +6,16 @@
 #
 # The controller's burst_buffer.lua (slurm_bb_data_in) leaves a job's batch script in
 # $PLIANT_BB_STATE_DIR/<job id>/job.sh; a job without one asks for no cache and is left alone.
-# The Prolog mounts the job's cache for the job's user and preloads; the Epilog writes it back
-# and unmounts, and leaves the outcome in $PLIANT_BB_STATE_DIR/<job id>/stage-out, which the
-# controller's slurm_bb_data_out waits for. Both exit 0 unless the Prolog cannot set up: a
+# The Prolog mounts the job's cache for the job's user and preloads, and says so ("mounted");
+# the Epilog waits for the controller's word ("want": stage-out, or discard after scancel
+# --hurry), writes back (or discards) and unmounts, and leaves the outcome in
+# $PLIANT_BB_STATE_DIR/<job id>/stage-out, which the controller waits for. Both exit 0 unless the Prolog cannot set up: a
 # failing Epilog would drain the node, and the controller reports a stage-out failure instead.
 #
 # Environment: PLIANT_BIN (default: pliant in PATH), PLIANT_BB_STATE_DIR (default
 # /var/spool/pliant/slurm-bb), PLIANT_JOB_ROOT (where mounts go; pliant's default otherwise),
-# PLIANT_BB_GIVE_UP_AFTER (seconds of failing write-back before the Epilog gives up).
+# PLIANT_BB_GIVE_UP_AFTER (seconds of failing write-back before the Epilog gives up),
+# PLIANT_BB_DECISION_WAIT (seconds the Epilog waits for the controller's word; default 600).
 set -u
 pliant=${PLIANT_BIN:-pliant}
 state=${PLIANT_BB_STATE_DIR:-/var/spool/pliant/slurm-bb}
@@ -32,12 +34,30 @@ prolog)
     echo "node.sh: pliant job setup for job $id failed: $out" >&2
     exit 1
   fi
+  : >"$job/mounted"
   ;;
 epilog)
+  # The controller says whether the job's data is wanted: its slurm_bb_data_out asks for
+  # stage-out, a hurried slurm_bb_job_teardown (scancel --hurry) for a discard. Without a word
+  # in PLIANT_BB_DECISION_WAIT seconds (the controller down), the data is kept: written back.
+  discard=
+  if [ -f "$job/mounted" ]; then
+    i=0
+    limit=$((${PLIANT_BB_DECISION_WAIT:-600} * 5))
+    while [ ! -f "$job/want" ] && [ "$i" -lt "$limit" ]; do
+      sleep 0.2
+      i=$((i + 1))
+    done
+    case $(cat "$job/want" 2>/dev/null) in
+    discard*) discard=--discard ;;
+    esac
+  fi
   # The outcome goes in atomically: the controller reads it as soon as it appears.
   # A write-back that keeps failing gives up after PLIANT_BB_GIVE_UP_AFTER seconds (pliant's
   # default otherwise), leaving the cache mounted with its data for an administrator.
-  if out=$("$pliant" job teardown --job-id "$id" \
+  # $discard is empty or one word.
+  # shellcheck disable=SC2086
+  if out=$("$pliant" job teardown --job-id "$id" $discard \
     ${PLIANT_BB_GIVE_UP_AFTER:+--give-up-after "$PLIANT_BB_GIVE_UP_AFTER"} 2>&1); then
     printf 'ok\n%s\n' "$out" >"$job/stage-out.tmp"
   else

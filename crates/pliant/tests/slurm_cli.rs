@@ -861,3 +861,48 @@ fn a_controller_restart_in_the_middle_of_a_job_loses_nothing() {
     );
     c.stop();
 }
+
+/// `scancel --hurry` while a job runs: Slurm skips its stage-out and hurries the teardown, and
+/// the node's Epilog, told so, discards what the job wrote instead of writing it back. The
+/// file's name reached the pfs when it was made (metadata goes through at once), its data not.
+#[test]
+fn scancel_hurry_discards_what_the_job_wrote() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    go(&w);
+    let tail = format!(
+        "touch {w}/written\ni=0\nwhile [ ! -e {w}/go2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done",
+        w = w.display()
+    );
+    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", &tail));
+    let id = c.submit(&u, &s, &w);
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !w.join("written").exists() {
+        assert!(Instant::now() < deadline, "job {id}: {:?}", c.job(id));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = c.cmd(&["scancel", "--hurry", &id.to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = c.wait_done(id);
+    assert_eq!(j["JobState"], "CANCELLED", "{j:?}");
+    assert_eq!(
+        read(&w.join("pfs/output.txt")),
+        "",
+        "the job's data was discarded, not written back"
+    );
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
+    assert!(!c.job_root().join(id.to_string()).exists());
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains("FreeSpace=1GiB UsedSpace=0"),
+        "given back: {burst}"
+    );
+    c.stop();
+}
