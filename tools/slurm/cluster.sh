@@ -24,7 +24,7 @@
 #   PLIANT_BB_GIVE_UP_AFTER  seconds the Epilog's write-back may keep failing (default pliant's)
 #   PLIANT_BB_DECISION_WAIT  seconds the Epilog waits for the controller's word (default 600)
 #   PLIANT_BB_STAGE_OUT_WAIT, PLIANT_BB_TEARDOWN_WAIT  burst_buffer.lua's waits for the node
-#   SLURM_TIMEOUT         seconds to wait for each daemon (default 30)
+#   SLURM_TIMEOUT         seconds to wait for each daemon (default 60)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,7 +35,7 @@ usage() {
 [ $# -eq 2 ] || usage
 cmd=$1
 dir=$2
-timeout=${SLURM_TIMEOUT:-30}
+timeout=${SLURM_TIMEOUT:-60}
 
 die() {
   echo "cluster.sh: $*" >&2
