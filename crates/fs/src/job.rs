@@ -322,8 +322,8 @@ fn remove_job_dir(paths: &JobPaths) -> Result<(), JobError> {
     std::fs::remove_dir_all(&paths.dir).map_err(io(&paths.dir))
 }
 
-/// Makes `dir` (and its parents) with mode 0700, owned by `owner` if given. A directory that is
-/// there already gets the mode and owner too: a job's directory must not be left open to others.
+/// Makes `dir` (and its parents) with mode 0700. A directory that is there already gets the mode
+/// too: a job's directory must not be left open to others.
 fn make_private_dir(dir: &Path) -> Result<(), JobError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
