@@ -352,6 +352,24 @@ fn go(w: &Path) {
     std::fs::write(w.join("go"), "").expect("go");
 }
 
+/// Submits, as `u`, a cache job that writes through its cache and then waits (at most 60 s)
+/// for `w/go2`; returns its id once it has written (bounded).
+fn submit_held_after_writing(c: &Cluster, u: &User, w: &Path) -> u32 {
+    go(w);
+    let tail = format!(
+        "touch {w}/written\ni=0\nwhile [ ! -e {w}/go2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done",
+        w = w.display()
+    );
+    let s = batch(w, "job.sh", u, &cache_job(w, "64MiB", &tail));
+    let id = c.submit(u, &s, w);
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !w.join("written").exists() {
+        assert!(Instant::now() < deadline, "job {id}: {:?}", c.job(id));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    id
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -749,18 +767,7 @@ fn a_failed_write_back_is_a_stage_out_failure_in_scontrol_and_loses_nothing() {
     };
     let u = user("pliant-bb1");
     let w = work_dir(&c, "work", &u);
-    go(&w);
-    let tail = format!(
-        "touch {w}/written\ni=0\nwhile [ ! -e {w}/go2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done",
-        w = w.display()
-    );
-    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", &tail));
-    let id = c.submit(&u, &s, &w);
-    let deadline = Instant::now() + JOB_LIMIT;
-    while !w.join("written").exists() {
-        assert!(Instant::now() < deadline, "job {id}: {:?}", c.job(id));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let id = submit_held_after_writing(&c, &u, &w);
     let out = w.join("pfs/output.txt");
     let chattr = |flag: &str| {
         let o = Command::new("chattr")
@@ -872,18 +879,7 @@ fn scancel_hurry_discards_what_the_job_wrote() {
     };
     let u = user("pliant-bb1");
     let w = work_dir(&c, "work", &u);
-    go(&w);
-    let tail = format!(
-        "touch {w}/written\ni=0\nwhile [ ! -e {w}/go2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done",
-        w = w.display()
-    );
-    let s = batch(&w, "job.sh", &u, &cache_job(&w, "64MiB", &tail));
-    let id = c.submit(&u, &s, &w);
-    let deadline = Instant::now() + JOB_LIMIT;
-    while !w.join("written").exists() {
-        assert!(Instant::now() < deadline, "job {id}: {:?}", c.job(id));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let id = submit_held_after_writing(&c, &u, &w);
     let o = c.cmd(&["scancel", "--hurry", &id.to_string()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j = c.wait_done(id);
