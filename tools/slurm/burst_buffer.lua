@@ -104,29 +104,56 @@ local function write_file(path, text)
 	return os.rename(tmp, path)
 end
 
--- Waits, at most `limit` seconds, for the node's outcome of the job's teardown; returns
--- slurm.SUCCESS, or slurm.ERROR and a message.
+-- The nodes that mounted the job's cache: each node's Prolog leaves `mounted.<node>` (a job on
+-- several nodes has a cache on each, and each node's Epilog writes its own back).
+local function mounted_nodes(dir)
+	local status, out = run("ls " .. quote(dir))
+	local nodes = {}
+	if status == 0 then
+		for name in string.gmatch(out, "[^\n]+") do
+			local node = string.match(name, "^mounted%.([%w._-]+)$")
+			if node then
+				nodes[#nodes + 1] = node
+			end
+		end
+	end
+	return nodes
+end
+
+-- Waits, at most `limit` seconds, for the outcome of the teardown on every node that mounted the
+-- job's cache (`stage-out.<node>`); returns slurm.SUCCESS when each wrote back (or discarded)
+-- and unmounted, or slurm.ERROR and the failures. No node mounted: nothing of the job's is in a
+-- cache. By stage-out and teardown every Prolog has run, so the nodes that mounted are known.
 local function node_outcome(dir, limit)
+	local nodes = mounted_nodes(dir)
 	local waited = 0
-	local text = read_file(dir .. "/stage-out")
-	while not text and waited < limit do
-		if read_file(dir .. "/setup.err") then
-			-- The node never mounted the cache: nothing of the job's is in one.
+	while true do
+		local missing, failures = {}, {}
+		for _, node in ipairs(nodes) do
+			local text = read_file(dir .. "/stage-out." .. node)
+			if not text then
+				missing[#missing + 1] = node
+			else
+				local outcome, rest = string.match(text, "^(%a+)\n?(.-)%s*$")
+				if outcome ~= "ok" then
+					failures[#failures + 1] = node .. ": " .. (rest or text)
+				end
+			end
+		end
+		if #missing == 0 then
+			if #failures > 0 then
+				return slurm.ERROR, "the node's write-back failed: " .. table.concat(failures, "; ")
+			end
 			return slurm.SUCCESS
+		end
+		if waited >= limit then
+			return slurm.ERROR,
+				string.format("no stage-out outcome in %ss from %s (%s/stage-out.<node>)",
+					waited, table.concat(missing, ", "), dir)
 		end
 		os.execute("sleep 1")
 		waited = waited + 1
-		text = read_file(dir .. "/stage-out")
 	end
-	if not text then
-		return slurm.ERROR,
-			string.format("no stage-out outcome from the node in %ss (%s/stage-out)", waited, dir)
-	end
-	local outcome, rest = string.match(text, "^(%a+)\n?(.-)%s*$")
-	if outcome ~= "ok" then
-		return slurm.ERROR, "the node's write-back failed: " .. (rest or text)
-	end
-	return slurm.SUCCESS
 end
 
 -- Synchronous, at submission, while slurmctld holds its locks: pliant job check is quick. An
@@ -167,8 +194,8 @@ function slurm_bb_data_in(job_id, job_script)
 	end
 	local dir = job_dir(job_id)
 	local status, out = run("umask 077 && mkdir -p " .. quote(dir)
-		.. " && rm -f " .. quote(dir .. "/stage-out") .. " " .. quote(dir .. "/setup.err")
-		.. " " .. quote(dir .. "/mounted") .. " " .. quote(dir .. "/want")
+		.. " && rm -f " .. quote(dir) .. "/stage-out.* " .. quote(dir) .. "/setup.err.* "
+		.. quote(dir) .. "/mounted.* " .. quote(dir .. "/want")
 		.. " && cp " .. quote(job_script) .. " " .. quote(dir .. "/job.sh.tmp")
 		.. " && mv -f " .. quote(dir .. "/job.sh.tmp") .. " " .. quote(dir .. "/job.sh"))
 	if status ~= 0 then
@@ -214,16 +241,17 @@ function slurm_bb_data_out(job_id, job_script)
 end
 
 -- After stage-out, or instead of it. Slurm hurries a teardown when the job's data is not
--- wanted: it never ran, or `scancel --hurry` skipped its stage-out. If the node mounted the
--- cache and has not written it back yet, its Epilog (waiting for the word) is told to discard,
--- and this waits, bounded, for it. Then the hand-over directory goes.
+-- wanted: it never ran, or `scancel --hurry` skipped its stage-out. The nodes' Epilogs (waiting
+-- for the word) are told to discard, and this waits, bounded, for those that mounted. Then the
+-- hand-over directory goes. A Prolog still setting up meanwhile (a preload under way) finds the
+-- word, or the directory gone, when it ends, and takes its cache down itself (tools/slurm/node.sh).
 function slurm_bb_job_teardown(job_id, job_script, hurry)
 	if not string.match(job_id, "^%d+$") then
 		return slurm.ERROR, "unexpected job id " .. tostring(job_id)
 	end
 	local dir = job_dir(job_id)
-	if hurry == "true" and read_file(dir .. "/mounted") and not read_file(dir .. "/stage-out") then
-		-- Over a "stage-out" that a hurried stage-out left, in case the node has not read it.
+	if hurry == "true" and read_file(dir .. "/job.sh") then
+		-- Over a "stage-out" that a hurried stage-out left, in case a node has not read it.
 		local ok, err = write_file(dir .. "/want", "discard\n")
 		if not ok then
 			return slurm.ERROR, "cannot ask the node to discard in " .. dir .. ": " .. tostring(err)

@@ -6,10 +6,11 @@
 #
 # The controller's burst_buffer.lua (slurm_bb_data_in) leaves a job's batch script in
 # $PLIANT_BB_STATE_DIR/<job id>/job.sh; a job without one asks for no cache and is left alone.
-# The Prolog mounts the job's cache for the job's user and preloads, and says so ("mounted");
+# The Prolog mounts the job's cache for the job's user and preloads, and says so
+# ("mounted.<node>");
 # the Epilog waits for the controller's word ("want": stage-out, or discard after scancel
 # --hurry), writes back (or discards) and unmounts, and leaves the outcome in
-# $PLIANT_BB_STATE_DIR/<job id>/stage-out, which the controller waits for. Both exit 0 unless the Prolog cannot set up: a
+# $PLIANT_BB_STATE_DIR/<job id>/stage-out.<node>, which the controller waits for. Both exit 0 unless the Prolog cannot set up: a
 # failing Epilog would drain the node, and the controller reports a stage-out failure instead.
 #
 # Environment: PLIANT_BIN (default: pliant in PATH), PLIANT_BB_STATE_DIR (default
@@ -23,25 +24,49 @@ id=${SLURM_JOB_ID:?SLURM_JOB_ID is not set: run by slurmd as Prolog or Epilog}
 case $id in
 *[!0-9]*) echo "node.sh: unexpected job id $id" >&2; exit 1 ;;
 esac
+# Each node of a job has its own files in the hand-over directory: a job on several nodes has a
+# cache on each, and the controller waits for every one that mounted.
+node=${SLURMD_NODENAME:-$(hostname -s)}
+case $node in
+'' | *[!A-Za-z0-9._-]*) echo "node.sh: unexpected node name $node" >&2; exit 1 ;;
+esac
 job=$state/$id
-[ -f "$job/job.sh" ] || exit 0
 
 case ${1:-} in
 prolog)
+  [ -f "$job/job.sh" ] || exit 0
   if ! out=$("$pliant" job setup "$job/job.sh" --job-id "$id" \
     --uid "${SLURM_JOB_UID:?}" 2>&1); then
-    echo "$out" >"$job/setup.err"
+    echo "$out" >"$job/setup.err.$node" 2>/dev/null
     echo "node.sh: pliant job setup for job $id failed: $out" >&2
     exit 1
   fi
-  : >"$job/mounted"
+  # A hurried teardown (scancel --hurry while this set up or preloaded) may have removed the
+  # hand-over directory, or asked for a discard, before this could say it mounted: the job will
+  # not run, and the cache comes down here rather than stay mounted. (Writing `mounted` into a
+  # directory that is gone would fail this Prolog, and Slurm drains a node whose Prolog fails.)
+  # (touch, not a redirection of `:`: dash exits on a special built-in's failed redirection.)
+  if touch "$job/mounted.$node" 2>/dev/null && [ "$(cat "$job/want" 2>/dev/null)" != discard ]; then
+    exit 0
+  fi
+  "$pliant" job teardown --job-id "$id" --discard >/dev/null 2>&1 ||
+    echo "node.sh: job $id was cancelled while its cache was set up; taking it down failed" >&2
+  exit 0
   ;;
 epilog)
+  if [ ! -f "$job/job.sh" ]; then
+    # No hand-over (a job without a cache, or one whose teardown the controller has finished):
+    # whatever of this job is still mounted here (a Prolog that lost a race with a hurried
+    # teardown) goes, written back rather than discarded, since no one said to drop it. Nothing
+    # there is fine.
+    "$pliant" job teardown --job-id "$id" >/dev/null 2>&1 || true
+    exit 0
+  fi
   # The controller says whether the job's data is wanted: its slurm_bb_data_out asks for
   # stage-out, a hurried slurm_bb_job_teardown (scancel --hurry) for a discard. Without a word
   # in PLIANT_BB_DECISION_WAIT seconds (the controller down), the data is kept: written back.
   discard=
-  if [ -f "$job/mounted" ]; then
+  if [ -f "$job/mounted.$node" ]; then
     i=0
     limit=$((${PLIANT_BB_DECISION_WAIT:-600} * 5))
     while [ ! -f "$job/want" ] && [ "$i" -lt "$limit" ]; do
@@ -59,11 +84,11 @@ epilog)
   # shellcheck disable=SC2086
   if out=$("$pliant" job teardown --job-id "$id" $discard \
     ${PLIANT_BB_GIVE_UP_AFTER:+--give-up-after "$PLIANT_BB_GIVE_UP_AFTER"} 2>&1); then
-    printf 'ok\n%s\n' "$out" >"$job/stage-out.tmp"
+    printf 'ok\n%s\n' "$out" >"$job/stage-out.$node.tmp"
   else
-    printf 'failed\n%s\n' "$out" >"$job/stage-out.tmp"
+    printf 'failed\n%s\n' "$out" >"$job/stage-out.$node.tmp"
   fi
-  mv -f "$job/stage-out.tmp" "$job/stage-out"
+  mv -f "$job/stage-out.$node.tmp" "$job/stage-out.$node"
   ;;
 *)
   echo "usage: node.sh prolog|epilog" >&2
