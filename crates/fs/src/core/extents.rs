@@ -691,22 +691,20 @@ pub(super) fn copy_range(src: &File, dst: &File, offset: u64, len: u64) -> io::R
     Ok(())
 }
 
-/// Makes `len` bytes at `offset` of a cache file a hole again (zeros where a file system has no
-/// holes), its length unchanged.
+/// Makes `len` bytes at `offset` of a cache file a hole again, its length unchanged; where the
+/// file system cannot punch (or the punch fails for any reason), writes zeros there instead:
+/// what was there must not stay.
 fn punch(f: &File, offset: u64, len: u64) -> io::Result<()> {
     let flags = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
         | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
-    match nix::fcntl::fallocate(f, flags, offset as i64, len as i64) {
-        Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EOPNOTSUPP) => {
-            let end = f.metadata()?.len().min(offset + len);
-            if end > offset {
-                f.write_all_at(&vec![0; (end - offset) as usize], offset)?;
-            }
-            Ok(())
-        }
-        Err(e) => Err(e.into()),
+    if nix::fcntl::fallocate(f, flags, offset as i64, len as i64).is_ok() {
+        return Ok(());
     }
+    let end = f.metadata()?.len().min(offset + len);
+    if end > offset {
+        f.write_all_at(&vec![0; (end - offset) as usize], offset)?;
+    }
+    Ok(())
 }
 
 /// Reads `len` bytes at `offset`; what lies past the end of the file reads as zeros, as it does
