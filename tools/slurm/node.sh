@@ -10,8 +10,10 @@
 # ("mounted.<node>");
 # the Epilog waits for the controller's word ("want": stage-out, or discard after scancel
 # --hurry), writes back (or discards) and unmounts, and leaves the outcome in
-# $PLIANT_BB_STATE_DIR/<job id>/stage-out.<node>, which the controller waits for. Both exit 0 unless the Prolog cannot set up: a
-# failing Epilog would drain the node, and the controller reports a stage-out failure instead.
+# $PLIANT_BB_STATE_DIR/<job id>/stage-out.<node>, which the controller waits for. Both exit 0
+# unless the node itself cannot set up a cache (Slurm drains a node whose Prolog or Epilog
+# fails): a job whose own script is at fault runs without its cache, and a failed write-back
+# is reported by the controller as a stage-out failure.
 #
 # Environment: PLIANT_BIN (default: pliant in PATH), PLIANT_BB_STATE_DIR (default
 # /var/spool/pliant/slurm-bb), PLIANT_JOB_ROOT (where mounts go; pliant's default otherwise),
@@ -39,6 +41,14 @@ prolog)
     --uid "${SLURM_JOB_UID:?}" 2>&1); then
     echo "$out" >"$job/setup.err.$node" 2>/dev/null
     echo "node.sh: pliant job setup for job $id failed: $out" >&2
+    # Slurm drains a node whose Prolog fails. What the job's own script names (its directives,
+    # a pfs or preload path its user removed or turned into a link since sbatch) is the job's
+    # fault, not the node's: checked again here as the node sees it, and if that is what fails,
+    # the job goes on without its cache (its $DW_JOB_STRIPED_CACHE does not exist) and the node
+    # stays in service. Anything else (FUSE, the binary, the disk) is the node's: it drains.
+    if ! "$pliant" job check "$job/job.sh" >/dev/null 2>&1; then
+      exit 0
+    fi
     exit 1
   fi
   # A hurried teardown (scancel --hurry while this set up or preloaded) may have removed the

@@ -644,6 +644,41 @@ impl Drop for SlowFs {
     }
 }
 
+/// A user who removes a `#DW preload` path between `sbatch` and the job's start makes the
+/// node's setup fail. That is the job's fault, not the node's: the job runs without its cache
+/// (and fails on its own), and the node stays in service. The bug: the Prolog failed, and Slurm
+/// drained the node, which any user could do at will.
+#[test]
+fn a_preload_path_gone_before_the_job_starts_fails_the_job_not_the_node() {
+    let Some(mut c) = Cluster::start(1 << 30) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    go(&w);
+    let text = cache_job(&w, "64MiB", "").replacen("#!/bin/sh\n", "#!/bin/sh\n#SBATCH --hold\n", 1);
+    let s = batch(&w, "job.sh", &u, &text);
+    let id = c.submit(&u, &s, &w);
+    std::fs::remove_dir_all(w.join("pfs/in")).expect("remove the preload path");
+    let o = c.cmd(&["scontrol", "release", &id.to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = c.wait_done(id);
+    assert_eq!(j["JobState"], "FAILED", "{j:?}");
+    let out = read(&w.join("job.out"));
+    assert!(
+        out.contains("No such file or directory"),
+        "the job ran without its cache: {out}"
+    );
+    assert_eq!(c.node_mounts(), Vec::<String>::new(), "nothing mounted");
+    let node = c.cmd(&["sinfo", "-h", "-o", "%T"]);
+    let state = String::from_utf8_lossy(&node.stdout).trim().to_owned();
+    assert!(
+        !state.starts_with("drain"),
+        "the node is in service: {state}"
+    );
+    c.stop();
+}
+
 /// `scancel` while the node stages the job in (its Prolog preloading, seconds over a slow
 /// file system): the job never runs, the cache is taken down on the node anyway, the pool is
 /// given back and the node stays in service (a Prolog that fails would drain it).
