@@ -120,6 +120,18 @@ impl BackingDir {
     /// Opens `rel` (the root for `""`) with `flags`, following no symbolic link on the way or
     /// at the end, and never leaving the tree.
     fn resolve(&self, rel: &Path, flags: OFlag, mode: u32) -> io::Result<OwnedFd> {
+        self.resolve_in(rel, flags, mode, false)
+    }
+
+    /// [`resolve`](Self::resolve), and with `same_mount` refusing (`EXDEV`) to cross into
+    /// another mount on the way.
+    fn resolve_in(
+        &self,
+        rel: &Path,
+        flags: OFlag,
+        mode: u32,
+        same_mount: bool,
+    ) -> io::Result<OwnedFd> {
         Self::check(rel)?;
         let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let rel_or_dot: &Path = if rel.as_os_str().is_empty() {
@@ -131,7 +143,13 @@ impl BackingDir {
             let how = OpenHow::new()
                 .flags(flags)
                 .mode(Mode::from_bits_truncate(mode))
-                .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+                .resolve(if same_mount {
+                    ResolveFlag::RESOLVE_BENEATH
+                        | ResolveFlag::RESOLVE_NO_SYMLINKS
+                        | ResolveFlag::RESOLVE_NO_XDEV
+                } else {
+                    ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS
+                });
             match nix::fcntl::openat2(&self.root, rel_or_dot, how) {
                 Err(Errno::ENOSYS) => self.no_openat2.store(true, Relaxed),
                 // EAGAIN: a rename elsewhere in the tree raced the resolution; once more.
@@ -141,7 +159,21 @@ impl BackingDir {
                 r => return r.map_err(errno),
             }
         }
-        // Component by component: every directory on the way opened with O_NOFOLLOW.
+        // Component by component: every directory on the way opened with O_NOFOLLOW (and, for
+        // `same_mount`, on the root's device, which is what RESOLVE_NO_XDEV holds to).
+        let root_dev = if same_mount {
+            Some(nix::sys::stat::fstat(&self.root).map_err(errno)?.st_dev)
+        } else {
+            None
+        };
+        let on_root_dev = |fd: OwnedFd| -> io::Result<OwnedFd> {
+            match root_dev {
+                Some(dev) if nix::sys::stat::fstat(&fd).map_err(errno)?.st_dev != dev => {
+                    Err(errno(Errno::EXDEV))
+                }
+                _ => Ok(fd),
+            }
+        };
         let mut comps: Vec<&OsStr> = rel.iter().collect();
         let Some(last) = comps.pop() else {
             return nix::fcntl::openat(&self.root, ".", flags, Mode::from_bits_truncate(mode))
@@ -150,7 +182,7 @@ impl BackingDir {
         let mut dir: Option<OwnedFd> = None;
         for c in comps {
             let at = dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd());
-            dir = Some(
+            dir = Some(on_root_dev(
                 nix::fcntl::openat(
                     at,
                     c,
@@ -158,10 +190,21 @@ impl BackingDir {
                     Mode::empty(),
                 )
                 .map_err(errno)?,
-            );
+            )?);
         }
         let at = dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd());
-        nix::fcntl::openat(at, last, flags, Mode::from_bits_truncate(mode)).map_err(errno)
+        on_root_dev(
+            nix::fcntl::openat(at, last, flags, Mode::from_bits_truncate(mode)).map_err(errno)?,
+        )
+    }
+
+    /// Opens `rel` with `O_PATH`, resolved as every call here is (no symbolic link followed on
+    /// the way, `ELOOP`; none out of the tree) and besides without crossing into another mount
+    /// (`EXDEV`): for root acting on a path a user named, inside one mount and nowhere else (a
+    /// job's `#DW preload`). `O_PATH` reads nothing and, on a FUSE mount, opens nothing in the
+    /// daemon; a symbolic link as the last name is returned as itself, for the caller to refuse.
+    pub fn open_path_in_mount(&self, rel: &Path) -> io::Result<OwnedFd> {
+        self.resolve_in(rel, OFlag::O_PATH, 0, true)
     }
 
     /// The directory holding `rel` (resolved as [`resolve`](Self::resolve) does) and `rel`'s

@@ -90,6 +90,26 @@ impl JobDirectives {
     /// run; `file` names the script in errors). A job whose `pfs` is missing would otherwise
     /// pass the check at submission and fail only once it is scheduled.
     pub fn check_paths(&self, file: &str) -> Result<(), DirectiveError> {
+        self.check_pfs(file)?;
+        let cx = Cx { file };
+        for p in &self.preloads {
+            if let Err(e) = std::fs::symlink_metadata(&p.path) {
+                return Err(cx.err(
+                    p.line,
+                    "#DW preload",
+                    Some(&format!("path={}", p.path.display())),
+                    Kind::PathNotFound,
+                    e.to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The part of [`check_paths`](Self::check_paths) about the cache's `pfs` alone: for root
+    /// setting up another user's job, which must not stat the preload paths (see
+    /// [`crate::job::setup`]).
+    pub fn check_pfs(&self, file: &str) -> Result<(), DirectiveError> {
         let cx = Cx { file };
         let Some(c) = &self.cache else {
             return Ok(());
@@ -113,17 +133,6 @@ impl JobDirectives {
                     Some(&param),
                     Kind::PathNotFound,
                     format!("{e}: pfs names the directory the cache fronts, which must exist"),
-                ));
-            }
-        }
-        for p in &self.preloads {
-            if let Err(e) = std::fs::symlink_metadata(&p.path) {
-                return Err(cx.err(
-                    p.line,
-                    "#DW preload",
-                    Some(&format!("path={}", p.path.display())),
-                    Kind::PathNotFound,
-                    e.to_string(),
                 ));
             }
         }

@@ -67,6 +67,19 @@ pub enum JobError {
     /// A preload path outside the cached directory (the parser checks this too).
     #[error("#DW preload path={0}: not under the job's pfs")]
     PreloadOutside(PathBuf),
+    /// A preload that could not be reached inside the job's mount: a symbolic link on the way
+    /// or at the end, another mount on the way, or nothing there.
+    #[error("{file}:{line}: #DW preload: path={}: {message}", path.display())]
+    Preload {
+        /// The script.
+        file: String,
+        /// The directive's line.
+        line: usize,
+        /// The path it names.
+        path: PathBuf,
+        /// Why it was refused.
+        message: String,
+    },
     /// I/O on a path.
     #[error("{path}: {source}")]
     Io {
@@ -272,7 +285,14 @@ pub fn setup(
         .cache
         .as_ref()
         .ok_or_else(|| JobError::NoCache(script.into()))?;
-    directives.check_paths(script)?;
+    match owner {
+        // Root setting up another user's job must not stat their preload paths: a stat follows
+        // the symbolic links they put in their pfs and, by failing or not, tells them whether a
+        // path they cannot list exists. Each preload is resolved inside the mount instead,
+        // following no link (`setup_in`), which finds a missing one as well.
+        Some(_) => directives.check_pfs(script)?,
+        None => directives.check_paths(script)?,
+    }
     let paths = JobPaths::new(root, job_id)?;
     if paths.state.exists() {
         return Err(JobError::AlreadySetUp {
@@ -280,7 +300,7 @@ pub fn setup(
             state: paths.state.clone(),
         });
     }
-    setup_in(exe, directives, d, &paths, job_id, owner).map_err(|mut e| {
+    setup_in(exe, script, directives, d, &paths, job_id, owner).map_err(|mut e| {
         match remove_job_dir(&paths) {
             Ok(()) => {
                 if let JobError::Mount { log, .. } = &mut e {
@@ -410,6 +430,7 @@ fn is_mount_point(p: &Path) -> bool {
 
 fn setup_in(
     exe: &Path,
+    script: &str,
     directives: &JobDirectives,
     d: &CacheDirective,
     paths: &JobPaths,
@@ -453,12 +474,49 @@ fn setup_in(
     std::fs::write(&paths.state, json).map_err(io(&paths.state))?;
     let mut preloaded_bytes = 0;
     let mut not_preloaded = (0, 0);
+    // Root sends the preload hints, on paths the job's user wrote. By name, a symbolic link they
+    // made in their pfs (to another job's mount, which they cannot enter) would have root preload
+    // what it leads to: so each path is resolved from the mount's root, following no link and
+    // crossing into no other mount, and the hint goes to the descriptor that resolution gave.
+    let mnt =
+        crate::backing::BackingDir::open_root(&paths.mountpoint).map_err(io(&paths.mountpoint))?;
     for p in &directives.preloads {
         let rel = p
             .path
             .strip_prefix(&d.pfs)
             .map_err(|_| JobError::PreloadOutside(p.path.clone()))?;
-        let r = mount::hint(&paths.mountpoint.join(rel), Hint::Preload)?;
+        let refuse = |message: String| JobError::Preload {
+            file: script.into(),
+            line: p.line,
+            path: p.path.clone(),
+            message,
+        };
+        let fd = mnt.open_path_in_mount(rel).map_err(|e| {
+            refuse(match e.raw_os_error() {
+                Some(c) if c == nix::errno::Errno::ELOOP as i32 => {
+                    "a symbolic link on the way: a preload must name a path inside the pfs, reached without following one".into()
+                }
+                // Without openat2 (before 5.6) a link in place of a directory shows as this.
+                Some(c) if c == nix::errno::Errno::ENOTDIR as i32 => {
+                    "not a directory on the way (or a symbolic link there): a preload must name a path inside the pfs, reached without following a link".into()
+                }
+                Some(c) if c == nix::errno::Errno::EXDEV as i32 => {
+                    "crosses into another mount: a preload must name a path inside the pfs".into()
+                }
+                _ => e.to_string(),
+            })
+        })?;
+        let kind = nix::sys::stat::fstat(&fd)
+            .map_err(|e| refuse(std::io::Error::from(e).to_string()))?
+            .st_mode
+            & nix::libc::S_IFMT;
+        if kind == nix::libc::S_IFLNK {
+            return Err(refuse(
+                "a symbolic link: a preload must name a file or directory inside the pfs, not a link"
+                    .into(),
+            ));
+        }
+        let r = mount::hint_fd(&fd, &paths.mountpoint.join(rel), Hint::Preload)?;
         preloaded_bytes += r.bytes;
         not_preloaded.0 += r.not_fitted;
         not_preloaded.1 += r.not_fitted_bytes;

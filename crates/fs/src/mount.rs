@@ -480,8 +480,19 @@ pub enum ControlError {
 }
 
 fn verb(path: &Path, verb: &str) -> Result<Vec<u8>, ControlError> {
+    verb_as(path, false, path, verb)
+}
+
+/// [`verb`] through `via`, following it if it is a link (`/proc/self/fd/N`, whose link is the
+/// descriptor's file), errors naming `path`.
+fn verb_as(via: &Path, deref: bool, path: &Path, verb: &str) -> Result<Vec<u8>, ControlError> {
     let name = format!("{CONTROL_PREFIX}{verb}");
-    match xattr::get(path, &name) {
+    let got = if deref {
+        xattr::get_deref(via, &name)
+    } else {
+        xattr::get(via, &name)
+    };
+    match got {
         Ok(Some(v)) => Ok(v),
         Ok(None) => Err(ControlError::NotPliant(path.to_path_buf())),
         Err(e)
@@ -522,6 +533,19 @@ pub fn stats(path: &Path) -> Result<FsStats, ControlError> {
 pub fn hint(path: &Path, kind: Hint) -> Result<HintReport, ControlError> {
     let v = kind.verb();
     json(path, v, &verb(path, v)?)
+}
+
+/// [`hint`] on the file `fd` holds (an `O_PATH` descriptor will do), reached through
+/// `/proc/self/fd/N`, which names that very file and is not resolved again from a path someone
+/// else could change; errors name `path`.
+pub fn hint_fd(
+    fd: &impl std::os::fd::AsRawFd,
+    path: &Path,
+    kind: Hint,
+) -> Result<HintReport, ControlError> {
+    let v = kind.verb();
+    let via = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    json(path, v, &verb_as(&via, true, path, v)?)
 }
 
 /// Swaps the policy deciding `which` on a running mount: `name` and function-style Lua

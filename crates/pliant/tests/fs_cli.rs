@@ -789,6 +789,99 @@ fn job_directives_set_up_a_cache_and_teardown_writes_it_back() {
     );
 }
 
+/// `job setup` runs as root and sent each `#DW preload` hint to the path by name, following
+/// symbolic links: a link a user made in their pfs to another job's mount (which they cannot
+/// enter) had root preload the other job's file into the other job's cache. A preload is now
+/// resolved inside the job's own mount, following no link: setup fails naming the directive,
+/// and the other cache is left as it was.
+#[test]
+fn a_preload_through_a_symbolic_link_in_the_pfs_is_refused() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let root = top.path().join("jobs");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let setup =
+        |job_id: &str, pfs: &Path, preload: Option<&str>| {
+            let script = top.path().join(format!("job{job_id}.sh"));
+            fs::write(
+            &script,
+            format!(
+                "#!/bin/bash\n#DW jobdw type=cache access_mode=striped pfs={} capacity=64MiB\n{}",
+                pfs.display(),
+                preload.map(|p| format!("#DW preload path={p}\n")).unwrap_or_default()
+            ),
+        )
+        .expect("script");
+            pliant(
+                &[
+                    "job",
+                    "setup",
+                    &r(&script),
+                    "--job-id",
+                    job_id,
+                    "--root",
+                    &r(&root),
+                ],
+                top.path(),
+            )
+        };
+    let stat = |m: &Path| json(&pliant(&["fs", "stat", &r(m), "--json"], top.path()));
+    // Another user's job, its secret in its pfs, mounted at ROOT/10/mnt.
+    let theirs = top.path().join("theirs");
+    fs::create_dir_all(&theirs).expect("their pfs");
+    fs::write(theirs.join("secret"), vec![9u8; 300_000]).expect("secret");
+    ok(&setup("10", &theirs, None));
+    let their_mnt = root.join("10/mnt");
+    // This job's pfs, with a link to that mount and an input of its own.
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(pfs.join("input")).expect("pfs");
+    fs::write(pfs.join("input/mesh"), vec![7u8; 100_000]).expect("input");
+    std::os::unix::fs::symlink(&their_mnt, pfs.join("link")).expect("symlink");
+    let bad = format!("{}/link/secret", pfs.display());
+    let e = err(&setup("11", &pfs, Some(&bad)));
+    assert!(
+        e.contains("job11.sh:3: #DW preload")
+            && e.contains(&format!("path={bad}"))
+            && e.contains("symbolic link"),
+        "{e}"
+    );
+    assert!(
+        !root.join("11").exists(),
+        "a failed setup removes its directory: {e}"
+    );
+    let s = stat(&their_mnt);
+    assert_eq!(
+        s["copy_up_bytes"], 0,
+        "the other job's cache is untouched: {s}"
+    );
+    assert_eq!(s["used_bytes"], 0, "{s}");
+    // A link as the last name is refused too; a file inside the pfs is preloaded as before.
+    let e = err(&setup("12", &pfs, Some(&format!("{}/link", pfs.display()))));
+    assert!(
+        e.contains("job12.sh:3:") && e.contains("symbolic link"),
+        "{e}"
+    );
+    let env = ok(&setup(
+        "13",
+        &pfs,
+        Some(&format!("{}/input/mesh", pfs.display())),
+    ));
+    let cache = env
+        .lines()
+        .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+        .map(PathBuf::from)
+        .expect("DW_JOB_STRIPED_CACHE");
+    assert_eq!(stat(&cache)["copy_up_preload_bytes"], 100_000);
+    for id in ["13", "10"] {
+        ok(&pliant(
+            &["job", "teardown", "--job-id", id, "--root", &r(&root)],
+            top.path(),
+        ));
+    }
+}
+
 /// Random operations (create, write at random offsets, truncate, read, rename, hard link, unlink, fsync,
 /// evict) through the mount against an in-memory model, then the backing directory after
 /// unmount: the mount-sized version of `pliant-fs`'s 100,000-operation model test.
