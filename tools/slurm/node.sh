@@ -37,18 +37,16 @@ job=$state/$id
 case ${1:-} in
 prolog)
   [ -f "$job/job.sh" ] || exit 0
-  if ! out=$("$pliant" job setup "$job/job.sh" --job-id "$id" \
-    --uid "${SLURM_JOB_UID:?}" 2>&1); then
+  out=$("$pliant" job setup "$job/job.sh" --job-id "$id" --uid "${SLURM_JOB_UID:?}" 2>&1)
+  status=$?
+  if [ "$status" -ne 0 ]; then
     echo "$out" >"$job/setup.err.$node" 2>/dev/null
     echo "node.sh: pliant job setup for job $id failed: $out" >&2
-    # Slurm drains a node whose Prolog fails. What the job's own script names (its directives,
-    # a pfs or preload path its user removed or turned into a link since sbatch) is the job's
-    # fault, not the node's: checked again here as the node sees it, and if that is what fails,
-    # the job goes on without its cache (its $DW_JOB_STRIPED_CACHE does not exist) and the node
-    # stays in service. Anything else (FUSE, the binary, the disk) is the node's: it drains.
-    if ! "$pliant" job check "$job/job.sh" >/dev/null 2>&1; then
-      exit 0
-    fi
+    # Slurm drains a node whose Prolog fails. Exit status 3 says the job's own script is at
+    # fault (its directives, or a pfs or preload path its user removed or made a link since
+    # sbatch): the job goes on without its cache (its $DW_JOB_STRIPED_CACHE does not exist) and
+    # the node stays in service. Anything else (FUSE, the binary, the disk) is the node's.
+    [ "$status" -eq 3 ] && exit 0
     exit 1
   fi
   # A hurried teardown (scancel --hurry while this set up or preloaded) may have removed the

@@ -136,6 +136,21 @@ pub enum JobError {
     },
 }
 
+impl JobError {
+    /// Whether the job's own script is at fault (its directives, or the paths they name as the
+    /// node finds them), not the machine: a node's Prolog must not fail for it, since Slurm
+    /// drains a node whose Prolog fails and any user could then drain nodes at will.
+    pub fn is_the_jobs_fault(&self) -> bool {
+        matches!(
+            self,
+            JobError::NoCache(_)
+                | JobError::PreloadOutside(_)
+                | JobError::Preload { .. }
+                | JobError::Directive(_)
+        )
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> JobError + '_ {
     move |source| JobError::Io {
         path: path.to_path_buf(),

@@ -610,6 +610,10 @@ pub enum JobCommand {
     },
     /// Mount the cache a script's `#DW jobdw type=cache` asks for, run its `#DW preload`s, and
     /// print the job's environment (`DW_JOB_STRIPED_CACHE=…`), one NAME=VALUE per line.
+    ///
+    /// Exit status 3 when the script is at fault (its directives, or the pfs and preload paths
+    /// they name, as found now), 1 for anything else (FUSE, the disk, the mount): a Slurm Prolog
+    /// fails (and Slurm drains the node) only for the second.
     Setup {
         /// The batch script.
         script: PathBuf,
@@ -650,6 +654,18 @@ fn read_script(script: &Path) -> anyhow::Result<(String, pliant_fs::directives::
     Ok((name, d))
 }
 
+/// `pliant job setup`'s exit status when the job's script is at fault (see `--help`).
+const JOBS_FAULT: u8 = 3;
+
+/// Whether a setup failed for the job's own script: its directives (read or checked), or the
+/// paths they name.
+fn jobs_fault(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<pliant_fs::job::JobError>()
+        .is_some_and(pliant_fs::job::JobError::is_the_jobs_fault)
+        || e.downcast_ref::<pliant_fs::directives::DirectiveError>()
+            .is_some()
+}
+
 pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
     match c {
         JobCommand::Check { script } => {
@@ -672,13 +688,25 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             root,
             uid,
         } => {
-            let (name, d) = read_script(&script)?;
-            if d.cache.is_none() {
-                bail!("{name}: no `#DW jobdw type=cache …` directive: nothing to set up");
-            }
-            let exe = std::env::current_exe().context("finding the pliant binary")?;
-            let owner = uid.map(|uid| pliant_fs::job::Owner { uid });
-            let s = pliant_fs::job::setup(&exe, &name, &d, &root, &job_id, owner)?;
+            let set_up = || -> anyhow::Result<pliant_fs::job::Setup> {
+                let (name, d) = read_script(&script)?;
+                if d.cache.is_none() {
+                    return Err(pliant_fs::job::JobError::NoCache(name).into());
+                }
+                let exe = std::env::current_exe().context("finding the pliant binary")?;
+                let owner = uid.map(|uid| pliant_fs::job::Owner { uid });
+                Ok(pliant_fs::job::setup(
+                    &exe, &name, &d, &root, &job_id, owner,
+                )?)
+            };
+            let s = match set_up() {
+                Ok(s) => s,
+                Err(e) if jobs_fault(&e) => {
+                    eprintln!("error: {}", super::chain(&e));
+                    return Ok(ExitCode::from(JOBS_FAULT));
+                }
+                Err(e) => return Err(e),
+            };
             if s.not_preloaded.0 > 0 {
                 eprintln!(
                     "job {job_id}: {} files ({}) of the #DW preloads not preloaded: larger than the cache holds before it evicts",
