@@ -93,7 +93,10 @@ impl Open {
 }
 
 impl BackingDir {
-    /// Opens the root of the tree (which must be a directory, reached by a canonical path).
+    /// Opens the root of the tree, a directory (links on the way are followed: [`real_path`]
+    /// says where it led).
+    ///
+    /// [`real_path`]: Self::real_path
     pub fn open_root(path: &Path) -> io::Result<Self> {
         let root = nix::fcntl::open(
             path,
@@ -105,6 +108,13 @@ impl BackingDir {
             root,
             no_openat2: AtomicBool::new(false),
         })
+    }
+
+    /// The path of the directory the root descriptor holds, as the kernel names it now: what
+    /// was opened, whatever a link or a rename on the way to it did meanwhile.
+    pub fn real_path(&self) -> io::Result<PathBuf> {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", self.root.as_raw_fd()))
     }
 
     /// Checks that `rel` is a plain relative path (no root, no `.` or `..`): FUSE hands the

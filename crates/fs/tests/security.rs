@@ -233,3 +233,34 @@ fn create_never_opens_or_chowns_a_file_that_is_already_there() {
     );
     assert_eq!(fs::read(&theirs).expect("read").len(), 2 * EXTENT as usize);
 }
+
+/// The backing directory is opened first and its path taken from what was opened: a path
+/// resolved first and opened after could be switched in between (a link put where the directory
+/// was, by whoever owns its parent), and the checks of the directories above it would look at
+/// others than the ones served. Reached through a link, the cache names (and checks the parents
+/// of) the directory the link led to.
+#[test]
+fn a_backing_directory_reached_through_a_link_is_the_one_it_led_to() {
+    let s = setup();
+    let link = s.backing.parent().expect("parent").join("link");
+    std::os::unix::fs::symlink(&s.backing, &link).expect("symlink");
+    let mut c = FsConfig::new(link.clone(), s.cache.clone(), 64 * EXTENT);
+    c.extent = EXTENT;
+    let (fs, _) = FsCache::new(c, Arc::new(SystemClock)).expect("mount");
+    assert_eq!(
+        fs.config().backing,
+        fs::canonicalize(&s.backing).expect("canonical"),
+        "the directory served, not the link"
+    );
+    let h = fs.open(Path::new("d/f")).expect("open");
+    assert_eq!(fs.read(&h, 0, 16).expect("read"), b"inside");
+    fs.release(h);
+    let plain = s.backing.parent().expect("parent").join("plain");
+    fs::write(&plain, b"x").expect("write");
+    let mut c = FsConfig::new(plain, s.cache.join("2"), 64 * EXTENT);
+    c.extent = EXTENT;
+    let Err(err) = FsCache::new(c, Arc::new(SystemClock)) else {
+        panic!("a file is no backing directory");
+    };
+    assert!(err.to_string().contains("not a directory"), "{err}");
+}

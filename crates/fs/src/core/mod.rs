@@ -511,13 +511,19 @@ impl FsCache {
     /// journal of an unfinished earlier mount holds, and starts the write-back threads.
     pub fn new(mut cfg: FsConfig, clock: Arc<dyn Clock>) -> Result<(Self, Recovery), OpenError> {
         cfg.validate()?;
-        cfg.backing = cfg.backing.canonicalize().map_err(at(&cfg.backing))?;
-        if !cfg.backing.is_dir() {
-            return Err(OpenError::Io {
-                path: cfg.backing.clone(),
-                source: io::Error::other("not a directory"),
-            });
-        }
+        // Opened first, and its path then taken from what was opened: a path resolved first and
+        // opened after could be switched in between (a link put where a directory was, by
+        // whoever owns its parent), and the access checks of the directories above the backing
+        // directory would then look at other directories than the ones served.
+        let tree = BackingDir::open_root(&cfg.backing).map_err(|e| OpenError::Io {
+            path: cfg.backing.clone(),
+            source: if e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) {
+                io::Error::other("not a directory")
+            } else {
+                e
+            },
+        })?;
+        cfg.backing = tree.real_path().map_err(at(&cfg.backing))?;
         std::fs::create_dir_all(&cfg.cache_dir).map_err(at(&cfg.cache_dir))?;
         cfg.cache_dir = cfg.cache_dir.canonicalize().map_err(at(&cfg.cache_dir))?;
         // The cache holds copies of files only their owners may read.
@@ -538,7 +544,6 @@ impl FsCache {
                 .map_err(|_| OpenError::Locked(cfg.cache_dir.clone()))?;
         let data_dir = cfg.cache_dir.join("data");
         let journal_path = cfg.cache_dir.join(journal::FILE);
-        let tree = BackingDir::open_root(&cfg.backing).map_err(at(&cfg.backing))?;
         let recovery = recover(&cfg, &tree, &data_dir, &journal_path)?;
         if data_dir.exists() {
             std::fs::remove_dir_all(&data_dir).map_err(at(&data_dir))?;
