@@ -34,13 +34,22 @@ case $node in
 esac
 job=$state/$id
 
+# Writes stdin to $job/$1. The hand-over directory is SlurmUser's, and this runs as root: never
+# through a name someone may have put a link at. mktemp makes a new file (O_EXCL), and the
+# rename replaces whatever is at the name, a link included, without following it.
+put() {
+  tmp=$(mktemp "$job/.put.XXXXXX" 2>/dev/null) || return 1
+  # Readable by the controller, which may run as a SlurmUser other than root.
+  cat >"$tmp" && chmod 644 "$tmp" && mv -f "$tmp" "$job/$1"
+}
+
 case ${1:-} in
 prolog)
   [ -f "$job/job.sh" ] || exit 0
   out=$("$pliant" job setup "$job/job.sh" --job-id "$id" --uid "${SLURM_JOB_UID:?}" 2>&1)
   status=$?
   if [ "$status" -ne 0 ]; then
-    echo "$out" >"$job/setup.err.$node" 2>/dev/null
+    echo "$out" | put "setup.err.$node"
     echo "node.sh: pliant job setup for job $id failed: $out" >&2
     # Slurm drains a node whose Prolog fails. Exit status 3 says the job's own script is at
     # fault (its directives, or a pfs or preload path its user removed or made a link since
@@ -53,8 +62,7 @@ prolog)
   # hand-over directory, or asked for a discard, before this could say it mounted: the job will
   # not run, and the cache comes down here rather than stay mounted. (Writing `mounted` into a
   # directory that is gone would fail this Prolog, and Slurm drains a node whose Prolog fails.)
-  # (touch, not a redirection of `:`: dash exits on a special built-in's failed redirection.)
-  if touch "$job/mounted.$node" 2>/dev/null && [ "$(cat "$job/want" 2>/dev/null)" != discard ]; then
+  if put "mounted.$node" </dev/null && [ "$(cat "$job/want" 2>/dev/null)" != discard ]; then
     exit 0
   fi
   "$pliant" job teardown --job-id "$id" --discard >/dev/null 2>&1 ||
@@ -92,11 +100,10 @@ epilog)
   # shellcheck disable=SC2086
   if out=$("$pliant" job teardown --job-id "$id" $discard \
     ${PLIANT_BB_GIVE_UP_AFTER:+--give-up-after "$PLIANT_BB_GIVE_UP_AFTER"} 2>&1); then
-    printf 'ok\n%s\n' "$out" >"$job/stage-out.$node.tmp"
+    printf 'ok\n%s\n' "$out" | put "stage-out.$node"
   else
-    printf 'failed\n%s\n' "$out" >"$job/stage-out.$node.tmp"
+    printf 'failed\n%s\n' "$out" | put "stage-out.$node"
   fi
-  mv -f "$job/stage-out.$node.tmp" "$job/stage-out.$node"
   ;;
 *)
   echo "usage: node.sh prolog|epilog" >&2

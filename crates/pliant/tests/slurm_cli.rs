@@ -973,3 +973,42 @@ fn scancel_hurry_discards_what_the_job_wrote() {
     );
     c.stop();
 }
+
+/// The node's script runs as root and writes into the hand-over directory, which is SlurmUser's.
+/// A link planted at one of the names it writes (by whoever can write there) must be replaced,
+/// never followed: root would otherwise overwrite the file it points to. No Slurm needed: the
+/// Epilog is run directly, for a job with nothing mounted.
+#[test]
+fn the_node_script_replaces_a_link_at_a_name_it_writes_and_never_follows_it() {
+    let top = tempfile::tempdir().expect("tempdir");
+    let state = top.path().join("state");
+    let job = state.join("41");
+    std::fs::create_dir_all(&job).expect("mkdir");
+    std::fs::write(job.join("job.sh"), "#!/bin/sh\n").expect("job.sh");
+    let victim = top.path().join("victim");
+    std::fs::write(&victim, "keep\n").expect("victim");
+    // At the name itself, and at the temporary name a write-then-rename would have used.
+    std::os::unix::fs::symlink(&victim, job.join("stage-out.n1")).expect("symlink");
+    std::os::unix::fs::symlink(&victim, job.join("stage-out.n1.tmp")).expect("symlink");
+    let o = Command::new("sh")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/slurm/node.sh"))
+        .arg("epilog")
+        .env("SLURM_JOB_ID", "41")
+        .env("SLURMD_NODENAME", "n1")
+        .env("PLIANT_BB_STATE_DIR", &state)
+        .env("PLIANT_JOB_ROOT", top.path().join("jobs"))
+        .env("PLIANT_BIN", env!("CARGO_BIN_EXE_pliant"))
+        .output()
+        .expect("node.sh epilog");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read(&victim), "keep\n", "the link's target is untouched");
+    let written = job.join("stage-out.n1");
+    assert!(
+        !std::fs::symlink_metadata(&written)
+            .expect("stage-out.n1")
+            .file_type()
+            .is_symlink(),
+        "the link was replaced"
+    );
+    assert!(read(&written).starts_with("ok\n"), "{}", read(&written));
+}
