@@ -370,6 +370,24 @@ fn submit_held_after_writing(c: &Cluster, u: &User, w: &Path) -> u32 {
     id
 }
 
+/// Nothing of any job is mounted in the node's namespace.
+fn assert_unmounted_on_the_node(c: &Cluster) {
+    assert_eq!(
+        c.node_mounts(),
+        Vec::<String>::new(),
+        "unmounted on the node"
+    );
+}
+
+/// The whole pool (1 GiB) is free again.
+fn assert_pool_given_back(c: &Cluster) {
+    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
+    assert!(
+        burst.contains("FreeSpace=1GiB UsedSpace=0"),
+        "given back: {burst}"
+    );
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -433,11 +451,7 @@ fn a_users_job_writes_through_its_cache_on_the_node_and_the_data_lands_as_theirs
         (u.uid, u.gid),
         "the job's file is its user's"
     );
-    assert_eq!(
-        c.node_mounts(),
-        Vec::<String>::new(),
-        "unmounted on the node"
-    );
+    assert_unmounted_on_the_node(&c);
     assert_eq!(c.mounts_in("self"), Vec::<String>::new());
     assert!(
         !c.job_root().join(id.to_string()).exists(),
@@ -501,11 +515,7 @@ fn a_failed_jobs_writes_are_still_staged_out() {
         read(&w.join("pfs/output.txt")),
         "written through the cache\n"
     );
-    assert_eq!(
-        c.node_mounts(),
-        Vec::<String>::new(),
-        "unmounted on the node"
-    );
+    assert_unmounted_on_the_node(&c);
     assert!(!c.job_root().join(id.to_string()).exists());
     c.stop();
 }
@@ -566,16 +576,8 @@ fn two_users_jobs_share_the_pool_at_once() {
         let m = std::fs::metadata(w.join("pfs/output.txt")).expect("written back");
         assert_eq!((m.uid(), m.gid()), (u.uid, u.gid));
     }
-    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
-    assert!(
-        burst.contains("FreeSpace=1GiB UsedSpace=0"),
-        "given back: {burst}"
-    );
-    assert_eq!(
-        c.node_mounts(),
-        Vec::<String>::new(),
-        "unmounted on the node"
-    );
+    assert_pool_given_back(&c);
+    assert_unmounted_on_the_node(&c);
     c.stop();
 }
 
@@ -770,11 +772,7 @@ fn cancel_during_the_nodes_stage_in(hurry: bool) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
-    assert!(
-        burst.contains("FreeSpace=1GiB UsedSpace=0"),
-        "given back: {burst}"
-    );
+    assert_pool_given_back(&c);
     let deadline = Instant::now() + JOB_LIMIT;
     loop {
         let node = c.cmd(&["sinfo", "-h", "-o", "%T"]);
@@ -885,11 +883,7 @@ fn a_failed_write_back_is_a_stage_out_failure_in_scontrol_and_loses_nothing() {
         .expect("nsenter pliant job teardown");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(read(&out), "written through the cache\n");
-    assert_eq!(
-        c.node_mounts(),
-        Vec::<String>::new(),
-        "unmounted on the node"
-    );
+    assert_unmounted_on_the_node(&c);
     c.stop();
 }
 
@@ -927,16 +921,8 @@ fn a_controller_restart_in_the_middle_of_a_job_loses_nothing() {
         read(&w.join("pfs/output.txt")),
         "written through the cache\n"
     );
-    assert_eq!(
-        c.node_mounts(),
-        Vec::<String>::new(),
-        "unmounted on the node"
-    );
-    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
-    assert!(
-        burst.contains("FreeSpace=1GiB UsedSpace=0"),
-        "given back: {burst}"
-    );
+    assert_unmounted_on_the_node(&c);
+    assert_pool_given_back(&c);
     c.stop();
 }
 
@@ -960,17 +946,9 @@ fn scancel_hurry_discards_what_the_job_wrote() {
         "",
         "the job's data was discarded, not written back"
     );
-    assert_eq!(
-        c.node_mounts(),
-        Vec::<String>::new(),
-        "unmounted on the node"
-    );
+    assert_unmounted_on_the_node(&c);
     assert!(!c.job_root().join(id.to_string()).exists());
-    let burst = String::from_utf8_lossy(&c.cmd(&["scontrol", "show", "burst"]).stdout).into_owned();
-    assert!(
-        burst.contains("FreeSpace=1GiB UsedSpace=0"),
-        "given back: {burst}"
-    );
+    assert_pool_given_back(&c);
     c.stop();
 }
 
