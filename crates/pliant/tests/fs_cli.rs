@@ -863,6 +863,48 @@ fn a_preload_through_a_symbolic_link_in_the_pfs_is_refused() {
         e.contains("job12.sh:3:") && e.contains("symbolic link"),
         "{e}"
     );
+    // Root setting up for another user (Slurm's Prolog): refused the same way, and with exit
+    // status 3, the job's own fault, which the Prolog does not fail for (a failed Prolog drains
+    // the node).
+    if nix::unistd::geteuid().is_root() {
+        let script = top.path().join("job14.sh");
+        fs::write(
+            &script,
+            format!(
+                "#!/bin/bash\n#DW jobdw type=cache access_mode=striped pfs={} capacity=64MiB\n#DW preload path={bad}\n",
+                pfs.display()
+            ),
+        )
+        .expect("script");
+        let o = pliant(
+            &[
+                "job",
+                "setup",
+                &r(&script),
+                "--job-id",
+                "14",
+                "--root",
+                &r(&root),
+                "--uid",
+                "65534",
+            ],
+            top.path(),
+        );
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "the job's fault: {e}");
+        assert!(
+            e.contains("job14.sh:3: #DW preload") && e.contains("symbolic link"),
+            "{e}"
+        );
+        assert!(!root.join("14").exists(), "{e}");
+        assert_eq!(stat(&their_mnt)["copy_up_bytes"], 0);
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: the --uid preload case runs as root"
+        );
+        pliant_testdata::skip("the --uid case of the preload refusal needs root");
+    }
     let env = ok(&setup(
         "13",
         &pfs,
