@@ -73,15 +73,7 @@ mkdir -p "$BACKING" "$MNT"
 SUMMARY=$ROOT/target/fs_tree.md
 DAEMON_PID=
 
-cleanup() {
-    local rc=$?
-    set +e
-    stop_fs_mount
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+clean_up_on_exit
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }

@@ -87,15 +87,7 @@ free_mib=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
 }
 DAEMON_PID=
 
-cleanup() {
-    local rc=$?
-    set +e
-    stop_fs_mount
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+clean_up_on_exit
 
 quiet() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # fio_write NAME DIR: prints MB/s of a 1 MiB sequential write of SIZE with fsync at the end.

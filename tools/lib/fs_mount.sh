@@ -5,6 +5,8 @@
 #   wait_gone PID S   0 once PID has exited, 1 if it is still there after S seconds
 #   stop_fs_mount     unmounts $MNT with `$BIN fs unmount --discard` (dirty data discarded),
 #                     stops $DAEMON_PID if it still runs, and detaches $MNT if still mounted
+#   clean_up_on_exit  at exit (Ctrl-C included: status 130), stop_fs_mount and remove $WORK,
+#                     keeping the script's exit status
 
 size_mib() {
     local s=${1^^}
@@ -32,4 +34,17 @@ stop_fs_mount() {
         kill -TERM "$DAEMON_PID"; wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID"
     fi
     if mountpoint -q "$MNT"; then umount -l "$MNT"; fi
+}
+
+clean_up_on_exit() {
+    trap '_fs_mount_exit' EXIT
+    trap 'exit 130' INT TERM
+}
+
+_fs_mount_exit() {
+    local rc=$?
+    set +e
+    stop_fs_mount
+    rm -rf "$WORK"
+    exit $rc
 }
