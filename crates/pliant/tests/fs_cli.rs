@@ -581,27 +581,23 @@ fn under_the_write_cache_edquot_and_efbig_reach_fsync_and_close() {
     ]) else {
         return;
     };
-    let mut f = fs::File::create(m.at("big")).expect("create");
-    f.write_all(&vec![1u8; 4 << 20])
-        .expect("the kernel takes the write");
-    let e = f.sync_all().expect_err("past max-file-size");
+    // Under the kernel's write cache a write returns before the daemon sees it: the refusal
+    // comes at the fsync.
+    let refused_at_fsync = |name: &str, fill: u8, len: usize, why: &str| {
+        let mut f = fs::File::create(m.at(name)).expect("create");
+        f.write_all(&vec![fill; len])
+            .expect("the kernel takes the write");
+        f.sync_all().expect_err(why).raw_os_error()
+    };
     assert_eq!(
-        e.raw_os_error(),
-        Some(nix::errno::Errno::EFBIG as i32),
-        "{e}"
+        refused_at_fsync("big", 1, 4 << 20, "past max-file-size"),
+        Some(nix::errno::Errno::EFBIG as i32)
     );
-    drop(f);
     // 3 MiB were accepted (and charged to the window, 4 MiB long): the next 2 MiB cross it.
-    let mut f = fs::File::create(m.at("f0")).expect("create");
-    f.write_all(&vec![2u8; 2 << 20])
-        .expect("the kernel takes the write");
-    let e = f.sync_all().expect_err("past the write window");
     assert_eq!(
-        e.raw_os_error(),
-        Some(nix::errno::Errno::EDQUOT as i32),
-        "{e}"
+        refused_at_fsync("f0", 2, 2 << 20, "past the write window"),
+        Some(nix::errno::Errno::EDQUOT as i32)
     );
-    drop(f);
     // Not synced: close says it.
     let mut f = fs::File::create(m.at("f1")).expect("create");
     f.write_all(&vec![3u8; 1 << 20])
