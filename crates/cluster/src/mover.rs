@@ -4,18 +4,20 @@
 //!    both nodes are waited for until they serve that version: from then the source answers
 //!    `-ASK` for a key it no longer has (a new key included), and the target serves such a key
 //!    to a client that says `ASKING`;
-//! 2. the keys are copied in batches: read at the source with their expiry
-//!    (`PLIANT.SLOTKEYS`), written at the target (`PLIANT.RESTORE`), then deleted at the source
-//!    only if still unchanged (`PLIANT.DELIFEQ`). A key lives in one place at any moment for
-//!    its clients: the source answers while it has it; once it is deleted there, the target's
-//!    copy is the one clients are sent to. A key written during its copy stays at the source
-//!    and goes in the next round;
+//! 2. the keys are copied in batches, node to node: the source reads them with their expiry
+//!    and sends them to the target (`PLIANT.RESTORE`), then deletes each only if still
+//!    unchanged once the target has acknowledged its batch; `PLIANT.MIGRATE`, run at the source,
+//!    does it for about half a second a call, several batches on their way at once. A key
+//!    lives in one place at any moment for its clients: the source answers while it has it;
+//!    once it is deleted there, the target's copy is the one clients are sent to. A key written
+//!    during its copy stays at the source and goes in the next round;
 //! 3. when a round finds nothing left, the map gives the slot to the target (one
 //!    compare-and-swap); the source answers `-MOVED` from then on.
 //!
-//! The moving itself goes through this process (copy out, copy in), one batch round trip at a
-//! time; a failure stops the move with the slot still migrating, every key in exactly one of
-//! the two nodes, and running the move again finishes it.
+//! This process only orders the move and counts its progress (a call at a time): the keys go
+//! from the source to the target directly. A failure stops the move with the slot still
+//! migrating, every key in exactly one of the two nodes for its clients, and running the move
+//! again finishes it.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -26,8 +28,10 @@ use pliant_proto::{AsyncClient, ClientError, Dialer, Frame};
 use crate::coord::{Coord, CoordError};
 use crate::map::SlotMap;
 
-/// Keys copied per round trip.
-pub const BATCH: usize = 256;
+/// Bytes of keys and values the source sends the target per batch (`PLIANT.MIGRATE`'s
+/// `batch-bytes`; a value larger than that goes alone). See `tools/bench/rescale_scale.sh` for
+/// the sensitivity.
+pub const BATCH_BYTES: usize = 1 << 20;
 
 /// Rounds over the slot before the move gives up on a slot whose keys keep changing faster
 /// than they can be copied (each round copies every key it finds).
@@ -238,9 +242,8 @@ pub async fn move_slots(
     }
     // 2. The keys, round after round until none is left at the source.
     let mut src = Conn::open(dialer, source.addr).await?;
-    let mut dst = Conn::open(dialer, target.addr).await?;
     let slot_args: Vec<String> = slots.iter().map(u16::to_string).collect();
-    let batch = BATCH.to_string();
+    let batch = BATCH_BYTES.to_string();
     loop {
         report.rounds += 1;
         if report.rounds > MAX_ROUNDS {
@@ -252,31 +255,18 @@ pub async fn move_slots(
         let mut found_any = false;
         let mut after = Bytes::new();
         loop {
-            let mut args: Vec<&[u8]> = vec![b"PLIANT.SLOTKEYS", batch.as_bytes(), &after];
+            let mut args: Vec<&[u8]> =
+                vec![b"PLIANT.MIGRATE", to.as_bytes(), batch.as_bytes(), &after];
             args.extend(slot_args.iter().map(|s| s.as_bytes()));
-            let reply = src.call(&args).await?;
-            let (next, entries) = slot_keys(reply).map_err(|e| node(source.addr, e))?;
-            if !entries.is_empty() {
-                found_any = true;
-                let mut restore: Vec<&[u8]> = vec![b"PLIANT.RESTORE"];
-                let mut delete: Vec<&[u8]> = vec![b"PLIANT.DELIFEQ"];
-                for (k, v, at) in &entries {
-                    restore.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
-                    delete.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
-                }
-                dst.call(&restore).await?;
-                let deleted = match src.call(&delete).await? {
-                    Frame::Integer(n) => n.max(0) as u64,
-                    other => return Err(node(source.addr, format!("DELIFEQ: {other:?}"))),
-                };
-                report.keys += deleted;
-                report.bytes += entries
-                    .iter()
-                    .map(|(k, v, _)| (k.len() + v.len()) as u64)
-                    .sum::<u64>();
-                progress(report.keys, report.bytes);
-            }
-            match next {
+            // A call streams for about half a second, then waits for every batch in flight
+            // (each given 30 s by the source).
+            let reply = src.call_within(&args, Duration::from_secs(120)).await?;
+            let streamed = Streamed::parse(reply).map_err(|e| node(source.addr, e))?;
+            found_any |= streamed.copied > 0;
+            report.keys += streamed.deleted;
+            report.bytes += streamed.bytes;
+            progress(report.keys, report.bytes);
+            match streamed.next {
                 Some(n) => after = n,
                 None => break,
             }
@@ -352,32 +342,39 @@ async fn wait_for_version(
     }
 }
 
-type Entry = (Bytes, Bytes, String);
+/// What one `PLIANT.MIGRATE` call did at the source.
+struct Streamed {
+    /// Where the walk goes on from (`None`: this walk over the slots is over).
+    next: Option<Bytes>,
+    /// Keys deleted at the source (the target has them).
+    deleted: u64,
+    /// Bytes of keys and values sent.
+    bytes: u64,
+    /// Keys sent.
+    copied: u64,
+}
 
-/// `PLIANT.SLOTKEYS`'s reply: the token and `(key, value, expires_at)` of each key.
-fn slot_keys(reply: Frame) -> Result<(Option<Bytes>, Vec<Entry>), String> {
-    let Frame::Array(items) = reply else {
-        return Err(format!("SLOTKEYS: unexpected reply {reply:?}"));
-    };
-    let mut items = items.into_iter();
-    let next = match items.next() {
-        Some(Frame::Bulk(t)) => Some(t),
-        Some(Frame::Null) | None => None,
-        Some(other) => return Err(format!("SLOTKEYS: unexpected token {other:?}")),
-    };
-    let mut out = Vec::new();
-    for item in items {
-        match item {
-            Frame::Array(t) => match t.as_slice() {
-                [Frame::Bulk(k), Frame::Bulk(v), Frame::Integer(at)] => {
-                    out.push((k.clone(), v.clone(), at.to_string()));
-                }
-                _ => return Err(format!("SLOTKEYS: unexpected entry {t:?}")),
-            },
-            other => return Err(format!("SLOTKEYS: unexpected entry {other:?}")),
+impl Streamed {
+    /// `[token, deleted, bytes, copied]`.
+    fn parse(reply: Frame) -> Result<Self, String> {
+        let count = |f: &Frame| match f {
+            Frame::Integer(n) => u64::try_from(*n).map_err(|_| format!("MIGRATE: count {n}")),
+            other => Err(format!("MIGRATE: unexpected count {other:?}")),
+        };
+        match &reply {
+            Frame::Array(items) if items.len() == 4 => Ok(Self {
+                next: match &items[0] {
+                    Frame::Bulk(t) => Some(t.clone()),
+                    Frame::Null => None,
+                    other => return Err(format!("MIGRATE: unexpected token {other:?}")),
+                },
+                deleted: count(&items[1])?,
+                bytes: count(&items[2])?,
+                copied: count(&items[3])?,
+            }),
+            _ => Err(format!("MIGRATE: unexpected reply {reply:?}")),
         }
     }
-    Ok((next, out))
 }
 
 /// `slots` cut into runs of consecutive slots with one owner each (what [`move_slots`] moves

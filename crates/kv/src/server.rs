@@ -470,6 +470,17 @@ pub(crate) async fn run_here(
 ) -> Frame {
     let mut checked = None;
     let mut walked = None;
+    if session.multi.is_none()
+        && let Ok(spec) = crate::cmd::check(session, args)
+        && spec.facts.streams
+        && !session.refuses_while_subscribed(spec)
+    {
+        let reply = crate::cmd::stream(node, session, args, now).await;
+        let mut ctx = Ctx::new(node, session, now);
+        ctx.checked = Some(spec);
+        ctx.walked = Some(crate::cmd::Walked::Streamed(reply));
+        return execute(&mut ctx, args);
+    }
     if node.has_store()
         && session.multi.is_none()
         && let Ok(spec) = crate::cmd::check(session, args)

@@ -1044,6 +1044,144 @@ fn a_write_to_a_key_copied_out_waits_until_the_source_deletes_it() {
     cluster.stop();
 }
 
+/// `PLIANT.MIGRATE` streams a slot's keys from its source to its target, node to node: batches
+/// bounded by bytes (a value larger than a batch goes alone), every key deleted at the source
+/// once the target has it, the walk resumed from the token of the call before. It dials only the
+/// node the slot map moves the slot to, and refuses anything else before it sends a byte.
+#[test]
+fn migrate_streams_a_slots_keys_to_the_target_the_map_names_and_nowhere_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let big = "b".repeat(300 * 1024);
+    let mut keys: Vec<(String, String)> = (0..40)
+        .map(|i| (format!("{{s}}k{i:02}"), format!("value {i}")))
+        .collect();
+    keys.push(("{s}big".into(), big.clone()));
+    for (k, v) in &keys {
+        let _: String = routed(&addrs[0], &["SET", k, v]);
+    }
+    let _: i64 = routed(&addrs[0], &["PEXPIRE", "{s}k00", "600000"]);
+    let owner = addrs
+        .iter()
+        .find(|a| {
+            redis::cmd("GET")
+                .arg("{s}k01")
+                .query::<Option<String>>(&mut client(a))
+                .is_ok()
+        })
+        .expect("an owner")
+        .clone();
+    let target = addrs.iter().find(|a| **a != owner).expect("target").clone();
+    let owner_id = view(&owner)["me"].as_str().expect("id").to_string();
+    let target_id = view(&target)["me"].as_str().expect("id").to_string();
+    let mut c = client(&owner);
+    let slot: u64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{s}")
+        .query(&mut c)
+        .expect("slot");
+    let other_slot = (slot + 1) % 16384;
+    let migrate = |c: &mut redis::Connection, to: &str, batch: &str, after: &[u8], slot: u64| {
+        redis::cmd("PLIANT.MIGRATE")
+            .arg(to)
+            .arg(batch)
+            .arg(after)
+            .arg(slot)
+            .query::<redis::Value>(c)
+    };
+    // Refused while the slot is not moving, to a node the map does not name, with no batch.
+    let e = migrate(&mut c, &target_id, "1024", b"", slot).expect_err("not migrating");
+    assert!(
+        e.to_string().contains("is not migrating from this node"),
+        "{e}"
+    );
+    mark_migrating(&owner, &[slot], &owner_id, &target_id);
+    let e = migrate(&mut c, "no-such-node", "1024", b"", slot).expect_err("unknown target");
+    assert!(
+        e.to_string()
+            .contains("node no-such-node is not in the slot map"),
+        "{e}"
+    );
+    let e = migrate(&mut c, &target_id, "1024", b"", other_slot).expect_err("another slot");
+    assert!(
+        e.to_string()
+            .contains(&format!("slot {other_slot} is not migrating")),
+        "{e}"
+    );
+    let e = migrate(&mut c, &target_id, "0", b"", slot).expect_err("no batch");
+    assert!(e.to_string().contains("batch-bytes"), "{e}");
+    let _: String = redis::cmd("MULTI").query(&mut c).expect("multi");
+    let _: String = redis::cmd("PLIANT.MIGRATE")
+        .arg(&target_id)
+        .arg(1024)
+        .arg("")
+        .arg(slot)
+        .query(&mut c)
+        .expect("queued");
+    let e = redis::cmd("EXEC")
+        .query::<Vec<redis::Value>>(&mut c)
+        .expect_err("refused in the transaction");
+    assert!(e.to_string().contains("cannot run inside MULTI"), "{e}");
+    let held: i64 = redis::cmd("PLIANT.SLOTCOUNT")
+        .arg(slot)
+        .query(&mut c)
+        .expect("count");
+    assert_eq!(held, keys.len() as i64, "nothing moved by a refused call");
+
+    // Batches of 1 KiB: the big value goes alone; calls resume from their token.
+    let (mut deleted, mut bytes, mut copied, mut calls) = (0i64, 0i64, 0i64, 0);
+    let mut after: Vec<u8> = Vec::new();
+    loop {
+        calls += 1;
+        assert!(calls < 1000, "the walk ends");
+        let reply = migrate(&mut c, &target_id, "1024", &after, slot).expect("migrate");
+        let redis::Value::Array(items) = reply else {
+            panic!("reply {reply:?}")
+        };
+        let n = |v: &redis::Value| match v {
+            redis::Value::Int(n) => *n,
+            other => panic!("count {other:?}"),
+        };
+        deleted += n(&items[1]);
+        bytes += n(&items[2]);
+        copied += n(&items[3]);
+        match &items[0] {
+            redis::Value::BulkString(t) => after = t.clone(),
+            redis::Value::Nil => break,
+            other => panic!("token {other:?}"),
+        }
+    }
+    let size: usize = keys.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert_eq!((deleted, copied), (41, 41));
+    assert_eq!(bytes, size as i64);
+    let held: i64 = redis::cmd("PLIANT.SLOTCOUNT")
+        .arg(slot)
+        .query(&mut c)
+        .expect("count");
+    assert_eq!(held, 0, "every key left the source");
+    // The target has every key, with its expiry, before it owns the slot (ASKING).
+    let mut t = client(&target);
+    for (k, v) in &keys {
+        let _: String = redis::cmd("ASKING").query(&mut t).expect("asking");
+        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut t).expect("get");
+        assert_eq!(got.as_deref(), Some(v.as_str()), "{k}");
+    }
+    let _: String = redis::cmd("ASKING").query(&mut t).expect("asking");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("{s}k00")
+        .query(&mut t)
+        .expect("pttl");
+    assert!((1..=600_000).contains(&ttl), "expiry carried: {ttl}");
+    // The source answers -ASK for them now.
+    let e = redis::cmd("GET")
+        .arg("{s}big")
+        .query::<Option<String>>(&mut c)
+        .expect_err("asked");
+    assert_eq!(e.code(), Some("ASK"), "{e}");
+    cluster.stop();
+}
+
 /// A client thread writing, as fast as it is answered, nine times in ten one of `hot` and
 /// otherwise one of `cold`, over one connection per node, following -MOVED/-ASK and retrying
 /// -TRYAGAIN, until stopped or 120 s: what it last wrote to each key.

@@ -388,40 +388,56 @@ pub(super) fn delifeq(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if !args.len().is_multiple_of(3) {
         return super::wrong_arity("pliant.delifeq");
     }
-    let now = ctx.now;
-    // No keyed command is between its routing and its end while keys leave.
-    let _gate = ctx.node.cluster().map(|c| c.gate_exclusive());
-    let mut ks = ctx.node.keyspace();
-    let mut n = 0;
-    let mut deleted: Vec<Bytes> = Vec::new();
+    let mut copied = Vec::with_capacity(args.len() / 3);
     for t in args.chunks(3) {
         let Some(at) = integer(&t[2]).and_then(|a| u64::try_from(a).ok()) else {
             return super::not_an_integer();
         };
-        let same = match ks.peek(&t[0], now) {
-            Ok(v) => v.is_some_and(|v| v.data == t[1] && v.expires_at.unwrap_or(0) == at),
-            Err(e) => return store_error(&e),
-        };
-        if same {
-            match ks.delete(&t[0], now) {
-                Ok(existed) => n += i64::from(existed),
-                Err(e) => return store_error(&e),
+        copied.push((t[0].clone(), t[1].clone(), at));
+    }
+    match delete_unchanged(ctx.node, ctx.session, &copied, ctx.now) {
+        Ok(n) => Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+        Err(e) => store_error(&e),
+    }
+}
+
+/// The end of a slot move's batch at its source (`PLIANT.DELIFEQ`, and `PLIANT.MIGRATE` once
+/// the target acknowledged the batch): each `(key, value, expires_at_ms)` copied is deleted
+/// here if it still has that value and expiry (one changed since stays, and is copied again),
+/// and its mark as being copied ends either way. The number deleted.
+pub(super) fn delete_unchanged(
+    node: &crate::node::Node,
+    session: &mut super::Session,
+    copied: &[(Bytes, Bytes, u64)],
+    now: u64,
+) -> Result<u64, crate::KvError> {
+    let mut deleted: Vec<Bytes> = Vec::new();
+    let mut n = 0;
+    {
+        // No keyed command is between its routing and its end while keys leave.
+        let _gate = node.cluster().map(|c| c.gate_exclusive());
+        let mut ks = node.keyspace();
+        for (k, data, at) in copied {
+            let same = ks
+                .peek(k, now)?
+                .is_some_and(|v| v.data == *data && v.expires_at.unwrap_or(0) == *at);
+            if same {
+                n += u64::from(ks.delete(k, now)?);
+                deleted.push(k.clone());
             }
-            deleted.push(t[0].clone());
         }
     }
-    drop(ks);
     // Clients tracking a key that left are told, as for any deletion (the command is keyless,
     // so the generic tracking after it does not see these keys).
-    let tracking = ctx.node.tracking();
+    let tracking = node.tracking();
     if tracking.active() {
-        let waits = tracking.wrote(ctx.session.id, deleted.iter());
-        ctx.session.awaiting.extend(waits);
+        let waits = tracking.wrote(session.id, deleted.iter());
+        session.awaiting.extend(waits);
     }
-    if let Some(c) = ctx.node.cluster() {
-        c.copied(args.chunks(3).map(|t| t[0].as_ref()));
+    if let Some(c) = node.cluster() {
+        c.copied(copied.iter().map(|t| t.0.as_ref()));
     }
-    Frame::Integer(n)
+    Ok(n)
 }
 
 /// `CLUSTER INFO`: the fields clients and redis-cli read.

@@ -5,6 +5,7 @@ mod cluster;
 mod connection;
 mod docs;
 mod keys;
+mod migrate;
 mod multi;
 mod pliant;
 mod server;
@@ -16,6 +17,7 @@ pub use docs::{Arg, Docs, Flag, Flags};
 
 use crate::keyspace::{Keyspace, Lent};
 use crate::node::Node;
+pub(crate) use migrate::stream;
 pub(crate) use pliant::{check_write, written};
 use pliant_proto::frame::{Frame, Protocol};
 
@@ -110,6 +112,9 @@ pub enum Walked {
     Counts(Result<crate::keyspace::StoreCounts, crate::KvError>),
     /// Keys and where to go on from, as [`crate::Keyspace::scan`] gives them (SCAN, KEYS).
     Keys(Scanned),
+    /// The reply of a slot stream the server ran for the command (PLIANT.MIGRATE: it waits on
+    /// another node, which the synchronous command table cannot).
+    Streamed(Frame),
 }
 
 /// Keys found and the token to go on from, or the store's failure.
@@ -122,7 +127,7 @@ impl<'a> Ctx<'a> {
     ) -> Option<Result<crate::keyspace::StoreCounts, crate::KvError>> {
         match self.walked.take()? {
             Walked::Counts(c) => Some(c),
-            Walked::Keys(_) => None,
+            _ => None,
         }
     }
 
@@ -130,7 +135,15 @@ impl<'a> Ctx<'a> {
     pub fn walked_keys(&mut self) -> Option<Scanned> {
         match self.walked.take()? {
             Walked::Keys(k) => Some(k),
-            Walked::Counts(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The reply of the slot stream run for this command before it ran, if one was.
+    pub fn walked_stream(&mut self) -> Option<Frame> {
+        match self.walked.take()? {
+            Walked::Streamed(f) => Some(f),
+            _ => None,
         }
     }
 
@@ -246,6 +259,9 @@ pub struct Facts {
     /// server walks it first, off the keyspace lock, and hands it what it found
     /// (`Ctx::walked`).
     pub walks: Walks,
+    /// It streams slots' keys to another node (PLIANT.MIGRATE): the server runs the stream
+    /// first, asynchronously, and the command replies with its outcome (`Ctx::walked`).
+    pub streams: bool,
 }
 
 /// What a command walks of the store ([`Facts::walks`]).
@@ -286,6 +302,7 @@ enum Fact {
     WhileSubscribed,
     GateItself,
     ReadsCounts,
+    Streams,
 }
 
 impl Facts {
@@ -298,6 +315,7 @@ impl Facts {
         reads_counts: false,
         overwrites: Overwrites::No,
         walks: Walks::No,
+        streams: false,
     };
 }
 
@@ -406,6 +424,7 @@ impl Spec {
             Fact::WhileSubscribed => self.facts.while_subscribed = true,
             Fact::GateItself => self.facts.gate_itself = true,
             Fact::ReadsCounts => self.facts.reads_counts = true,
+            Fact::Streams => self.facts.streams = true,
         }
         self
     }
@@ -1295,6 +1314,25 @@ pub const COMMANDS: &[Spec] = &[
         ),
     )
     .args(MOVED_KEYS),
+    cmd("pliant.migrate", -5, &[Write], NO_KEYS, migrate::migrate)
+        .with(Fact::Streams)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(N) where N is the number of keys sent",
+            concat!(
+                "Streams the given slots' keys to the node the slot map moves them ",
+                "to, in batches of batch-bytes, deleting each here once the target has ",
+                "it, for about half a second from the token of an earlier call: a slot ",
+                "move's copy, node to node."
+            ),
+        )
+        .args(&[
+            Arg::string("target"),
+            Arg::integer("batch-bytes"),
+            Arg::string("after"),
+            Arg::integer("slot").multiple(),
+        ]),
     cmd("pliant.delifeq", -4, &[Write], NO_KEYS, cluster::delifeq)
         .doc(
             PLIANT,
@@ -1777,6 +1815,7 @@ mod tests {
             ["ping", "quit", "subscribe", "unsubscribe"]
         );
         assert_eq!(with(|f| f.gate_itself), ["exec"]);
+        assert_eq!(with(|f| f.streams), ["pliant.migrate"]);
         assert_eq!(
             with(|f| f.walks != Walks::No),
             ["dbsize", "info", "keys", "pliant.stats", "scan"]

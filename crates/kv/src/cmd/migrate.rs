@@ -1,0 +1,262 @@
+//! `PLIANT.MIGRATE target batch-bytes after slot [slot…]`: a slot move's copy, streamed by the
+//! source node itself to the target node. The process that runs the move (a rescale, the
+//! balancer, `pliant cluster move`) only orders it and shows its progress; the keys go node to
+//! node once, where they went source → that process → target before, one batch round trip at a
+//! time.
+//!
+//! The steps and their invariants are the move's (`pliant_cluster::mover`): a batch of the slots'
+//! keys is read here with the keys marked as being copied (a write to one answers `-TRYAGAIN`
+//! until its batch ends), written at the target (`PLIANT.RESTORE`), and once the target has
+//! acknowledged it, deleted here if still unchanged (what `PLIANT.DELIFEQ` does). What changes
+//! is the transport: batches are bounded by bytes (`batch-bytes`; a value larger than a batch
+//! goes alone) and up to [`WINDOW`] of them are on their way at once, so the target writes one
+//! while the next crosses the network and this node reads the one after.
+//!
+//! A call walks on from `after` (empty to start) for about [`CALL_TIME`], then replies
+//! `[token, deleted, bytes, copied]`: the token to go on from (nil: this walk over the slots
+//! is over), keys deleted here, bytes of keys and values sent, keys sent. The caller shows
+//! progress between calls and can stop between them (a move stopped half way is finished by
+//! running it again, as before). The target is the one the slot map names for every slot given
+//! (each must be migrating from this node to it): a client cannot make the node dial anywhere
+//! else. Every batch in flight is waited for before the reply, so a reply's keys are all
+//! either deleted here or kept here (changed during their copy, or refused by the target).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use pliant_proto::frame::Frame;
+
+use super::{Ctx, Session, integer, store_error};
+use crate::cluster::{SLOTS, key_slot};
+use crate::keyspace::KvError;
+use crate::node::Node;
+
+/// Batches sent to the target and not yet acknowledged, at most: enough that the target, the
+/// network and this node each have one to work on; more only holds more keys marked (their
+/// writes wait) without going faster.
+pub const WINDOW: usize = 4;
+
+/// How long one call streams before it replies, about: short enough that the caller's progress
+/// and Ctrl-C come a few times a second, long enough that a call's fixed cost (the dial, the
+/// checks) is a small share of it.
+pub const CALL_TIME: Duration = Duration::from_millis(500);
+
+/// The largest `batch-bytes` accepted: a batch is held in memory here and at the target.
+pub const MAX_BATCH_BYTES: u64 = 64 << 20;
+
+/// Keys a batch holds at most, however small they are: a batch's keys stay marked (their
+/// writes wait) until its acknowledgement.
+const BATCH_KEYS: usize = 8192;
+
+/// Scans of the keyspace in one hold of its lock while a batch fills: a move of a few sparse
+/// slots could otherwise walk a whole store under one hold.
+const SCANS_PER_HOLD: usize = 4;
+
+/// A key copied: the key, its value, and its expiry (unix ms; 0: none).
+type Entry = (Bytes, Bytes, u64);
+
+/// Why a call stopped.
+#[derive(Debug, thiserror::Error)]
+enum MigrateError {
+    /// The arguments or the slot map do not allow it (nothing was done).
+    #[error("ERR {0}")]
+    Refused(String),
+    /// The target could not be reached or refused a batch.
+    #[error("ERR target {addr}: {why} (the slots stay migrating; run the move again to finish it)")]
+    Target {
+        addr: std::net::SocketAddr,
+        why: String,
+    },
+    /// This node's keyspace failed.
+    #[error(transparent)]
+    Keyspace(#[from] KvError),
+}
+
+/// What the server runs, off the command table's synchronous path, before the command itself
+/// (which then replies with this: [`Ctx::walked`]).
+pub(crate) async fn stream(node: &Node, session: &mut Session, args: &[Bytes], now: u64) -> Frame {
+    match run(node, session, args, now).await {
+        Ok((token, deleted, bytes, copied)) => Frame::Array(vec![
+            token.map_or(Frame::Null, Frame::Bulk),
+            Frame::Integer(i64::try_from(deleted).unwrap_or(i64::MAX)),
+            Frame::Integer(i64::try_from(bytes).unwrap_or(i64::MAX)),
+            Frame::Integer(i64::try_from(copied).unwrap_or(i64::MAX)),
+        ]),
+        Err(MigrateError::Keyspace(e)) => store_error(&e),
+        Err(e) => Frame::error(e.to_string()),
+    }
+}
+
+/// The command in the table: the reply the server's [`stream`] prepared. Inside MULTI it was
+/// not run (a transaction's commands run under one hold of the node; a stream waits on another
+/// node).
+pub(super) fn migrate(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
+    match ctx.walked_stream() {
+        Some(reply) => reply,
+        None => Frame::error("ERR PLIANT.MIGRATE cannot run inside MULTI"),
+    }
+}
+
+async fn run(
+    node: &Node,
+    session: &mut Session,
+    args: &[Bytes],
+    now: u64,
+) -> Result<(Option<Bytes>, u64, u64, u64), MigrateError> {
+    let refused = |why: String| MigrateError::Refused(why);
+    let Some(cluster) = node.cluster() else {
+        return Err(refused("This instance has cluster support disabled".into()));
+    };
+    let target_id = String::from_utf8_lossy(&args[1]).into_owned();
+    let batch_bytes = integer(&args[2])
+        .and_then(|b| u64::try_from(b).ok())
+        .filter(|b| (1..=MAX_BATCH_BYTES).contains(b))
+        .ok_or_else(|| refused(format!("batch-bytes must be 1 to {MAX_BATCH_BYTES}")))?;
+    let mut after = (!args[3].is_empty()).then(|| args[3].clone());
+    let mut wanted = vec![false; usize::from(SLOTS)];
+    let mut slots = Vec::new();
+    for a in &args[4..] {
+        let slot = integer(a)
+            .and_then(|s| u16::try_from(s).ok())
+            .filter(|&s| s < SLOTS)
+            .ok_or_else(|| refused("Invalid slot".into()))?;
+        wanted[usize::from(slot)] = true;
+        slots.push(slot);
+    }
+    // The map names the target: the node dials no address a client gives.
+    let addr = {
+        let state = cluster.state();
+        let map = &state.map;
+        let me = map.index_of(&cluster.me().id);
+        let to = map
+            .index_of(&target_id)
+            .ok_or_else(|| refused(format!("node {target_id} is not in the slot map")))?;
+        if let Some(&s) = slots.iter().find(|&&s| {
+            map.migration(s)
+                .is_none_or(|m| Some(m.from) != me || m.to != to)
+        }) {
+            return Err(refused(format!(
+                "slot {s} is not migrating from this node to {target_id}"
+            )));
+        }
+        map.nodes()[usize::from(to)].addr
+    };
+    let target = |why: String| MigrateError::Target { addr, why };
+    let mut conn = cluster
+        .membership()
+        .dialer()
+        .to(addr)
+        .connect_timeout(Duration::from_secs(5))
+        .io_timeout(Some(Duration::from_secs(30)))
+        .connect_async()
+        .await
+        .map_err(|e| target(e.reason()))?;
+
+    let started = Instant::now();
+    let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
+    let (mut deleted, mut bytes, mut copied) = (0u64, 0u64, 0u64);
+    let mut in_flight: VecDeque<Vec<Entry>> = VecDeque::new();
+    let mut walk_over;
+    loop {
+        // Fill the next batch, a few scans a hold of the lock.
+        let mut batch: Vec<Entry> = Vec::new();
+        let mut batch_size = 0u64;
+        // At least one hold a batch, so a call makes progress however long its dial took.
+        loop {
+            let room = batch_bytes - batch_size;
+            let (next, added) = {
+                // Outside any transaction, as every command is (EXEC holds it alone).
+                let _outside_exec = node.exec_shared();
+                take(node, after.as_deref(), &in_slots, &mut batch, room, now)?
+            };
+            batch_size += added;
+            after = next;
+            walk_over = after.is_none();
+            if walk_over
+                || batch_size >= batch_bytes
+                || batch.len() >= BATCH_KEYS
+                || started.elapsed() >= CALL_TIME
+            {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        if !batch.is_empty() {
+            let mut restore: Vec<&[u8]> = Vec::with_capacity(1 + 3 * batch.len());
+            restore.push(b"PLIANT.RESTORE");
+            let ats: Vec<String> = batch.iter().map(|e| e.2.to_string()).collect();
+            for ((k, v, _), at) in batch.iter().zip(&ats) {
+                restore.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
+            }
+            let sent = conn.send(&restore).await;
+            copied += batch.len() as u64;
+            bytes += batch_size;
+            // Queued before the send's outcome is looked at: a batch whose send failed is
+            // still marked here, as one whose acknowledgement never came.
+            in_flight.push_back(batch);
+            sent.map_err(|e| target(e.reason()))?;
+        }
+        let done = walk_over || started.elapsed() >= CALL_TIME;
+        while in_flight.len() >= WINDOW || (done && !in_flight.is_empty()) {
+            let acked = in_flight.pop_front().expect("a batch in flight");
+            match tokio::time::timeout(Duration::from_secs(30), conn.read()).await {
+                Ok(Ok(Frame::Simple(s))) if s == "OK" => {}
+                Ok(Ok(Frame::Error(e))) => return Err(target(e.to_string())),
+                Ok(Ok(other)) => {
+                    return Err(target(format!("RESTORE: unexpected reply {other:?}")));
+                }
+                Ok(Err(e)) => return Err(target(e.reason())),
+                Err(_) => return Err(target("no reply to RESTORE within 30 s".into())),
+            }
+            let _outside_exec = node.exec_shared();
+            deleted += super::cluster::delete_unchanged(node, session, &acked, now)?;
+        }
+        if done {
+            return Ok((after, deleted, bytes, copied));
+        }
+    }
+}
+
+/// Adds to `batch`, under one hold of the move's gate and the keyspace, the keys of the slots
+/// after `after` with their values, marked as being copied, until `room` more bytes are in it
+/// (the last value may pass it) or [`SCANS_PER_HOLD`] scans were made. The token to go on from
+/// (`None`: the walk is over) and the bytes added.
+fn take(
+    node: &Node,
+    after: Option<&[u8]>,
+    in_slots: &dyn Fn(&[u8]) -> bool,
+    batch: &mut Vec<Entry>,
+    room: u64,
+    now: u64,
+) -> Result<(Option<Bytes>, u64), KvError> {
+    // No keyed command is between its routing and its end while the copies are marked.
+    let cluster = node.cluster();
+    let _gate = cluster.map(|c| c.gate_exclusive());
+    let mut ks = node.keyspace();
+    let mut after: Option<Bytes> = after.map(Bytes::copy_from_slice);
+    let mut added = 0u64;
+    let first = batch.len();
+    for _ in 0..SCANS_PER_HOLD {
+        let keys_left = BATCH_KEYS.saturating_sub(batch.len());
+        if keys_left == 0 {
+            break;
+        }
+        let (keys, next) = ks.scan(after.as_deref(), keys_left.min(256), now, in_slots)?;
+        for k in keys {
+            if let Some(v) = ks.peek(&k, now)? {
+                added += (k.len() + v.data.len()) as u64;
+                let at = v.expires_at.unwrap_or(0);
+                batch.push((k, v.data, at));
+            }
+        }
+        after = next;
+        if after.is_none() || added >= room {
+            break;
+        }
+    }
+    if let Some(c) = cluster {
+        c.copying(batch[first..].iter().map(|e| e.0.clone()));
+    }
+    Ok((after, added))
+}
