@@ -38,6 +38,13 @@ pub struct Cluster {
     /// clients retry it) until the move's deletion step, or, if the move stopped half way,
     /// until it is run again or its slot stops moving away from here (a forced decommission).
     inflight: std::sync::Mutex<std::collections::HashSet<Bytes>>,
+    /// Slots that were moving away from here when this node started: which of their keys a
+    /// move had copied out before a crash is not known (the marks above live in memory), and a
+    /// write to one of those (a DEL above all) would let the target's copy come back. So every
+    /// write to such a slot answers `-TRYAGAIN` until its move ends (run again, it finishes
+    /// it), as writes to marked keys do. `unsure_any` keeps the check off every other write.
+    unsure: std::sync::Mutex<std::collections::HashSet<u16>>,
+    unsure_any: std::sync::atomic::AtomicBool,
     /// The balancer, if the node runs one (`--balancer`): what `PLIANT.BALANCER` asks.
     balancer: std::sync::OnceLock<Balancer>,
 }
@@ -45,7 +52,17 @@ pub struct Cluster {
 impl Cluster {
     /// Routing over `membership` (a node that has joined its cluster).
     pub fn new(membership: Membership) -> Self {
+        let state = membership.state();
+        let me = state.map.index_of(&membership.me().id);
+        let unsure: std::collections::HashSet<u16> = state
+            .map
+            .migrations()
+            .filter(|(_, m)| Some(m.from) == me)
+            .map(|(slot, _)| slot)
+            .collect();
         Self {
+            unsure_any: std::sync::atomic::AtomicBool::new(!unsure.is_empty()),
+            unsure: std::sync::Mutex::new(unsure),
             membership,
             gate: std::sync::RwLock::new(()),
             slot_ops: (0..SLOTS)
@@ -54,6 +71,20 @@ impl Cluster {
             inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether `key`'s slot was moving away from here when the node started and still is (see
+    /// the field); slots that stopped moving are forgotten.
+    fn unsure(&self, key: &[u8]) -> bool {
+        let mut u = self.unsure.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.state();
+        let me = state.map.index_of(&self.me().id);
+        u.retain(|&s| state.map.migration(s).is_some_and(|g| Some(g.from) == me));
+        if u.is_empty() {
+            self.unsure_any
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+        u.contains(&key_slot(key))
     }
 
     /// Its membership: the control plane's view of this node.
@@ -89,6 +120,9 @@ impl Cluster {
     /// Whether a write to `key` must wait: a move has copied it and not yet deleted it here,
     /// and its slot is still moving away from here (a mark whose slot is not is dropped).
     pub fn is_copying(&self, key: &[u8]) -> bool {
+        if self.unsure_any.load(std::sync::atomic::Ordering::Acquire) && self.unsure(key) {
+            return true;
+        }
         let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         if m.is_empty() || !m.contains(key) {
             return false;

@@ -633,6 +633,16 @@ async fn serve(
                 );
                 return Ok(());
             }
+            if std::mem::take(&mut session.sync_writes)
+                && !synced
+                && let Err(e) = node.sync().await
+            {
+                tracing::error!(
+                    "client {id}: store sync failed, closing without replies: {}",
+                    pliant_proto::error::chain(&e)
+                );
+                return Ok(());
+            }
         }
         session.wrote = false;
         if !session.awaiting.is_empty() {

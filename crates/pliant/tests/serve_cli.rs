@@ -557,3 +557,35 @@ fn stalled_half_frames_and_random_bytes_leave_memory_bounded_and_the_node_answer
     assert!(grown < 64 << 20, "RSS grew by {grown} bytes");
     drop(stalled);
 }
+
+/// A slot move's copies (`PLIANT.RESTORE`) are synced before they are acknowledged, whatever
+/// the node's durability: the move's source deletes its own copy of each key on that
+/// acknowledgement, so a copy lost in a crash of the target (power lost, not only the process:
+/// a killed process leaves what it wrote to the OS) would be a key lost. A plain write under
+/// `--durability none` is not synced.
+#[test]
+fn a_moves_copies_are_synced_before_they_are_acknowledged_whatever_the_durability() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--durability", "none"]);
+    let mut c = node.client();
+    let syncs = |c: &mut redis::Connection| -> u64 {
+        let info: String = cmd(c, &["INFO", "pliant"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("store_syncs:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("store_syncs in INFO pliant")
+    };
+    let before = syncs(&mut c);
+    let _: String = cmd(&mut c, &["SET", "plain", "v"]);
+    assert_eq!(
+        syncs(&mut c),
+        before,
+        "a plain write under `none` is not synced"
+    );
+    let _: String = cmd(&mut c, &["PLIANT.RESTORE", "moved", "v", "0"]);
+    assert!(
+        syncs(&mut c) > before,
+        "the copy is synced before its reply"
+    );
+    node.kill();
+}

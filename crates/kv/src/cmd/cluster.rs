@@ -352,7 +352,8 @@ pub(super) fn slotcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here whatever
 /// the map says (the move's target receives them before it owns the slot). An expiry already
-/// past drops the key.
+/// past drops the key. Synced before the reply whatever the durability: the source deletes its
+/// own copies on it.
 pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if !args.len().is_multiple_of(3) {
         return super::wrong_arity("pliant.restore");
@@ -365,6 +366,7 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         parsed.push((t[0].clone(), t[1].clone(), (at > 0).then_some(at)));
     }
     let now = ctx.now;
+    ctx.session.sync_writes = true;
     let mut ks = ctx.node.keyspace();
     for (k, data, expires_at) in parsed {
         if expires_at.is_some_and(|at| at <= now) {

@@ -39,6 +39,10 @@ pub struct Session {
     /// Whether a command of this batch wrote (the reply waits for the store's sync under
     /// `--durability always`).
     pub wrote: bool,
+    /// Whether this batch's writes are synced before its replies whatever the durability: a
+    /// slot move's copies (`PLIANT.RESTORE`), which the source deletes once they are
+    /// acknowledged, must outlive a crash of this node.
+    pub sync_writes: bool,
     /// Invalidation pushes to send (`CLIENT TRACKING ON`).
     pub pushes: Option<tokio::sync::mpsc::UnboundedReceiver<crate::tracking::Outgoing>>,
     /// Tiers this batch's writes invalidated: its replies wait until they have applied it.
