@@ -68,10 +68,17 @@ def pad_of(key):
     return (h * 8)[: 16 + int(h[:4], 16) % 225]
 
 
+def pad_to(key, size):
+    """Filler derived from the key that makes its values about `size` bytes long in all."""
+    h = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    n = max(16, size - len(key) - 12)
+    return (h * (n // len(h) + 1))[:n]
+
+
 class Keys:
-    def __init__(self, n):
+    def __init__(self, n, value_size=0):
         self.names = [key_name(i) for i in range(n)]
-        self.pads = [pad_of(k) for k in self.names]
+        self.pads = [pad_to(k, value_size) if value_size else pad_of(k) for k in self.names]
         self.index = {k: i for i, k in enumerate(self.names)}
 
     def value(self, i, counter):
@@ -810,6 +817,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default="", help="write every cycle here")
     ap.add_argument("--keys", type=int, default=4000)
+    ap.add_argument("--value-size", type=int, default=0,
+                    help="bytes a value, about (0: 16-240 bytes of filler)")
     ap.add_argument("--writers", type=int, default=3)
     ap.add_argument("--readers", type=int, default=3)
     ap.add_argument("--rate", type=float, default=150, help="ops/s per thread (0: no limit)")
@@ -842,7 +851,7 @@ def main():
     addrs = [addr for _, addr in nodes]
     if not MIN_NODES <= len(nodes) <= MAX_NODES:
         sys.exit(f"rescale_cycles: the cluster has {len(nodes)} nodes, not {MIN_NODES}-{MAX_NODES}")
-    keys = Keys(a.keys)
+    keys = Keys(a.keys, a.value_size)
     shared = Shared(keys, a.writers)
     shared.ask_patch = not a.strict_client
     op_timeout = 10.0

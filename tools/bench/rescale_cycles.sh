@@ -61,10 +61,12 @@
 #
 # Usage
 #   tools/bench/rescale_cycles.sh [--cycles N] [--seed N] [--json FILE] [--quick]
-#                                 [--keys N] [--writers N] [--readers N] [--rate OPS]
-#                                 [--window DUR] [--parallel N] [--strict-client] [--etcd]
+#                                 [--keys N] [--value-size BYTES] [--writers N] [--readers N]
+#                                 [--rate OPS] [--window DUR] [--parallel N] [--strict-client] [--etcd]
 #   defaults: --cycles 100, --seed 1, --keys 4000, --writers 3, --readers 3, --rate 150 (ops/s
 #   per thread; 0: as fast as they go), --window 2s and --parallel 4 (of pliant scale).
+#   --value-size BYTES: every value that long (counter and key included) instead of 16-240
+#   bytes of filler (issue 34 runs the cycles with 10 KiB values: --value-size 10240).
 #   --quick: 5 cycles, 1,000 keys, 2 writers and 2 readers at 100 ops/s, --window 1s (a smoke
 #   test, under 2 minutes); flags given explicitly win.
 #   --strict-client: redis-py exactly as installed. By default the driver patches one known
@@ -88,7 +90,7 @@
 set -euo pipefail
 
 EXTRA=()
-CYCLES="" SEED="" JSON_OUT="" QUICK=0 ETCD=0 KEYS="" WRITERS="" READERS="" RATE="" WINDOW="" PARALLEL=""
+VALUE_SIZE=0 CYCLES="" SEED="" JSON_OUT="" QUICK=0 ETCD=0 KEYS="" WRITERS="" READERS="" RATE="" WINDOW="" PARALLEL=""
 need() { [[ $# -ge 2 ]] || { echo "rescale_cycles.sh: $1 needs a value" >&2; exit 2; }; }
 while (($#)); do
   case "$1" in
@@ -97,6 +99,7 @@ while (($#)); do
     --json) need "$@"; JSON_OUT=$(realpath -m -- "$2"); shift ;;
     --quick) QUICK=1 ;;
     --keys) need "$@"; KEYS=$2; shift ;;
+    --value-size) need "$@"; VALUE_SIZE=$2; shift ;;
     --writers) need "$@"; WRITERS=$2; shift ;;
     --readers) need "$@"; READERS=$2; shift ;;
     --rate) need "$@"; RATE=$2; shift ;;
@@ -121,6 +124,7 @@ READERS=${READERS:-3} RATE=${RATE:-150} WINDOW=${WINDOW:-2s} PARALLEL=${PARALLEL
 for v in CYCLES KEYS WRITERS READERS PARALLEL; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "rescale_cycles.sh: $v must be a positive integer (got '${!v}')" >&2; exit 2; }
 done
+[[ $VALUE_SIZE =~ ^[0-9]+$ ]] && ((VALUE_SIZE <= 1048576)) || { echo "rescale_cycles.sh: --value-size must be 0 to 1048576 bytes" >&2; exit 2; }
 [[ $SEED =~ ^[0-9]+$ ]] || { echo "rescale_cycles.sh: --seed must be a non-negative integer" >&2; exit 2; }
 [[ $RATE =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "rescale_cycles.sh: --rate must be a number" >&2; exit 2; }
 [[ $WINDOW =~ ^[0-9]+(ms|s)$ ]] || { echo "rescale_cycles.sh: --window like 2s or 500ms" >&2; exit 2; }
@@ -339,7 +343,7 @@ done
 limit=$((CYCLES * 900 + 1200))
 timeout "$limit" "$py" tools/bench/rescale_cycles.py --bin "$bin" --up "$tmp/up.json" \
   --dir "$cdir" --cycles "$CYCLES" --seed "$SEED" ${JSON_OUT:+--json "$JSON_OUT"} \
-  --keys "$KEYS" --writers "$WRITERS" --readers "$READERS" --rate "$RATE" --window "$WINDOW" \
+  --keys "$KEYS" --value-size "$VALUE_SIZE" --writers "$WRITERS" --readers "$READERS" --rate "$RATE" --window "$WINDOW" \
   --parallel "$PARALLEL" ${EXTRA[@]+"${EXTRA[@]}"} ${COORD[@]+"${COORD[@]}"} &
 drv_pid=$!
 rc=0
