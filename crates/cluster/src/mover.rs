@@ -20,6 +20,7 @@
 //! again finishes it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -79,6 +80,10 @@ pub enum MoveError {
     /// The move makes no sense with the cluster as it is (nothing was changed).
     #[error("{0}")]
     Invalid(String),
+    /// Asked to stop (Ctrl-C): the batches under way ended; the slots stay migrating, every key
+    /// at one node for its clients, and running the move again finishes it.
+    #[error("stopped: the slots stay migrating; run the move again to finish it")]
+    Stopped,
     /// A range spanning several owners moved its first runs, then one failed.
     #[error("moved slots {moved} to the target; then slots {failed}: {error}")]
     Partly {
@@ -159,6 +164,19 @@ pub async fn move_slots(
     slots: &[u16],
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<MoveReport, MoveError> {
+    move_slots_until(coord, dialer, slots, to, progress, &AtomicBool::new(false)).await
+}
+
+/// [`move_slots`], stopping with [`MoveError::Stopped`] between two of the source's streaming
+/// calls (each about half a second) once `stop` is set.
+pub async fn move_slots_until(
+    coord: &dyn Coord,
+    dialer: &Dialer,
+    slots: &[u16],
+    to: &str,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+    stop: &AtomicBool,
 ) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
     if let Some(s) = slots.iter().find(|&&s| s >= crate::SLOTS) {
@@ -255,6 +273,9 @@ pub async fn move_slots(
         let mut found_any = false;
         let mut after = Bytes::new();
         loop {
+            if stop.load(Ordering::Relaxed) {
+                return Err(MoveError::Stopped);
+            }
             let mut args: Vec<&[u8]> =
                 vec![b"PLIANT.MIGRATE", to.as_bytes(), batch.as_bytes(), &after];
             args.extend(slot_args.iter().map(|s| s.as_bytes()));

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::coord::{ClusterState, Coord, CoordError};
 use crate::mover::Conn;
-use crate::mover::{MoveError, MoveReport, change_map, move_slots};
+use crate::mover::{MoveError, MoveReport, change_map, move_slots, move_slots_until};
 
 /// Slots moved together, at most: enough that a map update and a walk over the source's keys
 /// serve many slots, few enough that progress shows and a failure leaves little half done.
@@ -57,6 +57,10 @@ pub struct Options {
     /// Decommission nodes that are down even though they own slots: their slots go to the
     /// staying nodes empty (their keys are lost, and the report names the slots).
     pub force: bool,
+    /// Ctrl-C (SIGINT) stops the rescale cleanly: no move or batch starts after it, those under
+    /// way end (within about a second), and the error says how far it got; the slots left
+    /// migrating finish when the command is run again. For a command run from a terminal.
+    pub interruptible: bool,
 }
 
 /// What a rescale did (or, dry, would do).
@@ -127,6 +131,18 @@ pub enum RescaleError {
     /// The request makes no sense for this cluster; nothing was changed.
     #[error("{0}")]
     Invalid(String),
+    /// Stopped by Ctrl-C ([`Options::interruptible`]).
+    #[error(
+        "stopped after {done} of {planned} slot moves ({bytes} bytes copied); the slots left migrating finish when the command is run again"
+    )]
+    Stopped {
+        /// Moves done.
+        done: usize,
+        /// Moves planned.
+        planned: usize,
+        /// Bytes copied.
+        bytes: u64,
+    },
 }
 
 /// What a progress bar needs: slots moved of planned, bytes copied.
@@ -152,11 +168,20 @@ pub fn rescale(
         .enable_all()
         .build()
         .map_err(|e| RescaleError::Invalid(format!("starting the runtime: {e}")))?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     rt.block_on(async {
+        if opts.interruptible {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
         let coord = crate::open_coord(&coord_desc, &opts.dialer)
             .await
             .map_err(MoveError::from)?;
-        run(&coord, change, opts, progress).await
+        run(&coord, change, opts, progress, &stop).await
     })
 }
 
@@ -165,6 +190,7 @@ async fn run(
     change: &Change,
     opts: &Options,
     progress: &mut (dyn FnMut(Progress) + Send),
+    stop: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Report, RescaleError> {
     let dialer = &opts.dialer;
     let mut state = remote.state().await.map_err(MoveError::from)?;
@@ -344,7 +370,8 @@ async fn run(
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut failed = None;
     loop {
-        while failed.is_none() && running.len() < opts.parallel.max(1) {
+        let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+        while failed.is_none() && !stopped() && running.len() < opts.parallel.max(1) {
             let Some(pos) = queue
                 .iter()
                 .position(|(_, from, to)| !busy_out.contains(from) && !busy_in.contains(to))
@@ -355,12 +382,20 @@ async fn run(
             busy_out.insert(from.clone());
             busy_in.insert(to.clone());
             let (coord, dialer, bytes) = (coord.clone(), opts.dialer.clone(), bytes.clone());
+            let stop = stop.clone();
             running.spawn(async move {
                 let mut last = 0;
-                let r = move_slots(coord.as_ref(), &dialer, &slots, &to, &mut |_, b| {
-                    bytes.fetch_add(b - last, std::sync::atomic::Ordering::Relaxed);
-                    last = b;
-                })
+                let r = move_slots_until(
+                    coord.as_ref(),
+                    &dialer,
+                    &slots,
+                    &to,
+                    &mut |_, b| {
+                        bytes.fetch_add(b - last, std::sync::atomic::Ordering::Relaxed);
+                        last = b;
+                    },
+                    &stop,
+                )
                 .await;
                 (from, to, r)
             });
@@ -391,6 +426,18 @@ async fn run(
     report.bytes_moved = bytes.load(std::sync::atomic::Ordering::Relaxed);
     report.seconds = started.elapsed().as_secs_f64();
     report.executed = true;
+    // Stopped before every move ran: the nodes that were to leave stay.
+    let stopped = matches!(failed, Some(MoveError::Stopped))
+        || (failed.is_none()
+            && !queue.is_empty()
+            && stop.load(std::sync::atomic::Ordering::Relaxed));
+    if stopped {
+        return Err(RescaleError::Stopped {
+            done,
+            planned: report.moves,
+            bytes: report.bytes_moved,
+        });
+    }
     if let Some(e) = failed {
         return Err(e.into());
     }

@@ -1187,6 +1187,8 @@ fn migrate_streams_a_slots_keys_to_the_target_the_map_names_and_nowhere_else() {
 enum Victim {
     /// The process running the decommission.
     Rescaler,
+    /// Not killed: Ctrl-C (SIGINT) to the process running the decommission, which stops.
+    CtrlC,
     /// The node the slots move from (started again at once, on its store).
     Source,
     /// The node they move to (started again at once, on its store).
@@ -1395,6 +1397,13 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
         Victim::Rescaler => {
             rescale.kill().expect("SIGKILL the decommission");
         }
+        Victim::CtrlC => {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(rescale.id() as i32),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .expect("SIGINT");
+        }
         Victim::Source | Victim::Target => {
             let id = migration[if victim == Victim::Source {
                 "from"
@@ -1486,6 +1495,19 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
         !first_run.success(),
         "the kill came after the last move: nothing was in the middle: {err}"
     );
+    if victim == Victim::CtrlC {
+        // Within a second or so, saying how far it got, as a command ended by SIGINT.
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "stopped after {:?}",
+            began.elapsed()
+        );
+        assert_eq!(first_run.code(), Some(130), "{err}");
+        assert!(
+            err.contains("stopped after") && err.contains("run again"),
+            "{err}"
+        );
+    }
     // Run again, it finishes what the first left.
     let again = pliant_json(&decommission);
     assert!(again["resumed_slots"].as_u64() > Some(0), "{again}");
@@ -1536,6 +1558,11 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
 #[test]
 fn a_decommission_killed_in_the_middle_of_a_move_finishes_when_run_again() {
     killed_in_the_middle_of_a_move(Victim::Rescaler, "always");
+}
+
+#[test]
+fn ctrl_c_stops_a_decommission_cleanly_and_running_it_again_finishes_it() {
+    killed_in_the_middle_of_a_move(Victim::CtrlC, "always");
 }
 
 #[test]

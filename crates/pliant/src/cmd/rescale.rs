@@ -13,7 +13,8 @@ use super::args::Json;
 /// which slots move where, and the moves run while clients keep reading and writing (several at
 /// once, each node sending one slot and receiving one at a time). A local cluster (`pliant
 /// cluster up`) starts the new nodes itself; otherwise start them with `pliant serve --coord`
-/// and this waits for them.
+/// and this waits for them. Ctrl-C stops it cleanly within about a second (exit status 130):
+/// the slots left migrating finish when it is run again.
 ///
 /// Examples:
 ///   pliant scale commission --cluster 127.0.0.1:7000 --add 2
@@ -40,8 +41,9 @@ pub struct CommissionArgs {
 ///   pliant scale decommission --cluster 127.0.0.1:7000 --remove ID1,ID2 --strategy ldt
 ///   pliant scale decommission --cluster 127.0.0.1:7000 --remove DEAD_ID --force
 ///
-/// Running a command again after it failed half way finishes the slot moves it left, then
-/// plans what is left to do (a commission first takes the live nodes the map does not name yet).
+/// Running a command again after it failed half way, or was stopped with Ctrl-C (exit status
+/// 130), finishes the slot moves it left, then plans what is left to do (a commission first
+/// takes the live nodes the map does not name yet).
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct DecommissionArgs {
@@ -113,6 +115,7 @@ fn run(cluster: &str, change: &Change, how: &How, force: bool) -> Result<ExitCod
                 .as_deref(),
         ),
         force,
+        interruptible: true,
     };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -127,7 +130,14 @@ fn run(cluster: &str, change: &Change, how: &How, force: bool) -> Result<ExitCod
         bar.set_message(format!("{} MB", p.bytes / 1_000_000));
     });
     bar.finish_and_clear();
-    let report = report?;
+    let report = match report {
+        Err(e @ pliant_cluster::rescale::RescaleError::Stopped { .. }) => {
+            // As a shell reports a command ended by SIGINT.
+            eprintln!("pliant scale: {e}");
+            return Ok(ExitCode::from(130));
+        }
+        r => r?,
+    };
     if how.json.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
