@@ -255,9 +255,10 @@ pub async fn move_slots_until(
         Ok(changed.then_some(map))
     })
     .await?;
-    for addr in [source.addr, target.addr] {
-        wait_for_version(dialer, addr, version).await?;
-    }
+    tokio::try_join!(
+        wait_for_version(dialer, source.addr, version),
+        wait_for_version(dialer, target.addr, version)
+    )?;
     // 2. The keys, round after round until none is left at the source.
     let mut src = Conn::open(dialer, source.addr).await?;
     let slot_args: Vec<String> = slots.iter().map(u16::to_string).collect();
@@ -349,6 +350,9 @@ async fn wait_for_version(
     version: u64,
 ) -> Result<(), MoveError> {
     let deadline = Instant::now() + Duration::from_secs(10);
+    // A node learns a new map by watch within milliseconds: the first looks come soon (a
+    // fixed 20 ms was most of a small move's time), later ones back off to 20 ms.
+    let mut pause = Duration::from_millis(1);
     loop {
         if crate::serves(dialer, addr).await >= Some(version) {
             return Ok(());
@@ -359,7 +363,8 @@ async fn wait_for_version(
                 format!("does not serve map version {version} after 10 s"),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
