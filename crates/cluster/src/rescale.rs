@@ -7,9 +7,11 @@
 //!   `PlanOptions::slots`: a node's next keys follow the slots it owns, most of which hold
 //!   nothing in a young cluster, so every node's slot count is balanced too and runs of slots
 //!   move together (the planner's doc, "Slots", says how).
-//! - The transfer model is the network one with `s_net` measured here and now: the bytes per
-//!   second of ECHO round trips of 4 MiB to a node, which move each byte out and back as a slot
-//!   move's copy does (source → this process → target).
+//! - The transfer model is the network one with `s_net` measured here and now: bytes per second
+//!   one way, from ECHO round trips of 4 MiB between this process and a node (each way half a
+//!   round trip), as a slot move's copy moves each byte once, source node to target node
+//!   (`PLIANT.MIGRATE`). This process stands in for the nodes: on one machine, or nodes and
+//!   rescaler on one network, the links are alike.
 //! - Moves run as the planner hands them over, at most `parallel` at once and at most one out
 //!   of and one into any node at a time (the model's full-duplex node).
 
@@ -695,8 +697,9 @@ async fn read_stats(c: &mut Conn) -> Result<HashMap<u16, (u64, u64, u64)>, Resca
     Ok(out)
 }
 
-/// `s_net`: bytes per second of ECHO round trips of a 4 MiB payload to `addr` (the median of
-/// five), each moving the payload out and back as a slot move's copy moves a key.
+/// `s_net`: bytes per second one way, from ECHO round trips of a 4 MiB payload to `addr` (the
+/// median of five): a round trip moves the payload out, then (once it is all in) back, so each
+/// way took about half of it, and a slot move's copy moves each byte once, source to target.
 async fn measure_bandwidth(dialer: &Dialer, addr: SocketAddr) -> Result<f64, RescaleError> {
     const PAYLOAD: usize = 4 * 1024 * 1024;
     let mut c = Conn::open(dialer, addr).await?;
@@ -713,7 +716,7 @@ async fn measure_bandwidth(dialer: &Dialer, addr: SocketAddr) -> Result<f64, Res
                 }));
             }
         }
-        rates.push(PAYLOAD as f64 / t.elapsed().as_secs_f64().max(1e-6));
+        rates.push(2.0 * PAYLOAD as f64 / t.elapsed().as_secs_f64().max(1e-6));
     }
     rates.sort_by(f64::total_cmp);
     Ok(rates[rates.len() / 2])
