@@ -33,12 +33,15 @@ use pliant_cache::{Cache, Capacity, Evicted, Request};
 use pliant_store::{SharedBytes, Store, StoreError};
 use pliant_tier::{Auto, AutoState, CacheView, InFlight, Read, Tier};
 
+mod slots;
 mod store_log;
 mod store_reads;
 pub(crate) use store_log::StoreLog;
 pub use store_reads::{Joined, Reading, StoreWant};
 
 use crate::upstream::UpstreamError;
+use slots::SlotIndex;
+pub(crate) use slots::parse_token;
 use store_log::Writes;
 
 /// Why a keyspace operation failed.
@@ -573,6 +576,10 @@ pub struct Keyspace {
     /// The latest time a command ran at (unix milliseconds): when a put happened, for `auto`.
     clock: u64,
     ids_hasher: foldhash::fast::FixedState,
+    /// Every key by its cluster slot, once built ([`index_slots`](Self::index_slots)): with a
+    /// store, kept in step with `pending` (every key the store will hold); without one, with
+    /// `mem` (see `slots`).
+    slots: Option<Box<SlotIndex>>,
 }
 
 /// `auto` on a live node: its clock counts seconds from `epoch` (unix milliseconds), since it
@@ -631,6 +638,7 @@ impl Keyspace {
             auto: None,
             clock: 0,
             ids_hasher: foldhash::fast::FixedState::with_seed(11),
+            slots: None,
         })
     }
 
@@ -713,6 +721,12 @@ impl Keyspace {
         }
         let built = pliant_cache::build(algo, capacity).map_err(|e| e.to_string())?;
         let old = std::mem::take(&mut self.mem);
+        if self.store.is_none()
+            && let Some(ix) = &mut self.slots
+        {
+            // Memory is every key: those the new order keeps come back as they are placed.
+            ix.clear();
+        }
         self.held = 0;
         (self.expiring, self.expiry_sum) = (0, 0);
         self.tier = Tier::new(Cache::new(built, capacity));
@@ -969,6 +983,9 @@ impl Keyspace {
             self.pending.insert(key.as_ref().into(), Some(encoded));
             self.stats.store_writes += 1;
             self.off_lock.written(self.id_of(&key));
+            if let Some(ix) = &mut self.slots {
+                ix.insert(&key, size_of(&key, &v), v.expires_at);
+            }
         }
         self.auto_put(&key);
         self.keep(&key, v);
@@ -1062,6 +1079,109 @@ impl Keyspace {
             }
         }
         Ok((found, None))
+    }
+
+    /// Builds the slot index (see `slots`) if it is not built: one walk of the store, with the
+    /// writes pending laid over it, or of memory without a store. From then on every path that
+    /// adds or removes a key keeps it in step. A cluster node builds it when it starts.
+    pub fn index_slots(&mut self) -> Result<(), KvError> {
+        if self.slots.is_some() {
+            return Ok(());
+        }
+        let mut ix = Box::<SlotIndex>::default();
+        match self.store.clone() {
+            Some(store) => {
+                self.walk_ready()?;
+                for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
+                    let (k, raw) = entry?;
+                    if !self.pending.contains_key(k.as_slice()) {
+                        let v = Value::decode(&k, raw)?;
+                        ix.insert(&k, size_of(&k, &v), v.expires_at);
+                    }
+                }
+                for (k, raw) in &self.pending {
+                    if let Some(raw) = raw {
+                        let v = Value::decode(k, raw.to_vec())?;
+                        ix.insert(k, size_of(k, &v), v.expires_at);
+                    }
+                }
+            }
+            None => {
+                for slot in self.mem.iter().flatten() {
+                    ix.insert(slot.key(), slot.size(), slot.expires_at());
+                }
+            }
+        }
+        self.slots = Some(ix);
+        Ok(())
+    }
+
+    /// Keys in the slot index, if it is built.
+    pub fn indexed_keys(&self) -> Option<u64> {
+        self.slots.as_ref().map(|ix| ix.len())
+    }
+
+    /// The slot index, built if it is not, with the keys of `slots` whose expiry has passed at
+    /// `now` deleted (as reads of them would), so its counts are of live keys.
+    fn slot_index(&mut self, slots: &[u16], now: u64) -> Result<&SlotIndex, KvError> {
+        self.index_slots()?;
+        for &s in slots {
+            let gone = match &mut self.slots {
+                Some(ix) => ix.expired(s, now),
+                None => Vec::new(),
+            };
+            for k in gone {
+                self.expire(&k)?;
+            }
+        }
+        match &self.slots {
+            Some(ix) => Ok(ix),
+            None => unreachable!("built above"),
+        }
+    }
+
+    /// Live keys at `now` of each of `slots` (`CLUSTER COUNTKEYSINSLOT`, `PLIANT.SLOTCOUNT`): O(1)
+    /// a slot, unless a key of it has expired since it was last looked at (the slot's keys are
+    /// walked once then, and the expired ones deleted).
+    pub fn slot_count(&mut self, slots: &[u16], now: u64) -> Result<u64, KvError> {
+        let ix = self.slot_index(slots, now)?;
+        Ok(slots.iter().map(|&s| ix.slot(s).0).sum())
+    }
+
+    /// Live keys at `now` and their bytes (keys and values), of every slot (`PLIANT.SLOTSTATS`).
+    pub fn slot_stats(&mut self, now: u64) -> Result<Vec<(u64, u64)>, KvError> {
+        self.index_slots()?;
+        let due: Vec<u16> = match &self.slots {
+            Some(ix) => (0..crate::cluster::SLOTS)
+                .filter(|&s| ix.due(s, now))
+                .collect(),
+            None => Vec::new(),
+        };
+        let ix = self.slot_index(&due, now)?;
+        Ok((0..crate::cluster::SLOTS).map(|s| ix.slot(s)).collect())
+    }
+
+    /// Up to `count` live keys at `now` of `slots` (ascending, no repeats) after the position
+    /// of `after` (a token an earlier call returned, [`token`]; `None` to start), in slot order
+    /// and key order within a slot, and the token to go on from (`None`: done). Reads only
+    /// those slots' keys. A key present from the first call to the last is returned exactly
+    /// once, whatever was written between calls. `None` if `after` is not a token.
+    pub fn slot_keys(
+        &mut self,
+        slots: &[u16],
+        after: Option<&[u8]>,
+        count: usize,
+        now: u64,
+    ) -> Result<Option<(Vec<Bytes>, Option<Bytes>)>, KvError> {
+        let after = match after {
+            None => None,
+            Some(t) => match parse_token(t) {
+                Some(p) => Some(p),
+                None => return Ok(None),
+            },
+        };
+        let ix = self.slot_index(&[], now)?;
+        Ok(Some(ix.walk(slots, after, count, now)))
     }
 
     /// Keys that exist (expired ones not yet collected included, as Redis's `DBSIZE`). With a
@@ -1169,6 +1289,9 @@ impl Keyspace {
             // Deleted by that batch: nothing of them is to be written any more.
             self.pending.clear();
             self.stats.store_writes += 1;
+            if let Some(ix) = &mut self.slots {
+                ix.clear();
+            }
         }
         self.forget_memory();
         Ok(())
@@ -1184,6 +1307,11 @@ impl Keyspace {
         }
         self.held = 0;
         (self.expiring, self.expiry_sum) = (0, 0);
+        if self.store.is_none()
+            && let Some(ix) = &mut self.slots
+        {
+            ix.clear();
+        }
     }
 
     /// Whether memory holds every one of `keys` (a tier's read of them can run at once).
@@ -1414,6 +1542,34 @@ impl Keyspace {
         for k in doomed {
             let id = self.id_of(&k);
             self.drop_id(id, &k);
+            if self.slots.is_some() {
+                self.reindex(&k);
+            }
+        }
+    }
+
+    /// Puts `key` in the slot index as the store will hold it (its write in a batch the store
+    /// failed is not): after the writes pending, the batches queued, the store. Left as it was
+    /// if the store cannot say (writes are refused then, and a restart builds the index anew).
+    fn reindex(&mut self, key: &[u8]) {
+        let raw = match self.pending.get(key) {
+            Some(p) => p.as_deref().map(<[u8]>::to_vec),
+            None => match self.log.as_ref().and_then(|l| l.lookup(key)) {
+                Some(queued) => queued,
+                None => match self.store.as_ref().map(|s| s.get(key)) {
+                    Some(Ok(raw)) => raw,
+                    Some(Err(_)) | None => return,
+                },
+            },
+        };
+        let v = raw.map(|raw| Value::decode(key, raw));
+        let Some(ix) = &mut self.slots else {
+            return;
+        };
+        match v {
+            None => ix.remove(key),
+            Some(Ok(v)) => ix.insert(key, size_of(key, &v), v.expires_at),
+            Some(Err(_)) => {}
         }
     }
 
@@ -1462,6 +1618,9 @@ impl Keyspace {
             self.pending.insert(key.into(), None);
             self.stats.store_writes += 1;
             self.off_lock.written(self.id_of(key));
+            if let Some(ix) = &mut self.slots {
+                ix.remove(key);
+            }
         }
         self.drop_key(key);
         Ok(())
@@ -1654,9 +1813,24 @@ impl Keyspace {
             self.mem.resize_with(i + 1, || None);
         }
         self.count_expiry(&value, true);
+        if self.store.is_none()
+            && let Some(ix) = &mut self.slots
+        {
+            ix.insert(value.key(), value.size(), value.expires_at());
+        }
         match self.mem[i].replace(value) {
             None => self.held += 1,
-            Some(old) => self.count_expiry(&old, false),
+            Some(old) => {
+                self.count_expiry(&old, false);
+                if self.store.is_none()
+                    && let Some(ix) = &mut self.slots
+                    && self.mem[i]
+                        .as_ref()
+                        .is_some_and(|new| new.key() != old.key())
+                {
+                    ix.remove(old.key());
+                }
+            }
         }
     }
 
@@ -1665,6 +1839,12 @@ impl Keyspace {
         let taken = self.mem.get_mut(s as usize).and_then(Option::take);
         if let Some(old) = &taken {
             self.count_expiry(old, false);
+            if self.store.is_none()
+                && let Some(ix) = &mut self.slots
+            {
+                // Without a store, a key that leaves memory is gone.
+                ix.remove(old.key());
+            }
         }
         self.held -= u64::from(taken.is_some());
         taken.is_some()

@@ -94,9 +94,9 @@ pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         (b"KEYSLOT", [key]) => Frame::Integer(i64::from(key_slot(key))),
         (b"COUNTKEYSINSLOT", [slot]) => match slot_arg(slot) {
             Err(e) => e,
-            Ok(slot) => match keys_in_slot(ctx, slot, usize::MAX) {
-                Ok(keys) => Frame::Integer(keys.len() as i64),
-                Err(e) => e,
+            Ok(slot) => match ctx.node.keyspace().slot_count(&[slot], ctx.now) {
+                Ok(n) => Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+                Err(e) => store_error(&e),
             },
         },
         (b"GETKEYSINSLOT", [slot, count]) => {
@@ -107,9 +107,10 @@ pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             let Some(count) = integer(count).and_then(|c| usize::try_from(c).ok()) else {
                 return Frame::error("ERR Invalid number of keys");
             };
-            match keys_in_slot(ctx, slot, count) {
-                Ok(keys) => Frame::Array(keys.into_iter().map(Frame::Bulk).collect()),
-                Err(e) => e,
+            match ctx.node.keyspace().slot_keys(&[slot], None, count, ctx.now) {
+                Ok(Some((keys, _))) => Frame::Array(keys.into_iter().map(Frame::Bulk).collect()),
+                Ok(None) => unreachable!("no token given"),
+                Err(e) => store_error(&e),
             }
         }
         _ => wrong(),
@@ -137,53 +138,40 @@ fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
         .ok_or_else(|| Frame::error("ERR Invalid slot"))
 }
 
-/// Up to `count` keys of this node in `slot`. Walks every key (the store, or memory without
-/// one) in bounded steps, each under the keyspace lock only briefly.
-fn keys_in_slot(ctx: &mut Ctx<'_>, slot: u16, count: usize) -> Result<Vec<Bytes>, Frame> {
-    let mut after: Option<Bytes> = None;
-    let mut found = Vec::new();
-    let in_slot = |k: &[u8]| key_slot(k) == slot;
-    while found.len() < count {
-        let step = (count - found.len()).min(1000);
-        let (keys, next) = ctx
-            .node
-            .keyspace()
-            .scan(after.as_deref(), step, ctx.now, &in_slot)
-            .map_err(|e| store_error(&e))?;
-        found.extend(keys);
-        after = next;
-        if after.is_none() {
-            break;
-        }
-    }
-    found.truncate(count);
-    Ok(found)
+/// The slots named by `args`, ascending and each once.
+fn slot_args(args: &[Bytes]) -> Result<Vec<u16>, Frame> {
+    let mut slots = args
+        .iter()
+        .map(|a| slot_arg(a))
+        .collect::<Result<Vec<u16>, Frame>>()?;
+    slots.sort_unstable();
+    slots.dedup();
+    Ok(slots)
 }
 
 /// `PLIANT.SLOTKEYS count after slot [slot…]`: what a slot move copies: `[token, [key, value,
 /// expires_at_ms (0: none)]…]`, up to `count` keys of the slots given, walking on from the
 /// token of an earlier call (`after`; empty to start; a nil token back: the walk is over). One
-/// walk serves every slot of a move. Reads do not count as reads of the keys.
+/// walk serves every slot of a move, slot by slot, in key order within a slot, reading only
+/// those slots' keys (the slot index); a key present throughout the walk is returned once,
+/// whatever is written between calls. Reads do not count as reads of the keys.
 pub(super) fn slotkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(count) = integer(&args[0]).and_then(|c| usize::try_from(c).ok()) else {
         return Frame::error("ERR Invalid number of keys");
     };
     let after = (!args[1].is_empty()).then(|| args[1].clone());
-    let mut wanted = vec![false; usize::from(SLOTS)];
-    for a in &args[2..] {
-        match slot_arg(a) {
-            Ok(s) => wanted[usize::from(s)] = true,
-            Err(e) => return e,
-        }
-    }
-    let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
+    let wanted = match slot_args(&args[2..]) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
     let now = ctx.now;
     // No keyed command is between its routing and its end while the copies are marked.
     let cluster = ctx.node.cluster();
     let _gate = cluster.map(|c| c.gate_exclusive());
     let mut ks = ctx.node.keyspace();
-    let (keys, next) = match ks.scan(after.as_deref(), count.clamp(1, 10_000), now, &in_slots) {
-        Ok(r) => r,
+    let (keys, next) = match ks.slot_keys(&wanted, after.as_deref(), count.clamp(1, 10_000), now) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Frame::error("ERR invalid token"),
         Err(e) => return store_error(&e),
     };
     if let Some(c) = cluster {
@@ -272,47 +260,25 @@ pub(super) fn balancer(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// `PLIANT.SLOTSTATS`: what a rescale plans with, for every slot this node has keys in or has
 /// served: `[[slot, keys, bytes, ops]…]`, bytes of keys and values, ops the keyed commands run
-/// on it since the start. One walk over every key (the store's, or memory's without one).
+/// on it since the start. From the slot index's counts, without a walk.
 pub(super) fn slotstats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     let Some(cluster) = ctx.node.cluster() else {
         return disabled();
     };
-    let mut keys = vec![0u64; usize::from(SLOTS)];
-    let mut bytes = vec![0u64; usize::from(SLOTS)];
-    let mut after: Option<Bytes> = None;
-    let now = ctx.now;
-    loop {
-        let mut ks = ctx.node.keyspace();
-        let (found, next) = match ks.scan(after.as_deref(), 1000, now, &|_| true) {
-            Ok(r) => r,
-            Err(e) => return store_error(&e),
-        };
-        for k in found {
-            let size = match ks.peek(&k, now) {
-                Ok(Some(v)) => (k.len() + v.data.len()) as u64,
-                Ok(None) => continue,
-                Err(e) => return store_error(&e),
-            };
-            let s = usize::from(key_slot(&k));
-            keys[s] += 1;
-            bytes[s] += size;
-        }
-        drop(ks);
-        match next {
-            Some(n) => after = Some(n),
-            None => break,
-        }
-    }
+    let stats = match ctx.node.keyspace().slot_stats(ctx.now) {
+        Ok(s) => s,
+        Err(e) => return store_error(&e),
+    };
     Frame::Array(
         (0..SLOTS)
-            .filter_map(|s| {
-                let i = usize::from(s);
+            .zip(stats)
+            .filter_map(|(s, (keys, bytes))| {
                 let ops = cluster.ops(s);
-                (keys[i] > 0 || ops > 0).then(|| {
+                (keys > 0 || ops > 0).then(|| {
                     Frame::Array(vec![
                         Frame::Integer(i64::from(s)),
-                        Frame::Integer(keys[i] as i64),
-                        Frame::Integer(bytes[i] as i64),
+                        Frame::Integer(keys as i64),
+                        Frame::Integer(bytes as i64),
                         Frame::Integer(ops as i64),
                     ])
                 })
@@ -321,32 +287,16 @@ pub(super) fn slotstats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     )
 }
 
-/// `PLIANT.SLOTCOUNT slot [slot…]`: keys of these slots here, counted in one walk under one
-/// hold of the keyspace, so a key a rewrite moves within memory is not missed: what a move
-/// checks before it gives the slots away.
+/// `PLIANT.SLOTCOUNT slot [slot…]`: live keys of these slots here, from the slot index under
+/// one hold of the keyspace: what a move checks before it gives the slots away.
 pub(super) fn slotcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let mut wanted = vec![false; usize::from(SLOTS)];
-    for a in args {
-        match slot_arg(a) {
-            Ok(s) => wanted[usize::from(s)] = true,
-            Err(e) => return e,
-        }
-    }
-    let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
-    let now = ctx.now;
-    let mut ks = ctx.node.keyspace();
-    let (mut n, mut after) = (0i64, None::<Bytes>);
-    loop {
-        match ks.scan(after.as_deref(), 10_000, now, &in_slots) {
-            Ok((keys, next)) => {
-                n += keys.len() as i64;
-                match next {
-                    Some(t) => after = Some(t),
-                    None => return Frame::Integer(n),
-                }
-            }
-            Err(e) => return store_error(&e),
-        }
+    let wanted = match slot_args(args) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    match ctx.node.keyspace().slot_count(&wanted, ctx.now) {
+        Ok(n) => Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+        Err(e) => store_error(&e),
     }
 }
 

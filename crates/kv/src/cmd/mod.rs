@@ -1234,7 +1234,7 @@ pub const COMMANDS: &[Spec] = &[
     .doc(
         PLIANT,
         PLIANT_SINCE,
-        "O(N) where N is the number of keys walked",
+        "O(S + M log N) where S is the number of slots given, M the number of keys returned and N the slot's keys",
         concat!(
             "Returns up to count keys of the given slots with their values and ",
             "expiries, walking on from the token of an earlier call: what a ",
@@ -1249,7 +1249,7 @@ pub const COMMANDS: &[Spec] = &[
     cmd("pliant.slotstats", 1, &[], NO_KEYS, cluster::slotstats).doc(
         PLIANT,
         PLIANT_SINCE,
-        "O(N) where N is the number of keys",
+        "O(16384), one step a slot",
         concat!(
             "Returns the keys, bytes and keyed commands of every slot this node ",
             "has keys in or has served: what a rescale plans with."
@@ -1293,11 +1293,11 @@ pub const COMMANDS: &[Spec] = &[
     .doc(
         PLIANT,
         PLIANT_SINCE,
-        "O(N) where N is the number of keys",
+        "O(S) where S is the number of slots given",
         concat!(
             "Returns how many keys of the given slots this node holds, counted ",
-            "in one walk: what a slot move checks before it gives the slots ",
-            "away."
+            "under one hold of the keyspace: what a slot move checks before it ",
+            "gives the slots away."
         ),
     )
     .args(&[Arg::integer("slot").multiple()]),
