@@ -2379,3 +2379,311 @@ mod tests {
         }
     }
 }
+
+/// The slot index against a walk of every key, as the slot commands walked before it.
+#[cfg(test)]
+mod slot_index_tests {
+    use super::*;
+    use crate::cluster::{SLOTS, key_slot};
+    use pliant_store::MemStore;
+
+    /// SplitMix64: a seeded generator, so a failing run can be run again.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Keys over a few slots (hash tags) and many (no tag), short (held in place by the index)
+    /// and long (boxed), the empty key included.
+    fn universe() -> Vec<Bytes> {
+        let mut keys: Vec<Bytes> = (0..24)
+            .map(|i| Bytes::from(format!("{{t{}}}k{i}", i % 3)))
+            .collect();
+        keys.extend((0..16).map(|i| Bytes::from(format!("plain:{i}"))));
+        keys.extend((0..6).map(|i| Bytes::from(format!("a-key-longer-than-22-bytes-{i}"))));
+        keys.push(Bytes::new());
+        keys
+    }
+
+    /// Every key that exists (expired ones not yet deleted included), by slot and key, with the
+    /// bytes and expiry the index should hold: the old walk, brute force.
+    fn walked(k: &mut Keyspace) -> Vec<(Vec<u8>, u32, Option<u64>)> {
+        // At time 0 no key has expired (an expiry is at 1 or later), so the walk sees them all.
+        let (keys, next) = k.scan(None, usize::MAX, 0, &|_| true).expect("scan");
+        assert_eq!(next, None);
+        let mut all: Vec<(u16, Vec<u8>, u32, Option<u64>)> = keys
+            .iter()
+            .map(|key| {
+                let v = k.peek(key, 0).expect("peek").expect("a key the walk found");
+                (key_slot(key), key.to_vec(), size_of(key, &v), v.expires_at)
+            })
+            .collect();
+        all.sort();
+        all.into_iter().map(|(_, k, b, e)| (k, b, e)).collect()
+    }
+
+    fn assert_matches_walk(k: &mut Keyspace, what: &str) {
+        let expect = walked(k);
+        let mut slots: Vec<u16> = universe().iter().map(|k| key_slot(k)).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let ix = k.slots.as_ref().expect("the index is built");
+        assert_eq!(ix.len(), expect.len() as u64, "{what}: keys in every slot");
+        assert_eq!(ix.checked_entries(&slots), expect, "{what}");
+    }
+
+    /// The slot commands' answers at `now` against a walk of the live keys.
+    fn assert_queries_match_walk(k: &mut Keyspace, now: u64, rng: &mut Rng, what: &str) {
+        let (live, _) = k.scan(None, usize::MAX, now, &|_| true).expect("scan");
+        let mut per_slot = vec![(0u64, 0u64); usize::from(SLOTS)];
+        let mut ordered: Vec<(u16, Bytes)> = Vec::new();
+        for key in live {
+            let v = k.peek(&key, now).expect("peek").expect("live");
+            let s = key_slot(&key);
+            per_slot[usize::from(s)].0 += 1;
+            per_slot[usize::from(s)].1 += u64::from(size_of(&key, &v));
+            ordered.push((s, key));
+        }
+        ordered.sort();
+        assert_eq!(
+            k.slot_stats(now).expect("stats"),
+            per_slot,
+            "{what}: SLOTSTATS"
+        );
+        let slot = key_slot(&universe()[rng.below(universe().len() as u64) as usize]);
+        assert_eq!(
+            k.slot_count(&[slot], now).expect("count"),
+            per_slot[usize::from(slot)].0,
+            "{what}: COUNTKEYSINSLOT {slot}"
+        );
+        // Every slot, walked a few keys at a time.
+        let all: Vec<u16> = (0..SLOTS).collect();
+        let (mut got, mut after) = (Vec::new(), None::<Bytes>);
+        loop {
+            let (keys, next) = k
+                .slot_keys(&all, after.as_deref(), 3, now)
+                .expect("walk")
+                .expect("a token");
+            got.extend(keys);
+            match next {
+                Some(t) => after = Some(t),
+                None => break,
+            }
+        }
+        let expect: Vec<Bytes> = ordered.into_iter().map(|(_, k)| k).collect();
+        assert_eq!(got, expect, "{what}: SLOTKEYS");
+    }
+
+    /// A seeded mix of writes, deletes, reads, expiries (lazy and swept), evictions, resizes,
+    /// rebuilds, flushes, commits and reopenings of the store, with the index compared with a
+    /// walk of every key after each step.
+    fn model(store: bool, seed: u64, steps: usize) {
+        let mut rng = Rng(seed);
+        let keys = universe();
+        let backing: Option<Arc<dyn Store>> = store.then(|| Arc::new(MemStore::new()) as _);
+        let mut k = Keyspace::new("lru", Capacity::Keys(8), backing.clone()).expect("keyspace");
+        let mut now = 1_000u64;
+        // Built after some writes (over what is pending and committed), not at the start.
+        let build_at = rng.below(40) as usize;
+        for step in 0..steps {
+            if step == build_at {
+                k.index_slots().expect("index");
+            }
+            let key = keys[rng.below(keys.len() as u64) as usize].clone();
+            let what = format!("seed {seed} store {store} step {step}");
+            match rng.below(100) {
+                0..35 => {
+                    let len = rng.below(40) as usize;
+                    let v = Value {
+                        data: Bytes::from(vec![b'v'; len]),
+                        expires_at: (rng.below(10) < 3).then(|| now + 1 + rng.below(60)),
+                    };
+                    k.set(key, v).expect("set");
+                }
+                35..50 => {
+                    k.delete(&key, now).expect("delete");
+                }
+                50..60 => {
+                    k.get(&key, now).expect("get");
+                }
+                60..66 => now += rng.below(30),
+                66..70 => {
+                    k.expire_sweep(now, 5).expect("sweep");
+                }
+                70..76 => k.commit().expect("commit"),
+                76 => k.flush().expect("flush"),
+                77..81 => {
+                    let cap = Capacity::Keys(1 + rng.below(12));
+                    k.resize(cap).expect("resize");
+                }
+                81 => {
+                    let algo = ["lru", "fifo", "s3fifo", "clock"][rng.below(4) as usize];
+                    let cap = Capacity::Keys(2 + rng.below(10));
+                    k.rebuild(algo, cap).expect("rebuild");
+                }
+                82..86 if step > build_at => {
+                    assert_queries_match_walk(&mut k, now, &mut rng, &what);
+                }
+                86 if store => {
+                    // Reopened: the writes committed, a new keyspace over the same store, its
+                    // index built by one walk.
+                    k.commit().expect("commit");
+                    k = Keyspace::new("lru", Capacity::Keys(8), backing.clone()).expect("keyspace");
+                    if step > build_at {
+                        k.index_slots().expect("index");
+                    }
+                }
+                _ => {
+                    k.trim(rng.below(6));
+                }
+            }
+            if k.slots.is_some() {
+                assert_matches_walk(&mut k, &what);
+            }
+        }
+    }
+
+    #[test]
+    fn the_index_equals_a_walk_of_every_key_through_random_writes_with_a_store() {
+        for seed in 1..=6 {
+            model(true, seed, 2_000);
+        }
+    }
+
+    #[test]
+    fn the_index_equals_a_walk_of_every_key_through_random_writes_without_a_store() {
+        for seed in 1..=6 {
+            model(false, seed, 2_000);
+        }
+    }
+
+    /// A slot move's walk (`PLIANT.SLOTKEYS`) with keys written, rewritten with other sizes
+    /// (which moves them within memory), deleted and added between its calls: every key present
+    /// throughout is returned exactly once, and no key twice.
+    #[test]
+    fn a_walk_of_slots_resumes_from_its_token_whatever_is_written_between_calls() {
+        for store in [false, true] {
+            for seed in 1..=4 {
+                let mut rng = Rng(seed);
+                let backing: Option<Arc<dyn Store>> = store.then(|| Arc::new(MemStore::new()) as _);
+                let mut k =
+                    Keyspace::new("lru", Capacity::Keys(10_000), backing).expect("keyspace");
+                k.index_slots().expect("index");
+                let key = |i: u64| Bytes::from(format!("{{t{}}}key:{i}", i % 5));
+                for i in 0..300 {
+                    k.set(key(i), Value::new(vec![b'v'; 10])).expect("set");
+                }
+                let mut wanted: Vec<u16> = (0..5)
+                    .map(|t| key_slot(format!("{{t{t}}}").as_bytes()))
+                    .collect();
+                wanted.sort_unstable();
+                wanted.dedup();
+                let mut touched = std::collections::HashSet::new();
+                let mut returned: Vec<Bytes> = Vec::new();
+                let mut after: Option<Bytes> = None;
+                let mut next_new = 300;
+                loop {
+                    let (keys, next) = k
+                        .slot_keys(&wanted, after.as_deref(), 7, 0)
+                        .expect("walk")
+                        .expect("a token");
+                    returned.extend(keys);
+                    for _ in 0..5 {
+                        let i = rng.below(next_new);
+                        match rng.below(3) {
+                            0 => {
+                                k.delete(&key(i), 0).expect("delete");
+                                touched.insert(i);
+                            }
+                            1 => {
+                                let len = 1 + rng.below(50) as usize;
+                                k.set(key(i), Value::new(vec![b'w'; len])).expect("set");
+                            }
+                            _ => {
+                                k.set(key(next_new), Value::new("new")).expect("set");
+                                touched.insert(next_new);
+                                next_new += 1;
+                            }
+                        }
+                    }
+                    if rng.below(4) == 0 {
+                        k.commit().expect("commit");
+                    }
+                    match next {
+                        Some(t) => after = Some(t),
+                        None => break,
+                    }
+                }
+                let mut seen = std::collections::HashSet::new();
+                for r in &returned {
+                    assert!(seen.insert(r.clone()), "{r:?} returned twice");
+                }
+                for i in (0..300).filter(|i| !touched.contains(i)) {
+                    assert!(
+                        seen.contains(&key(i)),
+                        "key {i}, present throughout, skipped"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Without a store an evicted key is gone, and leaves the index; with one it stays there.
+    #[test]
+    fn an_evicted_key_leaves_the_index_only_without_a_store() {
+        for store in [false, true] {
+            let backing: Option<Arc<dyn Store>> = store.then(|| Arc::new(MemStore::new()) as _);
+            let mut k = Keyspace::new("lru", Capacity::Keys(2), backing).expect("keyspace");
+            k.index_slots().expect("index");
+            for key in ["{s}a", "{s}b", "{s}c"] {
+                k.set(Bytes::from(key), Value::new("v")).expect("set");
+            }
+            let slot = key_slot(b"{s}");
+            assert_eq!(
+                k.slot_count(&[slot], 0).expect("count"),
+                if store { 3 } else { 2 },
+                "store {store}"
+            );
+        }
+    }
+
+    /// A count leaves out keys whose expiry passed, and deletes them, in the store too.
+    #[test]
+    fn a_count_deletes_the_slots_expired_keys_and_leaves_them_out() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let mut k = Keyspace::new("lru", Capacity::Keys(1), Some(store.clone())).expect("ks");
+        k.index_slots().expect("index");
+        for (key, at) in [("{s}a", Some(50)), ("{s}b", Some(500)), ("{s}c", None)] {
+            let v = Value {
+                data: Bytes::from_static(b"v"),
+                expires_at: at,
+            };
+            k.set(Bytes::from(key), v).expect("set");
+        }
+        k.commit().expect("commit");
+        let slot = key_slot(b"{s}");
+        assert_eq!(k.slot_count(&[slot], 10).expect("count"), 3);
+        assert_eq!(k.slot_count(&[slot], 100).expect("count"), 2);
+        k.commit().expect("commit");
+        assert_eq!(
+            store.get(b"{s}a").expect("get"),
+            None,
+            "deleted in the store"
+        );
+        assert_eq!(
+            k.slot_stats(1_000).expect("stats")[usize::from(slot)],
+            (1, 5)
+        );
+    }
+}
