@@ -2658,6 +2658,36 @@ mod slot_index_tests {
         }
     }
 
+    /// A batch the store failed is not in the store, so its writes leave the index: it says
+    /// what the store holds (what a restart would build it from).
+    #[test]
+    fn the_writes_of_a_failed_batch_leave_the_index() {
+        let faulty = pliant_store::FaultyStore::new(MemStore::new());
+        let faults = faulty.faults();
+        let store: Arc<dyn Store> = Arc::new(faulty);
+        let mut k = Keyspace::new("lru", Capacity::Keys(10), Some(store)).expect("keyspace");
+        k.index_slots().expect("index");
+        k.set(Bytes::from_static(b"{s}a"), Value::new("1"))
+            .expect("set");
+        k.set(Bytes::from_static(b"{s}b"), Value::new("2"))
+            .expect("set");
+        k.commit().expect("commit");
+        k.set(Bytes::from_static(b"{s}a"), Value::new("longer"))
+            .expect("set");
+        k.set(Bytes::from_static(b"{s}c"), Value::new("3"))
+            .expect("set");
+        k.delete(b"{s}b", 0).expect("delete");
+        faults.fail_write(1);
+        assert!(k.commit().is_err());
+        let slot = key_slot(b"{s}");
+        let ix = k.slots.as_ref().expect("index");
+        assert_eq!(
+            ix.checked_entries(&[slot]),
+            [(b"{s}a".to_vec(), 5, None), (b"{s}b".to_vec(), 5, None)],
+            "as the store holds them"
+        );
+    }
+
     /// A count leaves out keys whose expiry passed, and deletes them, in the store too.
     #[test]
     fn a_count_deletes_the_slots_expired_keys_and_leaves_them_out() {
