@@ -65,6 +65,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().map_or(Ok(1_000_000), |a| a.parse())?;
     let value_len: usize = args.next().map_or(Ok(1024), |a| a.parse())?;
+    if args.next().as_deref() == Some("set") {
+        return set_cost(n);
+    }
     let dir = tempfile::tempdir()?;
     let store: Arc<dyn Store> = Arc::new(pliant_store::WriteBehind::open(
         dir.path(),
@@ -149,8 +152,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         first.len()
     );
 
-    // What the index adds to a SET: the same writes with and without it (no store, so the SET
-    // is all memory's work; keys new, then each set again).
+    set_cost(n)
+}
+
+/// What the index adds to a SET: the same writes with and without it (no store, so the SET is
+/// all memory's work; keys new, then each set again).
+fn set_cost(n: u64) -> Result<(), Box<dyn std::error::Error>> {
     for indexed in [false, true] {
         let mut ks = Keyspace::new("lru", Capacity::Keys(n), None)?;
         if indexed {

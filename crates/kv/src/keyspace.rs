@@ -983,8 +983,8 @@ impl Keyspace {
             self.pending.insert(key.as_ref().into(), Some(encoded));
             self.stats.store_writes += 1;
             self.off_lock.written(self.id_of(&key));
-            if let Some(ix) = &mut self.slots {
-                ix.insert(&key, size_of(&key, &v), v.expires_at);
+            if self.slots.is_some() {
+                self.index_set(&key, &v);
             }
         }
         self.auto_put(&key);
@@ -1548,6 +1548,19 @@ impl Keyspace {
         }
     }
 
+    /// `key` is set to `v` over a store: the slot index takes its size and expiry, unless
+    /// memory says it has them already (the same key set again with a value of the same size
+    /// and expiry, the common overwrite, which then costs the index no lookup of its own).
+    fn index_set(&mut self, key: &[u8], v: &Value) {
+        let size = size_of(key, v);
+        let held = self
+            .slot(self.id_of(key), key)
+            .is_some_and(|s| s.size() == size && s.expires_at() == v.expires_at.map(|t| t.max(1)));
+        if !held && let Some(ix) = &mut self.slots {
+            ix.insert(key, size, v.expires_at);
+        }
+    }
+
     /// Puts `key` in the slot index as the store will hold it (its write in a batch the store
     /// failed is not): after the writes pending, the batches queued, the store. Left as it was
     /// if the store cannot say (writes are refused then, and a restart builds the index anew).
@@ -1815,7 +1828,12 @@ impl Keyspace {
         self.count_expiry(&value, true);
         if self.store.is_none()
             && let Some(ix) = &mut self.slots
+            && !self.mem[i]
+                .as_ref()
+                .is_some_and(|old| same_entry(old, &value))
         {
+            // (The same key set again with a value of the same size and expiry leaves the index
+            // as it is: the common overwrite costs it nothing.)
             ix.insert(value.key(), value.size(), value.expires_at());
         }
         match self.mem[i].replace(value) {
@@ -1887,6 +1905,12 @@ impl Keyspace {
             }
         }
     }
+}
+
+/// Whether two entries of memory are one key with a value of one size and one expiry: as the
+/// slot index sees them, the same.
+fn same_entry(a: &Slot, b: &Slot) -> bool {
+    a.size() == b.size() && a.expires_at() == b.expires_at() && a.key() == b.key()
 }
 
 /// Unix milliseconds as the tier's clock (seconds).
