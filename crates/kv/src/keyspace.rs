@@ -1088,16 +1088,31 @@ impl Keyspace {
         if self.slots.is_some() {
             return Ok(());
         }
-        let mut ix = Box::<SlotIndex>::default();
-        match self.store.clone() {
+        let ix = match self.store.clone() {
             Some(store) => {
                 self.walk_ready()?;
-                for entry in store.range((Bound::Unbounded, Bound::Unbounded)) {
-                    let (k, raw) = entry?;
-                    if !self.pending.contains_key(k.as_slice()) {
-                        let v = Value::decode(&k, raw)?;
-                        ix.insert(&k, size_of(&k, &v), v.expires_at);
-                    }
+                let pending = &self.pending;
+                let mut failed = None;
+                let walk = store
+                    .range((Bound::Unbounded, Bound::Unbounded))
+                    .map_while(|entry| {
+                        let decoded = entry.map_err(KvError::from).and_then(|(k, raw)| {
+                            let v = Value::decode(&k, raw)?;
+                            Ok((size_of(&k, &v), v.expires_at, k))
+                        });
+                        match decoded {
+                            Ok(e) => Some(e),
+                            Err(e) => {
+                                failed = Some(e);
+                                None
+                            }
+                        }
+                    })
+                    .filter(|(_, _, k)| !pending.contains_key(k.as_slice()))
+                    .map(|(size, at, k)| (k, size, at));
+                let mut ix = SlotIndex::build(walk);
+                if let Some(e) = failed {
+                    return Err(e);
                 }
                 for (k, raw) in &self.pending {
                     if let Some(raw) = raw {
@@ -1105,14 +1120,17 @@ impl Keyspace {
                         ix.insert(k, size_of(k, &v), v.expires_at);
                     }
                 }
+                ix
             }
             None => {
+                let mut ix = SlotIndex::default();
                 for slot in self.mem.iter().flatten() {
                     ix.insert(slot.key(), slot.size(), slot.expires_at());
                 }
+                ix
             }
-        }
-        self.slots = Some(ix);
+        };
+        self.slots = Some(Box::new(ix));
         Ok(())
     }
 
