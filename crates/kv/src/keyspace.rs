@@ -22,6 +22,11 @@
 //! count) until something reads them; keys only the store holds wait for their next touch.
 //! Times are unix milliseconds passed in by the caller, so tests choose the clock.
 //!
+//! On a cluster node the keyspace also indexes every key it holds by hash slot (`slots`), kept
+//! in step where a key comes or goes: with a store where a write enters `pending` (set, delete,
+//! expiry, flush, a failed batch), without one where memory gains or loses an entry (set,
+//! delete, expiry, eviction, rebuild, a tier's fetches, puts and invalidations).
+//!
 //! In the store, a value is one flag byte (0: no expiry; 1: an expiry follows as a big-endian
 //! `u64` of unix milliseconds) and the value's bytes.
 
@@ -2478,6 +2483,7 @@ mod slot_index_tests {
     fn assert_matches_walk(k: &mut Keyspace, what: &str) {
         let expect = walked(k);
         let mut slots: Vec<u16> = universe().iter().map(|k| key_slot(k)).collect();
+        slots.extend(expect.iter().map(|(k, _, _)| key_slot(k)));
         slots.sort_unstable();
         slots.dedup();
         let ix = k.slots.as_ref().expect("the index is built");
@@ -2728,6 +2734,33 @@ mod slot_index_tests {
             [(b"{s}a".to_vec(), 5, None), (b"{s}b".to_vec(), 5, None)],
             "as the store holds them"
         );
+    }
+
+    /// Over a parent, the index holds what memory holds of the parent's keys (what a walk
+    /// listed before it): puts forwarded and fetches come in, invalidations and evictions go.
+    #[test]
+    fn over_a_parent_the_index_follows_what_memory_holds() {
+        let mut k = Keyspace::over_parent("lru", Capacity::Keys(3)).expect("keyspace");
+        k.index_slots().expect("index");
+        for key in ["{p}a", "{p}b"] {
+            k.put_forwarded(key.as_bytes(), Value::new("v"));
+        }
+        let Want::Fetch(done) = k.want(b"{p}c", 0) else {
+            panic!("not held: fetched");
+        };
+        let fetched: Fetched = Ok(Some(Value::new("fetched")));
+        k.fetched(b"{p}c", &fetched);
+        done.done(&fetched);
+        assert_matches_walk(&mut k, "puts and a fetch");
+        assert_eq!(k.slot_count(&[key_slot(b"{p}")], 0).expect("count"), 3);
+        k.put_forwarded(b"{p}d", Value::new("v"));
+        assert_matches_walk(&mut k, "an eviction");
+        k.invalidate(Some(&[Bytes::from_static(b"{p}c")]));
+        assert_matches_walk(&mut k, "one key invalidated");
+        assert_eq!(k.slot_count(&[key_slot(b"{p}")], 0).expect("count"), 2);
+        k.invalidate(None);
+        assert_matches_walk(&mut k, "every key invalidated");
+        assert_eq!(k.slot_count(&[key_slot(b"{p}")], 0).expect("count"), 0);
     }
 
     /// A count leaves out keys whose expiry passed, and deletes them, in the store too.
