@@ -526,6 +526,10 @@ fn scan_store_over(
     }
 }
 
+/// Keys a walk of slots found, and the token to go on from (`None`: the walk is over): what
+/// [`Keyspace::slot_keys`] gives.
+pub type SlotWalk = (Vec<Bytes>, Option<Bytes>);
+
 /// The largest encoding buffer a keyspace keeps between writes: a huge value's does not stay.
 const SCRATCH_KEPT: usize = 1 << 20;
 
@@ -1195,7 +1199,7 @@ impl Keyspace {
         after: Option<&[u8]>,
         count: usize,
         now: u64,
-    ) -> Result<Option<(Vec<Bytes>, Option<Bytes>)>, KvError> {
+    ) -> Result<Option<SlotWalk>, KvError> {
         let after = match after {
             None => None,
             Some(t) => match parse_token(t) {

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use pliant_proto::frame::Frame;
 
 use super::{Ctx, Session, integer, store_error};
-use crate::cluster::{SLOTS, key_slot};
+use crate::cluster::SLOTS;
 use crate::keyspace::KvError;
 use crate::node::Node;
 
@@ -49,8 +49,8 @@ pub const MAX_BATCH_BYTES: u64 = 64 << 20;
 /// writes wait) until its acknowledgement.
 const BATCH_KEYS: usize = 8192;
 
-/// Scans of the keyspace in one hold of its lock while a batch fills: a move of a few sparse
-/// slots could otherwise walk a whole store under one hold.
+/// Reads of the slot index (256 keys each) in one hold of the keyspace lock while a batch
+/// fills: a batch of small keys is taken in a few holds, each short, so commands run between.
 const SCANS_PER_HOLD: usize = 4;
 
 /// A key copied: the key, its value, and its expiry (unix ms; 0: none).
@@ -114,16 +114,18 @@ async fn run(
         .filter(|b| (1..=MAX_BATCH_BYTES).contains(b))
         .ok_or_else(|| refused(format!("batch-bytes must be 1 to {MAX_BATCH_BYTES}")))?;
     let mut after = (!args[3].is_empty()).then(|| args[3].clone());
-    let mut wanted = vec![false; usize::from(SLOTS)];
     let mut slots = Vec::new();
     for a in &args[4..] {
         let slot = integer(a)
             .and_then(|s| u16::try_from(s).ok())
             .filter(|&s| s < SLOTS)
             .ok_or_else(|| refused("Invalid slot".into()))?;
-        wanted[usize::from(slot)] = true;
         slots.push(slot);
     }
+    // The walk's order: slot by slot (the slot index's).
+    let mut wanted = slots.clone();
+    wanted.sort_unstable();
+    wanted.dedup();
     // The map names the target: the node dials no address a client gives.
     let addr = {
         let state = cluster.state();
@@ -154,7 +156,6 @@ async fn run(
         .map_err(|e| target(e.reason()))?;
 
     let started = Instant::now();
-    let in_slots = |k: &[u8]| wanted[usize::from(key_slot(k))];
     let (mut deleted, mut bytes, mut copied) = (0u64, 0u64, 0u64);
     let mut in_flight: VecDeque<Vec<Entry>> = VecDeque::new();
     let mut walk_over;
@@ -168,7 +169,7 @@ async fn run(
             let (next, added) = {
                 // Outside any transaction, as every command is (EXEC holds it alone).
                 let _outside_exec = node.exec_shared();
-                take(node, after.as_deref(), &in_slots, &mut batch, room, now)?
+                take(node, after.as_deref(), &wanted, &mut batch, room, now)?
             };
             batch_size += added;
             after = next;
@@ -219,17 +220,18 @@ async fn run(
 }
 
 /// Adds to `batch`, under one hold of the move's gate and the keyspace, the keys of the slots
-/// after `after` with their values, marked as being copied, until `room` more bytes are in it
+/// `wanted` (ascending, each once; read from the slot index, not a walk of every key) after
+/// `after` with their values, marked as being copied, until `room` more bytes are in it
 /// (the last value may pass it) or [`SCANS_PER_HOLD`] scans were made. The token to go on from
 /// (`None`: the walk is over) and the bytes added.
 fn take(
     node: &Node,
     after: Option<&[u8]>,
-    in_slots: &dyn Fn(&[u8]) -> bool,
+    wanted: &[u16],
     batch: &mut Vec<Entry>,
     room: u64,
     now: u64,
-) -> Result<(Option<Bytes>, u64), KvError> {
+) -> Result<(Option<Bytes>, u64), MigrateError> {
     // No keyed command is between its routing and its end while the copies are marked.
     let cluster = node.cluster();
     let _gate = cluster.map(|c| c.gate_exclusive());
@@ -242,7 +244,9 @@ fn take(
         if keys_left == 0 {
             break;
         }
-        let (keys, next) = ks.scan(after.as_deref(), keys_left.min(256), now, in_slots)?;
+        let (keys, next) = ks
+            .slot_keys(wanted, after.as_deref(), keys_left.min(256), now)?
+            .ok_or_else(|| MigrateError::Refused("invalid token".into()))?;
         for k in keys {
             if let Some(v) = ks.peek(&k, now)? {
                 added += (k.len() + v.data.len()) as u64;
