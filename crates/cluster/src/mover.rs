@@ -294,8 +294,8 @@ pub async fn move_slots_until(
             }
         }
         if !found_any {
-            // A walk can miss a key that a rewrite moved behind it (memory without a store);
-            // one count under one lock says whether the slots are really empty here.
+            // One count under one lock (the slot index's, O(1) a slot) says whether the slots
+            // are really empty here before they are given away.
             let mut count: Vec<&[u8]> = vec![b"PLIANT.SLOTCOUNT"];
             count.extend(slot_args.iter().map(|s| s.as_bytes()));
             match src.call(&count).await? {
