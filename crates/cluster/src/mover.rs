@@ -165,11 +165,21 @@ pub async fn move_slots(
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<MoveReport, MoveError> {
-    move_slots_until(coord, dialer, slots, to, progress, &AtomicBool::new(false)).await
+    move_slots_until(
+        coord,
+        dialer,
+        slots,
+        to,
+        progress,
+        &AtomicBool::new(false),
+        BATCH_BYTES,
+    )
+    .await
 }
 
 /// [`move_slots`], stopping with [`MoveError::Stopped`] between two of the source's streaming
-/// calls (each about half a second) once `stop` is set.
+/// calls (each about half a second) once `stop` is set, the source sending batches of
+/// `batch_bytes` (1 to 64 MiB).
 pub async fn move_slots_until(
     coord: &dyn Coord,
     dialer: &Dialer,
@@ -177,6 +187,7 @@ pub async fn move_slots_until(
     to: &str,
     progress: &mut (dyn FnMut(u64, u64) + Send),
     stop: &AtomicBool,
+    batch_bytes: usize,
 ) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
     if let Some(s) = slots.iter().find(|&&s| s >= crate::SLOTS) {
@@ -262,7 +273,7 @@ pub async fn move_slots_until(
     // 2. The keys, round after round until none is left at the source.
     let mut src = Conn::open(dialer, source.addr).await?;
     let slot_args: Vec<String> = slots.iter().map(u16::to_string).collect();
-    let batch = BATCH_BYTES.to_string();
+    let batch = batch_bytes.to_string();
     loop {
         report.rounds += 1;
         if report.rounds > MAX_ROUNDS {

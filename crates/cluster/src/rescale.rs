@@ -63,6 +63,8 @@ pub struct Options {
     /// way end (within about a second), and the error says how far it got; the slots left
     /// migrating finish when the command is run again. For a command run from a terminal.
     pub interruptible: bool,
+    /// Bytes a batch the source sends the target ([`crate::mover::BATCH_BYTES`] by default).
+    pub batch_bytes: usize,
 }
 
 /// What a rescale did (or, dry, would do).
@@ -384,7 +386,7 @@ async fn run(
             busy_out.insert(from.clone());
             busy_in.insert(to.clone());
             let (coord, dialer, bytes) = (coord.clone(), opts.dialer.clone(), bytes.clone());
-            let stop = stop.clone();
+            let (stop, batch_bytes) = (stop.clone(), opts.batch_bytes);
             running.spawn(async move {
                 let mut last = 0;
                 let r = move_slots_until(
@@ -397,6 +399,7 @@ async fn run(
                         last = b;
                     },
                     &stop,
+                    batch_bytes,
                 )
                 .await;
                 (from, to, r)

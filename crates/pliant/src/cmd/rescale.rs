@@ -76,6 +76,10 @@ struct How {
     /// Slot moves at once, at most.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
+    /// Bytes of keys and values a source node sends its target per batch (up to 4 batches on
+    /// their way at once; a larger value goes alone): 256KiB, 1MiB, 16MiB (at most 64MiB).
+    #[arg(long, default_value = "1MiB", value_name = "SIZE", value_parser = batch_bytes)]
+    batch_bytes: usize,
     /// Print the plan; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -84,6 +88,20 @@ struct How {
     password: Option<String>,
     #[command(flatten)]
     json: Json,
+}
+
+/// `--batch-bytes`: a size from 1 byte to 64 MiB (what a node accepts in `PLIANT.MIGRATE`).
+fn batch_bytes(s: &str) -> Result<usize, String> {
+    const MAX: u64 = 64 << 20;
+    match s
+        .parse::<pliant_cache::Capacity>()
+        .map_err(|e| e.to_string())?
+    {
+        pliant_cache::Capacity::Bytes(n) if (1..=MAX).contains(&n) => Ok(n as usize),
+        _ => Err(format!(
+            "{s:?}: expected a size from 1 byte to 64MiB (256KiB, 1MiB)"
+        )),
+    }
 }
 
 pub fn commission(a: &CommissionArgs) -> Result<ExitCode> {
@@ -116,6 +134,7 @@ fn run(cluster: &str, change: &Change, how: &How, force: bool) -> Result<ExitCod
         ),
         force,
         interruptible: true,
+        batch_bytes: how.batch_bytes,
     };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
