@@ -491,7 +491,8 @@ def cmd_summary(a):
                 return ""
             return f"{fmt(ld.get(key), spec)} / {fmt(lb.get(key) if lb else None, spec)}"
         p99r = (ld["p99_ms"] / lb["p99_ms"]) if ld and lb and ld.get("p99_ms") and lb.get("p99_ms") else None
-        print(f"| {r['system']} | {r['phase']} | {fmt(r.get('seconds'))} s | {fmt(r.get('wall_seconds'))} s "
+        att = f" ({r['attempts']} attempts)" if r.get("attempts", 1) > 1 else ""
+        print(f"| {r['system']} | {r['phase']}{att} | {fmt(r.get('seconds'))} s | {fmt(r.get('wall_seconds'))} s "
               f"| {fmt(r.get('bytes_moved'), ',.0f')} | {fmt(r.get('keys_moved'), ',.0f')} "
               f"| {fmt(r.get('t_t'), ',.3f')} s | {fmt(r.get('duration_over_t_t'), ',.1f')} "
               f"| {pair('ops_per_s', ',.0f')} | {pair('p50_ms', '.3f')} | {pair('p99_ms', '.3f')} "
@@ -501,6 +502,9 @@ def cmd_summary(a):
         if r["system"] == "pliant" and r["phase"].startswith("idle") and r.get("redis_seconds"):
             print(f"\n{r['phase']}: pliant {r['seconds']:.2f} s, Redis {r['redis_seconds']:.2f} s: "
                   f"pliant / Redis = {r['seconds'] / r['redis_seconds']:.2f}")
+    for r in rows:
+        for f in r.get("failed_attempts", []):
+            print(f"\n{r['system']} {r['phase']}: FAILED {f}")
     v = rec.get("verify")
     if v:
         print(f"\nevery loaded key read back at the end: {v['keys'] - v['missing'] - v['wrong']:,} of "

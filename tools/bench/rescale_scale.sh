@@ -40,7 +40,8 @@
 #   --cluster gives each client the hash tag of one slot of its master, so the load touches ~50
 #   slots, and its GETs read its own keys (many miss): a move affects it only through those
 #   slots and through the nodes' shared CPU. Its errors (e.g. -TRYAGAIN, not retried by it) and
-#   map re-reads (a MOVED or ASK) are counted.
+#   map re-reads (a MOVED or ASK) are counted. Its SETs add keys of their own (VALUE bytes each,
+#   up to -r 100000 per hash tag), so the loaded phases move more bytes than the idle ones.
 #   The checker (rescale_scale.py checker, during each loaded move): one raw-socket RESP client
 #   that follows -MOVED/-ASK and retries -TRYAGAIN, writing distinct keys `ck:<phase>:<i>` (every
 #   slot, the moving ones too) twice each with known values, recording each acknowledged write;
@@ -74,7 +75,11 @@
 #   --no-redis: pliant only.
 #   env: PLIANT_BIN (the binary to measure; else target/release/pliant is built),
 #        GET_CLIENTS (40), SET_CLIENTS (10), GET_CHUNK (20000), SET_CHUNK (5000),
-#        MOVE_TIMEOUT (3600 s; --quick 600), LOAD_TIMEOUT (3600 s; --quick 600)
+#        MOVE_TIMEOUT (3600 s; --quick 600), LOAD_TIMEOUT (3600 s; --quick 600),
+#        RETRIES (1: a `pliant scale` command that fails is run again that many times, as an
+#        operator would, since a re-run finishes what it left; the phase's wall time then spans
+#        every attempt, the report's seconds are the last one's, and the run fails after the
+#        table, which names the attempts and their errors; 0: the first failure ends the run)
 #
 # Needs redis-server, redis-cli and redis-benchmark 7.x (apt-get install redis-server
 # redis-tools), python3, stdbuf and timeout (coreutils), cargo unless PLIANT_BIN is set. Loopback
@@ -109,7 +114,8 @@ fi
 KEYS=${KEYS:-2000000} VALUE=${VALUE:-1024}
 MOVE_TIMEOUT=${MOVE_TIMEOUT:-3600} LOAD_TIMEOUT=${LOAD_TIMEOUT:-3600}
 GET_CLIENTS=${GET_CLIENTS:-40} SET_CLIENTS=${SET_CLIENTS:-10}
-GET_CHUNK=${GET_CHUNK:-20000} SET_CHUNK=${SET_CHUNK:-5000}
+GET_CHUNK=${GET_CHUNK:-20000} SET_CHUNK=${SET_CHUNK:-5000} RETRIES=${RETRIES-1}
+[[ $RETRIES =~ ^[0-9]+$ ]] || { echo "rescale_scale.sh: RETRIES must be a non-negative integer" >&2; exit 2; }
 for v in KEYS VALUE MOVE_TIMEOUT LOAD_TIMEOUT GET_CLIENTS SET_CLIENTS GET_CHUNK SET_CHUNK; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "rescale_scale.sh: $v must be a positive integer (got '${!v}')" >&2; exit 2; }
 done
@@ -271,6 +277,7 @@ load_result() {
 # pliant
 start_pliant() {
   local dir=$WORK/pcluster i
+  : >"$WORK/up.json"
   "$PLIANT" cluster up --nodes 3 --base-port 0 --json --dir "$dir" -- --durability everysec \
     >"$WORK/up.json" 2>"$WORK/up.log" </dev/null &
   SUP_PID=$!
@@ -318,10 +325,23 @@ pliant_move() {
   fi
   log "pliant: $phase: pliant scale $kind ${args[*]}"
   t0=$(now)
-  run_bounded "$MOVE_TIMEOUT" "$WORK/$tag.report.json" "$WORK/$tag.report.err" \
-    "$PLIANT" scale "$kind" --cluster "$SEED" "${args[@]}" --json || rc=$?
+  : >"$WORK/$tag.failures"
+  local attempt
+  for ((attempt = 1; ; attempt++)); do
+    rc=0
+    run_bounded "$MOVE_TIMEOUT" "$WORK/$tag.report.json" "$WORK/$tag.report.err" \
+      "$PLIANT" scale "$kind" --cluster "$SEED" "${args[@]}" --json || rc=$?
+    log "pliant: $phase: attempt $attempt returned after $(elapsed "$t0") s (status $rc)"
+    ((rc != 0 && rc != 124 && attempt <= RETRIES)) || break
+    # A rescale run again finishes what the failed one left (docs/cluster.md): as an operator
+    # would, and the run counts it (a failed attempt fails the run, after the table).
+    log "pliant: $phase: FAILED: $(tail -n 3 "$WORK/$tag.report.err" | tr '\n' ' '); the nodes' warnings:"
+    show_logs
+    printf '%s\n' "attempt $attempt after $(elapsed "$t0") s: $(tail -n 3 "$WORK/$tag.report.err" | tr '\n' ' ')" >>"$WORK/$tag.failures"
+    FAILED=1
+    sleep 5
+  done
   wall=$(elapsed "$t0")
-  log "pliant: $phase: the command returned after $wall s (status $rc)"
   if ((loaded)); then
     stop_load
     kill -TERM "$CHECKER_PID" 2>/dev/null || true
@@ -347,14 +367,19 @@ pliant_move() {
       base=$WORK/$tag-without.json
     fi
   fi
-  ((rc == 0)) || die "$phase: pliant scale $kind failed (status $rc; 124: over $MOVE_TIMEOUT s): $(tail -n 20 "$WORK/$tag.report.err")"
+  if ((rc != 0)); then
+    show_logs
+    die "$phase: pliant scale $kind failed (status $rc; 124: over $MOVE_TIMEOUT s): $(tail -n 20 "$WORK/$tag.report.err")"
+  fi
   python3 - "$REC/$tag.json" "$phase" "$WORK/$tag.report.json" "$wall" "$loaded" \
-    "${base:-}" "$WORK/$tag-during.json" "$WORK/$tag-checker.json" <<'EOF'
+    "${base:-}" "$WORK/$tag-during.json" "$WORK/$tag-checker.json" "$WORK/$tag.failures" <<'EOF'
 import json, os, sys
-out, phase, report, wall, loaded, base, during, checker = sys.argv[1:]
+out, phase, report, wall, loaded, base, during, checker, failures = sys.argv[1:]
 r = json.load(open(report))
 pl = r["planned"]
+failed = [l.rstrip("\n") for l in open(failures) if l.strip()]
 rec = {"system": "pliant", "phase": phase, "seconds": r["seconds"], "wall_seconds": float(wall),
+       "attempts": 1 + len(failed), "failed_attempts": failed,
        "bytes_moved": r["bytes_moved"], "keys_moved": r["keys_moved"],
        "planned_bytes": r["planned_bytes"], "t_t": pl["t_t"], "t_max": pl["t_max"],
        "bandwidth_bytes_per_s": r["bandwidth_bytes_per_s"],
@@ -446,6 +471,16 @@ redis_wait_ok() {
     sleep 0.2
   done
   die "Redis Cluster: not every node ok within 60 s: $(tr '\n' ' ' <"$WORK/info.out")"
+}
+
+# show_logs: the last warnings and errors of pliant's supervisor and nodes, to stderr.
+show_logs() {
+  local f
+  shopt -s nullglob
+  for f in "$WORK/up.log" "$WORK"/pcluster/node-*.log; do
+    grep -HiE 'warn|error|panic|lease' "$f" 2>/dev/null | sed "s|^$WORK/||" | tail -n 8 >&2 || true
+  done
+  shopt -u nullglob
 }
 
 redis_dbsize() { timeout 30 redis-cli -h "$HOST" -p "$1" dbsize; }
@@ -582,6 +617,8 @@ for v, name in ((a["verify"], "pliant"), (a.get("redis_verify"), "redis")):
     if v and (v["missing"] or v["wrong"]):
         bad.append(f"{name}: {v['missing']} keys missing, {v['wrong']} wrong: {v['examples']}")
 for p in a["phases"]:
+    for f in p.get("failed_attempts", []):
+        bad.append(f"{p['system']} {p['phase']}: the command failed and was run again: {f}")
     c = p.get("checker")
     if c and (c["lost"] or c["stale"] or c["errors"]):
         bad.append(f"{p['phase']}: checker lost {c['lost']}, stale {c['stale']}, errors {c['errors']}: {c['examples']} {c['first_errors']}")

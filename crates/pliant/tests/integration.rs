@@ -11,6 +11,7 @@ mod fs_cli;
 mod parsplice_cli;
 mod policy_cli;
 mod posix_diff;
+mod rescale_scale_cli;
 mod scale_cli;
 mod serve_cli;
 mod serve_redis_cli;
