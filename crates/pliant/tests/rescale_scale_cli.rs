@@ -21,10 +21,16 @@ fn on_path(c: &str) -> bool {
 
 #[test]
 fn a_commission_and_a_decommission_of_a_loaded_cluster_lose_no_key_and_report_every_figure() {
-    let missing: Vec<&str> = ["redis-cli", "redis-benchmark", "python3", "stdbuf", "timeout"]
-        .into_iter()
-        .filter(|c| !on_path(c))
-        .collect();
+    let missing: Vec<&str> = [
+        "redis-cli",
+        "redis-benchmark",
+        "python3",
+        "stdbuf",
+        "timeout",
+    ]
+    .into_iter()
+    .filter(|c| !on_path(c))
+    .collect();
     if !missing.is_empty() {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -97,7 +103,10 @@ fn a_commission_and_a_decommission_of_a_loaded_cluster_lose_no_key_and_report_ev
     assert_eq!(v["keys"], 20000, "{v}");
     assert_eq!(v["missing"], 0, "keys lost: {v}");
     assert_eq!(v["wrong"], 0, "keys with another value: {v}");
-    assert!(all["loads"]["pliant"]["ok"].as_bool() == Some(true), "{all}");
+    assert!(
+        all["loads"]["pliant"]["ok"].as_bool() == Some(true),
+        "{all}"
+    );
     let phases = all["phases"].as_array().expect("phases");
     let names: Vec<&str> = phases.iter().filter_map(|p| p["phase"].as_str()).collect();
     assert_eq!(
@@ -126,7 +135,10 @@ fn a_commission_and_a_decommission_of_a_loaded_cluster_lose_no_key_and_report_ev
                 }
             }
             let c = &p["checker"];
-            assert!(c["acknowledged_keys"].as_u64().is_some_and(|n| n > 0), "{c}");
+            assert!(
+                c["acknowledged_keys"].as_u64().is_some_and(|n| n > 0),
+                "{c}"
+            );
             assert_eq!(c["lost"], 0, "acknowledged writes lost: {c}");
             assert_eq!(c["stale"], 0, "stale reads: {c}");
             assert_eq!(c["errors"], 0, "checker errors: {c}");
