@@ -492,6 +492,8 @@ def cmd_summary(a):
             return f"{fmt(ld.get(key), spec)} / {fmt(lb.get(key) if lb else None, spec)}"
         p99r = (ld["p99_ms"] / lb["p99_ms"]) if ld and lb and ld.get("p99_ms") and lb.get("p99_ms") else None
         att = f" ({r['attempts']} attempts)" if r.get("attempts", 1) > 1 else ""
+        if r.get("failed"):
+            att = f" (FAILED, {r['attempts']} attempts)"
         print(f"| {r['system']} | {r['phase']}{att} | {fmt(r.get('seconds'))} s | {fmt(r.get('wall_seconds'))} s "
               f"| {fmt(r.get('bytes_moved'), ',.0f')} | {fmt(r.get('keys_moved'), ',.0f')} "
               f"| {fmt(r.get('t_t'), ',.3f')} s | {fmt(r.get('duration_over_t_t'), ',.1f')} "

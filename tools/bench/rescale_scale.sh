@@ -368,16 +368,28 @@ pliant_move() {
     fi
   fi
   if ((rc != 0)); then
+    # Every attempt failed: the phase is recorded as failed, the later pliant phases are skipped
+    # (the table still shows what was measured) and the run fails.
+    log "pliant: $phase: FAILED for good (status $rc; 124: over $MOVE_TIMEOUT s): $(tail -n 5 "$WORK/$tag.report.err" | tr '\n' ' ')"
     show_logs
-    die "$phase: pliant scale $kind failed (status $rc; 124: over $MOVE_TIMEOUT s): $(tail -n 20 "$WORK/$tag.report.err")"
+    printf '%s\n' "attempt $attempt (the last) after $wall s: $(tail -n 3 "$WORK/$tag.report.err" | tr '\n' ' ')" >>"$WORK/$tag.failures"
+    FAILED=1
   fi
   python3 - "$REC/$tag.json" "$phase" "$WORK/$tag.report.json" "$wall" "$loaded" \
-    "${base:-}" "$WORK/$tag-during.json" "$WORK/$tag-checker.json" "$WORK/$tag.failures" <<'EOF'
+    "${base:-}" "$WORK/$tag-during.json" "$WORK/$tag-checker.json" "$WORK/$tag.failures" "$rc" <<'EOF'
 import json, os, sys
-out, phase, report, wall, loaded, base, during, checker, failures = sys.argv[1:]
+out, phase, report, wall, loaded, base, during, checker, failures, rc = sys.argv[1:]
+failed = [l.rstrip("\n") for l in open(failures) if l.strip()]
+if rc != "0":
+    rec = {"system": "pliant", "phase": phase, "failed": True, "wall_seconds": float(wall),
+           "attempts": len(failed), "failed_attempts": failed}
+    if loaded == "1":
+        rec["load_during"] = json.load(open(during))
+        rec["checker"] = json.load(open(checker))
+    json.dump(rec, open(out, "w"), indent=1)
+    sys.exit(0)
 r = json.load(open(report))
 pl = r["planned"]
-failed = [l.rstrip("\n") for l in open(failures) if l.strip()]
 rec = {"system": "pliant", "phase": phase, "seconds": r["seconds"], "wall_seconds": float(wall),
        "attempts": 1 + len(failed), "failed_attempts": failed,
        "bytes_moved": r["bytes_moved"], "keys_moved": r["keys_moved"],
@@ -392,6 +404,12 @@ if loaded == "1":
     rec["checker"] = json.load(open(checker))
 json.dump(rec, open(out, "w"), indent=1)
 EOF
+  if ((rc != 0)); then
+    if ((loaded)); then
+      log "pliant: $phase: checker $(jget "$REC/$tag.json" '"%(acknowledged_keys)d acknowledged keys, lost %(lost)d, stale %(stale)d, errors %(errors)d %(first_errors)s %(examples)s" % d["checker"]')"
+    fi
+    return 1
+  fi
   if [[ $kind == commission ]]; then
     ADDED_ID=$(jget "$WORK/$tag.report.json" 'd["added"][0]')
   fi
@@ -542,7 +560,7 @@ n = int(sys.argv[9])
 keylen = 2 + sum(len(str(i)) for i in range(n)) / n
 slots = sum(int(x) for x in re.findall(r"^Moving (\d+) slots from", open(log).read(), flags=re.M))
 try:
-    t_t = json.load(open(pl))["t_t"]
+    t_t = json.load(open(pl)).get("t_t")
 except OSError:
     t_t = None
 json.dump({"system": "redis", "phase": f"idle {step}", "seconds": wall, "wall_seconds": wall,
@@ -568,10 +586,11 @@ T_START=$(now)
 
 start_pliant
 load_keys pliant "$SEED"
-pliant_move "idle commission" commission 0
-pliant_move "idle decommission" decommission 0
-pliant_move "loaded commission" commission 1
-pliant_move "loaded decommission" decommission 1
+for step in "idle commission" "idle decommission" "loaded commission" "loaded decommission"; do
+  loaded=0
+  [[ $step != loaded* ]] || loaded=1
+  pliant_move "$step" "${step#* }" "$loaded" || { log "pliant: the later phases are skipped"; break; }
+done
 log "pliant: reading every key back"
 python3 "$HELPER" verify --seed "$SEED" --keys "$KEYS" --value "$VALUE" >"$REC/pliant-verify.json" \
   || die "pliant: reading the keys back failed"
@@ -617,8 +636,10 @@ for v, name in ((a["verify"], "pliant"), (a.get("redis_verify"), "redis")):
     if v and (v["missing"] or v["wrong"]):
         bad.append(f"{name}: {v['missing']} keys missing, {v['wrong']} wrong: {v['examples']}")
 for p in a["phases"]:
+    if p.get("failed"):
+        bad.append(f"{p['system']} {p['phase']}: every attempt failed")
     for f in p.get("failed_attempts", []):
-        bad.append(f"{p['system']} {p['phase']}: the command failed and was run again: {f}")
+        bad.append(f"{p['system']} {p['phase']}: a `pliant scale` attempt failed: {f}")
     c = p.get("checker")
     if c and (c["lost"] or c["stale"] or c["errors"]):
         bad.append(f"{p['phase']}: checker lost {c['lost']}, stale {c['stale']}, errors {c['errors']}: {c['examples']} {c['first_errors']}")
