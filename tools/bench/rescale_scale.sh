@@ -61,7 +61,9 @@
 # How to read it
 #   stdout: a markdown table, one row per system and phase: duration (report, wall), bytes and
 #   keys moved, T_t, duration / T_t, the load's ops/s, p50 and p99 during the move / without
-#   it and the p99 ratio, the checker's acknowledged keys, lost and stale; then pliant / Redis
+#   it and the p99 ratio, p99.9 and the largest latency printed (during / without: a stall of
+#   seconds shows there and in ops/s, not in p99), the checker's acknowledged keys, lost and
+#   stale; then pliant / Redis
 #   duration of the idle phases and the final read-back. The goals: idle duration <= 3 x
 #   T_t, p99 during <= 2 x without, 0 lost and 0 stale. Progress goes to stderr. --json FILE:
 #   every record (the full rescale reports, the load per process, the checker's counts).
