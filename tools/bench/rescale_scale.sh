@@ -22,7 +22,7 @@
 #   duration / T_t with the report's seconds. T_t is the planner's own transfer-time target
 #   (`planned.t_t` of the report, Pufferscale's T_t: for a commission the new node's share of
 #   the data, for a decommission the leaving node's data, over `bandwidth_bytes_per_s`, which
-#   the command measures between itself and a node: ECHO round trips of 4 MiB); the JSON also
+#   the command measures between itself and a node: one way, half an ECHO round trip of 4 MiB); the JSON also
 #   has the plan's `t_max` (its longest per-node transfer time) and `planned_bytes`.
 #   The load: `redis-benchmark --cluster` as two concurrent processes pointed at the first
 #   node, GET_CLIENTS (40) clients of GET and SET_CLIENTS (10) of SET (80% / 20% of the 50
