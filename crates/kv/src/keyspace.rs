@@ -1189,7 +1189,7 @@ impl Keyspace {
     }
 
     /// Up to `count` live keys at `now` of `slots` (ascending, no repeats) after the position
-    /// of `after` (a token an earlier call returned, [`token`]; `None` to start), in slot order
+    /// of `after` (a token an earlier call returned; `None` to start), in slot order
     /// and key order within a slot, and the token to go on from (`None`: done). Reads only
     /// those slots' keys. A key present from the first call to the last is returned exactly
     /// once, whatever was written between calls. `None` if `after` is not a token.
