@@ -129,6 +129,8 @@ for c in redis-server redis-cli redis-benchmark python3 stdbuf timeout; do
 done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tools/lib/redis_cluster.sh
+source "$ROOT/tools/lib/redis_cluster.sh"
 HELPER=$ROOT/tools/bench/rescale_scale.py
 HOST=127.0.0.1
 if [[ -n ${PLIANT_BIN:-} ]]; then
@@ -425,41 +427,6 @@ EOF
 
 # ---------------------------------------------------------------------------------------------
 # Redis Cluster
-# free_cluster_ports N: N ports P in 10000-22767 with P and P+10000 free, none another's bus.
-free_cluster_ports() {
-  python3 - "$1" <<'EOF'
-import random, socket, sys
-n = int(sys.argv[1])
-rng = random.SystemRandom()
-chosen, held = [], []
-for _ in range(2000):
-    if len(chosen) == n:
-        break
-    p = rng.randrange(10000, 22768)
-    if any(abs(p - q) in (0, 10000) for q in chosen):
-        continue
-    socks = []
-    for port in (p, p + 10000):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            s.close()
-            break
-        socks.append(s)
-    if len(socks) == 2:
-        chosen.append(p)
-        held += socks
-    else:
-        for s in socks:
-            s.close()
-for s in held:
-    s.close()
-if len(chosen) < n:
-    sys.exit("no free port pairs")
-print(*chosen)
-EOF
-}
 
 # redis_wait_agree ADDR: until `redis-cli --cluster check` says every slot is covered, the nodes
 # agree and nothing warns (an open slot, a migrating or importing one); at most 60 s.

@@ -100,6 +100,8 @@ log() { printf '%s\n' "$*" >&2; }
 die() { log "vs_redis_cluster: $*"; exit 1; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tools/lib/redis_cluster.sh
+source "$ROOT/tools/lib/redis_cluster.sh"
 WORK=$(mktemp -d -t pliant-vs-redis-cluster.XXXXXX)
 CLUSTER_KIND=""  # the one cluster running (never more than one at a time): pliant|redis
 SUP_PID=""       # pliant: the `pliant cluster up` supervisor (our child)
@@ -249,44 +251,6 @@ if [[ $PIN == 1 ]]; then
     CLI_PIN=(taskset -c 1)
 fi
 
-# $1 ports P, each free with its cluster bus port P+10000 too, none equal to another's bus port.
-# P is drawn from 10000-22767 so that P+10000 stays below 32768, where Linux's ephemeral ports
-# start by default: an outgoing connection cannot take one between this check and redis-server's
-# bind.
-free_cluster_ports() {
-    python3 - "$1" <<'EOF'
-import random, socket, sys
-n = int(sys.argv[1])
-rng = random.SystemRandom()
-chosen, held = [], []
-for _ in range(2000):
-    if len(chosen) == n:
-        break
-    p = rng.randrange(10000, 22768)
-    if any(abs(p - q) in (0, 10000) for q in chosen):
-        continue
-    socks = []
-    for port in (p, p + 10000):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            s.close()
-            break
-        socks.append(s)
-    if len(socks) == 2:
-        chosen.append(p)
-        held += socks
-    else:
-        for s in socks:
-            s.close()
-for s in held:
-    s.close()
-if len(chosen) < n:
-    sys.exit("no free port pairs P, P+10000 in 10000-32767")
-print(*chosen)
-EOF
-}
 
 # Wait (at most 30 s) until every node answers PING and its `cluster info` shows cluster_state:ok,
 # all 16,384 slots ok and NODES known nodes.

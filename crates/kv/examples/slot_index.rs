@@ -10,12 +10,7 @@
 //! Defaults: 1,000,000 keys (`key:%012d`, 16 bytes, as redis-benchmark names them) of 1,024
 //! bytes, in a `WriteBehind` store in a temporary directory (removed at the end).
 
-// A counting allocator has to implement `GlobalAlloc`, an unsafe trait; it only forwards.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -25,33 +20,8 @@ use pliant_kv::{Keyspace, Value};
 use pliant_store::Store;
 
 /// The system allocator, counting the bytes held: the index's cost is what building it adds.
-struct Counting;
-
-static HELD: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: forwards to the system allocator and only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        HELD.fetch_add(l.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(l) }
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        HELD.fetch_sub(l.size() as i64, Ordering::Relaxed);
-        // SAFETY: `p` came from `alloc` with this layout.
-        unsafe { System.dealloc(p, l) }
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        HELD.fetch_add(new as i64 - l.size() as i64, Ordering::Relaxed);
-        // SAFETY: `p` came from `alloc` with layout `l`.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: pliant_testdata::alloc::Counting = pliant_testdata::alloc::Counting;
 
 fn key(i: u64) -> Bytes {
     Bytes::from(format!("key:{i:012}"))
@@ -94,9 +64,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let build = ms(t);
     // What the index holds is what letting go of the keyspace (the index, and a memory tier of
     // one key) gives back: the store's caches, which the walk filled too, stay.
-    let with = HELD.load(Ordering::Relaxed);
+    let with = pliant_testdata::alloc::held();
     drop(ks);
-    let index_bytes = with - HELD.load(Ordering::Relaxed);
+    let index_bytes = with - pliant_testdata::alloc::held();
     println!(
         "build (one walk of the store): {build:.0} ms; index: {:.1} MB, {:.1} bytes a key",
         index_bytes as f64 / 1e6,
@@ -165,7 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn set_cost(n: u64) -> Result<(), Box<dyn std::error::Error>> {
     let mut held = [0i64; 2];
     for indexed in [false, true] {
-        let before = HELD.load(Ordering::Relaxed);
+        let before = pliant_testdata::alloc::held();
         let mut ks = Keyspace::new("lru", Capacity::Keys(n), None)?;
         if indexed {
             ks.index_slots()?;
@@ -187,7 +157,7 @@ fn set_cost(n: u64) -> Result<(), Box<dyn std::error::Error>> {
             "SET without a store, index {}: {new:.0} ns a new key, {again:.0} ns a key set again",
             if indexed { "on " } else { "off" }
         );
-        held[usize::from(indexed)] = HELD.load(Ordering::Relaxed) - before;
+        held[usize::from(indexed)] = pliant_testdata::alloc::held() - before;
     }
     println!(
         "index grown by those SETs (one by one, not in bulk): {:.1} bytes a key",

@@ -10,13 +10,16 @@
 //!
 //! It also holds what the tests of a node share that is not data: [`wire`], a raw connection read
 //! until the node closes it (the service's tests in pliant-kv and the binary's in pliant both
-//! check what a node says before it hangs up).
+//! check what a node says before it hangs up), and [`alloc::Counting`], a global allocator
+//! that counts the bytes held (the memory-per-object tests and examples).
 //!
 //! A dev-dependency only. No dependencies.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+#[allow(unsafe_code)]
+pub mod alloc;
 pub mod wire;
 
 /// The environment variable naming the file a skipped test appends its line to
