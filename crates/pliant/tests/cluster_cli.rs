@@ -1182,6 +1182,26 @@ fn migrate_streams_a_slots_keys_to_the_target_the_map_names_and_nowhere_else() {
     cluster.stop();
 }
 
+/// A process a test started outside the cluster's supervisor, stopped by its pid when dropped,
+/// also when the test fails: SIGTERM, then SIGKILL if it is still there after 10 s.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let began = Instant::now();
+            while matches!(self.0.try_wait(), Ok(None)) && began.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 /// What [`killed_in_the_middle_of_a_move`] kills with SIGKILL.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Victim {
@@ -1358,12 +1378,14 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
         "200ms",
         "--json",
     ];
-    let mut rescale = Command::new(env!("CARGO_BIN_EXE_pliant"))
-        .args(decommission)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the decommission");
+    let mut rescale = Stopped(
+        Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args(decommission)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the decommission"),
+    );
     // The heavy slot's move under way: part of its keys at the target, part at the source.
     let began = Instant::now();
     let count_at = |addr: &str| -> i64 {
@@ -1383,7 +1405,7 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
         {
             break m.clone();
         }
-        if let Ok(Some(status)) = rescale.try_wait() {
+        if let Ok(Some(status)) = rescale.0.try_wait() {
             panic!("the decommission ended ({status}) before a move was seen");
         }
         assert!(
@@ -1392,14 +1414,15 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
         );
         std::thread::sleep(Duration::from_millis(2));
     };
-    let mut restarted: Option<std::process::Child> = None;
+    // Dropped (stopped) at the end, or when the test fails.
+    let mut _restarted: Option<Stopped> = None;
     match victim {
         Victim::Rescaler => {
-            rescale.kill().expect("SIGKILL the decommission");
+            rescale.0.kill().expect("SIGKILL the decommission");
         }
         Victim::CtrlC => {
             nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(rescale.id() as i32),
+                nix::unistd::Pid::from_raw(rescale.0.id() as i32),
                 nix::sys::signal::Signal::SIGINT,
             )
             .expect("SIGINT");
@@ -1459,7 +1482,7 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
                     break;
                 }
             }
-            restarted = Some(again.expect("the node starts again"));
+            _restarted = Some(Stopped(again.expect("the node starts again")));
             let addr = addr_of(id);
             let began = Instant::now();
             while redis::Client::open(format!("redis://{addr}/"))
@@ -1478,17 +1501,17 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
     // The first run stops (killed, or failing on the node that died); bounded.
     let began = Instant::now();
     let first_run = loop {
-        if let Some(status) = rescale.try_wait().expect("wait") {
+        if let Some(status) = rescale.0.try_wait().expect("wait") {
             break status;
         }
         if began.elapsed() > Duration::from_secs(120) {
-            let _ = rescale.kill();
-            break rescale.wait().expect("wait");
+            let _ = rescale.0.kill();
+            break rescale.0.wait().expect("wait");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut err = String::new();
-    if let Some(mut e) = rescale.stderr.take() {
+    if let Some(mut e) = rescale.0.stderr.take() {
         let _ = std::io::Read::read_to_string(&mut e, &mut err);
     }
     assert!(
@@ -1548,10 +1571,7 @@ fn killed_in_the_middle_of_a_move(victim: Victim, durability: &str) {
             .count();
         assert_eq!(answers, 1, "{k} served by {answers} nodes");
     }
-    if let Some(mut child) = restarted {
-        term(child.id() as i32);
-        let _ = child.wait();
-    }
+    drop(_restarted);
     cluster.stop();
 }
 
