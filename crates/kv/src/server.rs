@@ -481,10 +481,13 @@ pub(crate) async fn run_here(
     args: &[Bytes],
     now: u64,
 ) -> Frame {
-    let mut checked = None;
-    let mut walked = None;
-    if session.multi.is_none()
-        && let Ok(spec) = crate::cmd::check(session, args)
+    let spec = match session.multi {
+        None => crate::cmd::check(session, args).ok(),
+        // Queued by `execute`, not run: nothing to do ahead of it.
+        Some(_) => None,
+    };
+    // PLIANT.MIGRATE waits on another node, which the command table's synchronous run cannot.
+    if let Some(spec) = spec
         && spec.facts.streams
         && !session.refuses_while_subscribed(spec)
     {
@@ -494,9 +497,9 @@ pub(crate) async fn run_here(
         ctx.walked = Some(crate::cmd::Walked::Streamed(reply));
         return execute(&mut ctx, args);
     }
+    let mut walked = None;
     if node.has_store()
-        && session.multi.is_none()
-        && let Ok(spec) = crate::cmd::check(session, args)
+        && let Some(spec) = spec
     {
         // The keys it reads that memory lacks.
         if node.reads_ahead() && spec.reads_keys(args) {
@@ -507,10 +510,9 @@ pub(crate) async fn run_here(
         if !session.refuses_while_subscribed(spec) {
             walked = crate::cmd::walk_ahead(node, spec, args, now).await;
         }
-        checked = Some(spec);
     }
     let mut ctx = Ctx::new(node, session, now);
-    ctx.checked = checked;
+    ctx.checked = spec;
     ctx.walked = walked;
     execute(&mut ctx, args)
 }
@@ -597,7 +599,18 @@ async fn serve(
                         // Without a store nothing is read or walked first: no future to build
                         // and drop a request (6% of a pipelined GET's instructions).
                         None if !node.has_store() => {
-                            execute(&mut Ctx::new(node, session, now(session)), &args)
+                            let at = now(session);
+                            match crate::cmd::check(session, &args) {
+                                // The one command a node without a store runs asynchronously.
+                                Ok(spec) if spec.facts.streams => {
+                                    run_here(node, session, &args, at).await
+                                }
+                                checked => {
+                                    let mut ctx = Ctx::new(node, session, at);
+                                    ctx.checked = checked.ok();
+                                    execute(&mut ctx, &args)
+                                }
+                            }
                         }
                         None => {
                             let at = now(session);

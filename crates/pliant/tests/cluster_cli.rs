@@ -1050,8 +1050,20 @@ fn a_write_to_a_key_copied_out_waits_until_the_source_deletes_it() {
 /// node the slot map moves the slot to, and refuses anything else before it sends a byte.
 #[test]
 fn migrate_streams_a_slots_keys_to_the_target_the_map_names_and_nowhere_else() {
+    migrate_streams(&[]);
+}
+
+/// The same on nodes without a store, whose requests take the server's synchronous path.
+#[test]
+fn migrate_streams_between_nodes_without_a_store() {
+    migrate_streams(&["--", "--no-store"]);
+}
+
+fn migrate_streams(serve: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let mut args = vec!["--nodes", "2", "--base-port", "0"];
+    args.extend(serve);
+    let cluster = LocalCluster::start(dir.path(), &args);
     let addrs = cluster.addrs();
     let big = "b".repeat(300 * 1024);
     let mut keys: Vec<(String, String)> = (0..40)
