@@ -1194,6 +1194,28 @@ fn migrate_streams(serve: &[&str]) {
     cluster.stop();
 }
 
+/// `--batch-bytes` is refused, naming the flag and the bounds, before any node is asked: 0, over
+/// 64 MiB (what a node accepts), a count of keys, and no size at all.
+#[test]
+fn a_batch_size_out_of_bounds_is_refused_before_anything_moves() {
+    for bad in ["0", "65MiB", "100keys", "lots"] {
+        let out = pliant(&[
+            "scale",
+            "commission",
+            "--cluster",
+            "127.0.0.1:1",
+            "--add",
+            "1",
+            "--batch-bytes",
+            bad,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("--batch-bytes"), "{bad}: {err}");
+        assert!(err.contains("from 1 byte to 64MiB"), "{bad}: {err}");
+    }
+}
+
 /// A process a test started outside the cluster's supervisor, stopped by its pid when dropped,
 /// also when the test fails: SIGTERM, then SIGKILL if it is still there after 10 s.
 struct Stopped(Child);

@@ -93,11 +93,8 @@ struct How {
 /// `--batch-bytes`: a size from 1 byte to 64 MiB (what a node accepts in `PLIANT.MIGRATE`).
 fn batch_bytes(s: &str) -> Result<usize, String> {
     const MAX: u64 = 64 << 20;
-    match s
-        .parse::<pliant_cache::Capacity>()
-        .map_err(|e| e.to_string())?
-    {
-        pliant_cache::Capacity::Bytes(n) if (1..=MAX).contains(&n) => Ok(n as usize),
+    match s.parse::<pliant_cache::Capacity>() {
+        Ok(pliant_cache::Capacity::Bytes(n)) if (1..=MAX).contains(&n) => Ok(n as usize),
         _ => Err(format!(
             "{s:?}: expected a size from 1 byte to 64MiB (256KiB, 1MiB)"
         )),
