@@ -100,6 +100,10 @@ pub struct FsConfig {
     pub eviction: EvictionUnit,
     /// What decides when to evict and to write back.
     pub policies: crate::policy::Policies,
+    /// A cache server of a striped cache: other servers write the same backing files (their
+    /// own stripes), so a changed size or time is not a change behind the cache's back, and a
+    /// write-back only ever extends a backing file, never cuts what another server wrote.
+    pub shared: bool,
 }
 
 /// A setting that cannot work, named.
@@ -133,6 +137,7 @@ impl FsConfig {
             write_window: Duration::from_secs(86_400),
             eviction: EvictionUnit::File,
             policies: crate::policy::Policies::default(),
+            shared: false,
         }
     }
 

@@ -144,6 +144,11 @@ pub struct PliantFuse {
     /// writes and truncations to us (FUSE_HANDLE_KILLPRIV_V2, set at init with the cache).
     kill_suidgid: AtomicBool,
     pt: Mutex<Passthrough>,
+    /// A striped mount: no page cache (`direct_io`), attributes asked for every time, and
+    /// handles that carry their caller to the servers.
+    striped: bool,
+    /// How long the kernel may trust attributes and names.
+    ttl: Duration,
 }
 
 impl std::fmt::Debug for PliantFuse {
@@ -236,6 +241,38 @@ impl PliantFuse {
             want_write_cache: false,
             kill_suidgid: AtomicBool::new(false),
             pt: Mutex::new(Passthrough::default()),
+            striped: false,
+            ttl: TTL,
+        }
+    }
+
+    /// A striped mount's adapter (see the [`crate::striped`] module doc): every open is
+    /// `direct_io`, so no mount keeps a copy in its page cache that another mount's write would
+    /// make stale, and attributes are never cached by the kernel, so a size another mount made
+    /// is seen at once.
+    pub fn striped(mut self) -> Self {
+        self.striped = true;
+        self.ttl = Duration::ZERO;
+        self.want_passthrough = false;
+        self.want_write_cache = false;
+        self
+    }
+
+    /// The flags an open replies with.
+    fn open_flags(&self) -> FopenFlags {
+        if self.striped {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// `h` carrying `req`'s caller on a striped mount (its servers check each request).
+    fn stamp(&self, req: &Request, h: Handle) -> Handle {
+        if self.striped {
+            h.for_caller(Self::caller(req))
+        } else {
+            h
         }
     }
 
@@ -338,7 +375,7 @@ impl PliantFuse {
             handles.insert(fh, (ino.0, Mode::Cached, None));
         }
         lock(&self.handles).insert(fh, (ino.0, h));
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        reply.opened(FileHandle(fh), self.open_flags());
     }
 
     fn guard(&self, req: &Request) -> Result<(), Errno> {
@@ -371,7 +408,7 @@ impl PliantFuse {
         match self.core.getattr(path) {
             Ok(a) => {
                 let ino = self.number(path, &a);
-                reply.entry(&TTL, &fattr(ino, &a), Generation(0));
+                reply.entry(&self.ttl, &fattr(ino, &a), Generation(0));
             }
             Err(e) => reply.error(err(e)),
         }
@@ -537,7 +574,7 @@ impl Filesystem for PliantFuse {
             )
         });
         match res {
-            Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
+            Ok(a) => reply.attr(&self.ttl, &fattr(ino.0, &a)),
             Err(e) => reply.error(e),
         }
     }
@@ -602,7 +639,7 @@ impl Filesystem for PliantFuse {
             .guard(req)
             .and_then(|_| self.on_file(ino, fh, by_handle, by_path));
         match res {
-            Ok(a) => reply.attr(&TTL, &fattr(ino.0, &a)),
+            Ok(a) => reply.attr(&self.ttl, &fattr(ino.0, &a)),
             Err(e) => reply.error(e),
         }
     }
@@ -783,7 +820,7 @@ impl Filesystem for PliantFuse {
             Ok(a)
         })();
         match res {
-            Ok(a) => reply.entry(&TTL, &fattr(ino.0, &a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl, &fattr(ino.0, &a), Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -795,6 +832,7 @@ impl Filesystem for PliantFuse {
             .and_then(|p| self.core.open(&p).map_err(err));
         match res {
             Ok(h) => {
+                let h = self.stamp(req, h);
                 let read_only = matches!(flags.acc_mode(), fuser::OpenAccMode::O_RDONLY);
                 self.reply_open(ino, h, read_only, reply)
             }
@@ -1113,6 +1151,7 @@ impl Filesystem for PliantFuse {
         })();
         match res {
             Ok((p, h, a)) => {
+                let h = self.stamp(req, h);
                 let ino = self.number(&p, &a);
                 let fh = self.next_fh.fetch_add(1, Relaxed);
                 lock(&self.handles).insert(fh, (ino, h));
@@ -1122,11 +1161,11 @@ impl Filesystem for PliantFuse {
                     pt.handles.insert(fh, (ino, Mode::Cached, None));
                 }
                 reply.created(
-                    &TTL,
+                    &self.ttl,
                     &fattr(ino, &a),
                     Generation(0),
                     FileHandle(fh),
-                    FopenFlags::empty(),
+                    self.open_flags(),
                 );
             }
             Err(e) => reply.error(e),

@@ -29,6 +29,7 @@ pub mod journal;
 pub mod mount;
 pub mod policy;
 mod stats;
+pub mod striped;
 mod window;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};

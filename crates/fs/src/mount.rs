@@ -34,6 +34,9 @@ pub struct MountOptions {
     pub metrics: Option<std::net::SocketAddr>,
     /// Allow `metrics` on an address other than loopback: the endpoint has no authentication.
     pub unsafe_no_auth: bool,
+    /// A striped mount: file data goes to these cache servers ([`crate::striped`]); the cache
+    /// directory then holds only the mount's lock.
+    pub striped: Option<crate::striped::ClientOptions>,
 }
 
 impl MountOptions {
@@ -163,6 +166,9 @@ pub enum MountError {
     /// The cache could not start.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// A striped mount's servers could not be reached.
+    #[error(transparent)]
+    Remote(#[from] crate::striped::RemoteError),
     /// The mount point is not a directory.
     #[error("mount point {0}: not a directory")]
     Mountpoint(PathBuf),
@@ -272,6 +278,15 @@ pub fn run_foreground(
     }
     let _ = signals.thread_block();
     let (cache, recovery) = FsCache::new(opts.cache.clone(), Arc::new(SystemClock))?;
+    if let Some(o) = &opts.striped {
+        let remote = crate::striped::Remote::connect(o)?;
+        cache
+            .set_remote(Arc::new(remote))
+            .map_err(|source| MountError::Io {
+                path: opts.cache.cache_dir.clone(),
+                source,
+            })?;
+    }
     // The caller's umask is the kernel's to apply (FUSE hands it to the daemon, which takes it
     // off the mode): the daemon's own must not be taken off again. Whatever the daemon makes
     // for itself sits in the cache directory (0700), made above under its umask.
@@ -301,10 +316,13 @@ pub fn run_foreground(
         None => None,
     };
     let metrics_addr = metrics.as_ref().map(|(_, a)| *a);
-    let fs = PliantFuse::new(core.clone(), access)
+    let mut fs = PliantFuse::new(core.clone(), access)
         .with_passthrough(opts.passthrough && root)
         .with_write_cache(opts.write_cache && !(opts.passthrough && root))
         .with_metrics(metrics_addr);
+    if opts.striped.is_some() {
+        fs = fs.striped();
+    }
     let discard = fs.discard();
     let mut config = fuser::Config::default();
     config.mount_options = vec![

@@ -138,6 +138,7 @@ fn serves(command: &Command) -> bool {
         Command::Serve(_)
             | Command::Cluster(cmd::cluster::Command::Up(_))
             | Command::Fs(cmd::fs::Command::Mount(_))
+            | Command::Fs(cmd::fs::Command::Server(_))
             | Command::Bench(cmd::bench::Command::SlowFs(_))
     )
 }

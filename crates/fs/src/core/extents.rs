@@ -52,7 +52,9 @@ impl Inner {
             let mut d = lock(&entry.data);
             let meta = self.tree.metadata(rel)?;
             let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
-            if now_seen != d.seen {
+            // A striped cache's servers change each other's files (their own stripes): that is
+            // no change behind this server's back to the stripes it holds.
+            if now_seen != d.seen && !self.cfg.shared {
                 if d.pinned > 0 {
                     // `seen` stays as it was, so the next open after the last passthrough
                     // close still finds the change.
@@ -215,6 +217,26 @@ impl Inner {
         if s.by_ident.get(&entry.ident) == Some(&entry.id) {
             s.by_ident.remove(&entry.ident);
         }
+    }
+
+    /// Forgets an entry no handle holds any more, under all its names (a striped mount's: it
+    /// holds nothing else).
+    pub(super) fn forget_closed(&self, entry: &Arc<FileEntry>) {
+        let d = lock(&entry.data);
+        if d.open_count > 0 {
+            return;
+        }
+        let names: Vec<std::path::PathBuf> = d.path.iter().chain(d.links.iter()).cloned().collect();
+        drop(d);
+        {
+            let mut s = lock(&self.state);
+            for p in names {
+                if s.by_path.get(&p) == Some(&entry.id) {
+                    s.by_path.remove(&p);
+                }
+            }
+        }
+        self.forget_entry(entry);
     }
 
     pub(super) fn release(&self, entry: &Arc<FileEntry>) {

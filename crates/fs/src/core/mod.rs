@@ -150,9 +150,18 @@ pub(crate) struct FileEntry {
     idle: Condvar,
 }
 
-/// An open file: what reads and writes go through.
+/// An open file: what reads and writes go through, and on whose behalf (a striped mount's
+/// servers check every request against the caller it names).
 #[derive(Debug, Clone)]
-pub struct Handle(Arc<FileEntry>);
+pub struct Handle(Arc<FileEntry>, Option<Arc<Caller>>);
+
+impl Handle {
+    /// The handle, opened on `caller`'s behalf.
+    pub fn for_caller(mut self, caller: Caller) -> Self {
+        self.1 = Some(Arc::new(caller));
+        self
+    }
+}
 
 /// On whose behalf an extent is copied up (`pliant fs stat` shows the three apart).
 #[derive(Debug, Clone, Copy)]
@@ -242,6 +251,8 @@ pub(crate) struct Inner {
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Held for the mount's life: a second mount of the same cache directory fails.
     _lock: nix::fcntl::Flock<File>,
+    /// A striped mount's servers: file data goes to them, not to this cache's extents.
+    remote: std::sync::OnceLock<Arc<crate::striped::Remote>>,
 }
 
 /// What a mount found in the journal of an earlier one that did not finish.
@@ -406,6 +417,17 @@ impl Caller {
     /// Root (or the daemon itself): may read and write everything.
     pub fn root() -> Self {
         Self::default()
+    }
+
+    /// This process's own user and groups.
+    pub fn this_process() -> Self {
+        Self {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            groups: nix::unistd::getgroups()
+                .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default(),
+        }
     }
 
     /// Whether the caller may access a file of `mode` (type and permission bits), owned by
@@ -601,6 +623,7 @@ impl FsCache {
             policy_tx: Mutex::new(None),
             policy_names: Mutex::new((String::new(), String::new())),
             _lock: dir_lock,
+            remote: std::sync::OnceLock::new(),
         });
         let mut workers = Vec::with_capacity(threads);
         for i in 0..threads {
@@ -641,8 +664,57 @@ impl FsCache {
         &self.inner.tree
     }
 
+    /// Makes this a striped mount's cache: file data goes to `remote`'s servers from now on.
+    /// Set once, before the mount serves anything.
+    pub fn set_remote(&self, remote: Arc<crate::striped::Remote>) -> io::Result<()> {
+        self.inner
+            .remote
+            .set(remote)
+            .map_err(|_| io::Error::other("the cache's servers are set already"))
+    }
+
+    /// A striped mount's servers, if this is one.
+    pub fn remote(&self) -> Option<&Arc<crate::striped::Remote>> {
+        self.inner.remote.get()
+    }
+
+    /// A striped mount's file: its identity, name and caller for the servers.
+    fn remote_file(&self, h: &Handle) -> io::Result<(u64, PathBuf, Caller)> {
+        let path = lock(&h.0.data).path.clone();
+        // A file unlinked while open has no name the servers know it by.
+        let path = path.ok_or_else(|| errno(nix::errno::Errno::ESTALE))?;
+        let who = match &h.1 {
+            Some(c) => (**c).clone(),
+            None => Caller::this_process(),
+        };
+        Ok((h.0.ident.1, path, who))
+    }
+
+    /// `attr` of a striped mount's file, with the size and times of data still only in its
+    /// servers.
+    fn remote_corrected(
+        r: &crate::striped::Remote,
+        rel: &Path,
+        who: &Caller,
+        mut attr: Attr,
+    ) -> io::Result<Attr> {
+        if attr.is_file()
+            && let Some((size, mtime)) = r.size(rel, who)?
+        {
+            attr.size = attr.size.max(size);
+            attr.mtime = attr.mtime.max(mtime);
+            attr.ctime = attr.ctime.max(mtime);
+            attr.blocks = attr.blocks.max(size.div_ceil(512));
+        }
+        Ok(attr)
+    }
+
     /// Attributes of `rel` (the root is `""`), corrected for data only the cache has.
     pub fn getattr(&self, rel: &Path) -> io::Result<Attr> {
+        if let Some(r) = self.inner.remote.get() {
+            let a = Attr::from_meta(&self.tree().symlink_metadata(rel)?);
+            return Self::remote_corrected(r, rel, &Caller::this_process(), a);
+        }
         let entry = match self.inner.entry(rel) {
             Some(entry) => entry,
             None => {
@@ -669,6 +741,14 @@ impl FsCache {
     pub fn getattr_open(&self, h: &Handle) -> io::Result<Attr> {
         let mut d = lock(&h.0.data);
         let meta = self.inner.backing_fd(&mut d)?.metadata()?;
+        if let Some(r) = self.inner.remote.get() {
+            drop(d);
+            let a = Attr::from_meta(&meta);
+            return match self.remote_file(h) {
+                Ok((_, path, who)) => Self::remote_corrected(r, &path, &who, a),
+                Err(_) => Ok(a),
+            };
+        }
         Ok(corrected(Attr::from_meta(&meta), &d))
     }
 
@@ -710,13 +790,17 @@ impl FsCache {
             Counters::add(&self.inner.counters.efbig, 1);
             return Err(errno(nix::errno::Errno::EFBIG));
         }
+        if let Some(r) = self.inner.remote.get() {
+            let (_, path, who) = self.remote_file(h)?;
+            return r.truncate(&path, &who, size);
+        }
         self.inner.truncate_entry(&h.0, size)
     }
 
     /// Opens a regular file, revalidating what the cache holds of it: if the backing file's
     /// size or modification time changed behind the cache's back, its clean extents go.
     pub fn open(&self, rel: &Path) -> io::Result<Handle> {
-        self.inner.open_entry(rel, None).map(Handle)
+        self.inner.open_entry(rel, None).map(|e| Handle(e, None))
     }
 
     /// Creates a regular file in the backing directory with `mode`, owned by `owner` when
@@ -742,12 +826,18 @@ impl FsCache {
                 f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
             }
         }
-        self.inner.open_entry(rel, Some(f)).map(Handle)
+        self.inner.open_entry(rel, Some(f)).map(|e| Handle(e, None))
     }
 
     /// Closes a handle. A file unlinked while open leaves the cache with its last handle.
     pub fn release(&self, h: Handle) {
         self.inner.release(&h.0);
+        if self.inner.remote.get().is_some() {
+            // A striped mount's entry holds no data, and its names go stale as other mounts
+            // rename and unlink: kept, a new file given a freed inode number would be taken
+            // for it (a hard link) and its requests sent under the old name.
+            self.inner.forget_closed(&h.0);
+        }
     }
 
     /// Reads up to `len` bytes at `offset`, copying missing extents up first.
@@ -766,6 +856,17 @@ impl FsCache {
         len: u32,
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
+        if let Some(r) = self.inner.remote.get() {
+            let (ino, path, who) = self.remote_file(h)?;
+            let backing_size = || -> io::Result<u64> {
+                Ok(self
+                    .inner
+                    .backing_fd(&mut lock(&h.0.data))?
+                    .metadata()?
+                    .len())
+            };
+            return r.read(ino, &path, &who, offset, len as u64, &backing_size, buf);
+        }
         self.inner.read(&h.0, offset, len as u64, buf)?;
         self.inner.nudge();
         self.inner.maybe_evict();
@@ -774,6 +875,14 @@ impl FsCache {
 
     /// Writes `data` at `offset` into the cache.
     pub fn write(&self, h: &Handle, offset: u64, data: &[u8]) -> io::Result<u32> {
+        if let Some(r) = self.inner.remote.get() {
+            if offset.saturating_add(data.len() as u64) > self.inner.cfg.max_file_size {
+                Counters::add(&self.inner.counters.efbig, 1);
+                return Err(errno(nix::errno::Errno::EFBIG));
+            }
+            let (ino, path, who) = self.remote_file(h)?;
+            return r.write(ino, &path, &who, offset, data);
+        }
         self.inner.write(&h.0, offset, data)?;
         self.inner.nudge();
         self.inner.maybe_evict();
@@ -807,6 +916,9 @@ impl FsCache {
     /// returns the cache file (whose offsets are the file's), else `None`. Undo with
     /// [`FsCache::unpin`].
     pub fn passthrough_file(&self, h: &Handle) -> io::Result<Option<Arc<File>>> {
+        if self.inner.remote.get().is_some() {
+            return Ok(None);
+        }
         let entry = &h.0;
         let mut d = lock(&entry.data);
         let all = self
@@ -879,6 +991,10 @@ impl FsCache {
     /// Makes the file's data durable as `--fsync` says: in the cache (data synced, journal
     /// record synced) or in the backing directory.
     pub fn fsync(&self, h: &Handle) -> io::Result<()> {
+        if let Some(r) = self.inner.remote.get() {
+            let (ino, path, who) = self.remote_file(h)?;
+            return r.fsync(ino, &path, &who);
+        }
         match self.inner.cfg.fsync {
             FsyncMode::Cache => self.inner.fsync_cache(&h.0),
             FsyncMode::Backing => self.inner.writeback_file(&h.0, true).map(|_| ()),
@@ -890,6 +1006,9 @@ impl FsCache {
         if size > self.inner.cfg.max_file_size {
             Counters::add(&self.inner.counters.efbig, 1);
             return Err(errno(nix::errno::Errno::EFBIG));
+        }
+        if let Some(r) = self.inner.remote.get() {
+            return r.truncate(rel, &Caller::this_process(), size);
         }
         match self.inner.entry_or_link(rel) {
             Some(e) => self.inner.truncate_entry(&e, size),
@@ -1022,7 +1141,90 @@ impl FsCache {
             return Err(e);
         }
         self.inner.detach(rel);
+        if let Some(r) = self.inner.remote.get() {
+            r.unlinked(rel, &Caller::this_process())?;
+        }
         Ok(())
+    }
+
+    /// A cache server of a striped cache: `rel` was unlinked in the backing directory by a
+    /// mount, so what this server holds under that name goes. Refused while the backing
+    /// directory still has, under that name, the file this server holds (a notice must not
+    /// make a server drop the data of a file that is still there).
+    pub fn note_unlinked(&self, rel: &Path) -> io::Result<()> {
+        if let Some(e) = self.inner.entry(rel)
+            && let Ok(m) = self.tree().symlink_metadata(rel)
+            && (m.dev(), m.ino()) == e.ident
+        {
+            return Err(errno(nix::errno::Errno::EEXIST));
+        }
+        self.inner.journal_unlink(rel)?;
+        self.inner.detach(rel);
+        Ok(())
+    }
+
+    /// A cache server of a striped cache: `from` was renamed to `to` in the backing directory
+    /// by a mount (swapped with it if `exchange`); the names this server holds follow, in the
+    /// journal first. Refused (without `exchange`) while `from` is still the file this server
+    /// holds under it.
+    pub fn note_renamed(&self, from: &Path, to: &Path, exchange: bool) -> io::Result<()> {
+        if !exchange
+            && let Some(e) = self.inner.entry(from)
+            && let Ok(m) = self.tree().symlink_metadata(from)
+            && (m.dev(), m.ino()) == e.ident
+        {
+            return Err(errno(nix::errno::Errno::EEXIST));
+        }
+        self.inner.journal_moves(from, to, exchange)?;
+        self.inner.renamed(from, to, exchange);
+        Ok(())
+    }
+
+    /// Whether `caller` may reach `rel` (search every directory above it) and access it for
+    /// `wanted`, by the mode bits as the kernel checks them through a mount. The file's owner
+    /// may always: they could change its mode to allow themselves, and a file created
+    /// read-only must still take the writes of the descriptor that created it.
+    /// Returns the file's metadata.
+    pub fn may(&self, rel: &Path, caller: &Caller, wanted: u32) -> io::Result<std::fs::Metadata> {
+        self.may_reach(rel, caller)?;
+        let m = self.tree().symlink_metadata(rel)?;
+        if caller.uid == m.uid() || caller.may(m.mode(), m.uid(), m.gid(), wanted) {
+            Ok(m)
+        } else {
+            Err(errno(nix::errno::Errno::EACCES))
+        }
+    }
+
+    /// Whether `caller` may search every directory above `rel`, from the backing root down.
+    pub fn may_reach(&self, rel: &Path, caller: &Caller) -> io::Result<()> {
+        let mut dir = PathBuf::new();
+        let parents: Vec<_> = rel
+            .parent()
+            .into_iter()
+            .flat_map(|p| p.components())
+            .collect();
+        for next in std::iter::once(None).chain(parents.into_iter().map(Some)) {
+            if let Some(c) = next {
+                dir.push(c);
+            }
+            let m = self.tree().symlink_metadata(&dir)?;
+            if !caller.may(m.mode(), m.uid(), m.gid(), want::EXEC) {
+                return Err(errno(nix::errno::Errno::EACCES));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `caller` may add or remove names in the directory holding `rel`.
+    pub fn may_change_parent(&self, rel: &Path, caller: &Caller) -> io::Result<()> {
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        self.may_reach(rel, caller)?;
+        let m = self.tree().symlink_metadata(parent)?;
+        if caller.may(m.mode(), m.uid(), m.gid(), want::WRITE | want::EXEC) {
+            Ok(())
+        } else {
+            Err(errno(nix::errno::Errno::EACCES))
+        }
     }
 
     /// Makes `new` a second name of the file at `existing` (a hard link): in the backing
@@ -1062,6 +1264,9 @@ impl FsCache {
             to,
             rflags.contains(nix::fcntl::RenameFlags::RENAME_EXCHANGE),
         );
+        if let Some(r) = self.inner.remote.get() {
+            r.renamed(from, to, exchange, &Caller::this_process())?;
+        }
         Ok(())
     }
 

@@ -100,7 +100,10 @@ impl Inner {
             // (Lustre's stripes, FUSE's parallel direct writes) then runs them in parallel.
             // The bytes not yet written back read as zeros there meanwhile, as a shorter file
             // would have lacked them.
-            dst.set_len(d.size)?;
+            // A striped cache's other servers may have made it longer already: never shorter.
+            if !self.cfg.shared || dst.metadata()?.len() < d.size {
+                dst.set_len(d.size)?;
+            }
             d.backing_size = d.size;
         }
         if let Some(x) = d.extents.get_mut(&i) {

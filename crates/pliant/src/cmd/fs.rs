@@ -12,8 +12,11 @@ use super::demo::human;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Mount BACKING at MOUNTPOINT through a write-back cache in --cache-dir.
+    /// Mount BACKING at MOUNTPOINT through a write-back cache in --cache-dir (or, with
+    /// --servers, through a job's cache servers).
     Mount(Box<MountArgs>),
+    /// Serve a striped cache's stripes of BACKING to a job's mounts (a cache server).
+    Server(Box<ServerArgs>),
     /// Write every dirty extent back (progress bar), then unmount; a dead mount (its daemon
     /// killed) is detached, and its journal waits for the next mount of its cache directory.
     Unmount(UnmountArgs),
@@ -125,12 +128,51 @@ pub struct MountArgs {
     backing: PathBuf,
     /// Where it appears (an existing directory).
     mountpoint: PathBuf,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Let other users in (root only), with the kernel checking the backing directory's modes.
+    #[arg(long)]
+    allow_other: bool,
+    /// Threads serving FUSE requests.
+    #[arg(long, default_value_t = 4)]
+    fuse_threads: usize,
+    /// Always read through the daemon. By default, reads of a file whose extents are all cached
+    /// go from the kernel straight to its cache file (FUSE passthrough, Linux 6.9+, root only);
+    /// writes always go through the daemon, which tracks what is dirty.
+    #[arg(long)]
+    no_passthrough: bool,
+    /// Send every write to the daemon at once. By default a mount without passthrough (an
+    /// ordinary user's, or --no-passthrough) lets the kernel cache writes and pass them on
+    /// later in large requests, much faster for small writes; a write past the write window
+    /// or --max-file-size is then refused at fsync or close instead of at the write, and a
+    /// file changed in the backing directory behind the cache is seen only once the kernel
+    /// forgets it.
+    #[arg(long)]
+    no_write_cache: bool,
+    /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
+    /// authentication: an address other than loopback needs --unsafe-no-auth.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
+    /// Let --metrics listen on an address other than loopback (a firewall must keep everyone
+    /// else out).
+    #[arg(long)]
+    unsafe_no_auth: bool,
+    /// Stay in the foreground (the daemon itself); Ctrl-C or SIGTERM unmounts after writing back.
+    #[arg(long)]
+    foreground: bool,
+    #[command(flatten)]
+    striped: StripedArgs,
+}
+
+/// The cache's own settings, the same for a mount and a cache server.
+#[derive(clap::Args)]
+pub struct CacheArgs {
     /// Where extents and the journal go (created, mode 0700; one mount at a time).
     #[arg(long, value_name = "DIR")]
     cache_dir: PathBuf,
-    /// How much file data the cache holds.
+    /// How much file data the cache holds (a striped mount holds none: its servers do).
     #[arg(long, value_parser = size, value_name = "SIZE")]
-    capacity: u64,
+    capacity: Option<u64>,
     /// The unit of copy-up and write-back (a power of two, at least 4KiB).
     #[arg(long, value_parser = size, default_value = "1MiB")]
     extent: u64,
@@ -185,36 +227,53 @@ pub struct MountArgs {
     /// Evict whole files in LRU order (as DataWarp) or single extents.
     #[arg(long, value_parser = ["file", "extent"], default_value = "file")]
     evict: String,
-    /// Let other users in (root only), with the kernel checking the backing directory's modes.
-    #[arg(long)]
-    allow_other: bool,
-    /// Threads serving FUSE requests.
-    #[arg(long, default_value_t = 4)]
-    fuse_threads: usize,
-    /// Always read through the daemon. By default, reads of a file whose extents are all cached
-    /// go from the kernel straight to its cache file (FUSE passthrough, Linux 6.9+, root only);
-    /// writes always go through the daemon, which tracks what is dirty.
-    #[arg(long)]
-    no_passthrough: bool,
-    /// Send every write to the daemon at once. By default a mount without passthrough (an
-    /// ordinary user's, or --no-passthrough) lets the kernel cache writes and pass them on
-    /// later in large requests, much faster for small writes; a write past the write window
-    /// or --max-file-size is then refused at fsync or close instead of at the write, and a
-    /// file changed in the backing directory behind the cache is seen only once the kernel
-    /// forgets it.
-    #[arg(long)]
-    no_write_cache: bool,
-    /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
-    /// authentication: an address other than loopback needs --unsafe-no-auth.
-    #[arg(long, value_name = "ADDR:PORT")]
-    metrics: Option<std::net::SocketAddr>,
-    /// Let --metrics listen on an address other than loopback (a firewall must keep everyone
-    /// else out).
-    #[arg(long)]
-    unsafe_no_auth: bool,
-    /// Stay in the foreground (the daemon itself); Ctrl-C or SIGTERM unmounts after writing back.
-    #[arg(long)]
-    foreground: bool,
+}
+
+/// Where a striped mount's data goes (`pliant fs server`s), and how it is cut.
+#[derive(clap::Args)]
+pub struct StripedArgs {
+    /// Make this a striped mount: file data goes, stripe by stripe, to these cache servers
+    /// (HOST:PORT, comma-separated, in the same order on every node of the job).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    servers: Vec<String>,
+    /// The cache's secret, which its servers were given (a file only its owner may read).
+    #[arg(long, value_name = "FILE", requires = "servers")]
+    secret_file: Option<PathBuf>,
+    /// The stripe: a multiple of 1 MiB from 1 MiB to 256 MiB (the servers' extent is 1 MiB).
+    #[arg(long, value_parser = size, default_value = "1MiB", requires = "servers")]
+    stripe: u64,
+    /// How long to wait for a server before the application gets EIO.
+    #[arg(long, default_value = "30s", value_parser = pliant_policy::parse_interval, requires = "servers")]
+    server_timeout: Duration,
+}
+
+/// Serve stripes of BACKING to a job's striped mounts: a cache server. The data it is sent is
+/// kept in extents under --cache-dir, journaled (`--fsync cache`: an fsync survives kill -9
+/// of the server; the next server over the same cache directory writes it back) and written
+/// back to BACKING by its policies. Every connection must give the secret in --secret-file;
+/// every request is checked against BACKING's permissions for the uid it carries. Stops on
+/// SIGINT or SIGTERM after writing everything back. `pliant job` starts the servers of a job;
+/// run one by hand to try it.
+///
+/// Examples:
+///   head -c 32 /dev/urandom | base64 > secret && chmod 600 secret
+///   pliant fs server /lus/run42 --cache-dir /local/ssd/s0 --capacity 100GiB --listen 0.0.0.0:7420 --secret-file secret
+///   pliant fs mount /lus/run42 /mnt/run42 --cache-dir /tmp/m0 --servers n1:7420,n2:7420 --secret-file secret
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct ServerArgs {
+    /// The slow directory whose files it caches.
+    backing: PathBuf,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Where to listen (port 0: any free port, reported once ready).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR:PORT")]
+    listen: std::net::SocketAddr,
+    /// The cache's secret: the file's first line (a file only its owner may read).
+    #[arg(long, value_name = "FILE")]
+    secret_file: PathBuf,
+    #[command(flatten)]
+    json: Json,
 }
 
 #[derive(clap::Args)]
@@ -248,6 +307,7 @@ pub struct HintArgs {
 pub fn run(c: Command) -> anyhow::Result<ExitCode> {
     match c {
         Command::Mount(a) => mount(&a),
+        Command::Server(a) => server(&a),
         Command::Unmount(a) => unmount(&a),
         Command::Stat(a) => stat(&a),
         Command::Preload(a) => hint(&a, Hint::Preload),
@@ -303,8 +363,18 @@ fn policy(a: &PolicyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
-    let mut c = FsConfig::new(a.backing.clone(), a.cache_dir.clone(), a.capacity);
+/// A striped mount's cache directory holds only its lock: its capacity is not used.
+const STRIPED_MOUNT_CAPACITY: u64 = 1 << 30;
+
+fn config(backing: &Path, a: &CacheArgs, striped: bool) -> anyhow::Result<FsConfig> {
+    let capacity = match (a.capacity, striped) {
+        (Some(c), _) => c,
+        (None, true) => STRIPED_MOUNT_CAPACITY,
+        (None, false) => bail!(
+            "--capacity: required (how much file data the cache holds), except for a striped mount (--servers)"
+        ),
+    };
+    let mut c = FsConfig::new(backing.to_path_buf(), a.cache_dir.clone(), capacity);
     c.extent = a.extent;
     c.high = a.high;
     c.low = a.low;
@@ -327,8 +397,90 @@ fn config(a: &MountArgs) -> anyhow::Result<FsConfig> {
     Ok(c)
 }
 
+/// A secret from the first line of `path`, refused if other users could read it.
+fn read_secret(path: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("--secret-file {}", path.display()))?;
+    if meta.mode() & 0o077 != 0 {
+        bail!(
+            "--secret-file {}: its group or other users may read it (mode {:o}); `chmod 600` it",
+            path.display(),
+            meta.mode() & 0o777
+        );
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--secret-file {}", path.display()))?;
+    let secret = text.lines().next().unwrap_or("").trim().to_string();
+    if secret.is_empty() {
+        bail!("--secret-file {}: empty", path.display());
+    }
+    Ok(secret)
+}
+
+fn striped_options(a: &StripedArgs) -> anyhow::Result<Option<pliant_fs::striped::ClientOptions>> {
+    if a.servers.is_empty() {
+        return Ok(None);
+    }
+    let Some(secret_file) = &a.secret_file else {
+        bail!("--servers: needs --secret-file, the secret the cache servers were given");
+    };
+    pliant_fs::striped::Layout::new(a.stripe, a.servers.len())
+        .map_err(|e| anyhow::anyhow!("--stripe: {e}"))?;
+    Ok(Some(pliant_fs::striped::ClientOptions {
+        servers: a.servers.clone(),
+        secret: read_secret(secret_file)?,
+        stripe: a.stripe,
+        timeout: a.server_timeout,
+    }))
+}
+
+fn server(a: &ServerArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(&a.backing, &a.cache, false)?;
+    let secret = read_secret(&a.secret_file)?;
+    let opts = pliant_fs::striped::ServerOptions {
+        cache: cfg,
+        listen: a.listen,
+        secret,
+    };
+    let json = a.json.json;
+    let stats = pliant_fs::striped::server::run_foreground(opts, |addr, recovery| {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "addr": addr.to_string(),
+                    "pid": std::process::id(),
+                    "recovered": recovery,
+                })
+            );
+        } else {
+            if recovery.files > 0 {
+                eprintln!(
+                    "recovered {} extents ({} bytes) of {} files an earlier server had not written back",
+                    recovery.extents, recovery.bytes, recovery.files
+                );
+            }
+            println!(
+                "serving {} on {addr} (pid {})",
+                a.backing.display(),
+                std::process::id()
+            );
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    })?;
+    eprintln!(
+        "stopped: {} written back to {}",
+        human(stats.writeback_bytes),
+        a.backing.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
-    let cfg = config(a)?;
+    let striped = striped_options(&a.striped)?;
+    let cfg = config(&a.backing, &a.cache, striped.is_some())?;
     let opts = MountOptions {
         cache: cfg,
         mountpoint: a.mountpoint.clone(),
@@ -338,6 +490,7 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         write_cache: !a.no_write_cache,
         metrics: a.metrics,
         unsafe_no_auth: a.unsafe_no_auth,
+        striped,
     };
     if a.foreground {
         let report = pliant_fs::mount::run_foreground(&opts, |ready| {
@@ -385,8 +538,9 @@ fn mount(a: &MountArgs) -> anyhow::Result<ExitCode> {
         );
     }
     opts.check()?;
-    std::fs::create_dir_all(&a.cache_dir).with_context(|| a.cache_dir.display().to_string())?;
-    let log = a.cache_dir.join("mount.log");
+    std::fs::create_dir_all(&a.cache.cache_dir)
+        .with_context(|| a.cache.cache_dir.display().to_string())?;
+    let log = a.cache.cache_dir.join("mount.log");
     let exe = std::env::current_exe().context("finding the pliant binary")?;
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     args.push("--foreground".into());

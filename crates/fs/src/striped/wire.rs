@@ -1,0 +1,440 @@
+//! The requests between a striped mount and its cache servers, as RESP arrays of bulk strings
+//! (the protocol crate's frames and client: one protocol in the project, and `redis-cli` can
+//! talk to a server when someone needs to look).
+//!
+//! Every request that names a file carries who asks for it: `VERB uid gid groups path …`,
+//! `groups` the supplementary groups as decimal numbers joined by commas (empty for none). An
+//! error reply that stands for an errno is `-ERRNO <n> <text>`, so the application gets the
+//! server's errno (EACCES, ENOSPC, EDQUOT, EFBIG) rather than a generic EIO.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+use pliant_proto::Frame;
+
+use crate::core::Caller;
+
+/// Longest write one request carries, bytes: the largest FUSE write (1 MiB) cut at stripe
+/// boundaries is smaller; the bound is what a server lets one frame make it allocate.
+pub const MAX_WRITE: usize = 16 << 20;
+
+/// Longest read one request asks for, bytes (as [`MAX_WRITE`]).
+pub const MAX_READ: u64 = 16 << 20;
+
+/// A request to a cache server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// Up to `len` bytes at `offset`; fewer where the server's data of the file ends.
+    Read {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+        /// The file's inode number when the mount opened it: a name that leads to another
+        /// file by now (renamed or unlinked through another mount) gets ESTALE, not its data.
+        ino: u64,
+        /// Where.
+        offset: u64,
+        /// How many bytes at most.
+        len: u64,
+    },
+    /// `data` at `offset`.
+    Write {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+        /// The file's inode number when the mount opened it: a name that leads to another
+        /// file by now (renamed or unlinked through another mount) gets ESTALE, not its data.
+        ino: u64,
+        /// Where.
+        offset: u64,
+        /// What.
+        data: Bytes,
+    },
+    /// The file's size and modification time as this server knows them.
+    Size {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+    },
+    /// Make what this server holds of the file durable, as its `--fsync` says.
+    Fsync {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+        /// The file's inode number when the mount opened it: a name that leads to another
+        /// file by now (renamed or unlinked through another mount) gets ESTALE, not its data.
+        ino: u64,
+    },
+    /// Cut (or extend) the file to `size`, here and in the backing directory.
+    Truncate {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+        /// The new size.
+        size: u64,
+    },
+    /// The name was unlinked in the backing directory: what this server holds under it goes.
+    Unlinked {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+    },
+    /// `from` was renamed to `to` in the backing directory (swapped with it if `exchange`).
+    Renamed {
+        /// Who asks.
+        who: Caller,
+        /// The old name.
+        from: PathBuf,
+        /// The new name.
+        to: PathBuf,
+        /// `RENAME_EXCHANGE`.
+        exchange: bool,
+    },
+    /// Write every dirty byte back to the backing directory and sync it (a job's teardown).
+    Flush,
+    /// The server's counters, as JSON.
+    Stats,
+}
+
+impl Request {
+    /// The request as a command's arguments.
+    pub fn encode(&self) -> Vec<Vec<u8>> {
+        fn head(verb: &str, who: &Caller, path: &Path) -> Vec<Vec<u8>> {
+            let groups: Vec<String> = who.groups.iter().map(u32::to_string).collect();
+            vec![
+                verb.as_bytes().to_vec(),
+                who.uid.to_string().into_bytes(),
+                who.gid.to_string().into_bytes(),
+                groups.join(",").into_bytes(),
+                path.as_os_str().as_bytes().to_vec(),
+            ]
+        }
+        let num = |n: u64| n.to_string().into_bytes();
+        match self {
+            Request::Read {
+                who,
+                path,
+                ino,
+                offset,
+                len,
+            } => {
+                let mut a = head("FS.READ", who, path);
+                a.extend([num(*ino), num(*offset), num(*len)]);
+                a
+            }
+            Request::Write {
+                who,
+                path,
+                ino,
+                offset,
+                data,
+            } => {
+                let mut a = head("FS.WRITE", who, path);
+                a.extend([num(*ino), num(*offset), data.to_vec()]);
+                a
+            }
+            Request::Size { who, path } => head("FS.SIZE", who, path),
+            Request::Fsync { who, path, ino } => {
+                let mut a = head("FS.FSYNC", who, path);
+                a.push(num(*ino));
+                a
+            }
+            Request::Truncate { who, path, size } => {
+                let mut a = head("FS.TRUNCATE", who, path);
+                a.push(num(*size));
+                a
+            }
+            Request::Unlinked { who, path } => head("FS.UNLINKED", who, path),
+            Request::Renamed {
+                who,
+                from,
+                to,
+                exchange,
+            } => {
+                let mut a = head("FS.RENAMED", who, from);
+                a.extend([
+                    to.as_os_str().as_bytes().to_vec(),
+                    num(u64::from(*exchange)),
+                ]);
+                a
+            }
+            Request::Flush => vec![b"FS.FLUSH".to_vec()],
+            Request::Stats => vec![b"FS.STATS".to_vec()],
+        }
+    }
+
+    /// A request from a command's arguments; the error is the reply's text.
+    pub fn decode(args: &[Bytes]) -> Result<Request, String> {
+        let verb = args
+            .first()
+            .map(|v| String::from_utf8_lossy(v).to_ascii_uppercase())
+            .ok_or("empty request")?;
+        let want = |n: usize| {
+            if args.len() == n {
+                Ok(())
+            } else {
+                Err(format!(
+                    "wrong number of arguments for '{verb}': {} given, {n} expected",
+                    args.len()
+                ))
+            }
+        };
+        let num = |i: usize, what: &str| -> Result<u64, String> {
+            std::str::from_utf8(&args[i])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("{verb}: {what} is not a number"))
+        };
+        let who = || -> Result<Caller, String> {
+            let uid = num(1, "uid")? as u32;
+            let gid = num(2, "gid")? as u32;
+            let groups = std::str::from_utf8(&args[3]).map_err(|_| "groups: not text")?;
+            let groups = if groups.is_empty() {
+                Vec::new()
+            } else {
+                groups
+                    .split(',')
+                    .map(|g| g.parse::<u32>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| format!("{verb}: groups are not numbers"))?
+            };
+            if groups.len() > 65_536 {
+                return Err(format!("{verb}: more groups than Linux allows"));
+            }
+            Ok(Caller { uid, gid, groups })
+        };
+        let path = |i: usize| relative(&args[i]).map_err(|e| format!("{verb}: {e}"));
+        Ok(match verb.as_str() {
+            "FS.READ" => {
+                want(8)?;
+                let len = num(7, "length")?;
+                if len > MAX_READ {
+                    return Err(format!("{verb}: length {len} over {MAX_READ}"));
+                }
+                Request::Read {
+                    who: who()?,
+                    path: path(4)?,
+                    ino: num(5, "inode")?,
+                    offset: num(6, "offset")?,
+                    len,
+                }
+            }
+            "FS.WRITE" => {
+                want(8)?;
+                if args[7].len() > MAX_WRITE {
+                    return Err(format!("{verb}: data over {MAX_WRITE} bytes"));
+                }
+                Request::Write {
+                    who: who()?,
+                    path: path(4)?,
+                    ino: num(5, "inode")?,
+                    offset: num(6, "offset")?,
+                    data: args[7].clone(),
+                }
+            }
+            "FS.SIZE" => {
+                want(5)?;
+                Request::Size {
+                    who: who()?,
+                    path: path(4)?,
+                }
+            }
+            "FS.FSYNC" => {
+                want(6)?;
+                Request::Fsync {
+                    who: who()?,
+                    path: path(4)?,
+                    ino: num(5, "inode")?,
+                }
+            }
+            "FS.TRUNCATE" => {
+                want(6)?;
+                Request::Truncate {
+                    who: who()?,
+                    path: path(4)?,
+                    size: num(5, "size")?,
+                }
+            }
+            "FS.UNLINKED" => {
+                want(5)?;
+                Request::Unlinked {
+                    who: who()?,
+                    path: path(4)?,
+                }
+            }
+            "FS.RENAMED" => {
+                want(7)?;
+                Request::Renamed {
+                    who: who()?,
+                    from: path(4)?,
+                    to: path(5)?,
+                    exchange: num(6, "exchange")? != 0,
+                }
+            }
+            "FS.FLUSH" => {
+                want(1)?;
+                Request::Flush
+            }
+            "FS.STATS" => {
+                want(1)?;
+                Request::Stats
+            }
+            _ => return Err(format!("unknown command '{verb}'")),
+        })
+    }
+}
+
+/// A path a request names: relative, without `..`, `.` or an empty name (the server reaches
+/// files beneath its backing directory only, whatever a client sends).
+pub fn relative(bytes: &[u8]) -> Result<PathBuf, String> {
+    let p = Path::new(OsStr::from_bytes(bytes));
+    if bytes.is_empty() || bytes.contains(&0) {
+        return Err("empty path or a NUL byte in it".into());
+    }
+    if !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(format!(
+            "path {:?} must be relative to the backing directory, without '.' or '..'",
+            p.display()
+        ));
+    }
+    Ok(p.to_path_buf())
+}
+
+/// The reply for an error: `-ERRNO n text` for an errno, `-ERR text` otherwise.
+pub fn error_frame(e: &std::io::Error) -> Frame {
+    match e.raw_os_error() {
+        Some(n) => Frame::error(format!("ERRNO {n} {e}")),
+        None => Frame::error(format!("ERR {e}")),
+    }
+}
+
+/// The error a reply stands for: its errno, or EIO for anything else (with the text logged by
+/// the caller).
+pub fn reply_error(text: &str) -> std::io::Error {
+    if let Some(rest) = text.strip_prefix("ERRNO ")
+        && let Some(n) = rest.split(' ').next().and_then(|n| n.parse::<i32>().ok())
+        && n > 0
+    {
+        return std::io::Error::from_raw_os_error(n);
+    }
+    std::io::Error::from_raw_os_error(nix::libc::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who() -> Caller {
+        Caller {
+            uid: 1000,
+            gid: 100,
+            groups: vec![4, 27],
+        }
+    }
+
+    #[test]
+    fn every_request_survives_its_encoding() {
+        let all = vec![
+            Request::Read {
+                who: who(),
+                path: "a/b".into(),
+                ino: 99,
+                offset: 7,
+                len: 4096,
+            },
+            Request::Write {
+                who: Caller::root(),
+                path: "x y".into(),
+                ino: 1,
+                offset: u64::MAX - 1,
+                data: Bytes::from_static(b"\r\n\0data"),
+            },
+            Request::Size {
+                who: who(),
+                path: "f".into(),
+            },
+            Request::Fsync {
+                who: who(),
+                path: "f".into(),
+                ino: 3,
+            },
+            Request::Truncate {
+                who: who(),
+                path: "f".into(),
+                size: 3,
+            },
+            Request::Unlinked {
+                who: who(),
+                path: "d/f".into(),
+            },
+            Request::Renamed {
+                who: who(),
+                from: "d".into(),
+                to: "e".into(),
+                exchange: true,
+            },
+            Request::Flush,
+            Request::Stats,
+        ];
+        for r in all {
+            let args: Vec<Bytes> = r.encode().into_iter().map(Bytes::from).collect();
+            assert_eq!(Request::decode(&args).expect("valid"), r);
+        }
+    }
+
+    #[test]
+    fn paths_that_leave_the_backing_directory_and_oversized_requests_are_refused() {
+        for bad in [
+            &b"/etc/passwd"[..],
+            b"../x",
+            b"a/../../x",
+            b"./a",
+            b"",
+            b"a\0b",
+        ] {
+            assert!(relative(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        let read = |len: u64| {
+            let r = Request::Read {
+                who: who(),
+                path: "f".into(),
+                ino: 1,
+                offset: 0,
+                len,
+            };
+            let args: Vec<Bytes> = r.encode().into_iter().map(Bytes::from).collect();
+            Request::decode(&args)
+        };
+        assert!(read(MAX_READ).is_ok());
+        assert!(read(MAX_READ + 1).expect_err("refused").contains("over"));
+        let e = Request::decode(&[Bytes::from_static(b"FS.SIZE")]).expect_err("refused");
+        assert!(e.contains("wrong number of arguments"), "{e}");
+        let e = Request::decode(&[Bytes::from_static(b"GET"), Bytes::from_static(b"k")]);
+        assert!(e.expect_err("refused").contains("unknown command"));
+    }
+
+    #[test]
+    fn an_errno_crosses_the_wire_and_anything_else_is_eio() {
+        let e = std::io::Error::from_raw_os_error(nix::libc::EDQUOT);
+        let Frame::Error(text) = error_frame(&e) else {
+            panic!()
+        };
+        assert_eq!(reply_error(&text).raw_os_error(), Some(nix::libc::EDQUOT));
+        assert_eq!(
+            reply_error("ERR something").raw_os_error(),
+            Some(nix::libc::EIO)
+        );
+        assert_eq!(
+            reply_error("ERRNO -3 x").raw_os_error(),
+            Some(nix::libc::EIO)
+        );
+    }
+}
