@@ -43,6 +43,13 @@ pub struct JobPaths {
     pub state: PathBuf,
 }
 
+impl JobPaths {
+    /// The cache servers a setup has started so far (what a failed setup stops).
+    fn servers_file(&self) -> PathBuf {
+        self.dir.join("servers.json")
+    }
+}
+
 /// What `job.json` holds.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JobState {
@@ -52,6 +59,32 @@ pub struct JobState {
     pub pfs: PathBuf,
     /// The mount point.
     pub mountpoint: PathBuf,
+    /// A striped cache's servers this setup started (none: the mount's own cache).
+    #[serde(default)]
+    pub servers: Vec<ServerState>,
+}
+
+/// A cache server a job's setup started.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ServerState {
+    /// Its pid.
+    pub pid: u32,
+    /// Where it listens.
+    pub addr: String,
+    /// Its cache directory (its journal: what a server that died had not written back).
+    pub cache_dir: PathBuf,
+}
+
+/// What happened to one server at teardown.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServerOutcome {
+    /// The server.
+    pub addr: String,
+    /// It had died: its journal was replayed here (these files had data it had not written
+    /// back; now they have).
+    pub recovered_files: u64,
+    /// Bytes the replay wrote back.
+    pub recovered_bytes: u64,
 }
 
 /// A job that could not be set up or torn down.
@@ -282,6 +315,8 @@ pub struct Setup {
     pub not_preloaded: (u64, u64),
     /// The mount daemon's pid.
     pub pid: u32,
+    /// A striped cache's servers, started by this setup.
+    pub servers: Vec<ServerState>,
 }
 
 /// Mounts the job's cache (with `exe` as the `pliant` binary), preloads, records the job. If
@@ -295,6 +330,7 @@ pub fn setup(
     root: &Path,
     job_id: &str,
     owner: Option<Owner>,
+    servers: usize,
 ) -> Result<Setup, JobError> {
     let d = directives
         .cache
@@ -315,7 +351,15 @@ pub fn setup(
             state: paths.state.clone(),
         });
     }
-    setup_in(exe, script, directives, d, &paths, job_id, owner).map_err(|mut e| {
+    setup_in(exe, script, directives, d, &paths, job_id, owner, servers).map_err(|mut e| {
+        // Servers it started go too, their data dropped (it is only what preloads copied).
+        if let Ok(b) = std::fs::read(paths.servers_file())
+            && let Ok(started) = serde_json::from_slice::<Vec<ServerState>>(&b)
+        {
+            for s in &started {
+                let _ = stop_server(s, true, Duration::from_secs(30));
+            }
+        }
         match remove_job_dir(&paths) {
             Ok(()) => {
                 if let JobError::Mount { log, .. } = &mut e {
@@ -443,6 +487,7 @@ fn is_mount_point(p: &Path) -> bool {
     m.dev() != parent.dev()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn setup_in(
     exe: &Path,
     script: &str,
@@ -451,6 +496,7 @@ fn setup_in(
     paths: &JobPaths,
     job_id: &str,
     owner: Option<Owner>,
+    servers: usize,
 ) -> Result<Setup, JobError> {
     if let Some(o) = owner {
         let root = paths.dir.parent().unwrap_or(Path::new("/"));
@@ -470,6 +516,31 @@ fn setup_in(
     if owner.is_some() {
         args.push("--allow-other".into());
     }
+    let mut started = Vec::new();
+    if servers > 0 {
+        let secret = paths.dir.join("secret");
+        write_secret(&secret)?;
+        for i in 0..servers {
+            let mut c = cfg.clone();
+            c.cache_dir = paths.dir.join(format!("server{i}"));
+            // DataWarp's capacity is the job's, shared out among its servers.
+            c.capacity = (cfg.capacity / servers as u64).max(c.extent);
+            started.push(spawn_server(exe, &c, &secret, &paths.log)?);
+            // Recorded as they start, so a setup that fails midway stops what it started.
+            let json = serde_json::to_vec(&started).map_err(|e| JobError::Io {
+                path: paths.servers_file(),
+                source: std::io::Error::other(e),
+            })?;
+            std::fs::write(paths.servers_file(), json).map_err(io(&paths.servers_file()))?;
+        }
+        let addrs: Vec<&str> = started.iter().map(|s| s.addr.as_str()).collect();
+        args.extend([
+            "--servers".into(),
+            addrs.join(",").into(),
+            "--secret-file".into(),
+            secret.into_os_string(),
+        ]);
+    }
     let stats = spawn_daemon(
         exe,
         &args,
@@ -481,6 +552,7 @@ fn setup_in(
         job_id: job_id.into(),
         pfs: d.pfs.clone(),
         mountpoint: paths.mountpoint.clone(),
+        servers: started.clone(),
     };
     let json = serde_json::to_vec_pretty(&state).map_err(|e| JobError::Io {
         path: paths.state.clone(),
@@ -544,7 +616,196 @@ fn setup_in(
         preloaded_bytes,
         not_preloaded,
         pid: stats.pid,
+        servers: started,
     })
+}
+
+/// A new random secret in `path`, readable by its owner alone.
+fn write_secret(path: &Path) -> Result<(), JobError> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(io(Path::new("/dev/urandom")))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(path))?;
+    writeln!(f, "{hex}").map_err(io(path))
+}
+
+/// Starts `exe fs server` for `cfg` in its own process group (its log appended to `log`) and
+/// waits (up to 30 s) until it says where it listens.
+fn spawn_server(
+    exe: &Path,
+    cfg: &FsConfig,
+    secret: &Path,
+    log: &Path,
+) -> Result<ServerState, JobError> {
+    use std::os::unix::process::CommandExt;
+    std::fs::create_dir_all(&cfg.cache_dir).map_err(io(&cfg.cache_dir))?;
+    let ready = cfg.cache_dir.with_extension("ready");
+    let out = std::fs::File::create(&ready).map_err(io(&ready))?;
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io(log))?;
+    let mut args: Vec<OsString> = vec!["fs".into(), "server".into(), cfg.backing.clone().into()];
+    args.extend(server_args(cfg));
+    args.extend([
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--secret-file".into(),
+        secret.into(),
+        "--json".into(),
+    ]);
+    let mut child = std::process::Command::new(exe)
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(io(exe))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&ready).unwrap_or_default();
+        if let Some(line) = text.lines().next()
+            && text.contains('\n')
+        {
+            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| JobError::Io {
+                path: ready.clone(),
+                source: std::io::Error::other(e),
+            })?;
+            let addr = v["addr"].as_str().unwrap_or_default().to_string();
+            return Ok(ServerState {
+                pid: child.id(),
+                addr,
+                cache_dir: cfg.cache_dir.clone(),
+            });
+        }
+        let failed = |message: String| JobError::Mount {
+            mountpoint: cfg.cache_dir.clone(),
+            message: format!("cache server: {message}"),
+            log: Some(log.to_path_buf()),
+        };
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(failed(format!("exited ({status}) before it listened")));
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(failed("did not listen within 30 s".into()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `pliant fs server` arguments (after the backing directory) for a cache config.
+pub fn server_args(c: &FsConfig) -> Vec<OsString> {
+    vec![
+        "--cache-dir".into(),
+        c.cache_dir.clone().into(),
+        "--capacity".into(),
+        c.capacity.to_string().into(),
+        "--max-file-size".into(),
+        c.max_file_size.to_string().into(),
+        "--write-window-multiplier".into(),
+        c.write_window_multiplier.to_string().into(),
+        "--write-window-length".into(),
+        c.write_window.as_secs().to_string().into(),
+    ]
+}
+
+/// Whether `pid` is the cache server over `cache_dir` (and not a process that took its pid
+/// after it ended).
+fn is_our_server(s: &ServerState) -> bool {
+    let Ok(cmd) = std::fs::read(format!("/proc/{}/cmdline", s.pid)) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+    let dir = s.cache_dir.as_os_str().as_encoded_bytes();
+    args.windows(2).any(|w| w == [b"fs".as_slice(), b"server"]) && args.contains(&dir)
+}
+
+/// Stops a job's cache server: SIGTERM, which writes everything back before it exits (SIGKILL
+/// with `discard`), waiting at most `wait`. A server that had died already has its journal
+/// replayed here, so what it held reaches the backing directory all the same.
+fn stop_server(s: &ServerState, discard: bool, wait: Duration) -> Result<ServerOutcome, JobError> {
+    use nix::sys::signal::{Signal, kill};
+    let mut outcome = ServerOutcome {
+        addr: s.addr.clone(),
+        recovered_files: 0,
+        recovered_bytes: 0,
+    };
+    let pid = nix::unistd::Pid::from_raw(s.pid as i32);
+    if is_our_server(s) {
+        let _ = kill(
+            pid,
+            if discard {
+                Signal::SIGKILL
+            } else {
+                Signal::SIGTERM
+            },
+        );
+        let deadline = std::time::Instant::now() + wait;
+        while is_our_server(s) {
+            if std::time::Instant::now() > deadline {
+                return Err(JobError::Busy {
+                    dir: s.cache_dir.clone(),
+                    message: format!(
+                        "cache server {} (pid {}) still writing back after {wait:?}: left running with its data",
+                        s.addr, s.pid
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !discard {
+            return Ok(outcome);
+        }
+    }
+    if discard {
+        let _ = std::fs::remove_dir_all(&s.cache_dir);
+        return Ok(outcome);
+    }
+    // Died before the teardown: its journal says what it had not written back.
+    let journal = s.cache_dir.join(crate::journal::FILE);
+    if !journal.exists() {
+        return Err(JobError::Mount {
+            mountpoint: s.cache_dir.clone(),
+            message: format!(
+                "cache server {} is gone and so is its journal: whatever it had not written back is lost",
+                s.addr
+            ),
+            log: None,
+        });
+    }
+    let Some(replay) = crate::journal::Journal::replay(&journal).map_err(io(&journal))? else {
+        return Ok(outcome);
+    };
+    if !replay.files.is_empty() {
+        use std::os::unix::ffi::OsStrExt;
+        let backing = PathBuf::from(std::ffi::OsStr::from_bytes(&replay.header.backing));
+        let mut cfg = FsConfig::new(backing, s.cache_dir.clone(), 1 << 30);
+        cfg.shared = true;
+        let (cache, rec) = crate::FsCache::new(cfg, std::sync::Arc::new(crate::SystemClock))
+            .map_err(|e| JobError::Io {
+                path: s.cache_dir.clone(),
+                source: std::io::Error::other(e),
+            })?;
+        outcome.recovered_files = rec.files;
+        outcome.recovered_bytes = rec.bytes;
+        cache
+            .shutdown(false, &mut |_| {})
+            .map_err(io(&s.cache_dir))?;
+    }
+    Ok(outcome)
 }
 
 /// What a teardown did.
@@ -564,14 +825,17 @@ pub enum Teardown {
 
 /// Flushes (or with `discard` drops) and unmounts a job's cache, then removes its directory.
 /// A write-back that keeps failing for `give_up_after` fails the teardown and leaves the cache
-/// mounted with its data ([`mount::unmount`]): a later teardown can still write it back.
+/// mounted with its data ([`mount::unmount`]): a later teardown can still write it back. A
+/// striped cache's servers are stopped after the mount, each writing back all it holds (or
+/// replayed from its journal if it had died); the teardown fails, naming the server, if one
+/// cannot be, and nothing of the job is removed then.
 pub fn teardown(
     root: &Path,
     job_id: &str,
     discard: bool,
     give_up_after: Duration,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<Teardown, JobError> {
+) -> Result<(Teardown, Vec<ServerOutcome>), JobError> {
     let paths = JobPaths::new(root, job_id)?;
     let state: JobState = match std::fs::read(&paths.state) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| JobError::Io {
@@ -580,7 +844,7 @@ pub fn teardown(
         })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if !paths.dir.exists() {
-                return Ok(Teardown::Nothing);
+                return Ok((Teardown::Nothing, Vec::new()));
             }
             // A setup killed before it wrote job.json. A mount answering there may be a setup
             // still running: left alone.
@@ -595,8 +859,15 @@ pub fn teardown(
                     ),
                 });
             }
+            if let Ok(b) = std::fs::read(paths.servers_file())
+                && let Ok(started) = serde_json::from_slice::<Vec<ServerState>>(&b)
+            {
+                for s in &started {
+                    stop_server(s, true, Duration::from_secs(30))?;
+                }
+            }
             remove_job_dir(&paths)?;
-            return Ok(Teardown::LeftoversRemoved);
+            return Ok((Teardown::LeftoversRemoved, Vec::new()));
         }
         Err(e) => {
             return Err(JobError::Io {
@@ -638,8 +909,12 @@ pub fn teardown(
         }
         Err(e) => return Err(e.into()),
     };
+    let mut servers = Vec::new();
+    for s in &state.servers {
+        servers.push(stop_server(s, discard, Duration::from_secs(3600))?);
+    }
     std::fs::remove_dir_all(&paths.dir).map_err(io(&paths.dir))?;
-    Ok(report)
+    Ok((report, servers))
 }
 
 #[cfg(test)]

@@ -115,4 +115,60 @@ pub struct FsStats {
     /// Where `--metrics` serves the counters (the port the system chose for `:0`).
     #[serde(default)]
     pub metrics_addr: Option<String>,
+    /// A striped mount: how many cache servers the data counters above add up (0: the mount's
+    /// own cache).
+    #[serde(default)]
+    pub servers: u32,
+}
+
+impl FsStats {
+    /// A striped mount's counters: the mount's own identity, and the data counters of its
+    /// servers added up (the job's cache is all of them). Rates and the hit ratio are those of
+    /// the sums; the write window is the sum of the servers' (each keeps its own).
+    pub fn striped(mut self, servers: &[FsStats]) -> FsStats {
+        let sum = |f: fn(&FsStats) -> u64| servers.iter().map(f).sum::<u64>();
+        self.capacity_bytes = sum(|s| s.capacity_bytes);
+        self.used_bytes = sum(|s| s.used_bytes);
+        self.dirty_bytes = sum(|s| s.dirty_bytes);
+        self.cached_files = sum(|s| s.cached_files);
+        self.read_hit_bytes = sum(|s| s.read_hit_bytes);
+        self.read_miss_bytes = sum(|s| s.read_miss_bytes);
+        let reads = self.read_hit_bytes + self.read_miss_bytes;
+        self.hit_ratio = if reads == 0 {
+            0.0
+        } else {
+            self.read_hit_bytes as f64 / reads as f64
+        };
+        self.written_bytes = sum(|s| s.written_bytes);
+        self.copy_up_bytes = sum(|s| s.copy_up_bytes);
+        self.copy_up_read_bytes = sum(|s| s.copy_up_read_bytes);
+        self.copy_up_preload_bytes = sum(|s| s.copy_up_preload_bytes);
+        self.read_ahead_bytes = sum(|s| s.read_ahead_bytes);
+        self.writeback_bytes = sum(|s| s.writeback_bytes);
+        self.writeback_errors = sum(|s| s.writeback_errors);
+        self.evicted_extents = sum(|s| s.evicted_extents);
+        self.evicted_bytes = sum(|s| s.evicted_bytes);
+        self.edquot_writes += sum(|s| s.edquot_writes);
+        self.efbig_writes += sum(|s| s.efbig_writes);
+        self.window_used_bytes = sum(|s| s.window_used_bytes);
+        self.window_limit_bytes = sum(|s| s.window_limit_bytes);
+        self.window_left_secs = servers
+            .iter()
+            .map(|s| s.window_left_secs)
+            .fold(f64::INFINITY, f64::min);
+        if !self.window_left_secs.is_finite() {
+            self.window_left_secs = 0.0;
+        }
+        self.revalidated_files = sum(|s| s.revalidated_files);
+        self.policy_errors += sum(|s| s.policy_errors);
+        let up = self.uptime_secs.max(1e-9);
+        self.copy_up_rate = self.copy_up_bytes as f64 / up;
+        self.writeback_rate = self.writeback_bytes as f64 / up;
+        if let Some(s) = servers.first() {
+            self.evict_policy.clone_from(&s.evict_policy);
+            self.writeback_policy.clone_from(&s.writeback_policy);
+        }
+        self.servers = servers.len() as u32;
+        self
+    }
 }

@@ -785,6 +785,107 @@ fn job_directives_set_up_a_cache_and_teardown_writes_it_back() {
     );
 }
 
+/// `job setup --cache-servers 3`: three cache servers and a striped mount over them; the
+/// preload goes through the servers; a server killed with -9 after an fsync loses nothing: the
+/// teardown replays its journal, says so, and every server's data is in the pfs after it.
+#[test]
+fn a_striped_job_writes_back_every_servers_data_at_teardown_even_a_killed_ones() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(&pfs).expect("pfs");
+    let input: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(pfs.join("input"), &input).expect("input");
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=192MiB pfs={}\n#DW preload path={}/input\n",
+            pfs.display(),
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let root = top.path().join("jobs");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let env = ok(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "9",
+            "--root",
+            &r(&root),
+            "--cache-servers",
+            "3",
+        ],
+        top.path(),
+    ));
+    let cache = env
+        .lines()
+        .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+        .map(PathBuf::from)
+        .expect("DW_JOB_STRIPED_CACHE");
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(root.join("9/job.json")).expect("job.json"))
+            .expect("json");
+    let pids: Vec<i32> = state["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .map(|s| s["pid"].as_i64().expect("pid") as i32)
+        .collect();
+    assert_eq!(pids.len(), 3);
+    let s = json(&pliant(&["fs", "stat", &r(&cache), "--json"], top.path()));
+    assert_eq!(s["servers"], 3);
+    assert_eq!(s["capacity_bytes"], 192 << 20, "the capacity is shared out");
+    assert_eq!(
+        s["copy_up_bytes"], 3_000_000,
+        "the preload copied the input up into the servers"
+    );
+    let output: Vec<u8> = (0..7_000_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    {
+        let mut f = fs::File::create(cache.join("output")).expect("create");
+        f.write_all(&output).expect("write");
+        f.sync_all().expect("fsync");
+    }
+    assert!(
+        fs::metadata(pfs.join("output")).expect("name").len() < output.len() as u64,
+        "written back before the teardown: the kill below would prove nothing"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pids[1]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    let out = pliant(
+        &["job", "teardown", "--job-id", "9", "--root", &r(&root)],
+        top.path(),
+    );
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(said.contains("had died; its journal wrote back"), "{said}");
+    assert!(
+        fs::read(pfs.join("output")).expect("output") == output,
+        "the pfs has every fsync'ed byte after the teardown"
+    );
+    assert!(
+        !root.join("9").exists(),
+        "teardown removes the job's directory"
+    );
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "server {pid} still running after the teardown"
+        );
+    }
+}
+
 /// `job setup` runs as root and sent each `#DW preload` hint to the path by name, following
 /// symbolic links: a link a user made in their pfs to another job's mount (which they cannot
 /// enter) had root preload the other job's file into the other job's cache. A preload is now

@@ -1303,6 +1303,35 @@ impl FsCache {
     /// `kept_bytes` and `dropped_bytes` say what of the preloaded files is in the cache at the
     /// end.
     pub fn preload(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        if self.inner.remote.get().is_some() {
+            // A striped mount's data is in its servers: each stripe is read once through its
+            // owner, which copies it up (and the bytes come here for nothing: servers take no
+            // hints of their own yet).
+            return self.for_files(rel, caller, want::READ, &mut |c, p, r| {
+                let h = c.open(p)?.for_caller(caller.clone());
+                let size = c.getattr(p)?.size;
+                let mut buf = Vec::new();
+                let mut at = 0;
+                let res = loop {
+                    if at >= size {
+                        break Ok(());
+                    }
+                    if let Err(e) = c.read_into(&h, at, 4 << 20, &mut buf) {
+                        break Err(e);
+                    }
+                    if buf.is_empty() {
+                        break Ok(());
+                    }
+                    at += buf.len() as u64;
+                };
+                c.release(h);
+                res?;
+                r.bytes += at;
+                r.kept_bytes += at;
+                r.files += 1;
+                Ok(())
+            });
+        }
         let limit = (self.inner.cfg.capacity as f64 * self.inner.cfg.high) as u64;
         let mut ours: Vec<(Arc<FileEntry>, u64)> = Vec::new();
         let mut ours_bytes = 0u64;
@@ -1337,18 +1366,21 @@ impl FsCache {
     /// `pliant fs evict`: writes back and drops the cached data of the files at or under `rel`
     /// that `caller` may write.
     pub fn evict(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.no_hints_here()?;
         self.for_cached(rel, caller, want::WRITE, |i, e| i.evict_extents(e, None))
     }
 
     /// `pliant fs writeback`: writes the dirty data of the files at or under `rel` that
     /// `caller` may write back, and syncs them in the backing directory.
     pub fn writeback(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.no_hints_here()?;
         self.for_cached(rel, caller, want::WRITE, |i, e| i.writeback_file(e, true))
     }
 
     /// `pliant fs invalidate`: drops the clean cached data of the files at or under `rel` that
     /// `caller` may read (after their backing copies changed); dirty data stays.
     pub fn invalidate(&self, rel: &Path, caller: &Caller) -> io::Result<HintReport> {
+        self.no_hints_here()?;
         self.for_cached(rel, caller, want::READ, |i, e| i.invalidate_entry(e))
     }
 
@@ -1426,7 +1458,28 @@ impl FsCache {
 
     /// The counters.
     pub fn stats(&self) -> FsStats {
-        self.inner.stats()
+        let own = self.inner.stats();
+        match self.inner.remote.get() {
+            // The job's cache is its servers: a server that does not answer leaves the mount's
+            // own (empty) counters, and the log says why.
+            Some(r) => match r.stats() {
+                Ok(servers) => own.striped(&servers),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the cache servers' counters");
+                    own
+                }
+            },
+            None => own,
+        }
+    }
+
+    /// Hints work on the data a cache holds; a striped mount's is in its servers, which do not
+    /// take hints yet.
+    fn no_hints_here(&self) -> io::Result<()> {
+        if self.inner.remote.get().is_some() {
+            return Err(errno(nix::errno::Errno::ENOSYS));
+        }
+        Ok(())
     }
 
     /// Stops the mount: with `discard`, drops dirty data (DataWarp's teardown after a failed
@@ -1631,6 +1684,7 @@ impl Inner {
             flush_asked: self.flush_asked.load(Relaxed),
             flush_done: self.flush_done.load(Relaxed),
             metrics_addr: None,
+            servers: 0,
         }
     }
 }

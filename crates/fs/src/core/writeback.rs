@@ -296,6 +296,13 @@ impl Inner {
     }
 
     pub(super) fn flush(&self, progress: &mut dyn FnMut(u64)) {
+        if let Some(r) = self.remote.get() {
+            // A striped mount's dirty data is in its servers: the flush is theirs (every
+            // server, for the whole job: a mount cannot tell which of their data is its own).
+            if let Err(e) = r.flush() {
+                tracing::error!(error = %e, "flushing the cache servers");
+            }
+        }
         lock(&self.state).flushing += 1;
         self.work.notify_all();
         loop {

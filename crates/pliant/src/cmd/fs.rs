@@ -622,6 +622,12 @@ fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
         "backing      {} (daemon pid {}, up {:.0} s)",
         s.backing, s.pid, s.uptime_secs
     );
+    if s.servers > 0 {
+        println!(
+            "striped      over {} cache servers: the lines below add up theirs",
+            s.servers
+        );
+    }
     println!("capacity     {}", human(s.capacity_bytes));
     println!(
         "used         {} ({:.1}%), {} files",
@@ -782,6 +788,12 @@ pub enum JobCommand {
         /// alone through. The root must be root's and writable by root alone
         #[arg(long)]
         uid: Option<u32>,
+        /// Make it one cache for the whole job (`access_mode=striped` across servers): start this
+        /// many `pliant fs server`s on this machine, each with its share of the capacity in the
+        /// job's directory, and mount striped over them (0: the mount's own cache). Teardown
+        /// stops them after each has written everything back.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        cache_servers: usize,
     },
     /// Write the job's cache back, unmount it and remove its directory (nothing to do is fine).
     Teardown {
@@ -841,6 +853,7 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             job_id,
             root,
             uid,
+            cache_servers,
         } => {
             let set_up = || -> anyhow::Result<pliant_fs::job::Setup> {
                 let (name, d) = read_script(&script)?;
@@ -850,7 +863,13 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
                 let exe = std::env::current_exe().context("finding the pliant binary")?;
                 let owner = uid.map(|uid| pliant_fs::job::Owner { uid });
                 Ok(pliant_fs::job::setup(
-                    &exe, &name, &d, &root, &job_id, owner,
+                    &exe,
+                    &name,
+                    &d,
+                    &root,
+                    &job_id,
+                    owner,
+                    cache_servers,
                 )?)
             };
             let s = match set_up() {
@@ -881,8 +900,26 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
         } => {
             use pliant_fs::job::Teardown;
             let give_up_after = Duration::from_secs(give_up_after);
-            match pliant_fs::job::teardown(&root, &job_id, discard, give_up_after, &mut |_, _| {})?
-            {
+            let (what, servers) =
+                pliant_fs::job::teardown(&root, &job_id, discard, give_up_after, &mut |_, _| {})?;
+            for s in &servers {
+                if s.recovered_files > 0 {
+                    eprintln!(
+                        "job {job_id}: cache server {} had died; its journal wrote back {} of {} files",
+                        s.addr,
+                        human(s.recovered_bytes),
+                        s.recovered_files
+                    );
+                }
+            }
+            if !servers.is_empty() {
+                eprintln!(
+                    "job {job_id}: {} cache servers stopped, everything they held {}",
+                    servers.len(),
+                    if discard { "dropped" } else { "written back" }
+                );
+            }
+            match what {
                 Teardown::Unmounted(r) => eprintln!(
                     "job {job_id}: {} {}",
                     human(r.dirty_bytes_at_start),
