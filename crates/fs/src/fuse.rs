@@ -62,8 +62,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::core::{
@@ -530,6 +530,16 @@ impl Filesystem for PliantFuse {
                     ?missing,
                     "this kernel offers no FUSE write-back cache (with HANDLE_KILLPRIV_V2); every write goes through the daemon at once"
                 ),
+            }
+        }
+        if self.striped {
+            // `fcntl` locks go to the servers, so that nodes exclude each other; `flock` stays
+            // the kernel's on each node (fuser does not say which of the two a request is).
+            if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS) {
+                tracing::warn!(
+                    ?missing,
+                    "this kernel offers no FUSE POSIX locks: fcntl locks stay local to the node"
+                );
             }
         }
         if self.want_passthrough {
@@ -1116,6 +1126,54 @@ impl Filesystem for PliantFuse {
         // traversal of the backing directory's parents.
         match self.guard(req).and_then(|_| self.path(ino)) {
             Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            self.core
+                .get_lock(&h, lock_owner.0, typ, start, end)
+                .map_err(err)
+        });
+        match res {
+            Ok(Some((typ, start, end, pid))) => reply.locked(start, end, typ, pid),
+            Ok(None) => reply.locked(start, end, nix::libc::F_UNLCK, pid),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            self.core
+                .set_lock(&h, lock_owner.0, typ, start, end, pid, sleep)
+                .map_err(err)
+        });
+        match res {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }

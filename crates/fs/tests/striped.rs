@@ -497,3 +497,73 @@ fn without_the_secret_nothing_and_with_it_only_what_the_backing_permissions_allo
     );
     s.stop().shutdown(&mut |_| {}).expect("striped test step");
 }
+
+/// `fcntl` locks through two clients: the second is refused a range the first holds, sees who
+/// holds it, waits for it with F_SETLKW, and gets it once the first unlocks; a client that goes
+/// (its mount unmounted) leaves no lock behind.
+#[test]
+fn byte_range_locks_exclude_across_clients_and_go_with_their_mount() {
+    use nix::libc::{F_RDLCK, F_UNLCK, F_WRLCK};
+    let backing = tempfile::tempdir().expect("striped test step");
+    let dirs = tempfile::tempdir().expect("striped test step");
+    let servers: Vec<Server> = (0..3)
+        .map(|i| start_server(backing.path(), &dirs.path().join(format!("s{i}"))))
+        .collect();
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let timeout = Duration::from_secs(20);
+    let a = client(backing.path(), &dirs.path().join("a"), &addrs, timeout);
+    let b = Arc::new(client(
+        backing.path(),
+        &dirs.path().join("b"),
+        &addrs,
+        timeout,
+    ));
+    let ha = a
+        .create(Path::new("shared"), 0o644, None)
+        .expect("striped test step");
+    let hb = b.open(Path::new("shared")).expect("striped test step");
+    a.set_lock(&ha, 1, F_WRLCK, 0, 99, 111, false)
+        .expect("striped test step");
+    let e = b
+        .set_lock(&hb, 1, F_RDLCK, 50, 60, 222, false)
+        .expect_err("held by the other client");
+    assert_eq!(e.raw_os_error(), Some(nix::libc::EAGAIN));
+    assert_eq!(
+        b.get_lock(&hb, 1, F_WRLCK, 0, 10)
+            .expect("striped test step"),
+        Some((F_WRLCK, 0, 99, 111))
+    );
+    // Past the held range, and a shared lock beside another shared one: free.
+    b.set_lock(&hb, 1, F_RDLCK, 100, u64::MAX, 222, false)
+        .expect("striped test step");
+    // F_SETLKW waits for the holder.
+    let waiter = {
+        let (b, hb) = (b.clone(), hb.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            b.set_lock(&hb, 1, F_WRLCK, 10, 20, 222, true)
+                .expect("granted once free");
+            t.elapsed()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !waiter.is_finished(),
+        "F_SETLKW returned while the lock was held"
+    );
+    a.set_lock(&ha, 1, F_UNLCK, 0, u64::MAX, 111, false)
+        .expect("striped test step");
+    let waited = waiter.join().expect("waiter");
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    // b's locks go with its mount: a takes the whole file at once.
+    b.release(hb);
+    let b = Arc::try_unwrap(b).unwrap_or_else(|_| panic!("b still shared"));
+    b.shutdown(false, &mut |_| {}).expect("striped test step");
+    a.set_lock(&ha, 1, F_WRLCK, 0, u64::MAX, 111, false)
+        .expect("b's locks went with its mount");
+    a.release(ha);
+    a.shutdown(false, &mut |_| {}).expect("striped test step");
+    for s in servers {
+        s.stop().shutdown(&mut |_| {}).expect("striped test step");
+    }
+}

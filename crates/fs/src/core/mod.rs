@@ -450,6 +450,17 @@ impl Caller {
     }
 }
 
+/// A lock type as `fcntl` gives it.
+fn lock_kind(typ: i32) -> io::Result<crate::striped::locks::Kind> {
+    use crate::striped::locks::Kind;
+    match typ {
+        nix::libc::F_RDLCK => Ok(Kind::Read),
+        nix::libc::F_WRLCK => Ok(Kind::Write),
+        nix::libc::F_UNLCK => Ok(Kind::Unlock),
+        _ => Err(errno(nix::errno::Errno::EINVAL)),
+    }
+}
+
 /// A time for `utimensat`: `None` leaves it as it is.
 fn timespec(t: Option<SystemTime>) -> nix::sys::time::TimeSpec {
     match t {
@@ -667,10 +678,76 @@ impl FsCache {
     /// Makes this a striped mount's cache: file data goes to `remote`'s servers from now on.
     /// Set once, before the mount serves anything.
     pub fn set_remote(&self, remote: Arc<crate::striped::Remote>) -> io::Result<()> {
+        remote.keep_locks_alive();
         self.inner
             .remote
             .set(remote)
             .map_err(|_| io::Error::other("the cache's servers are set already"))
+    }
+
+    /// `fcntl(F_SETLK/F_SETLKW)` of a striped mount's open file, across every mount of the
+    /// cache (`typ`: `F_RDLCK`, `F_WRLCK`, `F_UNLCK`; `end` inclusive). Only a striped mount
+    /// takes locks here; the others leave them to the kernel.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_lock(
+        &self,
+        h: &Handle,
+        owner: u64,
+        typ: i32,
+        start: u64,
+        end: u64,
+        pid: u32,
+        wait: bool,
+    ) -> io::Result<()> {
+        let r = self
+            .inner
+            .remote
+            .get()
+            .ok_or_else(|| errno(nix::errno::Errno::ENOSYS))?;
+        let (ino, path, who) = self.remote_file(h)?;
+        r.set_lock(
+            ino,
+            &path,
+            &who,
+            owner,
+            lock_kind(typ)?,
+            (start, end),
+            pid,
+            wait,
+        )
+    }
+
+    /// `fcntl(F_GETLK)` of a striped mount's open file: the first conflicting lock, as
+    /// (`F_RDLCK` or `F_WRLCK`, start, end, pid).
+    pub fn get_lock(
+        &self,
+        h: &Handle,
+        owner: u64,
+        typ: i32,
+        start: u64,
+        end: u64,
+    ) -> io::Result<Option<(i32, u64, u64, u32)>> {
+        let r = self
+            .inner
+            .remote
+            .get()
+            .ok_or_else(|| errno(nix::errno::Errno::ENOSYS))?;
+        let (ino, path, who) = self.remote_file(h)?;
+        Ok(
+            r.get_lock(ino, &path, &who, owner, lock_kind(typ)?, (start, end))?
+                .map(|(w, s, e, pid)| {
+                    (
+                        if w {
+                            nix::libc::F_WRLCK
+                        } else {
+                            nix::libc::F_RDLCK
+                        },
+                        s,
+                        e,
+                        pid,
+                    )
+                }),
+        )
     }
 
     /// A striped mount's servers, if this is one.

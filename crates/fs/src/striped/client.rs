@@ -52,6 +52,8 @@ pub enum RemoteError {
 pub struct Remote {
     layout: Layout,
     servers: Vec<Server>,
+    /// This mount's lock session (see [`super::locks`]).
+    session: u64,
 }
 
 struct Server {
@@ -92,7 +94,122 @@ impl Remote {
                 idle: Mutex::new(vec![c]),
             });
         }
-        Ok(Self { layout, servers })
+        Ok(Self {
+            layout,
+            servers,
+            session: random_session(),
+        })
+    }
+
+    /// Keeps this mount's locks alive on every server while it exists: a thread renews the
+    /// session every third of [`super::locks::LEASE`], and stops once the mount lets go of it.
+    pub fn keep_locks_alive(self: &std::sync::Arc<Self>) {
+        let weak = std::sync::Arc::downgrade(self);
+        let _ = std::thread::Builder::new()
+            .name("pliant-stripe-lease".into())
+            .spawn(move || {
+                let step = Duration::from_millis(200);
+                let every = super::locks::LEASE / 3;
+                let mut waited = Duration::ZERO;
+                loop {
+                    std::thread::sleep(step);
+                    waited += step;
+                    let Some(r) = weak.upgrade() else { return };
+                    if waited >= every {
+                        waited = Duration::ZERO;
+                        let _ = r.everywhere(&Request::Renew { session: r.session });
+                    }
+                }
+            });
+    }
+
+    /// The server keeping the locks of file `ino`: its first stripe's.
+    fn lock_server(&self, ino: u64) -> usize {
+        self.layout.owner(ino, 0)
+    }
+
+    /// `fcntl(F_SETLK)` (or, with `wait`, `F_SETLKW`) across every mount of the cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_lock(
+        &self,
+        ino: u64,
+        path: &Path,
+        who: &Caller,
+        owner: u64,
+        kind: super::locks::Kind,
+        range: (u64, u64),
+        pid: u32,
+        wait: bool,
+    ) -> io::Result<()> {
+        let req = Request::Lock {
+            who: who.clone(),
+            path: path.to_path_buf(),
+            ino,
+            lock: wire::LockRequest {
+                session: self.session,
+                owner,
+                kind,
+                start: range.0,
+                end: range.1,
+                pid,
+            },
+        };
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match self.call(self.lock_server(ino), &req) {
+                Err(e) if wait && e.raw_os_error() == Some(nix::libc::EAGAIN) => {
+                    // F_SETLKW waits as long as the holder holds: polled, backing off to
+                    // 200 ms, so a freed lock is taken soon and a long wait costs little.
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                r => return r.map(|_| ()),
+            }
+        }
+    }
+
+    /// `fcntl(F_GETLK)`: the first conflicting lock, as (write, start, end, pid).
+    pub fn get_lock(
+        &self,
+        ino: u64,
+        path: &Path,
+        who: &Caller,
+        owner: u64,
+        kind: super::locks::Kind,
+        range: (u64, u64),
+    ) -> io::Result<Option<(bool, u64, u64, u32)>> {
+        let req = Request::GetLock {
+            who: who.clone(),
+            path: path.to_path_buf(),
+            ino,
+            lock: wire::LockRequest {
+                session: self.session,
+                owner,
+                kind,
+                start: range.0,
+                end: range.1,
+                pid: 0,
+            },
+        };
+        match self.call(self.lock_server(ino), &req)? {
+            Frame::Null | Frame::NullArray => Ok(None),
+            Frame::Array(v) => match v.as_slice() {
+                [
+                    Frame::Integer(w),
+                    Frame::Bulk(s),
+                    Frame::Bulk(e),
+                    Frame::Integer(pid),
+                ] => {
+                    let n = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|t| t.parse().ok());
+                    match (n(s), n(e)) {
+                        (Some(s), Some(e)) => Ok(Some((*w != 0, s, e, *pid as u32))),
+                        _ => Err(odd(&Frame::Array(v.clone()))),
+                    }
+                }
+                _ => Err(odd(&Frame::Array(v.clone()))),
+            },
+            f => Err(odd(&f)),
+        }
     }
 
     /// The layout.
@@ -317,6 +434,32 @@ impl Remote {
             })
             .collect()
     }
+}
+
+impl Drop for Remote {
+    /// The mount is going: its locks go with it now rather than at the lease's end.
+    fn drop(&mut self) {
+        let _ = self.everywhere(&Request::UnlockAll {
+            session: self.session,
+        });
+    }
+}
+
+/// A session number no other mount draws (64 random bits).
+fn random_session() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_err()
+    {
+        // No /dev/urandom: the time and pid, unique enough among one job's mounts.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
+    }
+    u64::from_le_bytes(b)
 }
 
 fn unreachable(e: &ClientError) -> io::Error {

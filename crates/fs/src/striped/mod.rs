@@ -19,6 +19,7 @@
 
 pub mod client;
 pub mod layout;
+pub mod locks;
 pub mod server;
 pub mod wire;
 

@@ -82,6 +82,7 @@ struct Shared {
     open: Mutex<OpenFiles>,
     connections: AtomicUsize,
     stop: AtomicBool,
+    locks: Mutex<super::locks::LockTable>,
 }
 
 #[derive(Default)]
@@ -129,6 +130,7 @@ impl StripeServer {
             open: Mutex::default(),
             connections: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
+            locks: Mutex::default(),
         });
         Ok((
             Self {
@@ -383,6 +385,55 @@ impl Shared {
                 self.close_under(&from);
                 self.close_under(&to);
                 c.note_renamed(&from, &to, exchange)?;
+                Frame::ok()
+            }
+            Request::Lock {
+                who,
+                path,
+                ino,
+                lock: l,
+            } => {
+                // Advisory: whoever may read the file may lock it (the kernel has checked the
+                // descriptor's mode for the kind).
+                same_file(c.may(&path, &who, want::READ)?, ino)?;
+                let now = Instant::now();
+                let mut t = lock(&self.locks);
+                t.expire(now);
+                match t.set(ino, l.session, l.owner, l.kind, l.start, l.end, l.pid, now) {
+                    Ok(()) => Frame::ok(),
+                    Err(super::locks::Refused::Conflict) => {
+                        return Err(io::Error::from_raw_os_error(nix::libc::EAGAIN));
+                    }
+                    Err(super::locks::Refused::Full) => {
+                        return Err(io::Error::from_raw_os_error(nix::libc::ENOLCK));
+                    }
+                }
+            }
+            Request::GetLock {
+                who,
+                path,
+                ino,
+                lock: l,
+            } => {
+                same_file(c.may(&path, &who, want::READ)?, ino)?;
+                let mut t = lock(&self.locks);
+                t.expire(Instant::now());
+                match t.conflict(ino, l.session, l.owner, l.kind, l.start, l.end) {
+                    None => Frame::Null,
+                    Some(h) => Frame::Array(vec![
+                        Frame::Integer(i64::from(h.write)),
+                        Frame::bulk(h.start.to_string()),
+                        Frame::bulk(h.end.to_string()),
+                        Frame::Integer(i64::from(h.pid)),
+                    ]),
+                }
+            }
+            Request::Renew { session } => {
+                lock(&self.locks).renew(session, Instant::now());
+                Frame::ok()
+            }
+            Request::UnlockAll { session } => {
+                lock(&self.locks).drop_session(session);
                 Frame::ok()
             }
             Request::Flush => {

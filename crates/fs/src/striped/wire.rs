@@ -98,10 +98,80 @@ pub enum Request {
         /// `RENAME_EXCHANGE`.
         exchange: bool,
     },
+    /// Take, change or release a byte-range lock (`fcntl(F_SETLK)`) of the file whose first
+    /// stripe this server owns.
+    Lock {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+        /// The file's inode number.
+        ino: u64,
+        /// What it asks: the mount's session, the kernel's lock owner, the kind, the range
+        /// (`end` inclusive) and the holder's pid.
+        lock: LockRequest,
+    },
+    /// The first lock that conflicts with `lock` (`fcntl(F_GETLK)`).
+    GetLock {
+        /// Who asks.
+        who: Caller,
+        /// Relative to the backing directory.
+        path: PathBuf,
+        /// The file's inode number.
+        ino: u64,
+        /// What would be asked.
+        lock: LockRequest,
+    },
+    /// The mount's session is alive: its locks stay.
+    Renew {
+        /// The session.
+        session: u64,
+    },
+    /// The mount is going: its locks go.
+    UnlockAll {
+        /// The session.
+        session: u64,
+    },
     /// Write every dirty byte back to the backing directory and sync it (a job's teardown).
     Flush,
     /// The server's counters, as JSON.
     Stats,
+}
+
+/// A lock as a request carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRequest {
+    /// The mount's session.
+    pub session: u64,
+    /// The kernel's lock owner.
+    pub owner: u64,
+    /// Read, write or unlock.
+    pub kind: super::locks::Kind,
+    /// First byte.
+    pub start: u64,
+    /// Last byte, inclusive.
+    pub end: u64,
+    /// The holder's pid.
+    pub pid: u32,
+}
+
+impl LockRequest {
+    fn encode(&self, a: &mut Vec<Vec<u8>>) {
+        use super::locks::Kind;
+        let kind: &[u8] = match self.kind {
+            Kind::Read => b"R",
+            Kind::Write => b"W",
+            Kind::Unlock => b"U",
+        };
+        a.extend([
+            self.session.to_string().into_bytes(),
+            self.owner.to_string().into_bytes(),
+            kind.to_vec(),
+            self.start.to_string().into_bytes(),
+            self.end.to_string().into_bytes(),
+            self.pid.to_string().into_bytes(),
+        ]);
+    }
 }
 
 impl Request {
@@ -166,6 +236,30 @@ impl Request {
                 ]);
                 a
             }
+            Request::Lock {
+                who,
+                path,
+                ino,
+                lock,
+            } => {
+                let mut a = head("FS.SETLK", who, path);
+                a.push(num(*ino));
+                lock.encode(&mut a);
+                a
+            }
+            Request::GetLock {
+                who,
+                path,
+                ino,
+                lock,
+            } => {
+                let mut a = head("FS.GETLK", who, path);
+                a.push(num(*ino));
+                lock.encode(&mut a);
+                a
+            }
+            Request::Renew { session } => vec![b"FS.RENEW".to_vec(), num(*session)],
+            Request::UnlockAll { session } => vec![b"FS.UNLOCKALL".to_vec(), num(*session)],
             Request::Flush => vec![b"FS.FLUSH".to_vec()],
             Request::Stats => vec![b"FS.STATS".to_vec()],
         }
@@ -279,6 +373,56 @@ impl Request {
                     exchange: num(6, "exchange")? != 0,
                 }
             }
+            "FS.SETLK" | "FS.GETLK" => {
+                want(12)?;
+                use super::locks::Kind;
+                let kind = match &args[8][..] {
+                    b"R" => Kind::Read,
+                    b"W" => Kind::Write,
+                    b"U" => Kind::Unlock,
+                    _ => return Err(format!("{verb}: kind must be R, W or U")),
+                };
+                let (start, end) = (num(9, "start")?, num(10, "end")?);
+                if start > end {
+                    return Err(format!("{verb}: start {start} after end {end}"));
+                }
+                let lock = LockRequest {
+                    session: num(6, "session")?,
+                    owner: num(7, "owner")?,
+                    kind,
+                    start,
+                    end,
+                    pid: num(11, "pid")? as u32,
+                };
+                let (who, path, ino) = (who()?, path(4)?, num(5, "inode")?);
+                if verb == "FS.SETLK" {
+                    Request::Lock {
+                        who,
+                        path,
+                        ino,
+                        lock,
+                    }
+                } else {
+                    Request::GetLock {
+                        who,
+                        path,
+                        ino,
+                        lock,
+                    }
+                }
+            }
+            "FS.RENEW" => {
+                want(2)?;
+                Request::Renew {
+                    session: num(1, "session")?,
+                }
+            }
+            "FS.UNLOCKALL" => {
+                want(2)?;
+                Request::UnlockAll {
+                    session: num(1, "session")?,
+                }
+            }
             "FS.FLUSH" => {
                 want(1)?;
                 Request::Flush
@@ -381,6 +525,34 @@ mod tests {
                 to: "e".into(),
                 exchange: true,
             },
+            Request::Lock {
+                who: who(),
+                path: "f".into(),
+                ino: 5,
+                lock: LockRequest {
+                    session: 1 << 60,
+                    owner: 42,
+                    kind: super::super::locks::Kind::Write,
+                    start: 0,
+                    end: u64::MAX,
+                    pid: 777,
+                },
+            },
+            Request::GetLock {
+                who: who(),
+                path: "f".into(),
+                ino: 5,
+                lock: LockRequest {
+                    session: 3,
+                    owner: 4,
+                    kind: super::super::locks::Kind::Read,
+                    start: 10,
+                    end: 20,
+                    pid: 1,
+                },
+            },
+            Request::Renew { session: 9 },
+            Request::UnlockAll { session: 9 },
             Request::Flush,
             Request::Stats,
         ];
