@@ -279,6 +279,14 @@ pub struct Row {
     pub policy: String,
     /// Efficiency against the unlimited cache (see the module doc).
     pub efficiency: f64,
+    /// Trajectory at the end, ps, on the model (efficiency × the unlimited cache's): the
+    /// absolute figure the ratio comes from, to compare with a measured run's `times.txt`. `None`
+    /// on a replay, whose efficiency is a ratio of times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<f64>,
+    /// Keys the caches held at the end, all WorkManagers together (a measured run's
+    /// WorkManager reports its own as `DBMemoryMapSize`).
+    pub keys_held: u64,
     /// Bytes the caches held at the end.
     pub final_memory_bytes: u64,
     /// Most bytes the caches held at once, all together.
@@ -359,6 +367,8 @@ pub fn rows(reports: &[RunReport], end: f64) -> Vec<Row> {
         .map(|r| Row {
             policy: r.policy.clone(),
             efficiency: replay_efficiency(r, base).unwrap_or_else(|| efficiency(r, base, end)),
+            trajectory: r.finished_at.is_none().then(|| r.trajectory_at(end)),
+            keys_held: r.final_keys,
             final_memory_bytes: r.final_bytes,
             peak_memory_bytes: r.peak_bytes,
             mean_memory_bytes: r.mean_bytes,
@@ -495,6 +505,8 @@ mod tests {
         Row {
             policy: policy.into(),
             efficiency,
+            trajectory: None,
+            keys_held: 0,
             final_memory_bytes: 0,
             peak_memory_bytes: 0,
             mean_memory_bytes: 0,
@@ -546,6 +558,46 @@ mod tests {
         );
         assert_eq!(gap(0.99, 0.06), Some(0.95 - 0.99), "above the front");
         assert_eq!(gap(0.5, 0.0001), None, "more frugal than anything fixed");
+    }
+
+    /// The rows carry the absolute figures beside the ratios: the trajectory the efficiency is
+    /// the ratio of, and the keys held, fewer under a limit than without one.
+    #[test]
+    fn rows_give_the_trajectory_and_keys_held_beside_the_ratios() {
+        let w = WorkloadParams {
+            nodes: 1,
+            hours: 0.25,
+            ..WorkloadParams::default()
+        };
+        let policies = [
+            PolicyKind::Unlimited,
+            PolicyKind::Lru(10),
+            PolicyKind::Lru(100),
+        ];
+        let reports = run_all(
+            w,
+            StoreParams::default(),
+            Segments::Model,
+            &policies,
+            &|_| {},
+        )
+        .expect("run");
+        let end = w.hours * 3600.0;
+        let rows = rows(&reports, end);
+        let base = rows[0].trajectory.expect("the model has a trajectory");
+        assert!(base > 0.0);
+        assert_eq!(base, reports[0].trajectory_at(end));
+        for (r, rep) in rows.iter().zip(&reports) {
+            let t = r.trajectory.expect("trajectory");
+            assert!(t > 0.0, "{r:?}");
+            assert!((t - r.efficiency * base).abs() <= 1e-9 * base, "{r:?}");
+            assert_eq!(r.keys_held, rep.final_keys);
+        }
+        assert!(
+            rows[1].keys_held <= 10 && rows[2].keys_held <= 100,
+            "{rows:?}"
+        );
+        assert!(rows[0].keys_held > rows[2].keys_held, "{rows:?}");
     }
 
     #[test]

@@ -63,6 +63,28 @@ fn demo_json_has_every_policy_and_writes_the_report() {
         rows[1]["efficiency"].as_f64().expect("eff") < 1.0,
         "10 keys cost trajectory"
     );
+    // The absolute figures beside the ratios: each trajectory is its efficiency times the
+    // unlimited cache's, and a limited cache holds fewer keys than the unlimited one.
+    let field = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}"));
+    let base = field(&rows[0], "trajectory");
+    assert!(base > 0.0);
+    for r in rows {
+        let want = field(r, "efficiency") * base;
+        assert!(
+            (field(r, "trajectory") - want).abs() <= 1e-9 * base,
+            "trajectory in {r}"
+        );
+        assert!(r["keys_held"].is_u64(), "keys_held in {r}");
+    }
+    let keys = |i: usize| rows[i]["keys_held"].as_u64().expect("keys_held");
+    assert!(
+        keys(1) <= 10 && keys(0) > keys(2),
+        "lru-10 and lru-100 hold less"
+    );
+    assert!(
+        (1..rows.len()).all(|i| keys(i) <= keys(0)),
+        "none holds more than unlimited"
+    );
     let html = std::fs::read_to_string(d.path().join("pliant-report/index.html")).expect("report");
     assert!(html.contains("lru-10") && html.contains("efficiency.svg"));
     assert!(d.path().join("pliant-report/memory.png").exists());

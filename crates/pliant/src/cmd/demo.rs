@@ -193,17 +193,35 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     }
     println!("{}\n", header.text);
     println!(
-        "{:<22} {:>10} {:^35} {:^26} {:>9}",
-        "", "", "memory, all WorkManagers", "% of unlimited's", "peak store"
+        "{:<22} {:>10} {:>13} {:>10} {:^35} {:^26} {:>9}",
+        "",
+        "",
+        "trajectory",
+        "keys held",
+        "memory, all WorkManagers",
+        "% of unlimited's",
+        "peak store"
     );
     println!(
-        "{:<22} {:>10} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>9}",
-        "policy", "efficiency", "final", "peak", "mean", "final", "peak", "mean", "reads/s"
+        "{:<22} {:>10} {:>13} {:>10} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>9}",
+        "policy",
+        "efficiency",
+        "ps, at end",
+        "at end",
+        "final",
+        "peak",
+        "mean",
+        "final",
+        "peak",
+        "mean",
+        "reads/s"
     );
     for r in rows {
         let [
             policy,
             eff,
+            trajectory,
+            keys,
             fin,
             peak,
             mean,
@@ -213,8 +231,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             store,
         ] = cells(r);
         println!(
-            "{policy:<22} {eff:>10} {fin:>11} {peak:>11} {mean:>11} {frac:>8} {peak_frac:>8} \
-             {mean_frac:>8} {store:>9}"
+            "{policy:<22} {eff:>10} {trajectory:>13} {keys:>10} {fin:>11} {peak:>11} {mean:>11} \
+             {frac:>8} {peak_frac:>8} {mean_frac:>8} {store:>9}"
         );
     }
     if let Some(r) = rows.iter().find(|r| r.policy == "auto") {
@@ -300,11 +318,14 @@ impl Header {
 }
 
 /// The table's cells, shared by the text table and the HTML report.
-fn cells(r: &study::Row) -> [String; 9] {
+fn cells(r: &study::Row) -> [String; 11] {
     let pct = |x: f64| format!("{:.2}%", 100.0 * x);
     [
         r.policy.clone(),
         format!("{:.1}%", 100.0 * r.efficiency),
+        r.trajectory
+            .map_or_else(|| "—".into(), |t| grouped(t.round() as u64)),
+        grouped(r.keys_held),
         human(r.final_memory_bytes),
         human(r.peak_memory_bytes),
         human(r.mean_memory_bytes),
@@ -313,6 +334,19 @@ fn cells(r: &study::Row) -> [String; 9] {
         pct(r.mean_fraction),
         format!("{:.0}", r.peak_store_reads_per_s),
     ]
+}
+
+/// `5,182,228`: digits in groups of three, as the measured runs' figures are quoted.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `1.50 GiB`: binary units, the ones sizes are given in (`--capacity 64MiB` showed as
@@ -433,7 +467,8 @@ fn write_report(
         imgs.push_str(&format!("<img src=\"{svg}\" alt=\"{}\">\n", chart.title));
     }
     let mut table = String::from(
-        "<tr><th>policy</th><th>efficiency</th><th>final memory</th><th>peak memory</th>\
+        "<tr><th>policy</th><th>efficiency</th><th>trajectory at the end, ps</th>\
+         <th>keys held at the end</th><th>final memory</th><th>peak memory</th>\
          <th>mean memory</th><th>final, % of unlimited</th><th>peak, % of unlimited</th>\
          <th>mean, % of unlimited</th><th>peak store reads/s</th></tr>\n",
     );
@@ -495,5 +530,19 @@ fn front_chart(o: &study::Outcome, measure: study::Measure) -> Chart<'static> {
         y_label: "efficiency %",
         log_x: true,
         series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grouped;
+
+    #[test]
+    fn grouped_puts_a_comma_every_three_digits() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(5_182_228), "5,182,228");
+        assert_eq!(grouped(100_000), "100,000");
     }
 }
