@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::hierarchy::Segments;
+use crate::hierarchy::{RunReport, Segments};
 use crate::model::{StoreParams, WorkloadParams};
 use crate::policy::PolicyKind;
 use crate::{ParspliceError, efficiency, interpolate, study};
@@ -105,6 +105,58 @@ pub struct Row {
     pub measured_4_2h: f64,
     /// The model's at 15,000 s.
     pub model_4_2h: f64,
+    /// Measured trajectory at 9,000 s, ps (`times.txt`).
+    pub measured_trajectory_2_5h: f64,
+    /// The model's trajectory at 9,000 s, ps.
+    pub model_trajectory_2_5h: f64,
+    /// Measured trajectory at 15,000 s, ps.
+    pub measured_trajectory_4_2h: f64,
+    /// The model's trajectory at 15,000 s, ps.
+    pub model_trajectory_4_2h: f64,
+    /// Keys the model's caches held at 9,000 s, all WorkManagers together (the last tick at or
+    /// before it). The measured WorkManager's are in its counters (`DBMemoryMapSize`,
+    /// `tools/fit/parsplice_counters.py`).
+    pub model_keys_held_2_5h: u64,
+    /// The same at 15,000 s.
+    pub model_keys_held_4_2h: u64,
+    /// Bytes the model's caches held at 9,000 s (the measured WorkManager's: `DBMemorySize`).
+    pub model_bytes_held_2_5h: u64,
+    /// The same at 15,000 s.
+    pub model_bytes_held_4_2h: u64,
+}
+
+impl Row {
+    /// The row of `policy`: its measured run `m` and model run `rep` against the unlimited
+    /// cache's, `base` measured and `base_rep` modelled, at [`AT`].
+    pub fn new(
+        policy: String,
+        (m, base): (&Series, &Series),
+        (rep, base_rep): (&RunReport, &RunReport),
+    ) -> Self {
+        let held = |t: f64| {
+            rep.ticks
+                .iter()
+                .take_while(|k| k.t <= t)
+                .last()
+                .map_or((0, 0), |k| (k.keys, k.bytes))
+        };
+        let traj = |s: &Series, t: f64| crate::interpolate(s.iter().copied(), t);
+        Self {
+            policy,
+            measured_2_5h: measured_efficiency(m, base, AT[0]),
+            model_2_5h: efficiency(rep, base_rep, AT[0]),
+            measured_4_2h: measured_efficiency(m, base, AT[1]),
+            model_4_2h: efficiency(rep, base_rep, AT[1]),
+            measured_trajectory_2_5h: traj(m, AT[0]),
+            model_trajectory_2_5h: rep.trajectory_at(AT[0]),
+            measured_trajectory_4_2h: traj(m, AT[1]),
+            model_trajectory_4_2h: rep.trajectory_at(AT[1]),
+            model_keys_held_2_5h: held(AT[0]).0,
+            model_keys_held_4_2h: held(AT[1]).0,
+            model_bytes_held_2_5h: held(AT[0]).1,
+            model_bytes_held_4_2h: held(AT[1]).1,
+        }
+    }
 }
 
 /// Seconds the comparison reads efficiency at: 2.5 h, and the measured runs' end (~4.2 h).
@@ -136,13 +188,7 @@ pub fn compare(dir: &Path, progress: &(dyn Fn(f64) + Sync)) -> Result<Vec<Row>, 
         .iter()
         .zip(&measured)
         .zip(&reports)
-        .map(|((p, m), rep)| Row {
-            policy: p.label(),
-            measured_2_5h: measured_efficiency(m, &measured[0], AT[0]),
-            model_2_5h: efficiency(rep, &reports[0], AT[0]),
-            measured_4_2h: measured_efficiency(m, &measured[0], AT[1]),
-            model_4_2h: efficiency(rep, &reports[0], AT[1]),
-        })
+        .map(|((p, m), rep)| Row::new(p.label(), (m, &measured[0]), (rep, &reports[0])))
         .collect())
 }
 
@@ -207,6 +253,55 @@ mod tests {
         assert_eq!(measured_efficiency(&run, &base, 200.0), 0.8);
         assert_eq!(measured_efficiency(&run, &base, 150.0), 145.0 / 200.0);
         assert_eq!(measured_efficiency(&run, &base, 1e6), 0.8, "the end holds");
+    }
+
+    /// A row gives the absolute trajectories and the model's keys and bytes held beside the
+    /// ratios: the model's at the last tick at or before 2.5 h and 4.2 h.
+    #[test]
+    fn a_row_has_the_trajectories_and_what_the_model_held() {
+        let w = WorkloadParams {
+            nodes: 1,
+            hours: 2.6,
+            ..WorkloadParams::default()
+        };
+        let policies = [PolicyKind::Unlimited, PolicyKind::Lru(10)];
+        let reports = study::run_all(
+            w,
+            StoreParams::default(),
+            Segments::Model,
+            &policies,
+            &|_| {},
+        )
+        .expect("run");
+        let base: Series = vec![(9_000.0, 200.0), (15_000.0, 400.0)];
+        let run: Series = vec![(9_000.0, 100.0), (15_000.0, 100.0)];
+        let r = Row::new("lru-10".into(), (&run, &base), (&reports[1], &reports[0]));
+        assert_eq!((r.measured_2_5h, r.measured_4_2h), (0.5, 0.25));
+        assert_eq!(
+            (r.measured_trajectory_2_5h, r.measured_trajectory_4_2h),
+            (100.0, 100.0)
+        );
+        let t = reports[1].trajectory_at(9_000.0);
+        assert!(t > 0.0);
+        assert_eq!(r.model_trajectory_2_5h, t);
+        assert_eq!(r.model_2_5h * reports[0].trajectory_at(9_000.0), t);
+        let at = |x: f64| {
+            let k = reports[1].ticks.iter().rfind(|k| k.t <= x).expect("tick");
+            (k.keys, k.bytes)
+        };
+        assert_eq!(
+            (r.model_keys_held_2_5h, r.model_bytes_held_2_5h),
+            at(9_000.0)
+        );
+        assert!(r.model_keys_held_2_5h <= 10 && r.model_bytes_held_2_5h > 0);
+        // The model ran 2.6 h: at 4.2 h it holds what it held at its end.
+        assert_eq!(r.model_keys_held_4_2h, reports[1].final_keys);
+        let u = Row::new(
+            "unlimited".into(),
+            (&base, &base),
+            (&reports[0], &reports[0]),
+        );
+        assert!(u.model_keys_held_2_5h > 1_000, "{u:?}");
     }
 
     /// The measured runs beside the repository: every policy has exactly one file, and the

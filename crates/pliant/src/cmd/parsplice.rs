@@ -11,6 +11,7 @@ use pliant_trace::Profile;
 use serde::Serialize;
 
 use super::args::{Json, Seed};
+use super::demo::{grouped, human};
 use crate::plot::{Chart, Series, draw};
 
 /// ParSplice model subcommands.
@@ -231,6 +232,36 @@ fn compare(a: &CompareArgs) -> Result<ExitCode> {
             100.0 * r.measured_4_2h,
             100.0 * r.model_4_2h,
             100.0 * (r.model_4_2h - r.measured_4_2h)
+        );
+    }
+    println!(
+        "\ntrajectory (ps) and what the model's caches held (all WorkManagers); the measured \
+         WorkManager's keys and bytes: python3 tools/fit/parsplice_counters.py"
+    );
+    println!(
+        "{:<24} {:>11} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "policy",
+        "2.5 h real",
+        "model",
+        "4.2 h real",
+        "model",
+        "keys 2.5 h",
+        "4.2 h",
+        "bytes 2.5 h",
+        "4.2 h"
+    );
+    for r in &rows {
+        println!(
+            "{:<24} {:>11} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}",
+            r.policy,
+            grouped(r.measured_trajectory_2_5h.round() as u64),
+            grouped(r.model_trajectory_2_5h.round() as u64),
+            grouped(r.measured_trajectory_4_2h.round() as u64),
+            grouped(r.model_trajectory_4_2h.round() as u64),
+            grouped(r.model_keys_held_2_5h),
+            grouped(r.model_keys_held_4_2h),
+            human(r.model_bytes_held_2_5h),
+            human(r.model_bytes_held_4_2h)
         );
     }
     Ok(ExitCode::SUCCESS)
