@@ -205,3 +205,133 @@ fn demo_on_a_degenerate_trace_warns_or_refuses() {
         "{e}"
     );
 }
+
+/// `python3 tools/fit/parsplice_counters.py ARGS…` from the repository root.
+fn counters_script(args: &[&str], ci: Option<&str>) -> std::process::Output {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg("tools/fit/parsplice_counters.py")
+        .args(args)
+        .current_dir(&root)
+        .env_remove("CI");
+    if let Some(ci) = ci {
+        cmd.env("CI", ci);
+    }
+    cmd.output().expect("python3")
+}
+
+/// Without the measured runs the counters script stops with status 2 naming what is missing,
+/// in CI too, where it says so loudly.
+#[test]
+fn the_counters_script_names_the_missing_data() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let nowhere = d.path().join("nowhere");
+    for ci in [None, Some("true")] {
+        let out = counters_script(&["--shared", &nowhere.to_string_lossy()], ci);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(
+            text.contains(
+                &*nowhere
+                    .join("results/parsplice-8node-policies")
+                    .to_string_lossy()
+            ),
+            "{text}"
+        );
+        assert_eq!(text.contains("CI: "), ci.is_some(), "{text}");
+    }
+}
+
+/// The counters script on the measured runs beside the repository: its JSON has every run and
+/// field, and the figures ../shared/results/README.md quotes from the same files.
+#[test]
+fn the_counters_script_reads_the_measured_runs() {
+    let Some(perf) = pliant_testdata::shared("results/parsplice-8node-policies/perf") else {
+        return;
+    };
+    let shared = perf.join("../../..");
+    let d = tempfile::tempdir().expect("tempdir");
+    let file = d.path().join("counters.json");
+    let out = counters_script(
+        &[
+            "--shared",
+            &shared.to_string_lossy(),
+            "--json",
+            &file.to_string_lossy(),
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| run | trajectory 1 h |"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("json")).expect("json");
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 8);
+    let run = |name: &str| {
+        runs.iter()
+            .find(|r| r["run"].as_str().is_some_and(|n| n.starts_with(name)))
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let num = |r: &serde_json::Value, path: &[&str]| {
+        path.iter()
+            .fold(r, |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or_else(|| panic!("{path:?} in {}", r["run"]))
+    };
+    for r in runs {
+        for at in ["3600", "9000", "15000"] {
+            for k in ["trajectory", "keys_held", "bytes_held"] {
+                assert!(num(r, &[k, at]) >= 0.0);
+            }
+        }
+        for w in ["0-3600", "3600-6600", "9000-12000", "12000-end"] {
+            for k in [
+                "wm_gets_per_s",
+                "wm_puts_per_s",
+                "ldb_puts_per_s",
+                "ldb_gets_per_s",
+            ] {
+                assert!(num(r, &["rates", w, k]) >= 0.0);
+            }
+        }
+        assert_eq!(r["put_unique_equals_put"], true, "README: Unique = Put");
+        let two_phase = r["run"]
+            .as_str()
+            .is_some_and(|n| n.contains("cachedecrease"));
+        assert_eq!(r["trim_s"].is_number(), two_phase, "{}", r["run"]);
+        if two_phase {
+            // README: the trims at 6,680-6,910 s, from about 99,600-99,950 keys.
+            assert!((6_600.0..7_000.0).contains(&num(r, &["trim_s"])));
+            assert!(num(r, &["keys_before_trim"]) > 99_000.0);
+        }
+    }
+    let unlimited = run("scale-cachelimit-8n-unlimited");
+    let keys = num(unlimited, &["keys_held", "9000"]);
+    assert!((50_000.0..1_000_000.0).contains(&keys), "{keys}");
+    let per_key = num(unlimited, &["bytes_per_key", "9000"]);
+    assert!(
+        (3_300.0..4_600.0).contains(&per_key),
+        "README: 3.3-4.6 KB a key: {per_key}"
+    );
+    assert_eq!(num(unlimited, &["trajectory", "9000"]), 5_182_228.0);
+    assert!(
+        unlimited["stop_s"].is_null(),
+        "the unlimited run grows to the end"
+    );
+    assert!(unlimited["keys_fit"]["b"].is_number());
+    // The stops the issue quotes, and each run's last LevelDB get before it (README).
+    for (name, stop, last_get) in [
+        ("scale-cachedecrease-8n-10-", 7_000.0, 6_941.0),
+        ("scale-cachedecrease-8n-100-", 8_300.0, 8_263.0),
+        ("scale-cachedecrease-8n-1000-", 6_900.0, 6_852.0),
+        ("scale-cachedecrease-8n-10000-", 10_100.0, 9_997.0),
+        ("scale-cachelimit-8n-10-", 12_200.0, 12_195.0),
+    ] {
+        assert_eq!(num(run(name), &["stop_s"]), stop, "{name}");
+        assert_eq!(num(run(name), &["last_ldb_get_s"]), last_get, "{name}");
+    }
+}
