@@ -363,7 +363,7 @@ def markdown(d):
     w("")
     w("| run | trajectory 1 h | 2.5 h | 4.2 h | keys held 1 h | 2.5 h | 4.2 h | MB held 1 h "
       "| 2.5 h | 4.2 h | bytes/key 4.2 h | stop | trim | last LevelDB get | stop − last get |")
-    w("|---|" + "---|" * 15)
+    w("|---|" + "---|" * 14)
     for r in runs:
         cells = [r["label"]]
         cells += [fmt(r["trajectory"][str(a)]) for a in AT]
