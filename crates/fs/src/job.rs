@@ -75,6 +75,37 @@ pub struct ServerState {
     pub cache_dir: PathBuf,
 }
 
+/// Whether a job's cache is striped across cache servers, and where they run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Striping {
+    /// The mount's own cache (one node's).
+    #[default]
+    None,
+    /// `n` servers on this machine, each with its share of the capacity.
+    Local(usize),
+    /// One server on each of the job's nodes, which meet in a directory they all see: each
+    /// node's setup starts its server, leaves its address there (`server.<node>`), waits for
+    /// every node's, and mounts over all of them in the order of the nodes' names. The first
+    /// node there draws the cache's secret (`secret`, mode 0600), which the others read: the
+    /// directory must be readable by the setups alone (root's, or the controller's), since
+    /// whoever reads the secret can claim any uid to the servers.
+    Nodes {
+        /// The meeting directory.
+        rendezvous: PathBuf,
+        /// How many nodes the job has.
+        nodes: usize,
+        /// This node's name.
+        node: String,
+        /// What this node's server listens on (`0.0.0.0`: every interface).
+        listen: std::net::IpAddr,
+        /// The host name or address the other nodes reach it at.
+        advertise: String,
+    },
+}
+
+/// How long a node's setup waits for every other node's server.
+pub const RENDEZVOUS_WAIT: Duration = Duration::from_secs(120);
+
 /// What happened to one server at teardown.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ServerOutcome {
@@ -330,7 +361,7 @@ pub fn setup(
     root: &Path,
     job_id: &str,
     owner: Option<Owner>,
-    servers: usize,
+    striping: &Striping,
 ) -> Result<Setup, JobError> {
     let d = directives
         .cache
@@ -351,7 +382,7 @@ pub fn setup(
             state: paths.state.clone(),
         });
     }
-    setup_in(exe, script, directives, d, &paths, job_id, owner, servers).map_err(|mut e| {
+    setup_in(exe, script, directives, d, &paths, job_id, owner, striping).map_err(|mut e| {
         // Servers it started go too, their data dropped (it is only what preloads copied).
         if let Ok(b) = std::fs::read(paths.servers_file())
             && let Ok(started) = serde_json::from_slice::<Vec<ServerState>>(&b)
@@ -496,7 +527,7 @@ fn setup_in(
     paths: &JobPaths,
     job_id: &str,
     owner: Option<Owner>,
-    servers: usize,
+    striping: &Striping,
 ) -> Result<Setup, JobError> {
     if let Some(o) = owner {
         let root = paths.dir.parent().unwrap_or(Path::new("/"));
@@ -517,23 +548,54 @@ fn setup_in(
         args.push("--allow-other".into());
     }
     let mut started = Vec::new();
-    if servers > 0 {
-        let secret = paths.dir.join("secret");
-        write_secret(&secret)?;
-        for i in 0..servers {
-            let mut c = cfg.clone();
-            c.cache_dir = paths.dir.join(format!("server{i}"));
-            // DataWarp's capacity is the job's, shared out among its servers.
-            c.capacity = (cfg.capacity / servers as u64).max(c.extent);
-            started.push(spawn_server(exe, &c, &secret, &paths.log)?);
-            // Recorded as they start, so a setup that fails midway stops what it started.
-            let json = serde_json::to_vec(&started).map_err(|e| JobError::Io {
-                path: paths.servers_file(),
-                source: std::io::Error::other(e),
-            })?;
-            std::fs::write(paths.servers_file(), json).map_err(io(&paths.servers_file()))?;
+    // Recorded as they start, so a setup that fails midway stops what it started.
+    let record = |started: &Vec<ServerState>| -> Result<(), JobError> {
+        let json = serde_json::to_vec(started).map_err(|e| JobError::Io {
+            path: paths.servers_file(),
+            source: std::io::Error::other(e),
+        })?;
+        std::fs::write(paths.servers_file(), json).map_err(io(&paths.servers_file()))
+    };
+    let secret = paths.dir.join("secret");
+    let addrs: Vec<String> = match striping {
+        Striping::None => Vec::new(),
+        Striping::Local(n) => {
+            write_secret(&secret, None)?;
+            for i in 0..*n {
+                let mut c = cfg.clone();
+                c.cache_dir = paths.dir.join(format!("server{i}"));
+                // DataWarp's capacity is the job's, shared out among its servers.
+                c.capacity = (cfg.capacity / *n as u64).max(c.extent);
+                let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+                started.push(spawn_server(exe, &c, &secret, ip, &paths.log)?);
+                record(&started)?;
+            }
+            started.iter().map(|s| s.addr.clone()).collect()
         }
-        let addrs: Vec<&str> = started.iter().map(|s| s.addr.as_str()).collect();
+        Striping::Nodes {
+            rendezvous,
+            nodes,
+            node,
+            listen,
+            advertise,
+        } => {
+            check_rendezvous(rendezvous)?;
+            let shared = rendezvous.join("secret");
+            write_secret(&shared, Some(rendezvous))?;
+            check_private(&shared)?;
+            std::fs::copy(&shared, &secret).map_err(io(&secret))?;
+            let mut c = cfg.clone();
+            c.cache_dir = paths.dir.join("server");
+            c.capacity = (cfg.capacity / (*nodes).max(1) as u64).max(c.extent);
+            let s = spawn_server(exe, &c, &secret, *listen, &paths.log)?;
+            let port = s.addr.rsplit(':').next().unwrap_or_default().to_string();
+            started.push(s);
+            record(&started)?;
+            publish(rendezvous, node, &format!("{advertise}:{port}"))?;
+            meet(rendezvous, *nodes, RENDEZVOUS_WAIT)?
+        }
+    };
+    if !addrs.is_empty() {
         args.extend([
             "--servers".into(),
             addrs.join(",").into(),
@@ -620,8 +682,10 @@ fn setup_in(
     })
 }
 
-/// A new random secret in `path`, readable by its owner alone.
-fn write_secret(path: &Path) -> Result<(), JobError> {
+/// A new random secret in `path`, readable by its owner alone. With `race` (the directory
+/// several nodes' setups share), the first to get there wins and the others keep its secret:
+/// it is written whole under another name and linked into place, which fails if one is there.
+fn write_secret(path: &Path, race: Option<&Path>) -> Result<(), JobError> {
     use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let mut bytes = [0u8; 32];
@@ -629,13 +693,111 @@ fn write_secret(path: &Path) -> Result<(), JobError> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(io(Path::new("/dev/urandom")))?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = match race {
+        Some(dir) => dir.join(format!(".secret.{}", std::process::id())),
+        None => path.to_path_buf(),
+    };
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .map_err(io(path))?;
-    writeln!(f, "{hex}").map_err(io(path))
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    writeln!(f, "{hex}").map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    if race.is_some() {
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(path)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a meeting directory others may write: they could put their own secret there before
+/// the first node, or their own server's address, and have every mount send it the job's data.
+fn check_rendezvous(dir: &Path) -> Result<(), JobError> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir).map_err(io(dir))?;
+    if !m.is_dir() || m.mode() & 0o022 != 0 {
+        return Err(JobError::UnsafeRoot {
+            root: dir.to_path_buf(),
+            why: format!(
+                "the meeting directory of a job's cache servers must be a directory no one else may write (mode {:o})",
+                m.mode() & 0o7777
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a secret file this process does not own alone.
+fn check_private(path: &Path) -> Result<(), JobError> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).map_err(io(path))?;
+    if !m.is_file() || m.uid() != nix::unistd::geteuid().as_raw() || m.mode() & 0o077 != 0 {
+        return Err(JobError::UnsafeRoot {
+            root: path.to_path_buf(),
+            why: "the cache's secret must be a file of this user's that no one else may read"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Leaves this node's server address in the meeting directory, whole (a new file renamed over
+/// the name, so a reader never sees half of it).
+fn publish(rendezvous: &Path, node: &str, addr: &str) -> Result<(), JobError> {
+    if node.is_empty()
+        || !node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(JobError::BadId(node.to_string()));
+    }
+    let tmp = rendezvous.join(format!(".server.{node}.{}", std::process::id()));
+    std::fs::write(&tmp, format!("{addr}\n")).map_err(io(&tmp))?;
+    let to = rendezvous.join(format!("server.{node}"));
+    std::fs::rename(&tmp, &to).map_err(io(&to))
+}
+
+/// Waits (at most `wait`) until `nodes` servers have left their addresses, and returns them in
+/// the order of their nodes' names: the order every node mounts with.
+fn meet(rendezvous: &Path, nodes: usize, wait: Duration) -> Result<Vec<String>, JobError> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let mut found: Vec<(String, String)> = Vec::new();
+        for e in std::fs::read_dir(rendezvous).map_err(io(rendezvous))? {
+            let e = e.map_err(io(rendezvous))?;
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(node) = name.strip_prefix("server.")
+                && let Ok(text) = std::fs::read_to_string(e.path())
+                && let Some(addr) = text.lines().next()
+            {
+                found.push((node.to_string(), addr.trim().to_string()));
+            }
+        }
+        if found.len() >= nodes {
+            found.sort();
+            return Ok(found.into_iter().map(|(_, a)| a).collect());
+        }
+        if std::time::Instant::now() > deadline {
+            let names: Vec<String> = found.into_iter().map(|(n, _)| n).collect();
+            return Err(JobError::Mount {
+                mountpoint: rendezvous.to_path_buf(),
+                message: format!(
+                    "{} of the job's {nodes} nodes' cache servers started within {wait:?} ({}): the others never said where theirs listens",
+                    names.len(),
+                    names.join(", ")
+                ),
+                log: None,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Starts `exe fs server` for `cfg` in its own process group (its log appended to `log`) and
@@ -644,6 +806,7 @@ fn spawn_server(
     exe: &Path,
     cfg: &FsConfig,
     secret: &Path,
+    listen: std::net::IpAddr,
     log: &Path,
 ) -> Result<ServerState, JobError> {
     use std::os::unix::process::CommandExt;
@@ -659,7 +822,7 @@ fn spawn_server(
     args.extend(server_args(cfg));
     args.extend([
         "--listen".into(),
-        "127.0.0.1:0".into(),
+        std::net::SocketAddr::new(listen, 0).to_string().into(),
         "--secret-file".into(),
         secret.into(),
         "--json".into(),

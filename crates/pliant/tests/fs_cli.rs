@@ -886,6 +886,112 @@ fn a_striped_job_writes_back_every_servers_data_at_teardown_even_a_killed_ones()
     }
 }
 
+/// Three nodes' setups (here three job roots on one machine) meet in one directory: each
+/// starts its server, and every node's mount stripes over all three, so what each node writes
+/// of one shared file every node reads whole; each node's teardown writes its server's stripes
+/// back. A meeting directory others may write is refused.
+#[test]
+fn three_nodes_setups_meet_and_share_one_striped_cache() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(&pfs).expect("pfs");
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=192MiB pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let rv = top.path().join("rendezvous");
+    fs::create_dir(&rv).expect("rendezvous");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let setup = |i: usize, rv: &Path| {
+        let root = top.path().join(format!("node{i}"));
+        let args = [
+            "job".to_string(),
+            "setup".into(),
+            r(&script),
+            "--job-id".into(),
+            "11".into(),
+            "--root".into(),
+            r(&root),
+            "--rendezvous".into(),
+            r(rv),
+            "--nodes".into(),
+            "3".into(),
+            "--node".into(),
+            format!("n{i}"),
+            "--listen".into(),
+            "127.0.0.1".into(),
+            "--advertise".into(),
+            "127.0.0.1".into(),
+        ];
+        std::process::Command::new(env!("CARGO_BIN_EXE_pliant"))
+            .args(&args)
+            .current_dir(top.path())
+            .output()
+            .expect("pliant job setup")
+    };
+    fs::set_permissions(&rv, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let e = err(&setup(0, &rv));
+    assert!(e.contains("no one else may write"), "{e}");
+    fs::set_permissions(&rv, fs::Permissions::from_mode(0o700)).expect("chmod");
+    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+        let (setup, rv) = (&setup, rv.as_path());
+        let hs: Vec<_> = (0..3).map(|i| s.spawn(move || setup(i, rv))).collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("setup thread"))
+            .collect()
+    });
+    let mnts: Vec<PathBuf> = outs
+        .iter()
+        .map(|o| {
+            ok(o)
+                .lines()
+                .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+                .map(PathBuf::from)
+                .expect("DW_JOB_STRIPED_CACHE")
+        })
+        .collect();
+    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    fs::File::create(mnts[0].join("shared")).expect("create");
+    let cuts = [0, 2_000_017, 4_000_005, data.len()];
+    for (i, m) in mnts.iter().enumerate() {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(m.join("shared"))
+            .expect("open");
+        f.write_all_at(&data[cuts[i]..cuts[i + 1]], cuts[i] as u64)
+            .expect("write");
+        f.sync_all().expect("fsync");
+    }
+    for m in &mnts {
+        assert!(
+            fs::read(m.join("shared")).expect("read") == data,
+            "{} reads other than what the three nodes wrote",
+            m.display()
+        );
+        let s = json(&pliant(&["fs", "stat", &r(m), "--json"], top.path()));
+        assert_eq!(s["servers"], 3);
+    }
+    for i in 0..3 {
+        let root = top.path().join(format!("node{i}"));
+        ok(&pliant(
+            &["job", "teardown", "--job-id", "11", "--root", &r(&root)],
+            top.path(),
+        ));
+    }
+    assert!(
+        fs::read(pfs.join("shared")).expect("pfs") == data,
+        "the pfs holds the shared file after every node's teardown"
+    );
+}
+
 /// `job setup` runs as root and sent each `#DW preload` hint to the path by name, following
 /// symbolic links: a link a user made in their pfs to another job's mount (which they cannot
 /// enter) had root preload the other job's file into the other job's cache. A preload is now

@@ -792,8 +792,32 @@ pub enum JobCommand {
         /// many `pliant fs server`s on this machine, each with its share of the capacity in the
         /// job's directory, and mount striped over them (0: the mount's own cache). Teardown
         /// stops them after each has written everything back.
-        #[arg(long, default_value_t = 0, value_name = "N")]
+        #[arg(
+            long,
+            default_value_t = 0,
+            value_name = "N",
+            conflicts_with = "rendezvous"
+        )]
         cache_servers: usize,
+        /// One cache server on each of the job's nodes instead (what each node's setup runs):
+        /// this node's server leaves its address in DIR, a directory every node's setup sees
+        /// and only they may read (it holds the cache's secret), and the mount waits there for
+        /// --nodes servers, mounting over all of them in the order of the nodes' names.
+        #[arg(long, value_name = "DIR", requires_all = ["nodes", "node"])]
+        rendezvous: Option<PathBuf>,
+        /// How many nodes the job has (with --rendezvous).
+        #[arg(long, value_name = "N")]
+        nodes: Option<usize>,
+        /// This node's name (with --rendezvous; letters, digits, '.', '_', '-').
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// What this node's server listens on (with --rendezvous).
+        #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+        listen: std::net::IpAddr,
+        /// The host name or address other nodes reach this node's server at (with
+        /// --rendezvous; default: this node's host name).
+        #[arg(long, value_name = "HOST")]
+        advertise: Option<String>,
     },
     /// Write the job's cache back, unmount it and remove its directory (nothing to do is fine).
     Teardown {
@@ -854,7 +878,32 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
             root,
             uid,
             cache_servers,
+            rendezvous,
+            nodes,
+            node,
+            listen,
+            advertise,
         } => {
+            let striping = match (rendezvous, nodes, node) {
+                (Some(rendezvous), Some(nodes), Some(node)) => {
+                    let advertise = match advertise {
+                        Some(a) => a,
+                        None => nix::unistd::gethostname()
+                            .context("this node's host name (give --advertise)")?
+                            .to_string_lossy()
+                            .into_owned(),
+                    };
+                    pliant_fs::job::Striping::Nodes {
+                        rendezvous,
+                        nodes,
+                        node,
+                        listen,
+                        advertise,
+                    }
+                }
+                _ if cache_servers > 0 => pliant_fs::job::Striping::Local(cache_servers),
+                _ => pliant_fs::job::Striping::None,
+            };
             let set_up = || -> anyhow::Result<pliant_fs::job::Setup> {
                 let (name, d) = read_script(&script)?;
                 if d.cache.is_none() {
@@ -863,13 +912,7 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
                 let exe = std::env::current_exe().context("finding the pliant binary")?;
                 let owner = uid.map(|uid| pliant_fs::job::Owner { uid });
                 Ok(pliant_fs::job::setup(
-                    &exe,
-                    &name,
-                    &d,
-                    &root,
-                    &job_id,
-                    owner,
-                    cache_servers,
+                    &exe, &name, &d, &root, &job_id, owner, &striping,
                 )?)
             };
             let s = match set_up() {
