@@ -73,6 +73,9 @@ pub struct ServerState {
     pub addr: String,
     /// Its cache directory (its journal: what a server that died had not written back).
     pub cache_dir: PathBuf,
+    /// Where it keeps the names of the files it holds unwritten data of.
+    #[serde(default)]
+    pub dirty_list: Option<PathBuf>,
 }
 
 /// Whether a job's cache is striped across cache servers, and where they run.
@@ -567,7 +570,8 @@ fn setup_in(
                 // DataWarp's capacity is the job's, shared out among its servers.
                 c.capacity = (cfg.capacity / *n as u64).max(c.extent);
                 let ip = std::net::IpAddr::from([127, 0, 0, 1]);
-                started.push(spawn_server(exe, &c, &secret, ip, &paths.log)?);
+                let dirty = paths.dir.join(format!("server{i}.dirty"));
+                started.push(spawn_server(exe, &c, &secret, ip, &dirty, &paths.log)?);
                 record(&started)?;
             }
             started.iter().map(|s| s.addr.clone()).collect()
@@ -587,7 +591,9 @@ fn setup_in(
             let mut c = cfg.clone();
             c.cache_dir = paths.dir.join("server");
             c.capacity = (cfg.capacity / (*nodes).max(1) as u64).max(c.extent);
-            let s = spawn_server(exe, &c, &secret, *listen, &paths.log)?;
+            // Beside the other nodes' addresses: it outlives this node's storage.
+            let dirty = rendezvous.join(format!("dirty.{node}"));
+            let s = spawn_server(exe, &c, &secret, *listen, &dirty, &paths.log)?;
             let port = s.addr.rsplit(':').next().unwrap_or_default().to_string();
             started.push(s);
             record(&started)?;
@@ -807,6 +813,7 @@ fn spawn_server(
     cfg: &FsConfig,
     secret: &Path,
     listen: std::net::IpAddr,
+    dirty_list: &Path,
     log: &Path,
 ) -> Result<ServerState, JobError> {
     use std::os::unix::process::CommandExt;
@@ -825,6 +832,8 @@ fn spawn_server(
         std::net::SocketAddr::new(listen, 0).to_string().into(),
         "--secret-file".into(),
         secret.into(),
+        "--dirty-list".into(),
+        dirty_list.into(),
         "--json".into(),
     ]);
     let mut child = std::process::Command::new(exe)
@@ -850,6 +859,7 @@ fn spawn_server(
                 pid: child.id(),
                 addr,
                 cache_dir: cfg.cache_dir.clone(),
+                dirty_list: Some(dirty_list.to_path_buf()),
             });
         }
         let failed = |message: String| JobError::Mount {
@@ -940,10 +950,27 @@ fn stop_server(s: &ServerState, discard: bool, wait: Duration) -> Result<ServerO
     // Died before the teardown: its journal says what it had not written back.
     let journal = s.cache_dir.join(crate::journal::FILE);
     if !journal.exists() {
+        let files: Vec<String> = s
+            .dirty_list
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let said = match files.len() {
+            0 => "it listed no file with unwritten data".to_string(),
+            n => {
+                let shown: Vec<&str> = files.iter().take(20).map(String::as_str).collect();
+                format!(
+                    "the data it had not written back of {n} files is lost: {}{}",
+                    shown.join(", "),
+                    if n > 20 { ", …" } else { "" }
+                )
+            }
+        };
         return Err(JobError::Mount {
             mountpoint: s.cache_dir.clone(),
             message: format!(
-                "cache server {} is gone and so is its journal: whatever it had not written back is lost",
+                "cache server {} is gone and so is its storage (its journal): {said}",
                 s.addr
             ),
             log: None,
@@ -1072,9 +1099,22 @@ pub fn teardown(
         }
         Err(e) => return Err(e.into()),
     };
+    // Every server is stopped (or replayed) before any failure is reported: one lost server
+    // must not leave the others running. The job's directory stays on a failure, for a
+    // teardown with --discard once the loss is known.
     let mut servers = Vec::new();
+    let mut failed = None;
     for s in &state.servers {
-        servers.push(stop_server(s, discard, Duration::from_secs(3600))?);
+        match stop_server(s, discard, Duration::from_secs(3600)) {
+            Ok(o) => servers.push(o),
+            Err(e) => {
+                tracing::error!(error = %e, "stopping a cache server");
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     std::fs::remove_dir_all(&paths.dir).map_err(io(&paths.dir))?;
     Ok((report, servers))

@@ -43,6 +43,7 @@ fn start_server(backing: &Path, cache: &Path) -> Server {
         cache: server_config(backing, cache),
         listen: "127.0.0.1:0".parse().expect("striped test step"),
         secret: SECRET.into(),
+        dirty_list: Some(cache.with_extension("dirty")),
     })
     .expect("server");
     let addr = server.local_addr().to_string();
@@ -332,6 +333,18 @@ fn a_server_killed_with_fsynced_stripes_writes_them_back_when_started_again() {
             .len()
             < data.len() as u64
     );
+    // Each server keeps the names of the files it holds unwritten data of, beside its storage.
+    let listed = |i: usize| -> Vec<String> {
+        std::fs::read(cache(i).with_extension("dirty"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (0..3).any(|i| listed(i) != vec!["f".to_string()]) {
+        assert!(Instant::now() < deadline, "the servers never listed f");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let mut servers = servers;
     let victim = servers.remove(1);
     victim.stop().crash();
@@ -348,6 +361,12 @@ fn a_server_killed_with_fsynced_stripes_writes_them_back_when_started_again() {
     c.release(h);
     let got = std::fs::read(backing.path().join("f")).expect("striped test step");
     assert!(got == data, "backing file differs after the kill");
+    for i in 0..3 {
+        assert!(
+            listed(i).is_empty(),
+            "server {i} still lists files after writing all back"
+        );
+    }
 }
 
 #[test]

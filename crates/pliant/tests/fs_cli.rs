@@ -884,6 +884,70 @@ fn a_striped_job_writes_back_every_servers_data_at_teardown_even_a_killed_ones()
             "server {pid} still running after the teardown"
         );
     }
+
+    // A server lost for good (killed, and its storage gone with it): the teardown fails naming
+    // the file whose data it held, never a silent success; --discard then takes the job down.
+    ok(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "10",
+            "--root",
+            &r(&root),
+            "--cache-servers",
+            "3",
+        ],
+        top.path(),
+    ));
+    let mnt = root.join("10/mnt");
+    fs::write(mnt.join("checkpoint.h5"), vec![9u8; 3 << 20]).expect("write");
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(root.join("10/job.json")).expect("job.json"))
+            .expect("json");
+    let victim = &state["servers"][0];
+    let dir = PathBuf::from(victim["cache_dir"].as_str().expect("cache_dir"));
+    let listed = victim["dirty_list"]
+        .as_str()
+        .expect("dirty_list")
+        .to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fs::read_to_string(&listed).is_ok_and(|t| t.contains("checkpoint.h5")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never listed the file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim["pid"].as_i64().expect("pid") as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    fs::remove_dir_all(&dir).expect("its storage goes");
+    let e = err(&pliant(
+        &["job", "teardown", "--job-id", "10", "--root", &r(&root)],
+        top.path(),
+    ));
+    assert!(e.contains("is lost: checkpoint.h5"), "{e}");
+    assert!(
+        root.join("10").exists(),
+        "kept for a teardown with --discard"
+    );
+    ok(&pliant(
+        &[
+            "job",
+            "teardown",
+            "--job-id",
+            "10",
+            "--root",
+            &r(&root),
+            "--discard",
+        ],
+        top.path(),
+    ));
+    assert!(!root.join("10").exists());
 }
 
 /// Three nodes' setups (here three job roots on one machine) meet in one directory: each

@@ -750,6 +750,24 @@ impl FsCache {
         )
     }
 
+    /// The names of the files the cache holds unwritten data of, sorted.
+    pub fn dirty_files(&self) -> Vec<PathBuf> {
+        let files: Vec<Arc<FileEntry>> = lock(&self.inner.state).files.values().cloned().collect();
+        let mut out: Vec<PathBuf> = files
+            .iter()
+            .filter_map(|e| {
+                let d = lock(&e.data);
+                if d.dirty_bytes > 0 {
+                    d.path.clone()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// A striped mount's servers, if this is one.
     pub fn remote(&self) -> Option<&Arc<crate::striped::Remote>> {
         self.inner.remote.get()

@@ -48,7 +48,14 @@ pub struct ServerOptions {
     pub listen: SocketAddr,
     /// What clients must give with `AUTH`.
     pub secret: String,
+    /// Where to keep the names of the files this server holds unwritten data of (rewritten
+    /// whole within [`DIRTY_LIST_EVERY`] of a change): somewhere that outlives the server's own
+    /// storage, so that a server lost for good is reported with the files it took with it.
+    pub dirty_list: Option<PathBuf>,
 }
+
+/// How often a server looks whether its list of files with unwritten data changed.
+pub const DIRTY_LIST_EVERY: Duration = Duration::from_secs(2);
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +81,7 @@ pub struct StripeServer {
     shared: Arc<Shared>,
     listener: TcpListener,
     addr: SocketAddr,
+    dirty_list: Option<PathBuf>,
 }
 
 struct Shared {
@@ -137,6 +145,7 @@ impl StripeServer {
                 shared,
                 listener,
                 addr,
+                dirty_list: opts.dirty_list,
             },
             recovery,
         ))
@@ -156,7 +165,23 @@ impl StripeServer {
     /// current request) and returns.
     pub fn serve(&self, stop: &AtomicBool) {
         let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+        let mut listed: Option<Vec<PathBuf>> = None;
+        let mut looked = Instant::now() - DIRTY_LIST_EVERY;
         while !stop.load(Relaxed) {
+            if let Some(to) = &self.dirty_list
+                && looked.elapsed() >= DIRTY_LIST_EVERY
+            {
+                looked = Instant::now();
+                let now = self.shared.cache.dirty_files();
+                if listed.as_ref() != Some(&now) {
+                    match write_list(to, &now) {
+                        Ok(()) => listed = Some(now),
+                        Err(e) => {
+                            tracing::warn!(error = %e, path = %to.display(), "writing the list of files with unwritten data")
+                        }
+                    }
+                }
+            }
             match self.listener.accept() {
                 Ok((sock, _)) => {
                     threads.retain(|t| !t.is_finished());
@@ -199,6 +224,7 @@ impl StripeServer {
     /// Writes every dirty byte back (`progress` gets the dirty bytes left) and closes the cache,
     /// leaving an empty journal.
     pub fn shutdown(self, progress: &mut dyn FnMut(u64)) -> io::Result<()> {
+        let dirty_list = self.dirty_list.clone();
         let shared = Arc::try_unwrap(self.shared)
             .map_err(|_| io::Error::other("connections still running at shutdown"))?;
         for (_, (h, _)) in shared
@@ -209,7 +235,12 @@ impl StripeServer {
         {
             shared.cache.release(h);
         }
-        shared.cache.shutdown(false, progress)
+        shared.cache.shutdown(false, progress)?;
+        if let Some(to) = dirty_list {
+            // Everything is written back: nothing is left to report.
+            write_list(&to, &[])?;
+        }
+        Ok(())
     }
 
     /// Tests: stops as `kill -9` would, leaving the journal for the next server.
@@ -499,6 +530,14 @@ impl Shared {
             }
         }
     }
+}
+
+/// `names` as a JSON array in `to`, written whole (a new file renamed over it).
+fn write_list(to: &Path, names: &[PathBuf]) -> io::Result<()> {
+    let text: Vec<String> = names.iter().map(|p| p.display().to_string()).collect();
+    let tmp = to.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec(&text).map_err(io::Error::other)?)?;
+    std::fs::rename(&tmp, to)
 }
 
 /// ESTALE unless the backing file is the one the mount opened (see `wire::Request::Read`).

@@ -272,6 +272,11 @@ pub struct ServerArgs {
     /// The cache's secret: the file's first line (a file only its owner may read).
     #[arg(long, value_name = "FILE")]
     secret_file: PathBuf,
+    /// Keep the names of the files this server holds unwritten data of in FILE (a JSON array,
+    /// rewritten within 2 s of a change; empty once all is written back): put it where it
+    /// outlives this server's storage, so a server lost for good is reported with its files.
+    #[arg(long, value_name = "FILE")]
+    dirty_list: Option<PathBuf>,
     #[command(flatten)]
     json: Json,
 }
@@ -442,6 +447,7 @@ fn server(a: &ServerArgs) -> anyhow::Result<ExitCode> {
         cache: cfg,
         listen: a.listen,
         secret,
+        dirty_list: a.dirty_list.clone(),
     };
     let json = a.json.json;
     let stats = pliant_fs::striped::server::run_foreground(opts, |addr, recovery| {
