@@ -268,9 +268,15 @@ pub fn cache_config(d: &CacheDirective, paths: &JobPaths) -> FsConfig {
 
 /// The `pliant fs mount` arguments (after `fs mount`) for a cache config, daemon form.
 pub fn mount_args(c: &FsConfig, mountpoint: &Path) -> Vec<OsString> {
-    let mut a: Vec<OsString> = vec![
-        c.backing.clone().into(),
-        mountpoint.into(),
+    let mut a: Vec<OsString> = vec![c.backing.clone().into(), mountpoint.into()];
+    a.extend(cache_flags(c));
+    a.push("--foreground".into());
+    a
+}
+
+/// The flags of a cache config that `pliant fs mount` and `pliant fs server` share.
+pub fn cache_flags(c: &FsConfig) -> Vec<OsString> {
+    vec![
         "--cache-dir".into(),
         c.cache_dir.clone().into(),
         "--capacity".into(),
@@ -283,9 +289,7 @@ pub fn mount_args(c: &FsConfig, mountpoint: &Path) -> Vec<OsString> {
         c.write_window_multiplier.to_string().into(),
         "--write-window-length".into(),
         c.write_window.as_secs().to_string().into(),
-    ];
-    a.push("--foreground".into());
-    a
+    ]
 }
 
 /// Starts `exe ARGS` as a mount daemon in its own process group, its output in `log`, and waits
@@ -826,7 +830,7 @@ fn spawn_server(
         .open(log)
         .map_err(io(log))?;
     let mut args: Vec<OsString> = vec!["fs".into(), "server".into(), cfg.backing.clone().into()];
-    args.extend(server_args(cfg));
+    args.extend(cache_flags(cfg));
     args.extend([
         "--listen".into(),
         std::net::SocketAddr::new(listen, 0).to_string().into(),
@@ -877,22 +881,6 @@ fn spawn_server(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The `pliant fs server` arguments (after the backing directory) for a cache config.
-pub fn server_args(c: &FsConfig) -> Vec<OsString> {
-    vec![
-        "--cache-dir".into(),
-        c.cache_dir.clone().into(),
-        "--capacity".into(),
-        c.capacity.to_string().into(),
-        "--max-file-size".into(),
-        c.max_file_size.to_string().into(),
-        "--write-window-multiplier".into(),
-        c.write_window_multiplier.to_string().into(),
-        "--write-window-length".into(),
-        c.write_window.as_secs().to_string().into(),
-    ]
 }
 
 /// Whether `pid` is the cache server over `cache_dir` (and not a process that took its pid

@@ -71,6 +71,11 @@ pub enum ServerError {
         /// Why.
         source: io::Error,
     },
+    /// An extent that does not divide the smallest stripe.
+    #[error(
+        "--extent {0}: a cache server's extent must divide 1 MiB (the smallest stripe), so that no extent holds two servers' bytes"
+    )]
+    Extent(u64),
     /// No secret: every connection would be open to every local user.
     #[error("a cache server needs a secret (its clients give it with AUTH); none was given")]
     NoSecret,
@@ -115,6 +120,10 @@ impl StripeServer {
             return Err(ServerError::NoSecret);
         }
         let mut cfg = opts.cache;
+        if !super::layout::MIN_STRIPE.is_multiple_of(cfg.extent) {
+            // A stripe must be whole extents here, or two servers would write back one extent.
+            return Err(ServerError::Extent(cfg.extent));
+        }
         cfg.shared = true;
         // Read-ahead copies the next extents, which are other servers' stripes.
         cfg.read_ahead = 0;
