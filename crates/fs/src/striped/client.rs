@@ -218,15 +218,20 @@ impl Remote {
     }
 
     fn call(&self, server: usize, req: &Request) -> io::Result<Frame> {
+        let mut out = Vec::new();
+        pliant_proto::encode(&req.encode(), &mut out);
+        self.call_encoded(server, &out)
+    }
+
+    /// Sends a request already in RESP and returns its reply (an error reply as its errno).
+    fn call_encoded(&self, server: usize, request: &[u8]) -> io::Result<Frame> {
         let s = &self.servers[server];
-        let args = req.encode();
-        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let pooled = lock(&s.idle).pop();
         let mut c = match pooled {
             Some(c) => c,
             None => s.dialer.connect().map_err(|e| unreachable(&e))?,
         };
-        let reply = match c.call(&args) {
+        let reply = match c.send_raw(request).and_then(|()| c.read()) {
             Ok(f) => f,
             Err(e) => return Err(unreachable(&e)),
         };
@@ -333,19 +338,12 @@ impl Remote {
         data: &[u8],
     ) -> io::Result<u32> {
         let mut done = 0usize;
+        let mut out = Vec::new();
         for (at, n, owner) in self.layout.pieces(ino, offset, data.len() as u64) {
             let from = (at - offset) as usize;
-            let piece = bytes::Bytes::copy_from_slice(&data[from..from + n as usize]);
-            match self.call(
-                owner,
-                &Request::Write {
-                    who: who.clone(),
-                    path: path.to_path_buf(),
-                    ino,
-                    offset: at,
-                    data: piece,
-                },
-            )? {
+            out.clear();
+            wire::encode_write(who, path, ino, at, &data[from..from + n as usize], &mut out);
+            match self.call_encoded(owner, &out)? {
                 Frame::Integer(w) if w == n as i64 => done += n as usize,
                 f => return Err(odd(&f)),
             }

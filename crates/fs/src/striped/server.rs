@@ -267,7 +267,9 @@ impl Shared {
         sock.set_read_timeout(Some(POLL))?;
         let started = Instant::now();
         let mut authed = false;
-        let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
+        // A request's arguments are slices of the bytes it came in (a write's data is not
+        // copied again before it reaches the cache).
+        let mut buf = bytes::BytesMut::with_capacity(64 << 10);
         let mut cursor = Cursor::default();
         let mut out = Vec::new();
         let mut chunk = vec![0u8; 256 << 10];
@@ -280,14 +282,11 @@ impl Shared {
             };
             match cursor.request(&buf, &limits) {
                 Ok((req, used)) => {
+                    let whole = buf.split_to(used).freeze();
                     let args: Vec<Bytes> = match req {
-                        Parsed::Ranges(r) => r
-                            .into_iter()
-                            .map(|r| Bytes::copy_from_slice(&buf[r]))
-                            .collect(),
+                        Parsed::Ranges(r) => r.into_iter().map(|r| whole.slice(r)).collect(),
                         Parsed::Inline(a) => a,
                     };
-                    buf.drain(..used);
                     if args.is_empty() {
                         continue;
                     }
