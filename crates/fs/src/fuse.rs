@@ -253,6 +253,7 @@ impl PliantFuse {
     pub fn striped(mut self) -> Self {
         self.striped = true;
         self.ttl = Duration::ZERO;
+        self.inodes = Mutex::new(Inodes::following_renames());
         self.want_passthrough = false;
         self.want_write_cache = false;
         self

@@ -1056,6 +1056,219 @@ fn three_nodes_setups_meet_and_share_one_striped_cache() {
     );
 }
 
+/// Random operations through three striped mounts (three nodes' setups meeting in one
+/// directory) against one model: creates, writes across stripe boundaries, truncations, reads,
+/// renames, hard links, unlinks and fsyncs, each from a mount picked at random; every read and
+/// size from any mount matches the model, and after every node's teardown the pfs holds it.
+#[test]
+fn random_operations_through_three_striped_mounts_match_one_model() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(pfs.join("sub")).expect("pfs");
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=192MiB pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let rv = top.path().join("rendezvous");
+    fs::create_dir(&rv).expect("rendezvous");
+    fs::set_permissions(&rv, fs::Permissions::from_mode(0o700)).expect("chmod");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|i| {
+                let (script, rv, top) = (r(&script), r(&rv), top.path());
+                s.spawn(move || {
+                    std::process::Command::new(env!("CARGO_BIN_EXE_pliant"))
+                        .args([
+                            "job",
+                            "setup",
+                            &script,
+                            "--job-id",
+                            "12",
+                            "--root",
+                            &r(&top.join(format!("node{i}"))),
+                            "--rendezvous",
+                            &rv,
+                            "--nodes",
+                            "3",
+                            "--node",
+                            &format!("n{i}"),
+                            "--listen",
+                            "127.0.0.1",
+                            "--advertise",
+                            "127.0.0.1",
+                        ])
+                        .output()
+                        .expect("pliant job setup")
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("setup")).collect()
+    });
+    let mnts: Vec<PathBuf> = outs
+        .iter()
+        .map(|o| {
+            ok(o)
+                .lines()
+                .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+                .map(PathBuf::from)
+                .expect("DW_JOB_STRIPED_CACHE")
+        })
+        .collect();
+    let names = ["a", "b", "sub/c", "sub/d"];
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(35);
+    let mut model: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut files: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    let mut next_file = 0;
+    let unname = |model: &mut BTreeMap<usize, usize>, files: &mut BTreeMap<usize, Vec<u8>>, f| {
+        if let Some(id) = model.remove(&f)
+            && !model.values().any(|i| *i == id)
+        {
+            files.remove(&id);
+        }
+    };
+    const MIB: usize = 1 << 20;
+    // What was done, for the message of a failure.
+    let mut log: Vec<String> = Vec::new();
+    for n in 0..800 {
+        let f = rng.random_range(0..names.len());
+        let mi = rng.random_range(0..mnts.len());
+        let m = &mnts[mi];
+        let path = m.join(names[f]);
+        let op = rng.random_range(0..100);
+        log.push(format!("op {n}: kind {op} on {} via mount {mi}", names[f]));
+        match op {
+            0..10 if !model.contains_key(&f) => {
+                fs::File::create(&path).expect("create");
+                log.push("  created".into());
+                model.insert(f, next_file);
+                files.insert(next_file, Vec::new());
+                next_file += 1;
+            }
+            10..45 if model.contains_key(&f) => {
+                let off = rng.random_range(0..4 * MIB);
+                let len = rng.random_range(1..MIB + MIB / 2);
+                let seed = rng.random::<u8>();
+                let data: Vec<u8> = (0..len)
+                    .map(|i| seed.wrapping_add((i % 251) as u8))
+                    .collect();
+                let file = OpenOptions::new().write(true).open(&path).expect("open w");
+                file.write_all_at(&data, off as u64).expect("pwrite");
+                log.push(format!("  wrote {len} at {off}"));
+                let mm = files.get_mut(&model[&f]).expect("model");
+                if mm.len() < off + len {
+                    mm.resize(off + len, 0);
+                }
+                mm[off..off + len].copy_from_slice(&data);
+            }
+            45..55 if model.contains_key(&f) => {
+                let size = rng.random_range(0..3 * MIB);
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("open t")
+                    .set_len(size as u64)
+                    .expect("truncate");
+                log.push(format!("  truncated to {size}"));
+                files.get_mut(&model[&f]).expect("model").resize(size, 0);
+            }
+            55..80 if model.contains_key(&f) => {
+                let off = rng.random_range(0..5 * MIB as u64);
+                let len = rng.random_range(1..2 * MIB);
+                let mut file = fs::File::open(&path).expect("open r");
+                file.seek(SeekFrom::Start(off)).expect("seek");
+                let mut got = Vec::new();
+                file.take(len as u64).read_to_end(&mut got).expect("read");
+                log.push(format!("  read {len} at {off}"));
+                let mm = &files[&model[&f]];
+                let lo = (off as usize).min(mm.len());
+                let hi = (off as usize + len).min(mm.len());
+                assert!(
+                    got == mm[lo..hi],
+                    "op {n}: read {} @{off}+{len} via {}; the last steps:\n{}",
+                    names[f],
+                    m.display(),
+                    log[log.len().saturating_sub(40)..].join("\n")
+                );
+                let size = fs::metadata(&path).expect("stat").len();
+                assert!(
+                    size == mm.len() as u64,
+                    "op {n}: size of {} via {}: {size}, expected {}; the last steps:\n{}",
+                    names[f],
+                    m.display(),
+                    mm.len(),
+                    log[log.len().saturating_sub(40)..].join("\n")
+                );
+            }
+            80..85 if model.contains_key(&f) => {
+                let to = rng.random_range(0..names.len());
+                if to != f {
+                    fs::rename(&path, m.join(names[to])).expect("rename");
+                    log.push(format!("  renamed to {}", names[to]));
+                    if model.get(&to) != model.get(&f) {
+                        unname(&mut model, &mut files, to);
+                        let id = model.remove(&f).expect("model");
+                        model.insert(to, id);
+                    }
+                }
+            }
+            85..88 if model.contains_key(&f) => {
+                let to = rng.random_range(0..names.len());
+                if !model.contains_key(&to) {
+                    fs::hard_link(&path, m.join(names[to])).expect("link");
+                    log.push(format!("  linked as {}", names[to]));
+                    model.insert(to, model[&f]);
+                }
+            }
+            88..94 if model.contains_key(&f) => {
+                fs::remove_file(&path).expect("unlink");
+                log.push("  unlinked".into());
+                unname(&mut model, &mut files, f);
+            }
+            94..100 if model.contains_key(&f) => {
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("open s")
+                    .sync_all()
+                    .expect("fsync");
+                log.push("  fsynced".into());
+            }
+            _ => {}
+        }
+    }
+    for i in 0..3 {
+        ok(&pliant(
+            &[
+                "job",
+                "teardown",
+                "--job-id",
+                "12",
+                "--root",
+                &r(&top.path().join(format!("node{i}"))),
+            ],
+            top.path(),
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        let on_disk = fs::read(pfs.join(name)).ok();
+        assert!(
+            on_disk.as_ref() == model.get(&i).map(|id| &files[id]),
+            "pfs {name} after teardown: {:?} bytes, expected {:?}",
+            on_disk.as_ref().map(Vec::len),
+            model.get(&i).map(|id| files[id].len())
+        );
+    }
+}
+
 /// `job setup` runs as root and sent each `#DW preload` hint to the path by name, following
 /// symbolic links: a link a user made in their pfs to another job's mount (which they cannot
 /// enter) had root preload the other job's file into the other job's cache. A preload is now

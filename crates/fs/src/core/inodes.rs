@@ -30,9 +30,22 @@ pub struct Inodes {
     by_ident: HashMap<(u64, u64), u64>,
     /// The highest number given out.
     next: u64,
+    /// A number follows its file to a name found by lookup when its own names no longer lead
+    /// to it (a striped mount: other mounts rename). Off, such a file gets a new number, since
+    /// its inode number may have been reused by another file and the kernel may hold pages of
+    /// the old one under the old number; a striped mount keeps no pages (`direct_io`).
+    follow_renames: bool,
 }
 
 impl Inodes {
+    /// A striped mount's table (see `follow_renames`).
+    pub fn following_renames() -> Self {
+        Self {
+            follow_renames: true,
+            ..Self::default()
+        }
+    }
+
     /// The path `ino` stands for now, if the kernel still holds it.
     pub fn path(&self, ino: u64) -> Option<PathBuf> {
         if ino == ROOT {
@@ -73,21 +86,54 @@ impl Inodes {
             return ROOT;
         }
         if let Some(&ino) = self.by_path.get(path) {
-            if let Some(n) = self.nodes.get_mut(&ino) {
-                n.refs += 1;
+            let known = self.nodes.get(&ino).and_then(|n| n.ident);
+            match (file, known) {
+                // The name leads to another file than its number's now: it was renamed or
+                // unlinked elsewhere (another mount of a striped cache, or behind the cache's
+                // back). The name stops standing for that number, which keeps its other names.
+                (Some((ident, _)), Some(k)) if k != ident => self.unname(ino, path),
+                _ => {
+                    if let Some(n) = self.nodes.get_mut(&ino) {
+                        n.refs += 1;
+                        // Requests by number use the first name: the one just found to lead
+                        // to the file, since another may have gone elsewhere (another mount
+                        // of a striped cache unlinked it) and even lead to another file now.
+                        if let Some(i) = n.names.iter().position(|p| p == path)
+                            && i > 0
+                        {
+                            let name = n.names.remove(i);
+                            n.names.insert(0, name);
+                        }
+                    }
+                    return ino;
+                }
             }
-            return ino;
         }
         if let Some((ident, links)) = file
-            && links > 1
             && let Some(&ino) = self.by_ident.get(&ident)
             && let Some(n) = self.nodes.get_mut(&ino)
-            && n.names.first().is_some_and(|p| same(p))
         {
-            n.names.push(path.to_path_buf());
-            n.refs += 1;
-            self.by_path.insert(path.to_path_buf(), ino);
-            return ino;
+            let first_leads_there = n.names.first().is_some_and(|p| same(p));
+            if links > 1 && first_leads_there {
+                n.names.push(path.to_path_buf());
+                n.refs += 1;
+                self.by_path.insert(path.to_path_buf(), ino);
+                return ino;
+            }
+            if !first_leads_there && self.follow_renames {
+                // The file's number stands for names that no longer lead to it (the file was
+                // renamed elsewhere): the number follows the file, as a rename here would
+                // have it, and requests by number reach it under this name.
+                let old = std::mem::replace(&mut n.names, vec![path.to_path_buf()]);
+                n.refs += 1;
+                for p in old {
+                    if self.by_path.get(&p) == Some(&ino) {
+                        self.by_path.remove(&p);
+                    }
+                }
+                self.by_path.insert(path.to_path_buf(), ino);
+                return ino;
+            }
         }
         // Numbers are never reused in a mount: the kernel may still hold a forgotten one.
         self.next = self.next.max(ROOT) + 1;
@@ -137,6 +183,22 @@ impl Inodes {
                 && self.by_ident.get(&i) == Some(&ino)
             {
                 self.by_ident.remove(&i);
+            }
+        }
+    }
+
+    /// `path` no longer stands for `ino` (it leads to another file now): removed from the
+    /// number's names; a number left with none keeps a name that resolves to nothing.
+    fn unname(&mut self, ino: u64, path: &Path) {
+        if self.by_path.get(path) == Some(&ino) {
+            self.by_path.remove(path);
+        }
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.names.retain(|p| p != path);
+            if n.names.is_empty() {
+                // NUL never occurs in a path: this name resolves to nothing in the backing tree.
+                n.names
+                    .push(PathBuf::from(format!("\0renamed-elsewhere-{ino}")));
             }
         }
     }
@@ -273,6 +335,49 @@ mod tests {
         assert_eq!(t.path(b), Some(p("a")));
         assert_eq!(t.path(b2), Some(p("a/2")));
         assert_eq!(t.ino(&p("a/2")), Some(b2));
+    }
+
+    #[test]
+    fn a_name_that_leads_to_another_file_now_stops_standing_for_its_old_number() {
+        for mut t in [Inodes::default(), Inodes::following_renames()] {
+            let a = t.lookup_file(&p("a"), Some(((7, 1), 1)), |_| true);
+            // Another mount renamed another file over "a": the name is that file's now.
+            let b = t.lookup_file(&p("a"), Some(((7, 2), 1)), |_| true);
+            assert_ne!(a, b);
+            assert_eq!(t.ino(&p("a")), Some(b));
+            assert_ne!(
+                t.path(a),
+                Some(p("a")),
+                "requests by the old number reach the new file"
+            );
+        }
+    }
+
+    #[test]
+    fn requests_by_number_use_the_name_last_found_to_lead_to_the_file() {
+        let mut t = Inodes::following_renames();
+        let a = t.lookup_file(&p("a"), Some(((7, 1), 2)), |_| true);
+        t.linked(a, &p("b"));
+        assert_eq!(t.path(a), Some(p("a")));
+        // "a" was unlinked through another mount (and may be another file now): "b" is found.
+        assert_eq!(t.lookup_file(&p("b"), Some(((7, 1), 1)), |_| true), a);
+        assert_eq!(t.path(a), Some(p("b")));
+    }
+
+    #[test]
+    fn on_a_striped_mount_a_number_follows_its_file_renamed_through_another_mount() {
+        let mut t = Inodes::following_renames();
+        let a = t.lookup_file(&p("a"), Some(((7, 1), 1)), |_| true);
+        // Renamed to "z" elsewhere: "a" leads nowhere, and "z" is found with the same identity.
+        let z = t.lookup_file(&p("z"), Some(((7, 1), 1)), |q| q == Path::new("z"));
+        assert_eq!(z, a);
+        assert_eq!(t.path(a), Some(p("z")));
+        assert_eq!(t.ino(&p("a")), None);
+        // Without following, such a file gets a number of its own (its inode may be a reused one).
+        let mut t = Inodes::default();
+        let a = t.lookup_file(&p("a"), Some(((7, 1), 1)), |_| true);
+        let z = t.lookup_file(&p("z"), Some(((7, 1), 1)), |q| q == Path::new("z"));
+        assert_ne!(z, a);
     }
 
     #[test]

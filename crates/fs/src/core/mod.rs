@@ -886,8 +886,8 @@ impl FsCache {
             return Err(errno(nix::errno::Errno::EFBIG));
         }
         if let Some(r) = self.inner.remote.get() {
-            let (_, path, who) = self.remote_file(h)?;
-            return r.truncate(&path, &who, size);
+            let (ino, path, who) = self.remote_file(h)?;
+            return r.truncate(&path, &who, size, ino);
         }
         self.inner.truncate_entry(&h.0, size)
     }
@@ -895,7 +895,19 @@ impl FsCache {
     /// Opens a regular file, revalidating what the cache holds of it: if the backing file's
     /// size or modification time changed behind the cache's back, its clean extents go.
     pub fn open(&self, rel: &Path) -> io::Result<Handle> {
-        self.inner.open_entry(rel, None).map(|e| Handle(e, None))
+        let e = self.inner.open_entry(rel, None)?;
+        if self.inner.remote.get().is_some() {
+            // A striped mount sends the servers the entry's name: the one just opened is
+            // certain to lead to the file, where an older one may have been unlinked or
+            // renamed through another mount since.
+            let mut d = lock(&e.data);
+            if d.path.as_deref() != Some(rel) {
+                let old = d.path.replace(rel.to_path_buf());
+                d.links.retain(|l| l != rel);
+                d.links.extend(old);
+            }
+        }
+        Ok(Handle(e, None))
     }
 
     /// Creates a regular file in the backing directory with `mode`, owned by `owner` when
@@ -1103,7 +1115,7 @@ impl FsCache {
             return Err(errno(nix::errno::Errno::EFBIG));
         }
         if let Some(r) = self.inner.remote.get() {
-            return r.truncate(rel, &Caller::this_process(), size);
+            return r.truncate(rel, &Caller::this_process(), size, 0);
         }
         match self.inner.entry_or_link(rel) {
             Some(e) => self.inner.truncate_entry(&e, size),

@@ -387,12 +387,15 @@ impl Remote {
         .map(|_| ())
     }
 
-    /// Cuts or extends the file to `size` on every server and in the backing directory.
-    pub fn truncate(&self, path: &Path, who: &Caller, size: u64) -> io::Result<()> {
+    /// Cuts or extends the file to `size` on every server and in the backing directory; `ino`
+    /// the inode an open file was opened as (ESTALE if the name leads elsewhere now), 0 for a
+    /// truncation by name.
+    pub fn truncate(&self, path: &Path, who: &Caller, size: u64, ino: u64) -> io::Result<()> {
         self.everywhere(&Request::Truncate {
             who: who.clone(),
             path: path.to_path_buf(),
             size,
+            ino,
         })
         .map(|_| ())
     }

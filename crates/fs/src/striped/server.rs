@@ -399,8 +399,16 @@ impl Shared {
                 c.fsync(&h)?;
                 Frame::ok()
             }
-            Request::Truncate { who, path, size } => {
-                c.may(&path, &who, want::WRITE)?;
+            Request::Truncate {
+                who,
+                path,
+                size,
+                ino,
+            } => {
+                let m = c.may(&path, &who, want::WRITE)?;
+                if ino != 0 {
+                    same_file(m, ino)?;
+                }
                 match self.open_handle(&path) {
                     Some(h) => c.truncate_open(&h, size)?,
                     None => c.truncate(&path, size)?,

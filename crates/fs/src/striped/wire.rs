@@ -79,6 +79,9 @@ pub enum Request {
         path: PathBuf,
         /// The new size.
         size: u64,
+        /// The inode an open file was opened as (ESTALE if the name leads elsewhere now); 0:
+        /// a truncation by name.
+        ino: u64,
     },
     /// The name was unlinked in the backing directory: what this server holds under it goes.
     Unlinked {
@@ -243,9 +246,14 @@ impl Request {
                 a.push(num(*ino));
                 a
             }
-            Request::Truncate { who, path, size } => {
+            Request::Truncate {
+                who,
+                path,
+                size,
+                ino,
+            } => {
                 let mut a = head("FS.TRUNCATE", who, path);
-                a.push(num(*size));
+                a.extend([num(*size), num(*ino)]);
                 a
             }
             Request::Unlinked { who, path } => head("FS.UNLINKED", who, path),
@@ -376,11 +384,12 @@ impl Request {
                 }
             }
             "FS.TRUNCATE" => {
-                want(6)?;
+                want(7)?;
                 Request::Truncate {
                     who: who()?,
                     path: path(4)?,
                     size: num(5, "size")?,
+                    ino: num(6, "inode")?,
                 }
             }
             "FS.UNLINKED" => {
@@ -540,6 +549,7 @@ mod tests {
                 who: who(),
                 path: "f".into(),
                 size: 3,
+                ino: 8,
             },
             Request::Unlinked {
                 who: who(),
