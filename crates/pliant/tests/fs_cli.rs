@@ -1617,7 +1617,17 @@ fn passthrough_reads_see_writes_through_the_daemon() {
     };
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
     fs::write(m.at("f"), &data).expect("write");
-    let mut reader = fs::File::open(m.at("f")).expect("open for reading");
+    // The kernel sends the writer's RELEASE after `close` returns: until the daemon has it, the
+    // file still has a writer through the daemon and a new reader cannot go by passthrough.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut reader = loop {
+        let r = fs::File::open(m.at("f")).expect("open for reading");
+        if m.stats()["passthrough_opens"] == 1 || std::time::Instant::now() > deadline {
+            break r;
+        }
+        drop(r);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let mut got = Vec::new();
     reader.read_to_end(&mut got).expect("read");
     assert_eq!(got, data);
