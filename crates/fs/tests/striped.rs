@@ -463,6 +463,31 @@ fn without_the_secret_nothing_and_with_it_only_what_the_backing_permissions_allo
     );
 
     let mut c = Client::connect(&s.addr, Some(SECRET)).expect("striped test step");
+    // A flood of connections that never authenticate fills the room for those, not the room
+    // of the authenticated: one more waiting is refused, and this one goes on being served.
+    let flood: Vec<std::net::TcpStream> = (0..pliant_fs::striped::server::MAX_UNAUTHENTICATED)
+        .map(|_| std::net::TcpStream::connect(&s.addr).expect("connect"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let mut extra = std::net::TcpStream::connect(&s.addr).expect("connect");
+        extra
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .expect("timeout");
+        let mut answer = [0u8; 64];
+        let n = std::io::Read::read(&mut extra, &mut answer).unwrap_or(0);
+        if n > 0 {
+            break String::from_utf8_lossy(&answer[..n]).to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the 65th connection was never refused"
+        );
+    };
+    assert!(refused.contains("waiting to authenticate"), "{refused}");
+    let r = call(&mut c, vec![b"PING".to_vec()]);
+    assert_eq!(r, Frame::Simple("PONG".into()));
+    drop(flood);
     // The owner reads it; another user gets EACCES.
     let r = call(&mut c, read_as(&owner.to_string()));
     assert_eq!(r, Frame::bulk(&secret_data[..]));

@@ -3,7 +3,8 @@
 //! TCP by the job's mounts.
 //!
 //! One thread per connection (a job has a few mounts per server, each with a few connections),
-//! at most [`MAX_CONNECTIONS`]. A connection must give the cache's secret (`AUTH`) within
+//! at most [`MAX_CONNECTIONS`], of which at most [`MAX_UNAUTHENTICATED`] waiting to
+//! authenticate. A connection must give the cache's secret (`AUTH`) within
 //! [`AUTH_DEADLINE`], and until it does a request may claim only what Redis lets an
 //! unauthenticated client claim (the protocol crate's limits). Every request that names a file
 //! is checked against the backing file's permissions for the uid and groups it carries
@@ -28,6 +29,11 @@ use crate::{FsConfig, OpenError, SystemClock};
 
 /// Connections served at once; one more is refused with an error reply.
 pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections at once that have not given the secret yet; one more is refused. Far below
+/// [`MAX_CONNECTIONS`]: a local user who floods the port with idle connections fills this,
+/// not the room the job's mounts need.
+pub const MAX_UNAUTHENTICATED: usize = 64;
 
 /// How long a connection may stay without giving the secret.
 pub const AUTH_DEADLINE: Duration = Duration::from_secs(10);
@@ -94,6 +100,8 @@ struct Shared {
     secret: String,
     open: Mutex<OpenFiles>,
     connections: AtomicUsize,
+    /// Of those, how many have not given the secret yet.
+    unauthenticated: AtomicUsize,
     stop: AtomicBool,
     locks: Mutex<super::locks::LockTable>,
 }
@@ -146,6 +154,7 @@ impl StripeServer {
             secret: opts.secret,
             open: Mutex::default(),
             connections: AtomicUsize::new(0),
+            unauthenticated: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             locks: Mutex::default(),
         });
@@ -195,8 +204,16 @@ impl StripeServer {
                 Ok((sock, _)) => {
                     threads.retain(|t| !t.is_finished());
                     let shared = self.shared.clone();
+                    if shared.unauthenticated.fetch_add(1, Relaxed) >= MAX_UNAUTHENTICATED {
+                        shared.unauthenticated.fetch_sub(1, Relaxed);
+                        let mut sock = sock;
+                        let _ = sock
+                            .write_all(b"-ERR too many connections waiting to authenticate\r\n");
+                        continue;
+                    }
                     if shared.connections.fetch_add(1, Relaxed) >= MAX_CONNECTIONS {
                         shared.connections.fetch_sub(1, Relaxed);
+                        shared.unauthenticated.fetch_sub(1, Relaxed);
                         let mut sock = sock;
                         let _ = sock.write_all(b"-ERR too many connections\r\n");
                         continue;
@@ -213,6 +230,7 @@ impl StripeServer {
                         Ok(t) => threads.push(t),
                         Err(e) => {
                             self.shared.connections.fetch_sub(1, Relaxed);
+                            self.shared.unauthenticated.fetch_sub(1, Relaxed);
                             tracing::error!(error = %e, "starting a connection thread");
                         }
                     }
@@ -267,6 +285,16 @@ impl Shared {
         sock.set_read_timeout(Some(POLL))?;
         let started = Instant::now();
         let mut authed = false;
+        // Counted among those waiting to authenticate until it does, or goes.
+        struct Waiting<'a>(&'a AtomicUsize, bool);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    self.0.fetch_sub(1, Relaxed);
+                }
+            }
+        }
+        let mut waiting = Waiting(&self.unauthenticated, true);
         // A request's arguments are slices of the bytes it came in (a write's data is not
         // copied again before it reaches the cache).
         let mut buf = bytes::BytesMut::with_capacity(64 << 10);
@@ -294,6 +322,8 @@ impl Shared {
                         match auth(&args, &self.secret) {
                             Ok(()) => {
                                 authed = true;
+                                waiting.0.fetch_sub(1, Relaxed);
+                                waiting.1 = false;
                                 Frame::ok()
                             }
                             Err(f) => f,
