@@ -331,14 +331,32 @@ impl Embedded {
     pub fn keepalive_now(&self, id: &str) -> Result<(), CoordError> {
         let mut leases = self.leases.lock().expect("leases lock");
         let now = Instant::now();
+        // A lease lapses when `expire` drops it, not when its deadline passes: a renewal that
+        // waited in this store's socket while the store itself was stalled (a synced write of
+        // the map on a loaded disk) renews, rather than making the node leave and join again.
         match leases.iter_mut().find(|l| l.member.id == id) {
-            Some(l) if l.deadline > now => {
+            Some(l) => {
                 // Its ttl was checked when it joined.
                 l.deadline = now.checked_add(l.ttl).unwrap_or(l.deadline);
                 Ok(())
             }
-            _ => Err(CoordError::NoLease(id.to_string())),
+            None => Err(CoordError::NoLease(id.to_string())),
         }
+    }
+
+    /// The store was not looking for `stalled` (its reaper ran that late): every lease gets
+    /// that time back before it is judged, since a node cannot be held to renewals the store
+    /// was in no state to receive (etcd extends its leases after an election for the same
+    /// reason).
+    pub fn forgive(&self, stalled: Duration) {
+        let mut leases = self.leases.lock().expect("leases lock");
+        for l in leases.iter_mut() {
+            l.deadline = l.deadline.checked_add(stalled).unwrap_or(l.deadline);
+        }
+        tracing::warn!(
+            ?stalled,
+            "the coordination store stalled: its nodes' leases get that time back"
+        );
     }
 
     /// [`Coord::leave`], here and now.
@@ -453,8 +471,26 @@ mod tests {
             c.keepalive(&member(2).id).await,
             Err(CoordError::NoLease(_))
         ));
+
         c.leave(&member(1).id).await.expect("embedded store");
         assert!(c.state().await.expect("embedded store").members.is_empty());
+        // A store that stalled longer than a lease judges nobody for its own silence.
+        c.join(member(3), Duration::from_secs(3))
+            .await
+            .expect("embedded store");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        c.forgive(Duration::from_secs(10));
+        c.expire();
+        assert!(
+            w.borrow_and_update()
+                .members
+                .iter()
+                .any(|m| *m == member(3)),
+            "a lease lapsed during the store's own stall"
+        );
+        c.keepalive(&member(3).id)
+            .await
+            .expect("renewed after the stall");
     }
 
     #[tokio::test]

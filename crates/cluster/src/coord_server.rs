@@ -30,6 +30,9 @@ use crate::map::{Member, SlotMap};
 /// member list within a fraction of a second of its lease's end.
 const REAP_EVERY: Duration = Duration::from_millis(250);
 
+/// A reaper this late was stalled with the whole process (the lease is 6 s; a tick is 250 ms).
+const STALLED: Duration = Duration::from_secs(1);
+
 /// Leases a node may ask for: long enough to outlast a scheduling hiccup, short enough that a
 /// dead node is noticed within minutes at worst.
 const TTL_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
@@ -72,8 +75,18 @@ pub async fn serve(
     let reaper = coord.clone().map(|coord| {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(REAP_EVERY);
+            let mut last = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
+                // A reaper that ran far later than its tick means this process was stalled: the
+                // nodes' renewals may be waiting unread in its sockets, so the time goes back
+                // to their leases before they are judged.
+                let now = tokio::time::Instant::now();
+                let gap = now - last;
+                last = now;
+                if gap > STALLED {
+                    coord.forgive(gap - REAP_EVERY);
+                }
                 coord.expire();
             }
         })
