@@ -18,7 +18,9 @@
 # Environment: PLIANT_BIN (default: pliant in PATH), PLIANT_BB_STATE_DIR (default
 # /var/spool/pliant/slurm-bb), PLIANT_JOB_ROOT (where mounts go; pliant's default otherwise),
 # PLIANT_BB_GIVE_UP_AFTER (seconds of failing write-back before the Epilog gives up),
-# PLIANT_BB_DECISION_WAIT (seconds the Epilog waits for the controller's word; default 600).
+# PLIANT_BB_DECISION_WAIT (seconds the Epilog waits for the controller's word; default 600),
+# PLIANT_BB_LISTEN (what a node's cache server listens on, for a job on several nodes; default
+# 0.0.0.0), PLIANT_BB_ADVERTISE (the address other nodes reach it at; default the node's name).
 set -u
 pliant=${PLIANT_BIN:-pliant}
 state=${PLIANT_BB_STATE_DIR:-/var/spool/pliant/slurm-bb}
@@ -46,7 +48,20 @@ put() {
 case ${1:-} in
 prolog)
   [ -f "$job/job.sh" ] || exit 0
-  out=$("$pliant" job setup "$job/job.sh" --job-id "$id" --uid "${SLURM_JOB_UID:?}" 2>&1)
+  # A job on several nodes gets one cache striped across all of them (DataWarp's
+  # access_mode=striped): each node's setup starts a cache server on the node, leaves its
+  # address in the hand-over directory (which only SlurmUser may write), waits for every
+  # node's, and mounts over all of them. A job on one node keeps the node's own cache.
+  nodes=${SLURM_JOB_NUM_NODES:-1}
+  case $nodes in
+  '' | *[!0-9]*) echo "node.sh: unexpected SLURM_JOB_NUM_NODES $nodes" >&2; exit 1 ;;
+  esac
+  set --
+  if [ "$nodes" -gt 1 ]; then
+    set -- --rendezvous "$job" --nodes "$nodes" --node "$node" \
+      --listen "${PLIANT_BB_LISTEN:-0.0.0.0}" --advertise "${PLIANT_BB_ADVERTISE:-$node}"
+  fi
+  out=$("$pliant" job setup "$job/job.sh" --job-id "$id" --uid "${SLURM_JOB_UID:?}" "$@" 2>&1)
   status=$?
   if [ "$status" -ne 0 ]; then
     echo "$out" | put "setup.err.$node"

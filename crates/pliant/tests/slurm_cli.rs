@@ -990,3 +990,96 @@ fn the_node_script_replaces_a_link_at_a_name_it_writes_and_never_follows_it() {
     );
     assert!(read(&written).starts_with("ok\n"), "{}", read(&written));
 }
+
+/// A job on three nodes, its Prolog and Epilog run directly as slurmd would run them on each
+/// node (here three job roots on one machine, at once; no Slurm needed): every node's mount
+/// stripes over the three nodes' cache servers, so what each node writes of one shared file
+/// every node reads whole; after the controller's word each node's Epilog writes its server's
+/// stripes back, and the pfs holds the file. Root and FUSE, as the node's script needs.
+#[test]
+fn the_node_script_mounts_one_striped_cache_across_a_jobs_nodes() {
+    let usable = nix::unistd::geteuid().is_root() && Path::new("/dev/fuse").exists();
+    if !usable {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: the node script's striped test runs as root with /dev/fuse"
+        );
+        pliant_testdata::skip("the node script runs as root with /dev/fuse");
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    std::fs::create_dir_all(&pfs).expect("pfs");
+    let state = top.path().join("state");
+    let job = state.join("77");
+    std::fs::create_dir_all(&job).expect("hand-over");
+    std::fs::write(
+        job.join("job.sh"),
+        format!(
+            "#!/bin/sh\n#SBATCH -N 3\n#DW jobdw type=cache access_mode=striped pool=pliant capacity=192MiB pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("job.sh");
+    let run = |phase: &str, i: usize| {
+        Command::new("sh")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/slurm/node.sh"))
+            .arg(phase)
+            .env("SLURM_JOB_ID", "77")
+            .env("SLURM_JOB_UID", "0")
+            .env("SLURM_JOB_NUM_NODES", "3")
+            .env("SLURMD_NODENAME", format!("n{i}"))
+            .env("PLIANT_BB_STATE_DIR", &state)
+            .env("PLIANT_JOB_ROOT", top.path().join(format!("node{i}")))
+            .env("PLIANT_BB_LISTEN", "127.0.0.1")
+            .env("PLIANT_BB_ADVERTISE", "127.0.0.1")
+            .env("PLIANT_BB_DECISION_WAIT", "30")
+            .env("PLIANT_BIN", env!("CARGO_BIN_EXE_pliant"))
+            .output()
+            .expect("node.sh")
+    };
+    let prologs: Vec<Output> = std::thread::scope(|s| {
+        let run = &run;
+        let hs: Vec<_> = (0..3).map(|i| s.spawn(move || run("prolog", i))).collect();
+        hs.into_iter().map(|h| h.join().expect("prolog")).collect()
+    });
+    for (i, o) in prologs.iter().enumerate() {
+        assert!(
+            o.status.success() && job.join(format!("mounted.n{i}")).exists(),
+            "node n{i}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let mnt = |i: usize| top.path().join(format!("node{i}/77/mnt"));
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::File::create(mnt(0).join("shared")).expect("create");
+    let cuts = [0, 1_700_001, 3_300_007, data.len()];
+    for i in 0..3 {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(mnt(i).join("shared"))
+            .expect("open");
+        f.write_all_at(&data[cuts[i]..cuts[i + 1]], cuts[i] as u64)
+            .expect("write");
+    }
+    for i in 0..3 {
+        assert!(
+            std::fs::read(mnt(i).join("shared")).expect("read") == data,
+            "node n{i} reads other than what the three nodes wrote"
+        );
+    }
+    // The controller's word (slurm_bb_data_out), then each node's Epilog.
+    std::fs::write(job.join("want"), "stage-out\n").expect("want");
+    for i in 0..3 {
+        let o = run("epilog", i);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let outcome = read(&job.join(format!("stage-out.n{i}")));
+        assert!(outcome.starts_with("ok\n"), "node n{i}: {outcome}");
+        assert!(!top.path().join(format!("node{i}/77")).exists());
+    }
+    assert!(
+        std::fs::read(pfs.join("shared")).expect("pfs") == data,
+        "the pfs holds the shared file after every node's Epilog"
+    );
+}

@@ -581,8 +581,17 @@ impl Shared {
 /// `names` as a JSON array in `to`, written whole (a new file renamed over it).
 fn write_list(to: &Path, names: &[PathBuf]) -> io::Result<()> {
     let text: Vec<String> = names.iter().map(|p| p.display().to_string()).collect();
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = to.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec(&text).map_err(io::Error::other)?)?;
+    // The names of a user's files: this server's user's to read alone.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec(&text).map_err(io::Error::other)?)?;
+    drop(f);
     std::fs::rename(&tmp, to)
 }
 
