@@ -950,6 +950,66 @@ fn a_striped_job_writes_back_every_servers_data_at_teardown_even_a_killed_ones()
     assert!(!root.join("10").exists());
 }
 
+/// A striped mount killed with -9 after an fsync loses nothing: the data is in the servers,
+/// and the teardown (which detaches the dead mount) writes it back.
+#[test]
+fn a_striped_mount_killed_after_an_fsync_loses_nothing() {
+    if !fuse_available() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(&pfs).expect("pfs");
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=128MiB pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let root = top.path().join("jobs");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    ok(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "13",
+            "--root",
+            &r(&root),
+            "--cache-servers",
+            "2",
+        ],
+        top.path(),
+    ));
+    let mnt = root.join("13/mnt");
+    let data: Vec<u8> = (0..4_000_000u32).map(|i| (i % 249) as u8).collect();
+    {
+        let mut f = fs::File::create(mnt.join("out")).expect("create");
+        f.write_all(&data).expect("write");
+        f.sync_all().expect("fsync");
+    }
+    let pid = json(&pliant(&["fs", "stat", &r(&mnt), "--json"], top.path()))["pid"]
+        .as_i64()
+        .expect("the mount's pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the mount");
+    ok(&pliant(
+        &["job", "teardown", "--job-id", "13", "--root", &r(&root)],
+        top.path(),
+    ));
+    assert!(
+        fs::read(pfs.join("out")).expect("out") == data,
+        "every fsync'ed byte is in the pfs after the mount was killed"
+    );
+}
+
 /// Three nodes' setups (here three job roots on one machine) meet in one directory: each
 /// starts its server, and every node's mount stripes over all three, so what each node writes
 /// of one shared file every node reads whole; each node's teardown writes its server's stripes
