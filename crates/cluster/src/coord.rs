@@ -165,6 +165,14 @@ pub trait Coord: Send + Sync {
         let _ = id;
         Box::pin(async { Err(CoordError::Refused(NO_SUPERVISOR.into())) })
     }
+    /// A client of the same store that opens its own connections in whatever runtime uses it:
+    /// what renews a node's lease on a thread of its own, so that a node busy serving (one
+    /// thread by default) or a slow request to the store on the shared connection does not
+    /// hold its renewals back past the lease. `None` where the client is bound to the runtime
+    /// that made it (the lease is then renewed there).
+    fn renewer(&self) -> Option<Arc<dyn Coord>> {
+        None
+    }
 }
 
 /// Why [`Coord::spawn`] and [`Coord::retire`] are refused where no supervisor runs the nodes.

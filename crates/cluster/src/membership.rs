@@ -36,40 +36,35 @@ impl Membership {
         coord_addr: String,
         coord: Arc<dyn Coord>,
         dialer: Dialer,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) -> Result<Self, CoordError> {
         coord.join(me.clone(), LEASE).await?;
         let state = coord.watch().await?;
-        let (renewer, id) = (coord.clone(), me.id.clone());
-        let again = me.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(LEASE / 3);
-            let mut warned = false;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    // The server leaves once it has served what it read (`Server::run`).
-                    _ = stop.changed() => return,
-                }
-                let renewed = match renewer.keepalive(&id).await {
-                    // Lapsed (the store restarted, or this node stalled): join again.
-                    Err(CoordError::NoLease(_)) => renewer.join(again.clone(), LEASE).await,
-                    other => other,
-                };
-                match renewed {
-                    Ok(()) if warned => {
-                        tracing::info!("coordination store reachable again");
-                        warned = false;
-                    }
-                    Ok(()) => {}
-                    Err(e) if !warned => {
-                        tracing::warn!("renewing this node's lease: {e}");
-                        warned = true;
-                    }
-                    Err(_) => {}
-                }
+        let (id, again) = (me.id.clone(), me.clone());
+        match coord.renewer() {
+            // On a thread and a runtime of its own: a node serving on one thread (the default)
+            // that is busy, or blocked on a synced write, for longer than a lease would
+            // otherwise hold its renewals back and lose its place in the cluster.
+            Some(renewer) => {
+                std::thread::Builder::new()
+                    .name("pliant-lease".into())
+                    .spawn(move || {
+                        match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt.block_on(renew(renewer, id, again, stop)),
+                            Err(e) => tracing::error!("the lease's runtime: {e}"),
+                        }
+                    })
+                    .map_err(|e| {
+                        CoordError::Refused(format!("starting the lease's thread: {e}"))
+                    })?;
             }
-        });
+            None => {
+                tokio::spawn(renew(coord.clone(), id, again, stop));
+            }
+        }
         Ok(Self {
             me,
             coord_addr,
@@ -110,6 +105,37 @@ impl Membership {
     }
 }
 
+/// Renews node `id`'s lease three times per lease until `stop` turns true; joins again (as
+/// `me`) if it lapsed.
+async fn renew(renewer: Arc<dyn Coord>, id: String, me: Member, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(LEASE / 3);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            // The server leaves once it has served what it read (`Server::run`).
+            _ = stop.changed() => return,
+        }
+        let renewed = match renewer.keepalive(&id).await {
+            // Lapsed (the store restarted, or this node stalled): join again.
+            Err(CoordError::NoLease(_)) => renewer.join(me.clone(), LEASE).await,
+            other => other,
+        };
+        match renewed {
+            Ok(()) if warned => {
+                tracing::info!("coordination store reachable again");
+                warned = false;
+            }
+            Ok(()) => {}
+            Err(e) if !warned => {
+                tracing::warn!("renewing this node's lease: {e}");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// A node id for `addr`: 40 hex digits from a hash of the address and `salt` (the store's path
 /// for a node with a store, so the same node restarted at the same address on the same store is
 /// the same node; the start time for one without, whose data does not survive it). The hash is
@@ -123,4 +149,70 @@ pub fn node_id(addr: std::net::SocketAddr, salt: &str) -> String {
         .map(|h| format!("{h:016x}"))
         .collect::<String>()[..40]
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coord::Embedded;
+    use std::net::SocketAddr;
+
+    /// A node serving on one thread (the default) that stays busy for longer than a lease keeps
+    /// its place: its lease is renewed on a thread of its own. Before, the renewals waited for
+    /// the node's thread and the lease lapsed.
+    #[test]
+    fn a_node_busy_for_longer_than_a_lease_keeps_its_lease() {
+        let store = Arc::new(Embedded::new());
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (server_stop, stopped) = watch::channel(false);
+        let served = store.clone();
+        let server = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("the store's runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                addr_tx
+                    .send(listener.local_addr().expect("addr"))
+                    .expect("send");
+                crate::coord_server::serve(listener, Some(served), None, None, stopped).await;
+            });
+        });
+        let addr = addr_rx.recv().expect("the store's address");
+        let node = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the node's runtime");
+        let dialer = Dialer::default();
+        let me = Member {
+            id: format!("{:040x}", 7),
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+        };
+        let (node_stop, stopping) = watch::channel(false);
+        let coord: Arc<dyn Coord> = Arc::new(Arc::new(crate::remote::Remote::new(addr, &dialer)));
+        let _membership = node
+            .block_on(Membership::join(
+                me.clone(),
+                addr.to_string(),
+                coord,
+                dialer,
+                stopping,
+            ))
+            .expect("join");
+        // The node's only thread does nothing else for longer than a lease.
+        node.block_on(async { std::thread::sleep(LEASE + Duration::from_secs(2)) });
+        let members = store.current().members;
+        assert!(
+            members.iter().any(|m| m.id == me.id),
+            "the lease lapsed while the node was busy: {members:?}"
+        );
+        node_stop.send(true).expect("stop the node");
+        server_stop.send(true).expect("stop the store");
+        drop(node);
+        server.join().expect("the store's thread");
+    }
 }

@@ -193,6 +193,12 @@ impl Coord for Arc<Remote> {
         })
     }
 
+    fn renewer(&self) -> Option<Arc<dyn Coord>> {
+        // Not connected yet: its connection is made by its first request, in the runtime
+        // that makes it.
+        Some(Arc::new(Arc::new(Remote::new(self.addr, &self.dialer))))
+    }
+
     fn leave<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), CoordError>> {
         Box::pin(async move { self.ok(&[b"PLIANT.COORD", b"LEAVE", id.as_bytes()]).await })
     }
