@@ -12,8 +12,15 @@ use crate::coord::{ClusterState, Coord, CoordError};
 use crate::map::Member;
 
 /// A node's lease in the coordination store lasts this long without renewal; it is renewed
-/// three times per lease, so a node that stops (or hangs) leaves the member list within this.
+/// three times per lease, so a node that stops leaves the member list within this, and one
+/// that hangs within [`HUNG`] more.
 pub const LEASE: Duration = Duration::from_secs(6);
+
+/// A node whose serving runtime has shown no sign of life for this long is hung: its lease is
+/// no longer renewed (on a thread of its own, it would be for ever). Far longer than a lease,
+/// so that a node only busy (a synced write on a loaded disk, a long batch under its lock)
+/// keeps its place.
+pub const HUNG: Duration = Duration::from_secs(30);
 
 /// A node's place in a cluster, as the control plane knows it. The data plane's routing (and
 /// its gate) is built over it by `pliant-kv`.
@@ -46,6 +53,28 @@ impl Membership {
             // that is busy, or blocked on a synced write, for longer than a lease would
             // otherwise hold its renewals back and lose its place in the cluster.
             Some(renewer) => {
+                // The serving runtime beats once a second; the lease is renewed only while it
+                // has beaten within HUNG.
+                let started = std::time::Instant::now();
+                let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                {
+                    let (beat, mut stop) = (beat.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(Duration::from_secs(1));
+                        loop {
+                            tokio::select! {
+                                _ = tick.tick() => {}
+                                _ = stop.changed() => return,
+                            }
+                            let ms = started.elapsed().as_millis() as u64;
+                            beat.store(ms, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    });
+                }
+                let alive = move || {
+                    let last = beat.load(std::sync::atomic::Ordering::Relaxed);
+                    started.elapsed().as_millis() as u64 <= last + HUNG.as_millis() as u64
+                };
                 std::thread::Builder::new()
                     .name("pliant-lease".into())
                     .spawn(move || {
@@ -53,7 +82,7 @@ impl Membership {
                             .enable_all()
                             .build()
                         {
-                            Ok(rt) => rt.block_on(renew(renewer, id, again, stop)),
+                            Ok(rt) => rt.block_on(renew(renewer, id, again, stop, alive)),
                             Err(e) => tracing::error!("the lease's runtime: {e}"),
                         }
                     })
@@ -62,7 +91,7 @@ impl Membership {
                     })?;
             }
             None => {
-                tokio::spawn(renew(coord.clone(), id, again, stop));
+                tokio::spawn(renew(coord.clone(), id, again, stop, || true));
             }
         }
         Ok(Self {
@@ -105,9 +134,15 @@ impl Membership {
     }
 }
 
-/// Renews node `id`'s lease three times per lease until `stop` turns true; joins again (as
-/// `me`) if it lapsed.
-async fn renew(renewer: Arc<dyn Coord>, id: String, me: Member, mut stop: watch::Receiver<bool>) {
+/// Renews node `id`'s lease three times per lease until `stop` turns true, while `alive`
+/// says the node serves; joins again (as `me`) if it lapsed.
+async fn renew(
+    renewer: Arc<dyn Coord>,
+    id: String,
+    me: Member,
+    mut stop: watch::Receiver<bool>,
+    alive: impl Fn() -> bool,
+) {
     let mut tick = tokio::time::interval(LEASE / 3);
     let mut warned = false;
     loop {
@@ -115,6 +150,15 @@ async fn renew(renewer: Arc<dyn Coord>, id: String, me: Member, mut stop: watch:
             _ = tick.tick() => {}
             // The server leaves once it has served what it read (`Server::run`).
             _ = stop.changed() => return,
+        }
+        if !alive() {
+            if !warned {
+                tracing::error!(
+                    "this node has not served for {HUNG:?}: its lease is left to lapse"
+                );
+                warned = true;
+            }
+            continue;
         }
         let renewed = match renewer.keepalive(&id).await {
             // Lapsed (the store restarted, or this node stalled): join again.
@@ -156,6 +200,41 @@ mod tests {
     use super::*;
     use crate::coord::Embedded;
     use std::net::SocketAddr;
+
+    /// A node whose serving runtime says it is hung is not renewed: its lease lapses, and when
+    /// it serves again it joins again.
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_node_is_not_renewed_and_joins_again_once_it_serves() {
+        let store = Arc::new(Embedded::new());
+        let me = Member {
+            id: format!("{:040x}", 9),
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+        };
+        store.join(me.clone(), LEASE).await.expect("join");
+        let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stop_tx, stop) = watch::channel(false);
+        let alive = {
+            let serving = serving.clone();
+            move || serving.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let coord: Arc<dyn Coord> = store.clone();
+        let task = tokio::spawn(renew(coord, me.id.clone(), me.clone(), stop, alive));
+        tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+        store.expire();
+        assert!(
+            store.current().members.is_empty(),
+            "a hung node kept its lease"
+        );
+        serving.store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(LEASE).await;
+        assert_eq!(
+            store.current().members,
+            vec![me],
+            "it joined again once it served"
+        );
+        stop_tx.send(true).expect("stop");
+        task.await.expect("renewer");
+    }
 
     /// A node serving on one thread (the default) that stays busy for longer than a lease keeps
     /// its place: its lease is renewed on a thread of its own. Before, the renewals waited for
