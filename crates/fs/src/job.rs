@@ -76,6 +76,15 @@ pub struct ServerState {
     /// Where it keeps the names of the files it holds unwritten data of.
     #[serde(default)]
     pub dirty_list: Option<PathBuf>,
+    /// The user it runs as, when setup ran as root for a job's user.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// Its secret file (to start it again over its journal).
+    #[serde(default)]
+    pub secret: Option<PathBuf>,
+    /// Its log.
+    #[serde(default)]
+    pub log: Option<PathBuf>,
 }
 
 /// Whether a job's cache is striped across cache servers, and where they run.
@@ -395,7 +404,7 @@ pub fn setup(
             && let Ok(started) = serde_json::from_slice::<Vec<ServerState>>(&b)
         {
             for s in &started {
-                let _ = stop_server(s, true, Duration::from_secs(30));
+                let _ = stop_server(exe, s, true, Duration::from_secs(30));
             }
         }
         match remove_job_dir(&paths) {
@@ -575,7 +584,7 @@ fn setup_in(
                 c.capacity = (cfg.capacity / *n as u64).max(c.extent);
                 let ip = std::net::IpAddr::from([127, 0, 0, 1]);
                 let dirty = paths.dir.join(format!("server{i}.dirty"));
-                started.push(spawn_server(exe, &c, &secret, ip, &dirty, &paths.log)?);
+                started.push(spawn_server(exe, &c, &secret, ip, &dirty, &paths.log, owner)?.0);
                 record(&started)?;
             }
             started.iter().map(|s| s.addr.clone()).collect()
@@ -597,7 +606,7 @@ fn setup_in(
             c.capacity = (cfg.capacity / (*nodes).max(1) as u64).max(c.extent);
             // Beside the other nodes' addresses: it outlives this node's storage.
             let dirty = rendezvous.join(format!("dirty.{node}"));
-            let s = spawn_server(exe, &c, &secret, *listen, &dirty, &paths.log)?;
+            let (s, _) = spawn_server(exe, &c, &secret, *listen, &dirty, &paths.log, owner)?;
             let port = s.addr.rsplit(':').next().unwrap_or_default().to_string();
             started.push(s);
             record(&started)?;
@@ -811,7 +820,11 @@ fn meet(rendezvous: &Path, nodes: usize, wait: Duration) -> Result<Vec<String>, 
 }
 
 /// Starts `exe fs server` for `cfg` in its own process group (its log appended to `log`) and
-/// waits (up to 30 s) until it says where it listens.
+/// waits (up to 30 s) until it says where it listens. With `owner`, the server runs as that
+/// user (its groups too), its cache directory, the secret and its list of dirty files theirs:
+/// a server run as root would take whatever uid a request claims, and anyone who holds the
+/// secret could then read and write every user's files through it.
+#[allow(clippy::too_many_arguments)]
 fn spawn_server(
     exe: &Path,
     cfg: &FsConfig,
@@ -819,7 +832,8 @@ fn spawn_server(
     listen: std::net::IpAddr,
     dirty_list: &Path,
     log: &Path,
-) -> Result<ServerState, JobError> {
+    owner: Option<Owner>,
+) -> Result<(ServerState, u64), JobError> {
     use std::os::unix::process::CommandExt;
     std::fs::create_dir_all(&cfg.cache_dir).map_err(io(&cfg.cache_dir))?;
     let ready = cfg.cache_dir.with_extension("ready");
@@ -829,6 +843,37 @@ fn spawn_server(
         .append(true)
         .open(log)
         .map_err(io(log))?;
+    // The list is made here, so a server that may not write the directory it is in (the
+    // nodes' meeting directory) can still rewrite it.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(dirty_list)
+            .map_err(io(dirty_list))?;
+    }
+    let user = match owner {
+        Some(o) => {
+            let u = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(o.uid))
+                .ok()
+                .flatten()
+                .ok_or_else(|| JobError::Io {
+                    path: PathBuf::from(format!("uid {}", o.uid)),
+                    source: std::io::Error::other("no such user"),
+                })?;
+            for p in [cfg.cache_dir.as_path(), secret, dirty_list] {
+                nix::unistd::chown(p, Some(u.uid), Some(u.gid)).map_err(|e| JobError::Io {
+                    path: p.to_path_buf(),
+                    source: e.into(),
+                })?;
+            }
+            Some((u.uid.as_raw(), u.gid.as_raw()))
+        }
+        None => None,
+    };
     let mut args: Vec<OsString> = vec!["fs".into(), "server".into(), cfg.backing.clone().into()];
     args.extend(cache_flags(cfg));
     args.extend([
@@ -840,14 +885,40 @@ fn spawn_server(
         dirty_list.into(),
         "--json".into(),
     ]);
-    let mut child = std::process::Command::new(exe)
+    // As the user: util-linux's setpriv sets the user, the group and the user's other groups,
+    // then becomes the server (same pid).
+    let mut command = match user {
+        Some((uid, gid)) => {
+            let mut c = std::process::Command::new("setpriv");
+            c.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--init-groups")
+                .arg("--")
+                .arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    };
+    command
         .args(&args)
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err)
-        .process_group(0)
-        .spawn()
-        .map_err(io(exe))?;
+        .process_group(0);
+    let mut child = command.spawn().map_err(|e| JobError::Io {
+        path: exe.to_path_buf(),
+        source: std::io::Error::new(
+            e.kind(),
+            format!(
+                "starting a cache server{}: {e}",
+                if user.is_some() {
+                    " (with setpriv, from util-linux)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    })?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(&ready).unwrap_or_default();
@@ -859,12 +930,19 @@ fn spawn_server(
                 source: std::io::Error::other(e),
             })?;
             let addr = v["addr"].as_str().unwrap_or_default().to_string();
-            return Ok(ServerState {
-                pid: child.id(),
-                addr,
-                cache_dir: cfg.cache_dir.clone(),
-                dirty_list: Some(dirty_list.to_path_buf()),
-            });
+            let recovered = v["recovered"]["bytes"].as_u64().unwrap_or(0);
+            return Ok((
+                ServerState {
+                    pid: child.id(),
+                    addr,
+                    cache_dir: cfg.cache_dir.clone(),
+                    dirty_list: Some(dirty_list.to_path_buf()),
+                    uid: owner.map(|o| o.uid),
+                    secret: Some(secret.to_path_buf()),
+                    log: Some(log.to_path_buf()),
+                },
+                recovered,
+            ));
         }
         let failed = |message: String| JobError::Mount {
             mountpoint: cfg.cache_dir.clone(),
@@ -895,47 +973,57 @@ fn is_our_server(s: &ServerState) -> bool {
 }
 
 /// Stops a job's cache server: SIGTERM, which writes everything back before it exits (SIGKILL
-/// with `discard`), waiting at most `wait`. A server that had died already has its journal
-/// replayed here, so what it held reaches the backing directory all the same.
-fn stop_server(s: &ServerState, discard: bool, wait: Duration) -> Result<ServerOutcome, JobError> {
+/// with `discard`), waiting at most `wait`. Then, whatever the exit, its journal is read: what
+/// it still names (a server that died, or was killed during its write-back) is written back
+/// by the server started again over its cache directory (as its user), and counted. A server
+/// whose journal is gone with its storage fails, naming the files it listed as holding
+/// unwritten data.
+fn stop_server(
+    exe: &Path,
+    s: &ServerState,
+    discard: bool,
+    wait: Duration,
+) -> Result<ServerOutcome, JobError> {
     use nix::sys::signal::{Signal, kill};
     let mut outcome = ServerOutcome {
         addr: s.addr.clone(),
         recovered_files: 0,
         recovered_bytes: 0,
     };
-    let pid = nix::unistd::Pid::from_raw(s.pid as i32);
-    if is_our_server(s) {
-        let _ = kill(
-            pid,
-            if discard {
-                Signal::SIGKILL
-            } else {
-                Signal::SIGTERM
-            },
-        );
+    let stop = |pid: u32, how: Signal, wait: Duration| -> Result<(), JobError> {
+        let st = ServerState { pid, ..s.clone() };
+        if !is_our_server(&st) {
+            return Ok(());
+        }
+        let _ = kill(nix::unistd::Pid::from_raw(pid as i32), how);
         let deadline = std::time::Instant::now() + wait;
-        while is_our_server(s) {
+        while is_our_server(&st) {
             if std::time::Instant::now() > deadline {
                 return Err(JobError::Busy {
                     dir: s.cache_dir.clone(),
                     message: format!(
-                        "cache server {} (pid {}) still writing back after {wait:?}: left running with its data",
-                        s.addr, s.pid
+                        "cache server {} (pid {pid}) still writing back after {wait:?}: left running with its data",
+                        s.addr
                     ),
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if !discard {
-            return Ok(outcome);
-        }
-    }
+        Ok(())
+    };
+    stop(
+        s.pid,
+        if discard {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        },
+        wait,
+    )?;
     if discard {
         let _ = std::fs::remove_dir_all(&s.cache_dir);
         return Ok(outcome);
     }
-    // Died before the teardown: its journal says what it had not written back.
     let journal = s.cache_dir.join(crate::journal::FILE);
     if !journal.exists() {
         let files: Vec<String> = s
@@ -967,22 +1055,31 @@ fn stop_server(s: &ServerState, discard: bool, wait: Duration) -> Result<ServerO
     let Some(replay) = crate::journal::Journal::replay(&journal).map_err(io(&journal))? else {
         return Ok(outcome);
     };
-    if !replay.files.is_empty() {
-        use std::os::unix::ffi::OsStrExt;
-        let backing = PathBuf::from(std::ffi::OsStr::from_bytes(&replay.header.backing));
-        let mut cfg = FsConfig::new(backing, s.cache_dir.clone(), 1 << 30);
-        cfg.shared = true;
-        let (cache, rec) = crate::FsCache::new(cfg, std::sync::Arc::new(crate::SystemClock))
-            .map_err(|e| JobError::Io {
-                path: s.cache_dir.clone(),
-                source: std::io::Error::other(e),
-            })?;
-        outcome.recovered_files = rec.files;
-        outcome.recovered_bytes = rec.bytes;
-        cache
-            .shutdown(false, &mut |_| {})
-            .map_err(io(&s.cache_dir))?;
+    if replay.files.is_empty() {
+        return Ok(outcome);
     }
+    // Started again over its cache directory, it writes its journal back before it listens.
+    use std::os::unix::ffi::OsStrExt;
+    let backing = PathBuf::from(std::ffi::OsStr::from_bytes(&replay.header.backing));
+    let cfg = FsConfig::new(backing, s.cache_dir.clone(), 1 << 30);
+    let secret = s.secret.clone().ok_or_else(|| JobError::Io {
+        path: s.cache_dir.clone(),
+        source: std::io::Error::other("no secret recorded to start the server again with"),
+    })?;
+    let log = s
+        .log
+        .clone()
+        .unwrap_or_else(|| s.cache_dir.with_extension("log"));
+    let dirty = s
+        .dirty_list
+        .clone()
+        .unwrap_or_else(|| s.cache_dir.with_extension("dirty"));
+    let owner = s.uid.map(|uid| Owner { uid });
+    let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+    let (again, recovered) = spawn_server(exe, &cfg, &secret, ip, &dirty, &log, owner)?;
+    outcome.recovered_files = replay.files.len() as u64;
+    outcome.recovered_bytes = recovered;
+    stop(again.pid, Signal::SIGTERM, wait)?;
     Ok(outcome)
 }
 
@@ -1008,6 +1105,7 @@ pub enum Teardown {
 /// replayed from its journal if it had died); the teardown fails, naming the server, if one
 /// cannot be, and nothing of the job is removed then.
 pub fn teardown(
+    exe: &Path,
     root: &Path,
     job_id: &str,
     discard: bool,
@@ -1041,7 +1139,7 @@ pub fn teardown(
                 && let Ok(started) = serde_json::from_slice::<Vec<ServerState>>(&b)
             {
                 for s in &started {
-                    stop_server(s, true, Duration::from_secs(30))?;
+                    stop_server(exe, s, true, Duration::from_secs(30))?;
                 }
             }
             remove_job_dir(&paths)?;
@@ -1093,7 +1191,7 @@ pub fn teardown(
     let mut servers = Vec::new();
     let mut failed = None;
     for s in &state.servers {
-        match stop_server(s, discard, Duration::from_secs(3600)) {
+        match stop_server(exe, s, discard, Duration::from_secs(3600)) {
             Ok(o) => servers.push(o),
             Err(e) => {
                 tracing::error!(error = %e, "stopping a cache server");

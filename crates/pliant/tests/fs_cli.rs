@@ -950,6 +950,84 @@ fn a_striped_job_writes_back_every_servers_data_at_teardown_even_a_killed_ones()
     assert!(!root.join("10").exists());
 }
 
+/// Root setting up a striped job for another user (Slurm's Prolog) runs the cache servers as
+/// that user: a server run as root would take whatever uid a request claims, and a user who
+/// swapped directories in their pfs between its check and its open reached other users' files
+/// through it (found by an audit). The user's writes land in the pfs as theirs.
+#[test]
+fn a_striped_job_for_another_user_runs_its_servers_as_that_user() {
+    if !fuse_available() || !two_users_possible() {
+        return;
+    }
+    let top = tempfile::tempdir().expect("tempdir");
+    fs::set_permissions(top.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let pfs = top.path().join("pfs");
+    fs::create_dir_all(&pfs).expect("pfs");
+    nix::unistd::chown(&pfs, Some(65534.into()), Some(65534.into())).expect("chown");
+    let script = top.path().join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=128MiB pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    let root = top.path().join("jobs");
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let env = ok(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "15",
+            "--root",
+            &r(&root),
+            "--uid",
+            "65534",
+            "--cache-servers",
+            "2",
+        ],
+        top.path(),
+    ));
+    let cache = env
+        .lines()
+        .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+        .map(PathBuf::from)
+        .expect("DW_JOB_STRIPED_CACHE");
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(root.join("15/job.json")).expect("job.json"))
+            .expect("json");
+    for srv in state["servers"].as_array().expect("servers") {
+        let pid = srv["pid"].as_u64().expect("pid");
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .expect("Uid line")
+            .split_whitespace()
+            .collect::<Vec<_>>();
+        assert_eq!(uid, ["65534"; 4], "server {pid} runs as the job's user");
+    }
+    let o = python_as(
+        65534,
+        &format!(
+            "import os\nfd = os.open({:?}, os.O_CREAT | os.O_WRONLY, 0o644)\nos.write(fd, bytes(range(256)) * 12288)\nos.fsync(fd)\nos.close(fd)\n",
+            cache.join("out").display().to_string()
+        ),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&pliant(
+        &["job", "teardown", "--job-id", "15", "--root", &r(&root)],
+        top.path(),
+    ));
+    let want: Vec<u8> = (0..12288).flat_map(|_| 0u8..=255).collect();
+    assert!(fs::read(pfs.join("out")).expect("out") == want);
+    let meta = fs::metadata(pfs.join("out")).expect("meta");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+}
+
 /// A striped mount killed with -9 after an fsync loses nothing: the data is in the servers,
 /// and the teardown (which detaches the dead mount) writes it back.
 #[test]

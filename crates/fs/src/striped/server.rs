@@ -578,21 +578,35 @@ impl Shared {
     }
 }
 
-/// `names` as a JSON array in `to`, written whole (a new file renamed over it).
+/// `names` as a JSON array in `to`, written whole (a new file renamed over it), or, where this
+/// server may not make files beside it (a directory of the job's that is root's, where the
+/// job's setup made the list for it), rewritten in place.
 fn write_list(to: &Path, names: &[PathBuf]) -> io::Result<()> {
-    let text: Vec<String> = names.iter().map(|p| p.display().to_string()).collect();
     use std::os::unix::fs::OpenOptionsExt;
+    let text: Vec<String> = names.iter().map(|p| p.display().to_string()).collect();
+    let json = serde_json::to_vec(&text).map_err(io::Error::other)?;
     let tmp = to.with_extension(format!("tmp{}", std::process::id()));
     // The names of a user's files: this server's user's to read alone.
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(&serde_json::to_vec(&text).map_err(io::Error::other)?)?;
-    drop(f);
-    std::fs::rename(&tmp, to)
+    let open = |p: &Path, truncate: bool| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(truncate)
+            .mode(0o600)
+            .open(p)
+    };
+    match open(&tmp, true) {
+        Ok(mut f) => {
+            f.write_all(&json)?;
+            drop(f);
+            std::fs::rename(&tmp, to)
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let mut f = open(to, true)?;
+            f.write_all(&json)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// ESTALE unless the backing file is the one the mount opened (see `wire::Request::Read`).

@@ -949,8 +949,15 @@ pub fn run_job(c: JobCommand) -> anyhow::Result<ExitCode> {
         } => {
             use pliant_fs::job::Teardown;
             let give_up_after = Duration::from_secs(give_up_after);
-            let (what, servers) =
-                pliant_fs::job::teardown(&root, &job_id, discard, give_up_after, &mut |_, _| {})?;
+            let exe = std::env::current_exe().context("finding the pliant binary")?;
+            let (what, servers) = pliant_fs::job::teardown(
+                &exe,
+                &root,
+                &job_id,
+                discard,
+                give_up_after,
+                &mut |_, _| {},
+            )?;
             for s in &servers {
                 if s.recovered_files > 0 {
                     eprintln!(
