@@ -13,7 +13,10 @@
 #      pattern), so a piece at the wrong offset shows. Then EVERY mount reads EVERY file whole
 #      and compares; then teardown (the mounts unmounted, the servers stopped with SIGTERM,
 #      which writes every dirty byte back) and every backing file's sha256 is compared with the
-#      expected one. Goal: 0 mismatched bytes anywhere.
+#      expected one. (d, e) The same with fio, one job per mount writing its range of one shared
+#      file with verify=crc32c, 1 MiB blocks and 65,521-byte blocks; every mount then verifies
+#      every range (verify_only), and the backing file after teardown. Goal: 0 mismatched
+#      bytes, 0 failed fio runs.
 #   2. Speed over a slow backing store (`pliant bench slow-fs`, every data request taking
 #      bytes / RATE, so one stream moves RATE and concurrent streams add up, as Lustre clients'
 #      streams): fio, 3 jobs (one per mount), 1 MiB writes, direct=1, end_fsync=1, disjoint
@@ -322,8 +325,7 @@ teardown() {
 }
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-FAILS=0
-pass_fail() { if [ "$1" = 0 ]; then echo PASS; else FAILS=$((FAILS + 1)); echo FAIL; fi; }
+pass_fail() { if [ "$1" = 0 ]; then echo PASS; else echo FAIL; fi; }
 
 # ---- 1. correctness ---------------------------------------------------------------------------
 
@@ -380,6 +382,36 @@ if part 1; then
             BAD[$f]=$((BAD[$f] + bad))
         done
     done
+    # fio, one job per mount, with its own check (verify=crc32c: every block carries its offset
+    # and a checksum): each job writes its range of one shared file; then every mount verifies
+    # every range (verify_only), and after teardown the backing file is verified the same way.
+    # Aligned: 1 MiB blocks; unaligned: 65,521-byte blocks (ranges start at multiples of it:
+    # fio verifies blocks at multiples of bs from the range's start).
+    declare -A FIO_BS FIO_PER FIO_BAD
+    FIO_BS[fio-aligned.dat]=1048576; FIO_PER[fio-aligned.dat]=$PART
+    FIO_BS[fio-unaligned.dat]=65521; FIO_PER[fio-unaligned.dat]=$((PART_MIB * 16 * 65521))
+    fio_job() { # fio_job NAME DIR FILE K [options]: job K's range of FILE in DIR
+        local name=$1 dir=$2 f=$3 k=$4
+        shift 4
+        timeout 600 fio --name="$name" --directory="$dir" --filename="$f" --rw=write \
+            --bs="${FIO_BS[$f]}" --offset=$((k * FIO_PER[$f])) --size="${FIO_PER[$f]}" \
+            --ioengine=psync --verify=crc32c --verify_state_save=0 --fallocate=none "$@" \
+            --output-format=json --output="$OUT/$name.json" >/dev/null 2>>"$LOGS/fio-verify.log"
+    }
+    for f in fio-aligned.dat fio-unaligned.dat; do
+        truncate -s $((3 * FIO_PER[$f])) "${MDIR[m0]}/$f"
+        pids=()
+        for k in 0 1 2; do fio_job "c1-${f%.dat}-write-$k" "${MDIR[m$k]}" "$f" "$k" --do_verify=0 & pids+=($!); done
+        werr=0
+        for p in "${pids[@]}"; do wait "$p" || werr=$((werr + 1)); done
+        FIO_BAD[$f]=$werr
+        for m in m0 m1 m2; do
+            for k in 0 1 2; do
+                fio_job "c1-${f%.dat}-verify-$m-$k" "${MDIR[$m]}" "$f" "$k" --verify_only \
+                    || FIO_BAD[$f]=$((FIO_BAD[$f] + 1))
+            done
+        done
+    done
     # Teardown: the servers write back; then the backing files.
     teardown || die "teardown failed"
     tsecs=$TD_SECS
@@ -407,6 +439,21 @@ if part 1; then
             "$nf file(s), $((bytes >> 20)) MiB; mismatched bytes: $rb read through the 3 mounts (each reads all), $bb in the backing after teardown"
         val "c1_${group}_mismatch_mounts" "$rb"
         val "c1_${group}_mismatch_backing" "$bb"
+    done
+    declare -A FIO_BBAD
+    for f in fio-aligned.dat fio-unaligned.dat; do
+        FIO_BBAD[$f]=0
+        for k in 0 1 2; do
+            fio_job "c1-${f%.dat}-verify-backing-$k" "$BACK" "$f" "$k" --verify_only \
+                || FIO_BBAD[$f]=$((FIO_BBAD[$f] + 1))
+        done
+        case $f in
+            fio-aligned.dat) what="(d) fio, one job per mount, one shared file, 1 MiB blocks, verify=crc32c" ;;
+            *) what="(e) fio, one job per mount, one shared file, 65,521-byte blocks (unaligned), verify=crc32c" ;;
+        esac
+        row "1$what" "$(pass_fail $((FIO_BAD[$f] + FIO_BBAD[$f])))" \
+            "$((3 * FIO_PER[$f] >> 20)) MiB; failed fio runs: ${FIO_BAD[$f]} of 3 writes + 9 verify_only (3 ranges through each mount), ${FIO_BBAD[$f]} of 3 verify_only on the backing after teardown"
+        val "c1_${f%.dat}_failed_runs" $((FIO_BAD[$f] + FIO_BBAD[$f]))
     done
     [ "${#readerr[@]}" = 0 ] || row "1. read errors" "$(pass_fail 1)" "$(IFS=';'; echo "${readerr[*]}")"
     val c1_teardown_secs "$tsecs"
@@ -655,4 +702,5 @@ log_errors=$(cat "$LOGS"/*.log 2>/dev/null | grep -c -E 'ERROR|panick' || true)
     echo "Logs ($LOGS): $log_errors ERROR/panic lines (a stopped or killed server's EIO is logged as ERROR)."
 } | tee "$OUT/fs_striped.md"
 [ "$JSON_OUT" = - ] || echo "(JSON in $JSON_OUT)" >&2
+FAILS=$(cut -f2 "$ROWS" | grep -c '^FAIL' || true)
 [ "$FAILS" = 0 ] || { echo "fs_striped.sh: $FAILS check(s) FAILED" >&2; exit 1; }
