@@ -8,6 +8,7 @@ mod docs_cli;
 mod docs_links;
 mod errors_cli;
 mod fs_cli;
+mod fs_striped_cli;
 mod parsplice_cli;
 mod policy_cli;
 mod posix_diff;
