@@ -20,6 +20,12 @@ so a piece written at the wrong offset, or not at all, or another writer's piece
         4 KiB at the start of each of the first 3 stripes of STRIPE bytes, timing each, then
         continues PID (SIGCONT) and reads them again. Prints JSON:
         {"stopped": [[stripe, "ok"|errno name, seconds], ...], "after": [...]}.
+  fs_striped.py warm FILE STRIPE THREADS
+        THREADS readers at once, each reading 4 KiB at the start of every stripe of FILE 10
+        times: a mount then holds several connections to every server, as a busy job's would.
+  fs_striped.py probe FILE STRIPE
+        opens FILE (up to 20 tries) and reads 4 KiB at the start of every stripe once; prints
+        "FAILED_OPENS FAILED_READS" (each failure an error the application saw, EIO or other).
   fs_striped.py resp HOST:PORT
         a raw-socket RESP client without the secret: sends every FS.* command, PING, and
         AUTH with a wrong secret; prints JSON {command: reply}.
@@ -172,6 +178,52 @@ def eio(path, stripe, pid):
     print(json.dumps({"stopped": stopped, "after": after}))
 
 
+def warm(path, stripe, threads):
+    import threading
+    stripe = int(stripe)
+    size = os.stat(path).st_size
+
+    def reader():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for _ in range(10):
+                for at in range(0, size, stripe):
+                    os.pread(fd, 4096, at)
+        finally:
+            os.close(fd)
+
+    ts = [threading.Thread(target=reader) for _ in range(int(threads))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def probe(path, stripe):
+    stripe = int(stripe)
+    opens = reads = 0
+    fd = None
+    for _ in range(20):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            break
+        except OSError:
+            opens += 1
+    if fd is None:
+        print(opens, -1)
+        return
+    try:
+        size = os.fstat(fd).st_size
+        for at in range(0, size, stripe):
+            try:
+                os.pread(fd, 4096, at)
+            except OSError:
+                reads += 1
+    finally:
+        os.close(fd)
+    print(opens, reads)
+
+
 def command(sock, f, args):
     """Sends one RESP command; returns the reply's first line, and a bulk reply's data."""
     msg = f"*{len(args)}\r\n".encode()
@@ -305,6 +357,8 @@ def main():
         "check": check,
         "sha": sha,
         "eio": eio,
+        "warm": warm,
+        "probe": probe,
         "resp": resp,
         "stats": stats,
         "fio": fio,

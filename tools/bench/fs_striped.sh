@@ -39,9 +39,11 @@
 #      every mount writes its third of a file and fsyncs it (--fsync cache: journaled on the
 #      servers; the backing file is checked to still lack it), one server is killed with -9
 #      (by pid) and started again on the same cache directory and, if it can be had, the same
-#      port (the mounts know the servers by address); the mounts read the file (first and
-#      second try, reported apart), then teardown: the backing file must hold every fsync'ed
-#      byte (sha256).
+#      port (the mounts know the servers by address); then teardown: the backing file must hold
+#      every fsync'ed byte (sha256). (c) Before the kill, 8 readers at once through every mount
+#      (so each holds several connections to the server); once it is back, each mount opens
+#      the file and reads 4 KiB of every stripe: the errors the application saw are counted
+#      (goal 0: the server is back), then every mount reads the whole file twice.
 #   4. Another local user (root only: a throwaway user, removed at exit) connects to a server's
 #      port with a raw RESP client (fs_striped.py resp) and sends every FS.* command without
 #      the secret, claiming uid 0: every one must be refused (NOAUTH); a wrong AUTH must be
@@ -641,6 +643,8 @@ EOF
     for p in "${pids[@]}"; do wait "$p" || werr=$((werr + 1)); done
     read -r before_bad _ _ < <(python3 "$HELP" check "$BACK/$f" "$FL" "$(seed "$f")")
     read -r dirty _ _ < <(timeout 60 python3 "$HELP" stats "$SECRET" "${SADDR[s1]}")
+    # 8 readers at once through every mount: each mount then holds several connections to s1.
+    for m in m0 m1 m2; do timeout 120 python3 "$HELP" warm "${MDIR[$m]}/$f" $((1 << 20)) 8; done
     addr=${SADDR[s1]}
     kill9 s1
     t0=$(now)
@@ -660,7 +664,14 @@ EOF
         for m in m0 m1 m2; do mount_stop "$m"; done
         mounts_up "$BACK" --server-timeout 3s
     fi
-    # Reads through every mount, twice: a mount's pooled connections to the killed server are dead.
+    # What an application sees at once: open, and 4 KiB at every stripe, through every mount.
+    probe_opens=0; probe_reads=0
+    for m in m0 m1 m2; do
+        read -r o r < <(timeout 120 python3 "$HELP" probe "${MDIR[$m]}/$f" $((1 << 20)))
+        probe_opens=$((probe_opens + o)); probe_reads=$((probe_reads + r))
+    done
+    echo "   just after the restart: $probe_opens failed opens, $probe_reads failed reads" >&2
+    # Then the whole file through every mount, twice.
     tries=()
     for attempt in 1 2; do
         r=
@@ -684,7 +695,11 @@ if part 3; then
     fi
     row "3(b) kill -9 of a server holding fsync'ed dirty stripes, restarted on its cache dir" \
         "$(pass_fail $((after_bad + werr)))" \
-        "$((FL >> 20)) MiB written by 3 mounts and fsync'ed ($werr writers failed); before the kill $before_bad bytes not yet in the backing file, the killed server held $dirty B dirty (FS.STATS); restart $restart s, same port: $same_port, recovered $recovered; mismatched bytes in the backing after teardown: $after_bad; reads through the mounts after the restart: ${tries[*]}"
+        "$((FL >> 20)) MiB written by 3 mounts and fsync'ed ($werr writers failed); before the kill $before_bad bytes not yet in the backing file, the killed server held $dirty B dirty (FS.STATS); restart $restart s, same port: $same_port, recovered $recovered; mismatched bytes in the backing after teardown: $after_bad"
+    row "3(c) the first requests through the mounts once the killed server is back (each mount had 8 readers before the kill)" \
+        "$(pass_fail $((probe_opens + probe_reads)))" \
+        "failed opens (each retried, up to 20 tries): $probe_opens; failed 4 KiB reads, one per stripe ($((FL >> 20)) stripes per mount): $probe_reads; whole-file reads after them: ${tries[*]}"
+    val s3_after_restart_failed_opens "$probe_opens"; val s3_after_restart_failed_reads "$probe_reads"
     val s3_kill9_backing_mismatch "$after_bad"; val s3_restart_same_port "\"$same_port\""
     val s3_recovered "$recovered"
 fi
