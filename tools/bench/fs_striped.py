@@ -43,7 +43,7 @@ so a piece written at the wrong offset, or not at all, or another writer's piece
         "BUSY_SECONDS TOTAL_SECONDS" of the whole machine so far (/proc/stat, all CPUs).
   fs_striped.py report ROWS KV JSON_OUT
         ROWS: lines "check<TAB>result<TAB>numbers"; KV: lines "key<TAB>value". Prints the
-        markdown table; writes {"rows": [...], "values": {...}} to JSON_OUT ("-": none).
+        markdown table (rows sorted by check); writes {"rows": [...], "values": {...}} to JSON_OUT ("-": none).
 """
 
 import errno
@@ -340,6 +340,7 @@ def report(rows_path, kv_path, out):
                     values[k] = json.loads(v)
                 except ValueError:
                     values[k] = v
+    rows.sort(key=lambda r: r["check"])  # by part, whatever order they ran in
     print("| check | result | numbers |")
     print("|---|---|---|")
     for r in rows:
