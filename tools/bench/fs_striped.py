@@ -13,6 +13,10 @@ so a piece written at the wrong offset, or not at all, or another writer's piece
         reads the whole file and compares it with the expected LENGTH bytes: prints
         "MISMATCHED_BYTES FIRST_BAD_OFFSET SIZE" (-1: none; a size other than LENGTH counts
         the missing or extra bytes as mismatched). An I/O error prints "-1 ERRNO_NAME SIZE".
+  fs_striped.py many write|check DIR FIRST COUNT SIZE
+        files DIR/many-K for K in FIRST..FIRST+COUNT-1, SIZE bytes each, every byte of file K
+        being K % 251 + 1, written in 1 MiB writes; "check" prints "BAD_FILES FIRST_BAD"
+        (FIRST_BAD: "name:size" of the first that differs, or -).
   fs_striped.py sha LENGTH SEED
         the sha256 of the expected LENGTH bytes.
   fs_striped.py eio FILE STRIPE PID
@@ -136,6 +140,33 @@ def check(path, length, seed):
         if first < 0:
             first = size
     print(f"{bad} {first} {size}")
+
+
+def many(what, d, first, count, size):
+    first, count, size = int(first), int(count), int(size)
+    bad, first_bad = 0, "-"
+    for k in range(first, first + count):
+        want = bytes([k % 251 + 1]) * size
+        path = f"{d}/many-{k}"
+        if what == "write":
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                for at in range(0, size, CHUNK):
+                    os.pwrite(fd, want[at:at + CHUNK], at)
+            finally:
+                os.close(fd)
+        else:
+            try:
+                with open(path, "rb") as f:
+                    got = f.read()
+            except OSError as e:
+                got = str(e).encode()
+            if got != want:
+                bad += 1
+                if first_bad == "-":
+                    first_bad = f"many-{k}:{len(got)}"
+    if what == "check":
+        print(bad, first_bad)
 
 
 def sha(length, seed):
@@ -357,6 +388,7 @@ def main():
         "write": write,
         "check": check,
         "sha": sha,
+        "many": many,
         "eio": eio,
         "warm": warm,
         "probe": probe,
