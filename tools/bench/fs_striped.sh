@@ -29,8 +29,9 @@
 #      teardown. (a) the same 3 jobs on the slow mount directly, (b) through 3 servers whose
 #      cache directories are on the local disk (capacity 2 x SPEED each, --dirty-high 90%:
 #      nothing is written back during the phase; the teardown's write-back is timed apart).
-#      Goal (a)/(b) >= 2x (DataWarp at NERSC 1.5-2.2x). CPU: the whole machine's busy seconds
-#      (/proc/stat) over each phase, and the servers' and mount daemons' user+sys seconds.
+#      Goal (a)/(b) >= 2x (DataWarp at NERSC 1.5-2.2x). CPU: user+sys seconds of this run's
+#      processes over each phase (fio's own figure; slow-fs, the servers and the mount daemons
+#      from /proc/PID/stat), as cores; and the whole machine's busy cores (/proc/stat).
 #      (c) each server's cache directory on a slow-fs of its own with the same RATE, each
 #      serving CACHE_THREADS requests at once (default 1: a device of RATE bytes/s; with more,
 #      concurrent streams add up on every device and three synchronous clients cannot tell
@@ -58,8 +59,9 @@
 # How to read it: each row says PASS/FAIL (correctness, failures, access) or met/MISSED (the
 # speed goals) and the numbers behind it. "mismatched bytes" counts bytes that differ from what
 # was written, plus missing or extra bytes. The speed rows give fio's write-phase seconds and
-# MB/s, the ratio, and the CPU used; with 2 cores shared, check that "machine busy" stays well
-# under 2.0 cores in the direct phase (the throttle, not the CPU, must be what limits it).
+# MB/s, the ratio, and the CPU used: the direct phase's processes must use well under the 2
+# cores (the throttle, not the CPU, must be what limits it); "whole machine busy" includes
+# whatever else runs on the machine. The script exits 1 if any row says FAIL.
 #
 # Usage
 #   tools/bench/fs_striped.sh [--quick] [--part-size MIB] [--speed-size SIZE] [--speed2-size SIZE]
