@@ -28,7 +28,8 @@
 #      out again under the others). Write phase = fio's runtime (the longest job), before any
 #      teardown. (a) the same 3 jobs on the slow mount directly, (b) through 3 servers whose
 #      cache directories are on the local disk (capacity 2 x SPEED each, --dirty-high 90%:
-#      nothing is written back during the phase; the teardown's write-back is timed apart).
+#      nothing is written back during the phase; the teardown, whose unmounts have the servers
+#      write everything back, is timed apart).
 #      Goal (a)/(b) >= 2x (DataWarp at NERSC 1.5-2.2x). CPU: user+sys seconds of this run's
 #      processes over each phase (fio's own figure; slow-fs, the servers and the mount daemons
 #      from /proc/PID/stat), as cores; and the whole machine's busy cores (/proc/stat).
@@ -312,13 +313,14 @@ mounts_up() {
     for i in 0 1 2; do mount_start "m$i" "$backing" "$SERVERS" "$@"; done
 }
 
-# teardown: unmount every mount, stop every server at once (each writes back its own dirty
-# data; at most 900 s); TD_SECS = the seconds the servers took. Not in a subshell: it forgets
+# teardown: unmount every mount (a striped mount's unmount has every server write all its
+# dirty data back first), then stop every server at once (SIGTERM: each writes back whatever
+# is left; at most 900 s); TD_SECS = the seconds all that took. Not in a subshell: it forgets
 # the pids it stopped.
 teardown() {
     local n t0 rc=0
-    for n in "${!MPID[@]}"; do mount_stop "$n"; done
     t0=$(now)
+    for n in "${!MPID[@]}"; do mount_stop "$n"; done
     for n in "${!SPID[@]}"; do kill -TERM "${SPID[$n]}"; done
     for n in "${!SPID[@]}"; do
         if ! wait_gone "${SPID[$n]}" 900; then
@@ -554,7 +556,7 @@ if part 2; then
     ratio=$(calc "$d_secs / $c_secs" 2)
     row "2(a/b) write phase, 3 clients x ${PER} MiB of one shared file, 1 MiB direct writes + end_fsync, backing slow-fs $RATE/stream" \
         "$(verdict "$ratio" 2) (goal >= 2x)" \
-        "direct on slow-fs $d_secs s ($d_mbps MB/s) vs through 3 servers $c_secs s ($c_mbps MB/s): ${ratio}x; CPU (user+sys s in the phase): direct fio $d_fiocpu + slow-fs $d_slowcpu = $(calc "($d_fiocpu + $d_slowcpu) / $d_secs") cores; cached fio $c_fiocpu + 3 servers $c_scpu + 3 mount daemons $c_mcpu = $(calc "($c_fiocpu + $c_scpu + $c_mcpu) / $c_secs") cores; whole machine busy $d_cores vs $c_cores cores of $(nproc) (other users' load included); teardown write-back $drain s; at its end the servers held $((c_dirty >> 20)) MiB dirty and had written back $((wb_before >> 20)) MiB; backing size after $size_ok B"
+        "direct on slow-fs $d_secs s ($d_mbps MB/s) vs through 3 servers $c_secs s ($c_mbps MB/s): ${ratio}x; CPU (user+sys s in the phase): direct fio $d_fiocpu + slow-fs $d_slowcpu = $(calc "($d_fiocpu + $d_slowcpu) / $d_secs") cores; cached fio $c_fiocpu + 3 servers $c_scpu + 3 mount daemons $c_mcpu = $(calc "($c_fiocpu + $c_scpu + $c_mcpu) / $c_secs") cores; whole machine busy $d_cores vs $c_cores cores of $(nproc) (other users' load included); teardown (unmounts, which have the servers write back, then the servers stopped) $drain s; at its end the servers held $((c_dirty >> 20)) MiB dirty and had written back $((wb_before >> 20)) MiB; backing size after $size_ok B"
     val s2_direct_secs "$d_secs"; val s2_direct_mbps "$d_mbps"; val s2_direct_busy_cores "$d_cores"
     val s2_cached_secs "$c_secs"; val s2_cached_mbps "$c_mbps"; val s2_cached_busy_cores "$c_cores"
     val s2_cached_server_cpu_secs "$c_scpu"; val s2_cached_mount_cpu_secs "$c_mcpu"
