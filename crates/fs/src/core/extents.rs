@@ -49,8 +49,24 @@ impl Inner {
             }
         };
         if let Some(entry) = existing {
+            // The backing file is looked at under the file's lock: a write-back completing
+            // between the two would otherwise look like a change behind the cache's back.
             let mut d = lock(&entry.data);
             let meta = self.tree.metadata(rel)?;
+            if self.cfg.shared && (meta.dev(), meta.ino()) != entry.ident {
+                // A striped cache's server: the name leads to another file now (unlinked and
+                // made again, or renamed over, by a mount that died before it told this server,
+                // or outside the mounts): the entry is not this file's, and what is written now
+                // must reach the new one. (A mount's own cache keeps its revalidation by size
+                // and time: its names follow its own renames and links.)
+                tracing::warn!(
+                    path = %self.cfg.backing.join(rel).display(),
+                    "the name leads to another file than the cache held under it: the old one's entry lets go of the name"
+                );
+                drop(d);
+                self.detach(rel);
+                return self.open_entry(rel, created);
+            }
             let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
             // A striped cache's servers change each other's files (their own stripes): that is
             // no change behind this server's back to the stripes it holds.

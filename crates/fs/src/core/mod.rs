@@ -156,6 +156,11 @@ pub(crate) struct FileEntry {
 pub struct Handle(Arc<FileEntry>, Option<Arc<Caller>>);
 
 impl Handle {
+    /// The backing file's device and inode numbers when it was opened.
+    pub fn ident(&self) -> (u64, u64) {
+        self.0.ident
+    }
+
     /// The handle, opened on `caller`'s behalf.
     pub fn for_caller(mut self, caller: Caller) -> Self {
         self.1 = Some(Arc::new(caller));
@@ -1281,6 +1286,16 @@ impl FsCache {
             && (m.dev(), m.ino()) == e.ident
         {
             return Err(errno(nix::errno::Errno::EEXIST));
+        }
+        // Told twice (a notice sent again): `to` is already the entry of the file there, which
+        // must not be taken for the file the rename replaced.
+        if !exchange
+            && self.inner.entry(from).is_none()
+            && let Some(e) = self.inner.entry(to)
+            && let Ok(m) = self.tree().symlink_metadata(to)
+            && (m.dev(), m.ino()) == e.ident
+        {
+            return Ok(());
         }
         self.inner.journal_moves(from, to, exchange)?;
         self.inner.renamed(from, to, exchange);

@@ -84,7 +84,9 @@ pub(super) fn recover(
             rec.extents += 1;
             rec.bytes += len;
         }
-        if dst.metadata().map_err(at(&dst_path))?.len() < p.size {
+        // A striped cache's server recovers while the other servers may be extending the file
+        // (see `writeback_extent`): its writes extend it as far as its own data goes.
+        if !cfg.shared && dst.metadata().map_err(at(&dst_path))?.len() < p.size {
             dst.set_len(p.size).map_err(at(&dst_path))?;
         }
         dst.sync_all().map_err(at(&dst_path))?;

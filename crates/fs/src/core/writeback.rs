@@ -100,8 +100,12 @@ impl Inner {
             // (Lustre's stripes, FUSE's parallel direct writes) then runs them in parallel.
             // The bytes not yet written back read as zeros there meanwhile, as a shorter file
             // would have lacked them.
-            // A striped cache's other servers may have made it longer already: never shorter.
-            if !self.cfg.shared || dst.metadata()?.len() < d.size {
+            // Not on a striped cache's server: the other servers extend the file with their own
+            // stripes at any moment, and a length this one read could be cut back to between
+            // its look and its `set_len` (a bench found files cut at a stripe boundary). Its
+            // writes extend the file as far as its own data goes; a length without data is a
+            // truncation's, which every server sets.
+            if !self.cfg.shared {
                 dst.set_len(d.size)?;
             }
             d.backing_size = d.size;

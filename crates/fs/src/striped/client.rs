@@ -220,19 +220,33 @@ impl Remote {
     fn call(&self, server: usize, req: &Request) -> io::Result<Frame> {
         let mut out = Vec::new();
         pliant_proto::encode(&req.encode(), &mut out);
-        self.call_encoded(server, &out)
+        // A rename sent twice could undo itself (RENAME_EXCHANGE): never sent again.
+        let again = !matches!(req, Request::Renamed { .. });
+        self.call_encoded(server, &out, again)
     }
 
     /// Sends a request already in RESP and returns its reply (an error reply as its errno).
-    fn call_encoded(&self, server: usize, request: &[u8]) -> io::Result<Frame> {
+    fn call_encoded(&self, server: usize, request: &[u8], again: bool) -> io::Result<Frame> {
         let s = &self.servers[server];
         let pooled = lock(&s.idle).pop();
+        let reused = pooled.is_some();
         let mut c = match pooled {
             Some(c) => c,
             None => s.dialer.connect().map_err(|e| unreachable(&e))?,
         };
         let reply = match c.send_raw(request).and_then(|()| c.read()) {
             Ok(f) => f,
+            // A kept connection the server closed (it was restarted, or dropped it): once more
+            // on a new one. `again` only for requests that may be sent twice (a write of the
+            // same bytes at the same place, a truncation to a size, a lock by the same owner).
+            Err(e) if again && reused && !matches!(e, ClientError::Timeout { .. }) => {
+                tracing::debug!(error = %e, "a kept connection to a cache server failed: dialling again");
+                c = s.dialer.connect().map_err(|e| unreachable(&e))?;
+                match c.send_raw(request).and_then(|()| c.read()) {
+                    Ok(f) => f,
+                    Err(e) => return Err(unreachable(&e)),
+                }
+            }
             Err(e) => return Err(unreachable(&e)),
         };
         {
@@ -343,7 +357,7 @@ impl Remote {
             let from = (at - offset) as usize;
             out.clear();
             wire::encode_write(who, path, ino, at, &data[from..from + n as usize], &mut out);
-            match self.call_encoded(owner, &out)? {
+            match self.call_encoded(owner, &out, true)? {
                 Frame::Integer(w) if w == n as i64 => done += n as usize,
                 f => return Err(odd(&f)),
             }

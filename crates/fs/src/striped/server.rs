@@ -35,6 +35,12 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// not the room the job's mounts need.
 pub const MAX_UNAUTHENTICATED: usize = 64;
 
+/// Requests refused before the secret is given, at most; the connection closes after them.
+const MAX_REFUSED: u32 = 8;
+
+/// How long a reply may wait for its client to read it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long a connection may stay without giving the secret.
 pub const AUTH_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -283,6 +289,10 @@ impl Shared {
     fn connection(&self, mut sock: TcpStream) -> io::Result<()> {
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(POLL))?;
+        // A client that sends and never reads its replies must not hold this thread (and the
+        // server's stop, which waits for it) for ever (found by an audit).
+        sock.set_write_timeout(Some(WRITE_TIMEOUT))?;
+        let mut refused = 0u32;
         let started = Instant::now();
         let mut authed = false;
         // Counted among those waiting to authenticate until it does, or goes.
@@ -326,7 +336,16 @@ impl Shared {
                                 waiting.1 = false;
                                 Frame::ok()
                             }
-                            Err(f) => f,
+                            Err(f) => {
+                                refused += 1;
+                                if refused > MAX_REFUSED || started.elapsed() > AUTH_DEADLINE {
+                                    let _ = sock.write_all(
+                                        b"-ERR authenticate first: closing the connection\r\n",
+                                    );
+                                    return Ok(());
+                                }
+                                f
+                            }
                         }
                     } else {
                         self.request(&args)
@@ -390,8 +409,9 @@ impl Shared {
                 offset,
                 len,
             } => {
-                same_file(c.may(&path, &who, want::READ)?, ino)?;
-                let h = self.handle(&path)?;
+                let m = c.may(&path, &who, want::READ)?;
+                same_file(&m, ino)?;
+                let h = self.handle(&path, &m)?;
                 let mut buf = Vec::new();
                 c.read_into(&h, offset, len as u32, &mut buf)?;
                 Frame::bulk(buf)
@@ -403,8 +423,9 @@ impl Shared {
                 offset,
                 data,
             } => {
-                same_file(c.may(&path, &who, want::WRITE)?, ino)?;
-                let h = self.handle(&path)?;
+                let m = c.may(&path, &who, want::WRITE)?;
+                same_file(&m, ino)?;
+                let h = self.handle(&path, &m)?;
                 Frame::Integer(c.write(&h, offset, &data)? as i64)
             }
             Request::Size { who, path } => {
@@ -424,8 +445,8 @@ impl Shared {
                 let m = c
                     .may(&path, &who, want::READ)
                     .or_else(|_| c.may(&path, &who, want::WRITE))?;
-                same_file(m, ino)?;
-                let h = self.handle(&path)?;
+                same_file(&m, ino)?;
+                let h = self.handle(&path, &m)?;
                 c.fsync(&h)?;
                 Frame::ok()
             }
@@ -437,9 +458,9 @@ impl Shared {
             } => {
                 let m = c.may(&path, &who, want::WRITE)?;
                 if ino != 0 {
-                    same_file(m, ino)?;
+                    same_file(&m, ino)?;
                 }
-                match self.open_handle(&path) {
+                match self.open_handle(&path, &m) {
                     Some(h) => c.truncate_open(&h, size)?,
                     None => c.truncate(&path, size)?,
                 }
@@ -472,7 +493,7 @@ impl Shared {
             } => {
                 // Advisory: whoever may read the file may lock it (the kernel has checked the
                 // descriptor's mode for the kind).
-                same_file(c.may(&path, &who, want::READ)?, ino)?;
+                same_file(&c.may(&path, &who, want::READ)?, ino)?;
                 let now = Instant::now();
                 let mut t = lock(&self.locks);
                 t.expire(now);
@@ -492,7 +513,7 @@ impl Shared {
                 ino,
                 lock: l,
             } => {
-                same_file(c.may(&path, &who, want::READ)?, ino)?;
+                same_file(&c.may(&path, &who, want::READ)?, ino)?;
                 let mut t = lock(&self.locks);
                 t.expire(Instant::now());
                 match t.conflict(ino, l.session, l.owner, l.kind, l.start, l.end) {
@@ -524,9 +545,10 @@ impl Shared {
         })
     }
 
-    /// The open handle of `path`, opened now if need be (the least recently used closed).
-    fn handle(&self, path: &Path) -> io::Result<Handle> {
-        if let Some(h) = self.open_handle(path) {
+    /// The open handle of `path` (whose backing file `m` describes), opened now if need be
+    /// (the least recently used closed).
+    fn handle(&self, path: &Path, m: &std::fs::Metadata) -> io::Result<Handle> {
+        if let Some(h) = self.open_handle(path, m) {
             return Ok(h);
         }
         let h = self.cache.open(path)?;
@@ -550,14 +572,27 @@ impl Shared {
         Ok(h)
     }
 
-    fn open_handle(&self, path: &Path) -> Option<Handle> {
+    /// The handle kept open for `path`, if it is still the file `m` describes: a name that
+    /// leads to another file now (unlinked and made again, or renamed over, by a mount that
+    /// died before it told this server) lets go of the old one's.
+    fn open_handle(&self, path: &Path, m: &std::fs::Metadata) -> Option<Handle> {
+        use std::os::unix::fs::MetadataExt;
         let mut o = lock(&self.open);
         o.tick += 1;
         let tick = o.tick;
-        o.files.get_mut(path).map(|(h, t)| {
-            *t = tick;
-            h.clone()
-        })
+        match o.files.get_mut(path) {
+            Some((h, t)) if h.ident() == (m.dev(), m.ino()) => {
+                *t = tick;
+                Some(h.clone())
+            }
+            Some(_) => {
+                if let Some((old, _)) = o.files.remove(path) {
+                    self.cache.release(old);
+                }
+                None
+            }
+            None => None,
+        }
     }
 
     /// Closes the handles of `path` and of everything under it (before a rename or unlink
@@ -610,7 +645,7 @@ fn write_list(to: &Path, names: &[PathBuf]) -> io::Result<()> {
 }
 
 /// ESTALE unless the backing file is the one the mount opened (see `wire::Request::Read`).
-fn same_file(m: std::fs::Metadata, ino: u64) -> io::Result<()> {
+fn same_file(m: &std::fs::Metadata, ino: u64) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     if m.ino() == ino {
         Ok(())
