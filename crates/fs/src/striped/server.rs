@@ -340,7 +340,7 @@ impl Shared {
                                 refused += 1;
                                 if refused > MAX_REFUSED || started.elapsed() > AUTH_DEADLINE {
                                     let _ = sock.write_all(
-                                        b"-ERR authenticate first: closing the connection\r\n",
+                                        b"-NOAUTH Authentication required; closing the connection\r\n",
                                     );
                                     return Ok(());
                                 }
