@@ -14,7 +14,7 @@ use rand::{Rng, RngExt, SeedableRng};
 
 use crate::common::{err, json, ok, pliant};
 
-fn fuse_available() -> bool {
+pub(crate) fn fuse_available() -> bool {
     let present = Path::new("/dev/fuse").exists()
         && (nix::unistd::geteuid().is_root()
             || Command::new("fusermount3")
@@ -1088,6 +1088,54 @@ fn a_striped_mount_killed_after_an_fsync_loses_nothing() {
     );
 }
 
+/// Three nodes' `pliant job setup --rendezvous` for job `id` at once (three job roots under
+/// `top`, standing for three nodes), meeting in `rv`: each node's mount point.
+fn three_nodes_setup(top: &Path, script: &Path, rv: &Path, id: &str) -> Vec<PathBuf> {
+    let r = |s: &Path| s.to_str().expect("utf-8").to_string();
+    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|i| {
+                let (script, rv) = (r(script), r(rv));
+                let root = r(&top.join(format!("node{i}")));
+                s.spawn(move || {
+                    std::process::Command::new(env!("CARGO_BIN_EXE_pliant"))
+                        .args([
+                            "job",
+                            "setup",
+                            &script,
+                            "--job-id",
+                            id,
+                            "--root",
+                            &root,
+                            "--rendezvous",
+                            &rv,
+                            "--nodes",
+                            "3",
+                            "--node",
+                            &format!("n{i}"),
+                            "--listen",
+                            "127.0.0.1",
+                            "--advertise",
+                            "127.0.0.1",
+                        ])
+                        .output()
+                        .expect("pliant job setup")
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("setup")).collect()
+    });
+    outs.iter()
+        .map(|o| {
+            ok(o)
+                .lines()
+                .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
+                .map(PathBuf::from)
+                .expect("DW_JOB_STRIPED_CACHE")
+        })
+        .collect()
+}
+
 /// Three nodes' setups (here three job roots on one machine) meet in one directory: each
 /// starts its server, and every node's mount stripes over all three, so what each node writes
 /// of one shared file every node reads whole; each node's teardown writes its server's stripes
@@ -1112,54 +1160,28 @@ fn three_nodes_setups_meet_and_share_one_striped_cache() {
     let rv = top.path().join("rendezvous");
     fs::create_dir(&rv).expect("rendezvous");
     let r = |s: &Path| s.to_str().expect("utf-8").to_string();
-    let setup = |i: usize, rv: &Path| {
-        let root = top.path().join(format!("node{i}"));
-        let args = [
-            "job".to_string(),
-            "setup".into(),
-            r(&script),
-            "--job-id".into(),
-            "11".into(),
-            "--root".into(),
-            r(&root),
-            "--rendezvous".into(),
-            r(rv),
-            "--nodes".into(),
-            "3".into(),
-            "--node".into(),
-            format!("n{i}"),
-            "--listen".into(),
-            "127.0.0.1".into(),
-            "--advertise".into(),
-            "127.0.0.1".into(),
-        ];
-        std::process::Command::new(env!("CARGO_BIN_EXE_pliant"))
-            .args(&args)
-            .current_dir(top.path())
-            .output()
-            .expect("pliant job setup")
-    };
     fs::set_permissions(&rv, fs::Permissions::from_mode(0o777)).expect("chmod");
-    let e = err(&setup(0, &rv));
+    let e = err(&pliant(
+        &[
+            "job",
+            "setup",
+            &r(&script),
+            "--job-id",
+            "11",
+            "--root",
+            &r(&top.path().join("node0")),
+            "--rendezvous",
+            &r(&rv),
+            "--nodes",
+            "3",
+            "--node",
+            "n0",
+        ],
+        top.path(),
+    ));
     assert!(e.contains("no one else may write"), "{e}");
     fs::set_permissions(&rv, fs::Permissions::from_mode(0o700)).expect("chmod");
-    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
-        let (setup, rv) = (&setup, rv.as_path());
-        let hs: Vec<_> = (0..3).map(|i| s.spawn(move || setup(i, rv))).collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("setup thread"))
-            .collect()
-    });
-    let mnts: Vec<PathBuf> = outs
-        .iter()
-        .map(|o| {
-            ok(o)
-                .lines()
-                .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
-                .map(PathBuf::from)
-                .expect("DW_JOB_STRIPED_CACHE")
-        })
-        .collect();
+    let mnts = three_nodes_setup(top.path(), &script, &rv, "11");
     let data: Vec<u8> = (0..6_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
     fs::File::create(mnts[0].join("shared")).expect("create");
     let cuts = [0, 2_000_017, 4_000_005, data.len()];
@@ -1219,48 +1241,7 @@ fn random_operations_through_three_striped_mounts_match_one_model() {
     fs::create_dir(&rv).expect("rendezvous");
     fs::set_permissions(&rv, fs::Permissions::from_mode(0o700)).expect("chmod");
     let r = |s: &Path| s.to_str().expect("utf-8").to_string();
-    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|i| {
-                let (script, rv, top) = (r(&script), r(&rv), top.path());
-                s.spawn(move || {
-                    std::process::Command::new(env!("CARGO_BIN_EXE_pliant"))
-                        .args([
-                            "job",
-                            "setup",
-                            &script,
-                            "--job-id",
-                            "12",
-                            "--root",
-                            &r(&top.join(format!("node{i}"))),
-                            "--rendezvous",
-                            &rv,
-                            "--nodes",
-                            "3",
-                            "--node",
-                            &format!("n{i}"),
-                            "--listen",
-                            "127.0.0.1",
-                            "--advertise",
-                            "127.0.0.1",
-                        ])
-                        .output()
-                        .expect("pliant job setup")
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("setup")).collect()
-    });
-    let mnts: Vec<PathBuf> = outs
-        .iter()
-        .map(|o| {
-            ok(o)
-                .lines()
-                .find_map(|l| l.strip_prefix("DW_JOB_STRIPED_CACHE="))
-                .map(PathBuf::from)
-                .expect("DW_JOB_STRIPED_CACHE")
-        })
-        .collect();
+    let mnts = three_nodes_setup(top.path(), &script, &rv, "12");
     let names = ["a", "b", "sub/c", "sub/d"];
     let mut rng = rand_pcg::Pcg64::seed_from_u64(35);
     let mut model: BTreeMap<usize, usize> = BTreeMap::new();

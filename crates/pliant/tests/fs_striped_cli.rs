@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -23,23 +23,6 @@ const BOUNDS: [u64; 4] = [0, 2_796_203 + 1001, 5_592_405 + 2003, SIZE - 777];
 /// Each writer's write size: a prime, so pieces cross stripe boundaries anywhere.
 const WRITE: usize = 65_521;
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn fuse_available() -> bool {
-    let present = Path::new("/dev/fuse").exists()
-        && (nix::unistd::geteuid().is_root()
-            || Command::new("fusermount3")
-                .arg("--version")
-                .output()
-                .is_ok());
-    if !present {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI: /dev/fuse (and, unprivileged, fusermount3 from fuse3) is needed for the striped test"
-        );
-        pliant_testdata::skip("no usable /dev/fuse here");
-    }
-    present
-}
 
 /// The byte at `offset` of the shared file: depends on the offset, so a piece written at the
 /// wrong place shows.
@@ -202,7 +185,7 @@ impl Drop for Job {
 
 #[test]
 fn three_writers_through_three_striped_mounts_of_three_servers_meet_in_one_file() {
-    if !fuse_available() {
+    if !crate::fs_cli::fuse_available() {
         return;
     }
     let mut job = Job::new();
