@@ -185,7 +185,7 @@ impl StripeServer {
         &self.shared.cache
     }
 
-    /// Serves until `stop` is set, then stops the connections (each within [`POLL`] of its
+    /// Serves until `stop` is set, then stops the connections (each within a fifth of a second of its
     /// current request) and returns.
     pub fn serve(&self, stop: &AtomicBool) {
         let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
