@@ -47,6 +47,13 @@ pub struct Cluster {
     unsure_any: std::sync::atomic::AtomicBool,
     /// The balancer, if the node runs one (`--balancer`): what `PLIANT.BALANCER` asks.
     balancer: std::sync::OnceLock<Balancer>,
+    /// Held by a `PLIANT.MIGRATE` call for as long as it streams: one at a time from this node.
+    /// Two at once over one slot (a rescaler killed while its call ran here, and the rescale run
+    /// again) would both copy a key; the first's deletion here then sends the key's writers to
+    /// the target, whose newer value the second's late copy of the old one overwrote (a lost
+    /// acknowledged write, seen once in CI). The rescaler moves one slot range out of a node at
+    /// a time anyway.
+    streaming: tokio::sync::Mutex<()>,
 }
 
 impl Cluster {
@@ -70,7 +77,14 @@ impl Cluster {
                 .collect(),
             inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
+            streaming: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// This node's turn to stream a slot move's copy out (see `streaming`): waits for the call
+    /// before it to end.
+    pub async fn stream_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.streaming.lock().await
     }
 
     /// Whether `key`'s slot was moving away from here when the node started and still is (see

@@ -108,6 +108,10 @@ async fn run(
     let Some(cluster) = node.cluster() else {
         return Err(refused("This instance has cluster support disabled".into()));
     };
+    // One call at a time streams out of this node (`Cluster::stream_turn`): a call left running
+    // by a caller that died must end before the next copies the same keys again, and the slot
+    // map is looked at once the turn has come.
+    let _turn = cluster.stream_turn().await;
     let target_id = String::from_utf8_lossy(&args[1]).into_owned();
     let batch_bytes = integer(&args[2])
         .and_then(|b| u64::try_from(b).ok())
