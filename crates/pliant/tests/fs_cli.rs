@@ -809,6 +809,16 @@ fn a_striped_job_writes_back_every_servers_data_at_teardown_even_a_killed_ones()
     )
     .expect("script");
     let root = top.path().join("jobs");
+    let _cleanup = (
+        JobCleanup {
+            roots: vec![root.clone()],
+            id: "9",
+        },
+        JobCleanup {
+            roots: vec![root.clone()],
+            id: "10",
+        },
+    );
     let r = |s: &Path| s.to_str().expect("utf-8").to_string();
     let env = ok(&pliant(
         &[
@@ -974,6 +984,10 @@ fn a_striped_job_for_another_user_runs_its_servers_as_that_user() {
     )
     .expect("script");
     let root = top.path().join("jobs");
+    let _cleanup = JobCleanup {
+        roots: vec![root.clone()],
+        id: "15",
+    };
     let r = |s: &Path| s.to_str().expect("utf-8").to_string();
     let env = ok(&pliant(
         &[
@@ -1048,6 +1062,10 @@ fn a_striped_mount_killed_after_an_fsync_loses_nothing() {
     )
     .expect("script");
     let root = top.path().join("jobs");
+    let _cleanup = JobCleanup {
+        roots: vec![root.clone()],
+        id: "13",
+    };
     let r = |s: &Path| s.to_str().expect("utf-8").to_string();
     ok(&pliant(
         &[
@@ -1086,6 +1104,32 @@ fn a_striped_mount_killed_after_an_fsync_loses_nothing() {
         fs::read(pfs.join("out")).expect("out") == data,
         "every fsync'ed byte is in the pfs after the mount was killed"
     );
+}
+
+/// Takes a job down (discarding) when a test ends without having done it: a failed assertion
+/// must not leave cache servers and mounts running (they hold ports and mounts the next tests
+/// need). After a teardown that ran, it finds nothing to do.
+pub(crate) struct JobCleanup {
+    pub(crate) roots: Vec<PathBuf>,
+    pub(crate) id: &'static str,
+}
+
+impl Drop for JobCleanup {
+    fn drop(&mut self) {
+        for root in &self.roots {
+            let _ = Command::new(env!("CARGO_BIN_EXE_pliant"))
+                .args([
+                    "job",
+                    "teardown",
+                    "--discard",
+                    "--job-id",
+                    self.id,
+                    "--root",
+                ])
+                .arg(root)
+                .output();
+        }
+    }
 }
 
 /// Three nodes' `pliant job setup --rendezvous` for job `id` at once (three job roots under
@@ -1157,6 +1201,12 @@ fn three_nodes_setups_meet_and_share_one_striped_cache() {
         ),
     )
     .expect("script");
+    let _cleanup = JobCleanup {
+        roots: (0..3)
+            .map(|i| top.path().join(format!("node{i}")))
+            .collect(),
+        id: "11",
+    };
     let rv = top.path().join("rendezvous");
     fs::create_dir(&rv).expect("rendezvous");
     let r = |s: &Path| s.to_str().expect("utf-8").to_string();
@@ -1237,6 +1287,12 @@ fn random_operations_through_three_striped_mounts_match_one_model() {
         ),
     )
     .expect("script");
+    let _cleanup = JobCleanup {
+        roots: (0..3)
+            .map(|i| top.path().join(format!("node{i}")))
+            .collect(),
+        id: "12",
+    };
     let rv = top.path().join("rendezvous");
     fs::create_dir(&rv).expect("rendezvous");
     fs::set_permissions(&rv, fs::Permissions::from_mode(0o700)).expect("chmod");

@@ -1021,6 +1021,12 @@ fn the_node_script_mounts_one_striped_cache_across_a_jobs_nodes() {
         ),
     )
     .expect("job.sh");
+    let _cleanup = crate::fs_cli::JobCleanup {
+        roots: (0..3)
+            .map(|i| top.path().join(format!("node{i}")))
+            .collect(),
+        id: "77",
+    };
     let run = |phase: &str, i: usize| {
         Command::new("sh")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/slurm/node.sh"))
