@@ -66,13 +66,14 @@
 #
 # Usage
 #   tools/bench/fs_striped.sh [--quick] [--part-size MIB] [--speed-size SIZE] [--speed2-size SIZE]
-#                             [--rate R] [--cache-threads N] [--parts 1234] [--out DIR]
+#                             [--rate R] [--cache-threads N] [--stripe SIZE] [--parts 1234] [--out DIR]
 #                             [--json FILE]
 #   --part-size    MiB each writer writes of each file in part 1 (default 32: 96 MiB files)
 #   --speed-size   part 2 (a)/(b)'s shared file (default 2GiB)
 #   --speed2-size  part 2 (c)'s shared file (default 768MiB)
 #   --rate         slow-fs --stream-rate (default 30MB: per stream, bytes/s)
 #   --cache-threads  requests each cache-directory slow-fs serves at once in 2 (c) (default 1)
+#   --stripe       the mounts' stripe (default 1MiB, the mounts' default)
 #   --parts        which parts to run (default 1234)
 #   --out          logs, fio's JSON, the summary (default target/fs_striped)
 #   --json FILE    the results as JSON
@@ -97,6 +98,7 @@ SPEED_MIB=2048
 SPEED2_MIB=768
 RATE=30MB
 CACHE_THREADS=1
+STRIPE=1MiB
 PARTS=1234
 OUT=target/fs_striped
 JSON_OUT=-
@@ -108,6 +110,7 @@ while [ $# -gt 0 ]; do
         --speed2-size) SPEED2_MIB=$(size_mib "$2"); shift ;;
         --rate) RATE=$2; shift ;;
         --cache-threads) CACHE_THREADS=$2; shift ;;
+        --stripe) STRIPE=$2; shift ;;
         --parts) PARTS=$2; shift ;;
         --out) OUT=$2; shift ;;
         --json) JSON_OUT=$2; shift ;;
@@ -245,7 +248,7 @@ mount_start() {
     MDIR[$name]=$WORK/mnt-$name
     mkdir -p "${MDIR[$name]}"
     out=$(timeout 120 "$BIN" fs mount "$backing" "${MDIR[$name]}" --cache-dir "$WORK/mcache-$name" \
-        --servers "$servers" --secret-file "$SECRET" "$@" 2>&1) || die "mount $name: $out"
+        --servers "$servers" --secret-file "$SECRET" --stripe "$STRIPE" "$@" 2>&1) || die "mount $name: $out"
     MPID[$name]=$(sed -n 's/.*daemon pid \([0-9]*\).*/\1/p' <<<"$out")
     [ -n "${MPID[$name]}" ] || die "mount $name said: $out"
 }
@@ -740,7 +743,7 @@ fi
 
 log_errors=$(cat "$LOGS"/*.log 2>/dev/null | grep -c -E 'ERROR|panick' || true)
 {
-    echo "# pliant fs: striped cache, 3 servers, 3 mounts ($(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs)"
+    echo "# pliant fs: striped cache, 3 servers, 3 mounts, stripe $STRIPE ($(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs)"
     echo
     echo "Load average (1, 5, 15 min) at the start: $LOAD_START; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
