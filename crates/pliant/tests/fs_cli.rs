@@ -974,15 +974,7 @@ fn a_striped_job_for_another_user_runs_its_servers_as_that_user() {
     let pfs = top.path().join("pfs");
     fs::create_dir_all(&pfs).expect("pfs");
     nix::unistd::chown(&pfs, Some(65534.into()), Some(65534.into())).expect("chown");
-    let script = top.path().join("job.sh");
-    fs::write(
-        &script,
-        format!(
-            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=128MiB pfs={}\n",
-            pfs.display()
-        ),
-    )
-    .expect("script");
+    let script = striped_script(top.path(), &pfs, "128MiB");
     let root = top.path().join("jobs");
     let _cleanup = JobCleanup {
         roots: vec![root.clone()],
@@ -1052,15 +1044,7 @@ fn a_striped_mount_killed_after_an_fsync_loses_nothing() {
     let top = tempfile::tempdir().expect("tempdir");
     let pfs = top.path().join("pfs");
     fs::create_dir_all(&pfs).expect("pfs");
-    let script = top.path().join("job.sh");
-    fs::write(
-        &script,
-        format!(
-            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=128MiB pfs={}\n",
-            pfs.display()
-        ),
-    )
-    .expect("script");
+    let script = striped_script(top.path(), &pfs, "128MiB");
     let root = top.path().join("jobs");
     let _cleanup = JobCleanup {
         roots: vec![root.clone()],
@@ -1104,6 +1088,20 @@ fn a_striped_mount_killed_after_an_fsync_loses_nothing() {
         fs::read(pfs.join("out")).expect("out") == data,
         "every fsync'ed byte is in the pfs after the mount was killed"
     );
+}
+
+/// A batch script in `top` asking for a striped cache of `capacity` over `pfs`.
+fn striped_script(top: &Path, pfs: &Path, capacity: &str) -> PathBuf {
+    let script = top.join("job.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity={capacity} pfs={}\n",
+            pfs.display()
+        ),
+    )
+    .expect("script");
+    script
 }
 
 /// Takes a job down (discarding) when a test ends without having done it: a failed assertion
@@ -1192,15 +1190,7 @@ fn three_nodes_setups_meet_and_share_one_striped_cache() {
     let top = tempfile::tempdir().expect("tempdir");
     let pfs = top.path().join("pfs");
     fs::create_dir_all(&pfs).expect("pfs");
-    let script = top.path().join("job.sh");
-    fs::write(
-        &script,
-        format!(
-            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=192MiB pfs={}\n",
-            pfs.display()
-        ),
-    )
-    .expect("script");
+    let script = striped_script(top.path(), &pfs, "192MiB");
     let _cleanup = JobCleanup {
         roots: (0..3)
             .map(|i| top.path().join(format!("node{i}")))
@@ -1278,15 +1268,7 @@ fn random_operations_through_three_striped_mounts_match_one_model() {
     let top = tempfile::tempdir().expect("tempdir");
     let pfs = top.path().join("pfs");
     fs::create_dir_all(pfs.join("sub")).expect("pfs");
-    let script = top.path().join("job.sh");
-    fs::write(
-        &script,
-        format!(
-            "#!/bin/bash\n#DW jobdw type=cache access_mode=striped capacity=192MiB pfs={}\n",
-            pfs.display()
-        ),
-    )
-    .expect("script");
+    let script = striped_script(top.path(), &pfs, "192MiB");
     let _cleanup = JobCleanup {
         roots: (0..3)
             .map(|i| top.path().join(format!("node{i}")))
