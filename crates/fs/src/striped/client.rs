@@ -123,6 +123,24 @@ impl Remote {
             });
     }
 
+    /// A lock of this mount's session.
+    fn lock_request(
+        &self,
+        owner: u64,
+        kind: super::locks::Kind,
+        range: (u64, u64),
+        pid: u32,
+    ) -> wire::LockRequest {
+        wire::LockRequest {
+            session: self.session,
+            owner,
+            kind,
+            start: range.0,
+            end: range.1,
+            pid,
+        }
+    }
+
     /// The server keeping the locks of file `ino`: its first stripe's.
     fn lock_server(&self, ino: u64) -> usize {
         self.layout.owner(ino, 0)
@@ -145,14 +163,7 @@ impl Remote {
             who: who.clone(),
             path: path.to_path_buf(),
             ino,
-            lock: wire::LockRequest {
-                session: self.session,
-                owner,
-                kind,
-                start: range.0,
-                end: range.1,
-                pid,
-            },
+            lock: self.lock_request(owner, kind, range, pid),
         };
         let mut pause = Duration::from_millis(2);
         loop {
@@ -182,14 +193,7 @@ impl Remote {
             who: who.clone(),
             path: path.to_path_buf(),
             ino,
-            lock: wire::LockRequest {
-                session: self.session,
-                owner,
-                kind,
-                start: range.0,
-                end: range.1,
-                pid: 0,
-            },
+            lock: self.lock_request(owner, kind, range, 0),
         };
         match self.call(self.lock_server(ino), &req)? {
             Frame::Null | Frame::NullArray => Ok(None),
