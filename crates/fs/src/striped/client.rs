@@ -236,7 +236,7 @@ impl Remote {
         let reused = pooled.is_some();
         let mut c = match pooled {
             Some(c) => c,
-            None => s.dialer.connect().map_err(|e| unreachable(&e))?,
+            None => dial(&s.dialer)?,
         };
         let reply = match c.send_raw(request).and_then(|()| c.read()) {
             Ok(f) => f,
@@ -245,7 +245,7 @@ impl Remote {
             // same bytes at the same place, a truncation to a size, a lock by the same owner).
             Err(e) if again && reused && !matches!(e, ClientError::Timeout { .. }) => {
                 tracing::debug!(error = %e, "a kept connection to a cache server failed: dialling again");
-                c = s.dialer.connect().map_err(|e| unreachable(&e))?;
+                c = dial(&s.dialer)?;
                 match c.send_raw(request).and_then(|()| c.read()) {
                     Ok(f) => f,
                     Err(e) => return Err(unreachable(&e)),
@@ -479,6 +479,25 @@ fn random_session() -> u64 {
         return (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
     }
     u64::from_le_bytes(b)
+}
+
+/// A new authenticated connection. Once more when the server closed it before it could
+/// authenticate: a server closes the connection that has waited longest to authenticate when
+/// too many wait (a local user's flood, [`super::server::MAX_UNAUTHENTICATED`]), and that is
+/// not the server being gone.
+fn dial(dialer: &Dialer) -> io::Result<Client> {
+    match dialer.connect() {
+        Err(ClientError::Closed(_)) => dialer.connect().map_err(|e| unreachable(&e)),
+        Err(ClientError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+            ) =>
+        {
+            dialer.connect().map_err(|e| unreachable(&e))
+        }
+        r => r.map_err(|e| unreachable(&e)),
+    }
 }
 
 fn unreachable(e: &ClientError) -> io::Error {

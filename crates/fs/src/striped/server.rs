@@ -4,7 +4,7 @@
 //!
 //! One thread per connection (a job has a few mounts per server, each with a few connections),
 //! at most [`MAX_CONNECTIONS`], of which at most [`MAX_UNAUTHENTICATED`] waiting to
-//! authenticate. A connection must give the cache's secret (`AUTH`) within
+//! authenticate (one more closes the one that has waited longest). A connection must give the cache's secret (`AUTH`) within
 //! [`AUTH_DEADLINE`], and until it does a request may claim only what Redis lets an
 //! unauthenticated client claim (the protocol crate's limits). Every request that names a file
 //! is checked against the backing file's permissions for the uid and groups it carries
@@ -30,9 +30,12 @@ use crate::{FsConfig, OpenError, SystemClock};
 /// Connections served at once; one more is refused with an error reply.
 pub const MAX_CONNECTIONS: usize = 1024;
 
-/// Connections at once that have not given the secret yet; one more is refused. Far below
-/// [`MAX_CONNECTIONS`]: a local user who floods the port with idle connections fills this,
-/// not the room the job's mounts need.
+/// Connections at once that have not given the secret yet; one more closes the one that has
+/// waited longest. Far below [`MAX_CONNECTIONS`]: a local user who floods the port with idle
+/// connections fills this, not the room the job's mounts need. Closing the oldest rather than
+/// refusing the newest keeps a flood from refusing a mount's new connection (its `AUTH` comes
+/// within a round trip; a flood would have to open this many connections inside that round
+/// trip to close it, and the mount tries once more).
 pub const MAX_UNAUTHENTICATED: usize = 64;
 
 /// Requests refused before the secret is given, at most; the connection closes after them.
@@ -106,10 +109,39 @@ struct Shared {
     secret: String,
     open: Mutex<OpenFiles>,
     connections: AtomicUsize,
-    /// Of those, how many have not given the secret yet.
-    unauthenticated: AtomicUsize,
+    /// Of those, the ones that have not given the secret yet.
+    waiting: Mutex<WaitingRoom>,
     stop: AtomicBool,
     locks: Mutex<super::locks::LockTable>,
+}
+
+/// Connections that have not given the secret yet, oldest first, each with a handle that
+/// closes it.
+#[derive(Default)]
+struct WaitingRoom {
+    next: u64,
+    queue: std::collections::VecDeque<(u64, TcpStream)>,
+}
+
+impl WaitingRoom {
+    /// Lets `sock` wait, closing the connection that has waited longest if the room is full;
+    /// `None` if `sock` cannot be given a handle.
+    fn enter(&mut self, sock: &TcpStream) -> Option<u64> {
+        let handle = sock.try_clone().ok()?;
+        if self.queue.len() >= MAX_UNAUTHENTICATED
+            && let Some((_, oldest)) = self.queue.pop_front()
+        {
+            // Its thread reads end-of-file at once and goes.
+            let _ = oldest.shutdown(std::net::Shutdown::Both);
+        }
+        self.next += 1;
+        self.queue.push_back((self.next, handle));
+        Some(self.next)
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.queue.retain(|(i, _)| *i != id);
+    }
 }
 
 #[derive(Default)]
@@ -160,7 +192,7 @@ impl StripeServer {
             secret: opts.secret,
             open: Mutex::default(),
             connections: AtomicUsize::new(0),
-            unauthenticated: AtomicUsize::new(0),
+            waiting: Mutex::default(),
             stop: AtomicBool::new(false),
             locks: Mutex::default(),
         });
@@ -210,24 +242,20 @@ impl StripeServer {
                 Ok((sock, _)) => {
                     threads.retain(|t| !t.is_finished());
                     let shared = self.shared.clone();
-                    if shared.unauthenticated.fetch_add(1, Relaxed) >= MAX_UNAUTHENTICATED {
-                        shared.unauthenticated.fetch_sub(1, Relaxed);
-                        let mut sock = sock;
-                        let _ = sock
-                            .write_all(b"-ERR too many connections waiting to authenticate\r\n");
-                        continue;
-                    }
                     if shared.connections.fetch_add(1, Relaxed) >= MAX_CONNECTIONS {
                         shared.connections.fetch_sub(1, Relaxed);
-                        shared.unauthenticated.fetch_sub(1, Relaxed);
                         let mut sock = sock;
                         let _ = sock.write_all(b"-ERR too many connections\r\n");
                         continue;
                     }
+                    let Some(id) = lock(&shared.waiting).enter(&sock) else {
+                        shared.connections.fetch_sub(1, Relaxed);
+                        continue;
+                    };
                     let t = std::thread::Builder::new()
                         .name("pliant-stripe-conn".into())
                         .spawn(move || {
-                            if let Err(e) = shared.connection(sock) {
+                            if let Err(e) = shared.connection(sock, id) {
                                 tracing::debug!(error = %e, "connection ended");
                             }
                             shared.connections.fetch_sub(1, Relaxed);
@@ -236,7 +264,7 @@ impl StripeServer {
                         Ok(t) => threads.push(t),
                         Err(e) => {
                             self.shared.connections.fetch_sub(1, Relaxed);
-                            self.shared.unauthenticated.fetch_sub(1, Relaxed);
+                            lock(&self.shared.waiting).leave(id);
                             tracing::error!(error = %e, "starting a connection thread");
                         }
                     }
@@ -286,7 +314,7 @@ impl StripeServer {
 }
 
 impl Shared {
-    fn connection(&self, mut sock: TcpStream) -> io::Result<()> {
+    fn connection(&self, mut sock: TcpStream, id: u64) -> io::Result<()> {
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(POLL))?;
         // A client that sends and never reads its replies must not hold this thread (and the
@@ -295,16 +323,14 @@ impl Shared {
         let mut refused = 0u32;
         let started = Instant::now();
         let mut authed = false;
-        // Counted among those waiting to authenticate until it does, or goes.
-        struct Waiting<'a>(&'a AtomicUsize, bool);
+        // In the waiting room until it authenticates, or goes.
+        struct Waiting<'a>(&'a Mutex<WaitingRoom>, u64);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
-                if self.1 {
-                    self.0.fetch_sub(1, Relaxed);
-                }
+                lock(self.0).leave(self.1);
             }
         }
-        let mut waiting = Waiting(&self.unauthenticated, true);
+        let mut waiting = Some(Waiting(&self.waiting, id));
         // A request's arguments are slices of the bytes it came in (a write's data is not
         // copied again before it reaches the cache).
         let mut buf = bytes::BytesMut::with_capacity(64 << 10);
@@ -332,8 +358,7 @@ impl Shared {
                         match auth(&args, &self.secret) {
                             Ok(()) => {
                                 authed = true;
-                                waiting.0.fetch_sub(1, Relaxed);
-                                waiting.1 = false;
+                                drop(waiting.take());
                                 Frame::ok()
                             }
                             Err(f) => {
