@@ -1188,10 +1188,30 @@ pub fn teardown(
     // Every server is stopped (or replayed) before any failure is reported: one lost server
     // must not leave the others running. The job's directory stays on a failure, for a
     // teardown with --discard once the loss is known.
+    // All at once: each writes back its own stripes, so a job's teardown takes as long as its
+    // slowest server, not their sum.
+    let outcomes: Vec<Result<ServerOutcome, JobError>> = std::thread::scope(|scope| {
+        let running: Vec<_> = state
+            .servers
+            .iter()
+            .map(|s| scope.spawn(move || stop_server(exe, s, discard, Duration::from_secs(3600))))
+            .collect();
+        running
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    Err(JobError::Io {
+                        path: paths.dir.clone(),
+                        source: std::io::Error::other("stopping a cache server panicked"),
+                    })
+                })
+            })
+            .collect()
+    });
     let mut servers = Vec::new();
     let mut failed = None;
-    for s in &state.servers {
-        match stop_server(exe, s, discard, Duration::from_secs(3600)) {
+    for o in outcomes {
+        match o {
             Ok(o) => servers.push(o),
             Err(e) => {
                 tracing::error!(error = %e, "stopping a cache server");
