@@ -244,6 +244,36 @@ impl BackingDir {
         }
     }
 
+    /// Opens a regular file for reading and writing although its mode no longer lets its
+    /// owner write, when this process is that owner: what a descriptor that created the file
+    /// with a read-only mode, or opened it before a `chmod a-w`, may still write (POSIX checks
+    /// the mode at `open` only), a cache that writes the data later must be able to write
+    /// too, or acknowledged data is lost. The owner's write bit is set for the open and put
+    /// back at once; it only ever widens what the owner, this process, may do. (A `chmod` of
+    /// the file by its owner in that instant is undone: the same race `cp -p` has.)
+    /// `EACCES` for anyone but the owner, and for an owner who may write already (the refusal
+    /// was for another reason).
+    pub fn open_writable_as_owner(&self, rel: &Path) -> io::Result<File> {
+        use std::os::unix::fs::MetadataExt;
+        let r = self.open(rel, Open::READ)?;
+        let m = r.metadata()?;
+        if !m.is_file() || m.uid() != nix::unistd::geteuid().as_raw() || m.mode() & 0o200 != 0 {
+            return Err(errno(Errno::EACCES));
+        }
+        let mode = Mode::from_bits_truncate(m.mode() & 0o7777);
+        nix::sys::stat::fchmod(r.as_fd(), mode | Mode::S_IWUSR).map_err(errno)?;
+        let w = self.open(rel, Open::READ_WRITE);
+        let back = nix::sys::stat::fchmod(r.as_fd(), mode).map_err(errno);
+        let w = w?;
+        back?;
+        let n = w.metadata()?;
+        if (n.dev(), n.ino()) != (m.dev(), m.ino()) {
+            // Renamed over in between: not the file that was asked for.
+            return Err(errno(Errno::ESTALE));
+        }
+        Ok(w)
+    }
+
     /// Opens a directory for listing.
     pub fn open_dir(&self, rel: &Path) -> io::Result<OwnedFd> {
         self.resolve(rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0)

@@ -1019,8 +1019,12 @@ fn a_striped_job_for_another_user_runs_its_servers_as_that_user() {
     let o = python_as(
         65534,
         &format!(
-            "import os\nfd = os.open({:?}, os.O_CREAT | os.O_WRONLY, 0o644)\nos.write(fd, bytes(range(256)) * 12288)\nos.fsync(fd)\nos.close(fd)\n",
-            cache.join("out").display().to_string()
+            "import os\nfd = os.open({:?}, os.O_CREAT | os.O_WRONLY, 0o644)\nos.write(fd, bytes(range(256)) * 12288)\nos.fsync(fd)\nos.close(fd)\n\
+             fd = os.open({:?}, os.O_CREAT | os.O_WRONLY, 0o444)\nos.write(fd, b'made read-only')\nos.close(fd)\n\
+             fd = os.open({:?}, os.O_CREAT | os.O_WRONLY, 0o644)\nos.write(fd, b'written, then made read-only')\nos.fchmod(fd, 0o444)\nos.close(fd)\n",
+            cache.join("out").display().to_string(),
+            cache.join("created-read-only").display().to_string(),
+            cache.join("chmodded").display().to_string(),
         ),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -1032,6 +1036,17 @@ fn a_striped_job_for_another_user_runs_its_servers_as_that_user() {
     assert!(fs::read(pfs.join("out")).expect("out") == want);
     let meta = fs::metadata(pfs.join("out")).expect("meta");
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+    // A file its owner may no longer write keeps what was written before (POSIX lets the
+    // descriptor that created it, or opened it before the chmod, write): the servers, which
+    // run as that owner, write it back, and leave its mode as the owner set it.
+    for (name, want) in [
+        ("created-read-only", "made read-only"),
+        ("chmodded", "written, then made read-only"),
+    ] {
+        assert_eq!(fs::read_to_string(pfs.join(name)).expect("read"), want, "{name}");
+        let mode = fs::metadata(pfs.join(name)).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o7777, 0o444, "{name}");
+    }
 }
 
 /// A striped mount killed with -9 after an fsync loses nothing: the data is in the servers,

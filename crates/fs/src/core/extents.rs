@@ -308,7 +308,14 @@ impl Inner {
             return Ok(f.clone());
         }
         let path = d.path.as_ref().ok_or(errno(nix::errno::Errno::ENOENT))?;
-        let f = Arc::new(self.tree.open(path, backing::Open::READ_WRITE)?);
+        let f = match self.tree.open(path, backing::Open::READ_WRITE) {
+            // Written back after its owner made it read-only: the writes were allowed.
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EACCES as i32) => {
+                self.tree.open_writable_as_owner(path)?
+            }
+            r => r?,
+        };
+        let f = Arc::new(f);
         d.backing = Some(f.clone());
         d.backing_writable = true;
         Ok(f)
@@ -614,7 +621,14 @@ impl Inner {
         }
         let mut d = lock(&entry.data);
         if !d.backing_writable && d.path.is_some() {
-            return Err(errno(nix::errno::Errno::EACCES));
+            // The caller's right to write was checked where it opened the file (the kernel,
+            // or a server's check of the request): the file's mode changed since, or its
+            // owner created it read-only, and the cache opened it read-only for that. As the
+            // owner, it can still be written; as anyone else, not.
+            let rel = d.path.clone().unwrap_or_default();
+            let w = self.tree.open_writable_as_owner(&rel)?;
+            d.backing = Some(Arc::new(w));
+            d.backing_writable = true;
         }
         let ext = self.cfg.extent;
         let range = self.extent_range(offset, len);
