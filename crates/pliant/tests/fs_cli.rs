@@ -1043,8 +1043,15 @@ fn a_striped_job_for_another_user_runs_its_servers_as_that_user() {
         ("created-read-only", "made read-only"),
         ("chmodded", "written, then made read-only"),
     ] {
-        assert_eq!(fs::read_to_string(pfs.join(name)).expect("read"), want, "{name}");
-        let mode = fs::metadata(pfs.join(name)).expect("meta").permissions().mode();
+        assert_eq!(
+            fs::read_to_string(pfs.join(name)).expect("read"),
+            want,
+            "{name}"
+        );
+        let mode = fs::metadata(pfs.join(name))
+            .expect("meta")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o7777, 0o444, "{name}");
     }
 }

@@ -52,6 +52,10 @@ impl Inner {
             // The backing file is looked at under the file's lock: a write-back completing
             // between the two would otherwise look like a change behind the cache's back.
             let mut d = lock(&entry.data);
+            if d.forgotten {
+                drop(d);
+                return self.open_entry(rel, created);
+            }
             let meta = self.tree.metadata(rel)?;
             if self.cfg.shared && (meta.dev(), meta.ino()) != entry.ident {
                 // A striped cache's server: the name leads to another file now (unlinked and
@@ -134,6 +138,10 @@ impl Inner {
         if let Some(entry) = s.by_path.get(rel).and_then(|id| s.files.get(id)).cloned() {
             drop(s);
             let mut d = lock(&entry.data);
+            if d.forgotten {
+                drop(d);
+                return self.open_entry(rel, None);
+            }
             d.open_count += 1;
             if d.backing.is_none() {
                 d.backing = Some(Arc::new(f));
@@ -169,6 +177,7 @@ impl Inner {
                 epoch: 0,
                 last_read: None,
                 ahead: 0,
+                forgotten: false,
             }),
             idle: Condvar::new(),
         });
@@ -192,11 +201,11 @@ impl Inner {
                 .cloned()
         }?;
         let mut d = lock(&candidate.data);
-        let same = d
-            .path
-            .as_ref()
-            .and_then(|p| self.tree.symlink_metadata(p).ok())
-            .is_some_and(|m| (m.dev(), m.ino()) == ident);
+        let same = !d.forgotten
+            && d.path
+                .as_ref()
+                .and_then(|p| self.tree.symlink_metadata(p).ok())
+                .is_some_and(|m| (m.dev(), m.ino()) == ident);
         if !same {
             return None;
         }
@@ -238,21 +247,23 @@ impl Inner {
     /// Forgets an entry no handle holds any more, under all its names (a striped mount's: it
     /// holds nothing else).
     pub(super) fn forget_closed(&self, entry: &Arc<FileEntry>) {
-        let d = lock(&entry.data);
-        if d.open_count > 0 {
+        // The file's lock held throughout (then the state's, the documented order): an open
+        // that finds the entry counts itself in before this looks, or sees it forgotten.
+        let mut d = lock(&entry.data);
+        if d.open_count > 0 || d.forgotten {
             return;
         }
-        let names: Vec<std::path::PathBuf> = d.path.iter().chain(d.links.iter()).cloned().collect();
-        drop(d);
-        {
-            let mut s = lock(&self.state);
-            for p in names {
-                if s.by_path.get(&p) == Some(&entry.id) {
-                    s.by_path.remove(&p);
-                }
+        d.forgotten = true;
+        let mut s = lock(&self.state);
+        for p in d.path.iter().chain(d.links.iter()) {
+            if s.by_path.get(p) == Some(&entry.id) {
+                s.by_path.remove(p);
             }
         }
-        self.forget_entry(entry);
+        s.files.remove(&entry.id);
+        if s.by_ident.get(&entry.ident) == Some(&entry.id) {
+            s.by_ident.remove(&entry.ident);
+        }
     }
 
     pub(super) fn release(&self, entry: &Arc<FileEntry>) {

@@ -125,6 +125,10 @@ struct FileData {
     /// beyond the next read (doubling while reads go on in order, none after a jump).
     last_read: Option<u64>,
     ahead: u64,
+    /// Forgotten by a striped mount with its last handle ([`extents`]' `forget_closed`): an
+    /// open that found the entry just before must look again, or it would hold an entry the
+    /// cache no longer knows.
+    forgotten: bool,
 }
 
 impl FileData {
