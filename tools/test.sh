@@ -53,6 +53,9 @@ need slurmctld command -v slurmctld
 need slurmd command -v slurmd
 need slurm-client command -v sbatch
 need slurm-wlm-basic-plugins bash -c "compgen -G '/usr/lib/*/slurm-wlm/burst_buffer_lua.so'"
+# Its three-node cluster gives each slurmd a network namespace of its own on a private bridge.
+need iproute2 command -v ip
+need util-linux command -v nsenter
 if [ ! -e /dev/fuse ]; then
   if [ -n "${CI:-}" ]; then
     echo "tools/test.sh: /dev/fuse is missing: the pliant fs tests need FUSE (a container needs --device /dev/fuse)" >&2

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster on this machine, with Pliant's burst buffer, for tests and by hand.
+# A Slurm cluster on this machine (one node, or PLIANT_SLURM_NODES), with Pliant's burst buffer,
+# for tests and by hand.
 #
 #   tools/slurm/cluster.sh start DIR   # configure and start munged, slurmctld and slurmd in DIR
 #   tools/slurm/cluster.sh env DIR     # the shell lines that point Slurm's commands at it
-#   tools/slurm/cluster.sh stop DIR    # stop the three daemons (each by its own pid)
+#   tools/slurm/cluster.sh stop DIR    # stop the daemons (each by its own pid), remove the network
 #   tools/slurm/cluster.sh restart-controller DIR   # slurmctld stopped and started again
 #
 # DIR is made if missing and holds everything: slurm.conf, burst_buffer.conf, a copy of
@@ -16,6 +17,15 @@
 # Prolog makes "on the compute node" is seen only there (nsenter -t SLURMD_PID -m), not by the
 # controller or the shell that started it.
 #
+# With PLIANT_SLURM_NODES=N (N > 1), N compute nodes n1..nN, each a slurmd with a network
+# namespace of its own as well (Debian's slurmd is not built for several on one host, so each
+# needs its own address and the same port): a private bridge pliant-brX in this namespace at
+# 10.213.X.1/24 (X picked free at start), where slurmctld is reached, and node k at 10.213.X.(10+k)
+# on a veth pair. Each node has its own job root too: the same path (PLIANT_JOB_ROOT, which
+# the controller hands every node's job as $DW_JOB_STRIPED_CACHE) with DIR/jobs-nK mounted
+# over it in the node's mount namespace. `stop` removes the namespaces, veths and bridge
+# (DIR/net says which).
+#
 # Settings (environment of `start`):
 #   PLIANT_BIN            the pliant binary (required; an absolute path)
 #   PLIANT_BB_POOL_BYTES  the size of pool "pliant" (default 1073741824)
@@ -24,6 +34,7 @@
 #   PLIANT_BB_GIVE_UP_AFTER  seconds the Epilog's write-back may keep failing (default pliant's)
 #   PLIANT_BB_DECISION_WAIT  seconds the Epilog waits for the controller's word (default 600)
 #   PLIANT_BB_STAGE_OUT_WAIT, PLIANT_BB_TEARDOWN_WAIT  burst_buffer.lua's waits for the node
+#   PLIANT_SLURM_NODES    how many compute nodes (default 1: no network of its own)
 #   SLURM_TIMEOUT         seconds to wait for each daemon (default 60)
 set -euo pipefail
 
@@ -42,13 +53,35 @@ die() {
   exit 1
 }
 
+# The network of a cluster of several nodes, from DIR/net: its X (10.213.X.0/24) and node count.
+net_x=
+net_nodes=
+read_net() {
+  net_x=
+  net_nodes=
+  if [ -f "$dir/net" ]; then
+    read -r net_x net_nodes <"$dir/net" || true
+  fi
+}
+
 env_lines() {
+  read_net
+  local first=slurmd.pid pids="" k
+  [ -z "$net_x" ] || first=slurmd-n1.pid
   echo "export SLURM_CONF=$dir/slurm.conf"
   echo "export PLIANT_SLURM_DIR=$dir"
-  echo "export SLURMD_PID=$(cat "$dir/slurmd.pid" 2>/dev/null || true)"
+  echo "export SLURMD_PID=$(cat "$dir/$first" 2>/dev/null || true)"
   echo "export SLURMCTLD_PID=$(cat "$dir/slurmctld.pid" 2>/dev/null || true)"
   echo "export PLIANT_BB_STATE_DIR=$(cat "$dir/state_dir" 2>/dev/null || true)"
   echo "export PLIANT_JOB_ROOT=$(cat "$dir/job_root" 2>/dev/null || true)"
+  if [ -n "$net_x" ]; then
+    # Node k's slurmd is the k-th: its namespaces are entered with nsenter -t PID -m (-n).
+    for ((k = 1; k <= net_nodes; k++)); do
+      pids="$pids${pids:+ }$(cat "$dir/slurmd-n$k.pid" 2>/dev/null || true)"
+    done
+    echo "export SLURMD_PIDS='$pids'"
+    echo "export PLIANT_SLURM_NET=10.213.$net_x"
+  fi
 }
 
 # Stops the process whose pid is in FILE (if it is still the one we started: its command
@@ -73,9 +106,71 @@ stop_pid() {
 }
 
 stop() {
+  read_net
+  local k
   stop_pid "$dir/slurmd.pid" slurmd
+  for ((k = 1; k <= ${net_nodes:-0}; k++)); do
+    stop_pid "$dir/slurmd-n$k.pid" slurmd
+  done
   stop_pid "$dir/slurmctld.pid" slurmctld
   stop_pid "$dir/munged.pid" munged
+  remove_net
+}
+
+# Removes what make_net made (whatever part of it exists), named by DIR/net.
+remove_net() {
+  read_net
+  [ -n "$net_x" ] || return 0
+  local k
+  for ((k = 1; k <= net_nodes; k++)); do
+    if [ -e "/run/netns/pliant-$net_x-n$k" ]; then
+      ip netns del "pliant-$net_x-n$k" || true
+    fi
+    # A process left in the node's namespace (a job's cache server) keeps it, and so the veth
+    # pair, alive after its name is gone: the pair goes with this end.
+    if ip link show "pliant-$net_x-n$k" >/dev/null 2>&1; then
+      ip link del "pliant-$net_x-n$k" || true
+    fi
+  done
+  if ip link show "pliant-br$net_x" >/dev/null 2>&1; then
+    ip link del "pliant-br$net_x" || true
+  fi
+  rm -f "$dir/net"
+}
+
+# A private bridge and one network namespace per node (see the top of this file), for N nodes.
+# Fails (status 1, saying why) as soon as a step does; DIR/net, written as soon as the bridge
+# is ours, lets stop remove whatever of it was made.
+make_net() {
+  local n=$1 x tries=0 k ns
+  x=$(($$ % 200 + 20))
+  # Making the bridge claims X: of two clusters starting at once, only one can.
+  until ! ip -4 addr | grep -q " 10\.213\.$x\." &&
+    ! ip -4 route | grep -q "^10\.213\.$x\." &&
+    ! ip netns list | grep -q "^pliant-$x-" &&
+    ip link add "pliant-br$x" type bridge 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -ge 236 ]; then
+      echo "cluster.sh: no free subnet 10.213.X.0/24 (X from 20 to 255) for the nodes" >&2
+      return 1
+    fi
+    x=$(((x - 19) % 236 + 20))
+  done
+  echo "$x $n" >"$dir/net" || return 1
+  net_x=$x
+  net_nodes=$n
+  ip addr add "10.213.$x.1/24" dev "pliant-br$x" && ip link set "pliant-br$x" up || return 1
+  for ((k = 1; k <= n; k++)); do
+    ns=pliant-$x-n$k
+    ip netns add "$ns" &&
+      ip link add "$ns" type veth peer name "${ns}p" &&
+      ip link set "${ns}p" netns "$ns" &&
+      ip link set "$ns" master "pliant-br$x" &&
+      ip link set "$ns" up &&
+      nsenter --net="/run/netns/$ns" ip addr add "10.213.$x.$((10 + k))/24" dev "${ns}p" &&
+      nsenter --net="/run/netns/$ns" ip link set "${ns}p" up &&
+      nsenter --net="/run/netns/$ns" ip link set lo up || return 1
+  done
 }
 
 # Waits (bounded) until COMMAND succeeds; names WHAT and its log otherwise.
@@ -118,14 +213,42 @@ restart_controller() {
   env_lines
 }
 
+# Starts nodes n1..nN, each slurmd in its node's network namespace (entered with nsenter, not
+# `ip netns exec`, which remounts /sys in a new mount namespace: slurmd then finds no
+# /sys/fs/cgroup) and in a private mount namespace of its own, where DIR/jobs-nK is mounted
+# over the job root JOBS.
+start_nodes() {
+  local n=$1 jobs=$2 k
+  for ((k = 1; k <= n; k++)); do
+    # nsenter and unshare exec (neither forks here), so $! ends as slurmd's pid. The inner
+    # script's $1..$4 are its own arguments.
+    # shellcheck disable=SC2016
+    nsenter --net="/run/netns/pliant-$net_x-n$k" unshare --mount --propagation private \
+      sh -c 'mount --bind "$1" "$2" && exec slurmd -D -f "$3" -N "$4"' sh \
+      "$dir/jobs-n$k" "$jobs" "$dir/slurm.conf" "n$k" </dev/null >>"$dir/slurmd-n$k.out" 2>&1 &
+    echo $! >"$dir/slurmd-n$k.pid"
+  done
+  wait_for "slurmd (nodes n1..n$n idle)" "$dir/slurmd-n1.log" bash -c \
+    "[ \"\$(SLURM_CONF='$dir/slurm.conf' sinfo -h -N -o %T | grep -cx idle)\" = $n ]"
+}
+
 start() {
   [ "$(id -u)" = 0 ] || die "start needs root (the daemons run as root)"
   [ -n "${PLIANT_BIN:-}" ] || die "PLIANT_BIN must name the pliant binary"
   [ -x "$PLIANT_BIN" ] || die "PLIANT_BIN=$PLIANT_BIN is not an executable"
-  local c
+  local c n=${PLIANT_SLURM_NODES:-1}
+  case $n in
+  '' | *[!0-9]* | 0*) die "PLIANT_SLURM_NODES=$n: expected a node count from 1 to 200" ;;
+  esac
+  [ "$n" -le 200 ] || die "PLIANT_SLURM_NODES=$n: expected a node count from 1 to 200"
   for c in munged mungekey slurmctld slurmd sbatch scontrol; do
     command -v "$c" >/dev/null || die "$c is missing (packages: munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins)"
   done
+  if [ "$n" -gt 1 ]; then
+    for c in ip nsenter; do
+      command -v "$c" >/dev/null || die "$c is missing (packages: iproute2 util-linux)"
+    done
+  fi
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   # Slurm's clients (sbatch by an ordinary user) read slurm.conf and reach munge's socket here.
@@ -161,10 +284,39 @@ start() {
   cpus=$(nproc)
   mem=$(awk '/MemTotal/ { print int($2 / 1024) }' /proc/meminfo)
 
+  # One node: on loopback, as it always was. Several: on the private bridge, each its own
+  # spool, pid and log (slurmd expands %n to its node's name), each node claiming the machine.
+  local what="a one-node test cluster, loopback only" ctld_addr=127.0.0.1
+  local spool=$dir/spool d_pid=$dir/spool/slurmd.pid d_log=$dir/slurmd.log k
+  local nodes_conf="NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+  local part_nodes=$node
+  if [ "$n" -gt 1 ]; then
+    if ! make_net "$n"; then
+      stop
+      die "the nodes' network could not be made"
+    fi
+    what="a $n-node test cluster on the private bridge pliant-br$net_x (10.213.$net_x.0/24)"
+    ctld_addr=10.213.$net_x.1
+    # Beside DIR/spool, not in it: the job's user runs its batch script from there, and
+    # slurmd opens its spool to them (0755) but not the directory above it.
+    spool=$dir/spool-%n
+    d_pid=$dir/spool-%n/slurmd.pid
+    d_log=$dir/slurmd-%n.log
+    nodes_conf=
+    for ((k = 1; k <= n; k++)); do
+      nodes_conf="$nodes_conf${nodes_conf:+
+}NodeName=n$k NodeAddr=10.213.$net_x.$((10 + k)) CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+      mkdir -p "$dir/spool-n$k" "$dir/jobs-n$k"
+      chmod 0755 "$dir/spool-n$k"
+      chmod 0755 "$dir/jobs-n$k"
+    done
+    part_nodes="n[1-$n]"
+  fi
+
   cat >"$dir/slurm.conf" <<EOF
-# Written by tools/slurm/cluster.sh: a one-node test cluster, loopback only.
+# Written by tools/slurm/cluster.sh: $what.
 ClusterName=pliant
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$node($ctld_addr)
 # root only because this is a throw-away cluster on one machine; a site uses its slurm user.
 SlurmUser=root
 SlurmdUser=root
@@ -174,11 +326,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$sock
 StateSaveLocation=$dir/ctld
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$spool
 SlurmctldPidFile=$dir/ctld/slurmctld.pid
-SlurmdPidFile=$dir/spool/slurmd.pid
+SlurmdPidFile=$d_pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$d_log
 SlurmctldDebug=info
 SlurmdDebug=info
 DebugFlags=BurstBuffer
@@ -201,8 +353,8 @@ BurstBufferType=burst_buffer/lua
 Prolog=$dir/prolog
 Epilog=$dir/epilog
 PrologFlags=Alloc
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+$nodes_conf
+PartitionName=debug Nodes=$part_nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
   cat >"$dir/burst_buffer.conf" <<EOF
 # Written by tools/slurm/cluster.sh.
@@ -213,12 +365,23 @@ StageOutTimeout=120
 OtherTimeout=300
 EOF
   cp "$here/burst_buffer.lua" "$dir/burst_buffer.lua"
-  local hook give_up="" decision=""
+  local hook give_up="" decision="" addresses=""
   if [ -n "${PLIANT_BB_GIVE_UP_AFTER:-}" ]; then
     give_up="export PLIANT_BB_GIVE_UP_AFTER='$PLIANT_BB_GIVE_UP_AFTER'"
   fi
   if [ -n "${PLIANT_BB_DECISION_WAIT:-}" ]; then
     decision="export PLIANT_BB_DECISION_WAIT='$PLIANT_BB_DECISION_WAIT'"
+  fi
+  # A job's cache server on node k listens on, and is reached at, that node's own address.
+  if [ "$n" -gt 1 ]; then
+    # shellcheck disable=SC2016 # expanded by the hook, on the node
+    addresses='case ${SLURMD_NODENAME:-} in'
+    for ((k = 1; k <= n; k++)); do
+      addresses="$addresses
+n$k) export PLIANT_BB_LISTEN=10.213.$net_x.$((10 + k)) PLIANT_BB_ADVERTISE=10.213.$net_x.$((10 + k)) ;;"
+    done
+    addresses="$addresses
+esac"
   fi
   for hook in prolog epilog; do
     cat >"$dir/$hook" <<EOF
@@ -229,6 +392,7 @@ export PLIANT_BB_STATE_DIR='$state'
 export PLIANT_JOB_ROOT='$jobs'
 $give_up
 $decision
+$addresses
 exec '$here/node.sh' $hook
 EOF
     chmod 0755 "$dir/$hook"
@@ -251,6 +415,11 @@ EOF
   } >"$dir/controller.env"
   start_controller
 
+  if [ "$n" -gt 1 ]; then
+    start_nodes "$n" "$jobs"
+    env_lines
+    return
+  fi
   # The compute node: its own mount namespace, private, so its mounts stay there.
   unshare --mount --propagation private \
     slurmd -D -f "$dir/slurm.conf" -N "$node" </dev/null >>"$dir/slurmd.out" 2>&1 &
