@@ -1,6 +1,7 @@
-//! Pliant's burst buffer under a real Slurm: Debian's Slurm 22.05 on this machine, one node,
-//! started by tools/slurm/cluster.sh with its own munged, slurmd in a mount namespace of its
-//! own (the "compute node"). Ordinary users `sbatch` scripts with `#DW` directives; the
+//! Pliant's burst buffer under a real Slurm: Debian's Slurm 22.05 on this machine, one node
+//! (three for the job striped across nodes, each with a network namespace of its own too),
+//! started by tools/slurm/cluster.sh with its own munged, each slurmd in a mount namespace of
+//! its own (the "compute node"). Ordinary users `sbatch` scripts with `#DW` directives; the
 //! controller's burst_buffer.lua checks and hands them over, the node's Prolog mounts the cache
 //! for the job's user and its Epilog writes it back. Run as root (the daemons are root's); in
 //! CI (`CI` set) a cluster that cannot start fails the test, elsewhere a machine without Slurm
@@ -15,11 +16,16 @@ use std::time::{Duration, Instant};
 /// How long a job may take to go through stage-in, run and stage-out.
 const JOB_LIMIT: Duration = Duration::from_secs(120);
 
-/// A one-node cluster in a temporary directory; stopped (each daemon by its pid) when dropped.
+/// A cluster in a temporary directory, of one node or more (nodes n1..nN, each in network and
+/// mount namespaces of its own); stopped (each daemon by its pid, the network removed) when
+/// dropped.
 struct Cluster {
     dir: tempfile::TempDir,
     conf: PathBuf,
+    /// The first node's slurmd (the only one's, in a one-node cluster).
     slurmd_pid: u32,
+    /// Every node's slurmd, node n1's first.
+    slurmd_pids: Vec<u32>,
     stopped: bool,
 }
 
@@ -63,14 +69,53 @@ fn slurm_possible() -> bool {
     }
 }
 
+/// Whether nodes of their own network can be made here (cluster.sh's PLIANT_SLURM_NODES > 1):
+/// `ip` and `nsenter`, and CAP_NET_ADMIN (a container may be run without it). In CI it must.
+fn nodes_possible() -> bool {
+    let has = |c: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    // CAP_NET_ADMIN is capability 12.
+    let net_admin = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|c| u64::from_str_radix(c.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 12) != 0);
+    let why = if !has("ip") || !has("nsenter") {
+        "ip or nsenter missing (packages iproute2 util-linux; tools/test.sh installs them)"
+    } else if !net_admin {
+        "no CAP_NET_ADMIN for the nodes' network namespaces"
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI: the Slurm test of several nodes must run: {why}"
+    );
+    pliant_testdata::skip(&format!("Slurm test of several nodes skipped: {why}"));
+    false
+}
+
 impl Cluster {
     fn start(pool_bytes: u64) -> Option<Self> {
-        if !slurm_possible() {
+        Self::start_nodes(pool_bytes, 1)
+    }
+
+    /// A cluster of `nodes` nodes (cluster.sh's PLIANT_SLURM_NODES).
+    fn start_nodes(pool_bytes: u64, nodes: usize) -> Option<Self> {
+        if !slurm_possible() || (nodes > 1 && !nodes_possible()) {
             return None;
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let out = Command::new(script())
             .args(["start", dir.path().to_str().expect("utf-8")])
+            .env("PLIANT_SLURM_NODES", nodes.to_string())
             .env("PLIANT_BIN", env!("CARGO_BIN_EXE_pliant"))
             .env("PLIANT_BB_POOL_BYTES", pool_bytes.to_string())
             .env("PLIANT_BB_STAGE_OUT_WAIT", "60")
@@ -84,6 +129,7 @@ impl Cluster {
             conf: dir.path().join("slurm.conf"),
             dir,
             slurmd_pid: 0,
+            slurmd_pids: Vec::new(),
             stopped: false,
         };
         assert!(
@@ -96,6 +142,24 @@ impl Cluster {
             .find_map(|l| l.strip_prefix("export SLURMD_PID="))
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("no SLURMD_PID in cluster.sh's output: {text}"));
+        c.slurmd_pids = if nodes == 1 {
+            vec![c.slurmd_pid]
+        } else {
+            text.lines()
+                .find_map(|l| l.strip_prefix("export SLURMD_PIDS="))
+                .map(|p| {
+                    p.trim_matches('\'')
+                        .split_whitespace()
+                        .map(|p| p.parse().expect("a pid"))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            c.slurmd_pids.len(),
+            nodes,
+            "one slurmd a node in cluster.sh's output: {text}"
+        );
         Some(c)
     }
 
@@ -196,11 +260,23 @@ impl Cluster {
         self.path().join("jobs")
     }
 
+    /// Where node `k` (1..N) of a cluster of several keeps its jobs: its job root, seen from
+    /// here (on the node, at `job_root`).
+    fn node_job_root(&self, k: usize) -> PathBuf {
+        self.path().join(format!("jobs-n{k}"))
+    }
+
     /// The ends of the daemons' logs, for a failure's message.
     fn logs(&self) -> String {
         let mut s = String::new();
-        for f in ["slurmctld.log", "slurmd.log"] {
-            let text = std::fs::read_to_string(self.path().join(f)).unwrap_or_default();
+        let nodes = self.slurmd_pids.len();
+        let slurmd: Vec<String> = if nodes > 1 {
+            (1..=nodes).map(|k| format!("slurmd-n{k}.log")).collect()
+        } else {
+            vec!["slurmd.log".into()]
+        };
+        for f in std::iter::once("slurmctld.log".to_string()).chain(slurmd) {
+            let text = std::fs::read_to_string(self.path().join(&f)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             s += &format!(
                 "--- {f}\n{}\n",
@@ -211,19 +287,27 @@ impl Cluster {
     }
 
     /// The mounts of the cluster's directory in the namespace of `pid` ("self": this test's,
-    /// which is the controller's).
+    /// which is the controller's). Not the job root's own mount: a node of a cluster of several
+    /// has its job root mounted there from the start, and it is no job's.
     fn mounts_in(&self, pid: &str) -> Vec<String> {
         let dir = self.path().to_str().expect("utf-8");
+        let root = self.job_root();
+        let root = root.to_str().expect("utf-8");
         std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
             .expect("mountinfo")
             .lines()
-            .filter(|l| l.contains(dir))
+            .filter(|l| l.contains(dir) && l.split(' ').nth(4) != Some(root))
             .map(str::to_string)
             .collect()
     }
 
     fn node_mounts(&self) -> Vec<String> {
         self.mounts_in(&self.slurmd_pid.to_string())
+    }
+
+    /// The mounts in node `k`'s namespace (1..N).
+    fn node_mounts_on(&self, k: usize) -> Vec<String> {
+        self.mounts_in(&self.slurmd_pids[k - 1].to_string())
     }
 
     fn stop(&mut self) {
@@ -1088,4 +1172,114 @@ fn the_node_script_mounts_one_striped_cache_across_a_jobs_nodes() {
         std::fs::read(pfs.join("shared")).expect("pfs") == data,
         "the pfs holds the shared file after every node's Epilog"
     );
+}
+
+/// Issue 35 under a real Slurm: a user's `sbatch -N 3` job with one striped cache. Each node's
+/// Prolog (slurmd's, in the node's own network and mount namespaces) starts a cache server at
+/// the node's own address and mounts over all three; the job's steps on the three nodes write
+/// disjoint ranges of one file (cut off 1 MiB boundaries), then each node reads it whole and
+/// finds what all three wrote; after the job every node's Epilog writes its stripes back, the
+/// pfs holds the file as the user's, no node has anything mounted, and the pool is given back.
+#[test]
+fn a_three_node_jobs_nodes_share_one_striped_cache_through_their_prologs() {
+    let Some(mut c) = Cluster::start_nodes(1 << 30, 3) else {
+        return;
+    };
+    let u = user("pliant-bb1");
+    let w = work_dir(&c, "work", &u);
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let expected = w.join("expected");
+    std::fs::write(&expected, &data).expect("write");
+    std::os::unix::fs::chown(&expected, Some(u.uid), Some(u.gid)).expect("chown");
+    let (a, b, end) = (1_700_001, 3_300_007, data.len());
+    let text = format!(
+        r#"#!/bin/sh
+#SBATCH -N 3
+#SBATCH --output={w}/job.out
+#DW jobdw type=cache access_mode=striped pool=pliant capacity=192MiB pfs={w}/pfs
+: > "$DW_JOB_STRIPED_CACHE/shared" || exit 1
+touch {w}/started
+i=0
+while [ ! -e {w}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+srun -N 3 --ntasks-per-node=1 sh -c '
+case $SLURM_NODEID in
+0) from=0 to={a} ;;
+1) from={a} to={b} ;;
+*) from={b} to={end} ;;
+esac
+grep " $DW_JOB_STRIPED_CACHE " /proc/self/mountinfo | grep -q fuse && echo "mounted on $SLURMD_NODENAME"
+dd if={w}/expected of="$DW_JOB_STRIPED_CACHE/shared" bs=1M iflag=skip_bytes,count_bytes \
+  oflag=seek_bytes conv=notrunc skip=$from seek=$from count=$((to - from)) status=none &&
+  echo "$SLURMD_NODENAME wrote $from..$to"' || exit 1
+srun -N 3 --ntasks-per-node=1 sh -c \
+  'cmp {w}/expected "$DW_JOB_STRIPED_CACHE/shared" && echo "$SLURMD_NODENAME read it whole"'
+"#,
+        w = w.display()
+    );
+    let s = batch(&w, "job.sh", &u, &text);
+    let id = c.submit(&u, &s, &w);
+    wait_started(&c, &w, id);
+
+    // While the job runs: each node's cache server is at that node's address (node k at
+    // 10.213.X.(10+k), what its Prolog was given), and each node has the mount in its own
+    // namespace, the controller none.
+    let net = read(&c.path().join("net"));
+    let x = net.split_whitespace().next().expect("the cluster's subnet");
+    let handover = c.state_dir().join(id.to_string());
+    let mnt = format!(
+        " {} ",
+        c.job_root().join(id.to_string()).join("mnt").display()
+    );
+    for k in 1..=3 {
+        let server = read(&handover.join(format!("server.n{k}")));
+        assert!(
+            server.starts_with(&format!("10.213.{x}.{}:", 10 + k)),
+            "node n{k}'s cache server is at its own address: {server}"
+        );
+        let mounts = c.node_mounts_on(k);
+        assert!(
+            mounts.iter().any(|l| l.contains(&mnt)),
+            "node n{k} has the job's cache mounted:{mnt}{mounts:?}"
+        );
+    }
+    assert_eq!(c.mounts_in("self"), Vec::<String>::new());
+    go(&w);
+
+    let j = c.wait_done(id);
+    let out = read(&w.join("job.out"));
+    assert_eq!(j["JobState"], "COMPLETED", "{j:?}\n{out}");
+    for (k, (from, to)) in [(0, a), (a, b), (b, end)].into_iter().enumerate() {
+        let n = k + 1;
+        for line in [
+            format!("mounted on n{n}\n"),
+            format!("n{n} wrote {from}..{to}\n"),
+            format!("n{n} read it whole\n"),
+        ] {
+            assert!(out.contains(&line), "{line:?} in the job's output: {out}");
+        }
+    }
+    let written = w.join("pfs/shared");
+    assert!(
+        std::fs::read(&written).expect("the pfs's file") == data,
+        "the pfs holds what the three nodes wrote"
+    );
+    let m = std::fs::metadata(&written).expect("stat");
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (u.uid, u.gid),
+        "the job's file is its user's"
+    );
+    for k in 1..=3 {
+        assert_eq!(
+            c.node_mounts_on(k),
+            Vec::<String>::new(),
+            "nothing mounted on node n{k}"
+        );
+        assert!(
+            !c.node_job_root(k).join(id.to_string()).exists(),
+            "the job's directory is gone from node n{k}"
+        );
+    }
+    assert_pool_given_back(&c);
+    c.stop();
 }
