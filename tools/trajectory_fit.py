@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""How well the model's trajectory rate fits the two traced runs: integrates
+"""How well the model's former trajectory rate (until 2026-11-28; the model's rate is now fitted to
+the eight-node unlimited run by tools/fit/parsplice_model.py) fits the two traced runs: integrates
 dL/dt = R(a), R(a) = 5554 / (1 + (a / 15.2)^2.78) ps/s, a = 2.62 + L / delay
-(`pliant_parsplice::model::trajectory_rate`, the README's "Trajectory rate") from L = 0, and prints
+(the source of the model's A0 = 2.62 atoms at trajectory 0) from L = 0, and prints
 model / real - 1 of the trajectory against each run's `times.txt` (every 100 s), with the largest
 deviation over the run. Reads ../shared only; Python 3 standard library; under a second.
 

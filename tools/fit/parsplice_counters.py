@@ -316,6 +316,22 @@ def analyse(shared):
                  - ldb["LDBGet"].cumulative(a)}
                 for a, b in edges]
         r["growth_vs_ldb_gets"] = growth_vs_gets(rows, ldb["LDBGet"], r["first_eviction_s"])
+        # States the InMemoryDB was given that LevelDB never was: its puts less LevelDB's, at the
+        # hour marks, at the trim (the sample before it) and at the end.
+        marks = [("1 h", 3600), ("2 h", 7200)]
+        if r["trim_s"] is not None:
+            marks.append(("trim", r["trim_s"] - 1))
+        marks += [("3 h", 10800), ("end", END)]
+        r["unstored"] = []
+        for name, at in marks:
+            given = imdb["DBMemoryPut"].cumulative(min(at, imdb["DBMemoryPut"].last()))
+            stored = ldb["LDBPut"].cumulative(min(at, ldb["LDBPut"].last()))
+            r["unstored"].append({"at": name, "t_s": at, "imdb_puts": given,
+                                  "ldb_puts": stored, "missing": given - stored,
+                                  "missing_share": (given - stored) / given if given else None})
+        if r["trim_s"] is not None and r["stop_s"] is not None:
+            gets = ldb["LDBGet"]
+            r["ldb_gets_trim_to_stop"] = gets.cumulative(r["stop_s"]) - gets.cumulative(r["trim_s"])
         if policy == "unlimited":
             keys = wm["DBMemoryMapSize"]
             size = wm["DBMemorySize"]
@@ -419,6 +435,28 @@ def markdown(d):
                                       "flat_without")]
         w("| " + " | ".join(cells) + " |")
     w("")
+    w("States that reached the InMemoryDB but not LevelDB (perf.3 DBMemoryPut − perf.2 LDBPut, "
+      "and that as a share of the former):")
+    w("")
+    w("| run | 1 h | 2 h | before the trim | 3 h | end |")
+    w("|---|---|---|---|---|---|")
+    for r in runs:
+        by = {u["at"]: u for u in r["unstored"]}
+        cells = [r["label"]]
+        for name in ("1 h", "2 h", "trim", "3 h", "end"):
+            u = by.get(name)
+            cells.append("—" if u is None else
+                         f"{fmt(u['missing'])} ({100 * u['missing_share']:.1f}%)")
+        w("| " + " | ".join(cells) + " |")
+    w("")
+    stops = [r for r in runs if r.get("ldb_gets_trim_to_stop") is not None]
+    if stops:
+        total = sum(r["ldb_gets_trim_to_stop"] for r in stops)
+        w("LevelDB gets from the trim to the stop: " + ", ".join(
+            f"{r['label']} {fmt(r['ldb_gets_trim_to_stop'])}" for r in stops)
+          + f"; {fmt(total)} for {len(stops)} stops, one stop in {total / len(stops):,.0f} gets "
+          f"({100 * len(stops) / total:.2f}% a get).")
+        w("")
     w(f"LevelDB around the trim (puts/s, gets/s, gets): from 3,600 s to the trim, then "
       f"+{AFTER_TRIM[0]} s, +{AFTER_TRIM[1]:,} s, the end:")
     w("")

@@ -91,6 +91,7 @@ pub fn calibrate(traces: &Path) -> Result<Vec<Calibration>, ParspliceError> {
             let bytes = model_trace(WorkloadParams {
                 growth_delay: growth,
                 nodes: 1,
+                workers: crate::model::TRACED_WORKERS,
                 hours: SPAN_SECONDS / 3600.0,
                 ..WorkloadParams::default()
             })?;

@@ -162,7 +162,7 @@ impl Row {
 /// Seconds the comparison reads efficiency at: 2.5 h, and the measured runs' end (~4.2 h).
 pub const AT: [f64; 2] = [9_000.0, 15_000.0];
 
-/// Runs the model (8 nodes, growth delay 100,000, the measured runs' 15,000 s) for every
+/// Runs the model (the measured runs' layout, growth delay 100,000 and 15,000 s) for every
 /// policy of [`runs`] and compares its efficiency with the measured runs' in `dir`. `progress`
 /// gets the fraction of the model runs done.
 pub fn compare(dir: &Path, progress: &(dyn Fn(f64) + Sync)) -> Result<Vec<Row>, ParspliceError> {

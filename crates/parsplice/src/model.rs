@@ -1,5 +1,11 @@
 //! The fitted model of a ParSplice run: how fast trajectory accrues, how the system grows, what a
 //! state's coordinates weigh, and what the store costs. Every constant says where it comes from.
+//!
+//! The rates and sizes are fitted to ONE measured run, the eight-node unlimited-cache run
+//! (`scale-cachelimit-8n-unlimited-71994` in `../shared/results/parsplice-8node-policies`: its
+//! `times.txt` and its WorkManager's counters), by `tools/fit/parsplice_model.py`, which prints
+//! each fit's error on the seven other runs up to the time their policy acts (`--check` fails if
+//! a constant here is not the fit's). The policy runs are then predicted, not fitted.
 
 use serde::Serialize;
 
@@ -9,12 +15,14 @@ pub struct WorkloadParams {
     /// Picoseconds of trajectory between two atoms deposited (`<Delay>` in ps-config.xml):
     /// 100,000 for the d100K traces, 1,000,000 for d1M.
     pub growth_delay: f64,
-    /// Relative temperature (1.0 = the traced runs): scales how many states each superbasin has.
+    /// Relative temperature (1.0 = the measured runs): scales the chance a segment finds a new
+    /// state.
     pub temperature: f64,
-    /// Workers per node (27 in the traced runs: ranks 5–31 under one WorkManager).
+    /// Workers under each WorkManager: 251 in the measured runs (`layout`: ranks 5–255 under
+    /// rank 4; one more worker sits under the splicer), 27 in the one-node traces.
     pub workers: u32,
-    /// Nodes, each one WorkManager cache in front of the shared store (the measured policy runs
-    /// used 8).
+    /// WorkManagers, each a cache in front of the shared store: one in the measured runs, whose
+    /// 256 ranks on 8 nodes had one WorkManager (`layout`).
     pub nodes: u32,
     /// Simulated wall-clock hours.
     pub hours: f64,
@@ -22,13 +30,17 @@ pub struct WorkloadParams {
     pub seed: u64,
 }
 
+/// Workers under the WorkManager of the two one-node traces (`d100K`, `d1M`: ranks 5–31): what
+/// a replay of them and the model's calibration against them use.
+pub const TRACED_WORKERS: u32 = 27;
+
 impl Default for WorkloadParams {
     fn default() -> Self {
         Self {
             growth_delay: 100_000.0,
             temperature: 1.0,
-            workers: 27,
-            nodes: 8,
+            workers: 251,
+            nodes: 1,
             hours: 2.5,
             seed: 1,
         }
@@ -36,32 +48,37 @@ impl Default for WorkloadParams {
 }
 
 /// Trajectory rate of a whole run, in ps of trajectory per wall-clock second, at `atoms` atoms:
-/// `R0 / (1 + (atoms / A_C)^GAMMA)`. Fitted by least squares on log trajectory to both traced
-/// runs at once (`times.txt` of d100K and d1M, 150 points each, with atoms = `A0` + L / delay):
-/// within ±5% of both over 4.2 h except d1M after 3.3 h (−6% at 4.2 h).
-pub const R0: f64 = 5554.0;
-/// Atom count at which the segment cost doubles (fit).
-pub const A_C: f64 = 15.2;
+/// `R0 / (1 + (atoms / A_C)^GAMMA)`, atoms = `A0` + L / delay. Fitted by least squares on log
+/// trajectory to the unlimited run's `times.txt` (150 rows): within 2.1% rms of it, 2.4% and
+/// 3.5% of the two 100,000-key caps over their whole runs, 2.1–2.6% of the two-phase runs up to
+/// their trims (`tools/fit/parsplice_model.py`). That run's first row is at 100 s and 20 atoms,
+/// so it fixes only `R0 · A_C^GAMMA` (a power law over the atoms it saw), not the two apart.
+pub const R0: f64 = 24_845_688.0;
+/// Scale of the atoms in [`trajectory_rate`] (fit, with [`R0`]).
+pub const A_C: f64 = 2.109;
 /// Exponent of the cost growth with atoms (fit).
-pub const GAMMA: f64 = 2.78;
-/// Atoms at trajectory 0 (fit; the runs start from a 2–3 atom seed).
+pub const GAMMA: f64 = 3.726;
+/// Atoms at trajectory 0: the fit of both one-node traces (`tools/trajectory_fit.py`); the runs
+/// start from a 2–3 atom seed, and the measured runs' files begin past it.
 pub const A0: f64 = 2.62;
 
-/// MD time one segment computes, ps: each read of a state's coordinates starts one segment, and
-/// the traced runs produced 10.29 ps of MD (the third column of `times.txt`) per WorkManager read
-/// over both runs (9.95 on d100K, 10.41 on d1M; 9.4–11.5 in every 1,000 s of either,
-/// `tools/collapse_evidence.py`).
-pub const SEGMENT_MD_PS: f64 = 10.29;
+/// MD time one segment computes, ps: each WorkManager get starts one segment, and the unlimited
+/// run produced 10.26 ps of MD (the third column of `times.txt`) per get (perf.1 DBMemoryGet)
+/// from 300 s to its end (fit); 1.5–1.8% rms on the other runs' 600-s windows, 2.9% on LRU 10's
+/// (`tools/fit/parsplice_model.py`), and 10.29 on the one-node traces.
+pub const SEGMENT_MD_PS: f64 = 10.26;
 
 /// MD produced per worker per wall second at `atoms` atoms: `P0 / (1 + (atoms / P_A)^P_GAMMA)`.
-/// Fitted by least squares on log rate to the third column of both traced runs' `times.txt`
-/// (27 workers each; rms 5.0% on d100K, 3.9% on d1M). Held out: the measured eight-node runs
-/// produce 9.5% more per worker at the same atom count, whatever their cache policy.
-pub const P0: f64 = 255.0;
+/// One function of the atoms whatever the layout (`tools/collapse_evidence.py`): fitted by least
+/// squares on log rate to the third column of `times.txt` over 600-s windows, per worker, of the
+/// unlimited eight-node run (252 workers, 31–62 atoms) and both one-node traces (27 workers; d1M
+/// covers 7–31 atoms): 4.5%, 4.4% and 2.9% rms; held out, 4.7–6.2% on the other eight-node runs
+/// before their policy acts (LRU 10's workers produce 25% less: they waited on its cache).
+pub const P0: f64 = 246.7;
 /// Atom count at which a worker's production halves (fit).
-pub const P_A: f64 = 11.23;
+pub const P_A: f64 = 11.62;
 /// Exponent of the production's fall with atoms (fit).
-pub const P_GAMMA: f64 = 1.693;
+pub const P_GAMMA: f64 = 1.729;
 
 /// MD ps per worker per second at `atoms` atoms.
 pub fn production(atoms: f64) -> f64 {
@@ -73,20 +90,23 @@ pub fn trajectory_rate(atoms: f64) -> f64 {
     R0 / (1.0 + (atoms / A_C).powf(GAMMA))
 }
 
-/// Bytes of a state's coordinates: ~75 bytes per atom plus ~300 bytes (README of the traces:
-/// `DBMemorySize / DBMemory`, ~0.5 KB at 2 atoms, ~3.9 KB mean at 57 K keys for d100K).
+/// Bytes of a state's coordinates at `atoms` atoms: `VALUE_BYTES_BASE + VALUE_BYTES_PER_ATOM ·
+/// ⌊atoms⌋`, fitted (linear least squares) to the bytes the unlimited run's WorkManager held
+/// against its keys and the atoms each was created at (perf.1 DBMemorySize and DBMemoryMapSize,
+/// every sample from 600 s: 0.1% rms; 0.2–0.3% on the other runs before their first eviction).
 pub fn value_size(atoms: f64) -> u32 {
-    300 + 75 * atoms.floor() as u32
+    (VALUE_BYTES_BASE + VALUE_BYTES_PER_ATOM * atoms.floor()).round() as u32
 }
+
+/// Bytes of a state's coordinates besides its atoms' (fit, [`value_size`]).
+pub const VALUE_BYTES_BASE: f64 = 347.0;
+/// Bytes per atom of a state's coordinates (fit, [`value_size`]).
+pub const VALUE_BYTES_PER_ATOM: f64 = 70.8;
 
 /// Atoms after `trajectory` ps.
 pub fn atoms(trajectory: f64, p: &WorkloadParams) -> f64 {
     A0 + trajectory / p.growth_delay
 }
-
-/// Workers of the traced runs (ranks 5–31 under one WorkManager): the state counts were fitted
-/// with them.
-pub const FIT_WORKERS: f64 = 27.0;
 
 /// Wall seconds a worker computes one segment at `atoms` atoms: a segment's MD at the measured
 /// production rate, whatever the cache does.
@@ -104,24 +124,49 @@ pub fn segment_trajectory(atoms: f64, p: &WorkloadParams) -> f64 {
     SEGMENT_MD_PS * spliced.min(1.0)
 }
 
-/// States a superbasin yields at `atoms` atoms: `K0 · atoms^KAPPA · temperature · workers/27`.
-/// `K0` and `KAPPA` are fitted so the state process creates the traced 27-worker runs' key counts
-/// (57,695 for d100K over 4.2 h, 3,240 for d1M): the state space grows steeply with the cluster.
-/// More workers speculate on more of each superbasin and find proportionally more states: the
-/// measured 8-node two-phase runs crossed 100,000 keys per WorkManager, which 27-worker counts
-/// would not. That proportionality is an assumption (no 8-node trace exists to fit it).
+/// States a superbasin yields at `atoms` atoms, with `W` workers in all:
+/// `K0 · atoms^KAPPA · (W / 27)^OMEGA · temperature`. A superbasin's states are found at the
+/// rate of [`new_state_chance`], so that after `n` segments in it the system has found
+/// `S (1 − e^(−n / D))`. `K0`, `KAPPA`, `OMEGA`, `DISCOVERY_SEGMENTS` and `DISCOVERY_DELTA` are
+/// fitted together by `tools/fit/parsplice_model.py` (least squares on log(1 + states) per
+/// superbasin, with each superbasin's reads as measured) to the unlimited eight-node run (251
+/// workers) and both one-node traces (27 workers, growth 100,000 and 1,000,000: a ten times
+/// longer superbasin is found out more fully, which one chance per segment would not give): the
+/// unlimited run's whole superbasins +5.3%, the traces' −23% and −24%; held out, the eight-node
+/// runs before their policy acts −8% to −9%.
 pub fn basin_states(atoms: f64, p: &WorkloadParams) -> f64 {
-    let workers = f64::from(p.workers * p.nodes) / FIT_WORKERS;
-    (K0 * atoms.powf(KAPPA) * p.temperature * workers).max(1.0)
+    (K0 * atoms.powf(KAPPA) * workers_scale(p).powf(OMEGA) * p.temperature).max(1.0)
+}
+
+/// Segments over which a superbasin's states are found, with `W` workers in all:
+/// `DISCOVERY_SEGMENTS · (W / 27)^DISCOVERY_DELTA` (fit, [`basin_states`]): more workers
+/// speculate on the same states, so each segment finds fewer.
+pub fn discovery_segments(p: &WorkloadParams) -> f64 {
+    DISCOVERY_SEGMENTS * workers_scale(p).powf(DISCOVERY_DELTA)
+}
+
+/// The chance a segment finds a new state when `found` of the superbasin's `size` states are
+/// found: what makes `S (1 − e^(−n / D))` of them found after `n` segments.
+pub fn new_state_chance(found: f64, size: f64, p: &WorkloadParams) -> f64 {
+    let left = (1.0 - found / size).max(0.0);
+    ((size / discovery_segments(p)) * left).clamp(0.0, 1.0)
+}
+
+fn workers_scale(p: &WorkloadParams) -> f64 {
+    f64::from(p.workers * p.nodes) / f64::from(TRACED_WORKERS)
 }
 
 /// Scale of [`basin_states`] (fit).
-pub const K0: f64 = 0.00633;
-/// Exponent of [`basin_states`] (fit).
-pub const KAPPA: f64 = 3.25;
-/// Segments over which a new superbasin's states are discovered (the relaxation after an atom
-/// lands; the key-creation bursts in the traces last a few thousand reads).
-pub const DISCOVERY_SEGMENTS: f64 = 2000.0;
+pub const K0: f64 = 0.000589;
+/// Exponent of the atoms in [`basin_states`] (fit).
+pub const KAPPA: f64 = 3.878;
+/// Exponent of the workers in [`basin_states`] (fit).
+pub const OMEGA: f64 = 0.809;
+/// Segments over which 27 workers find a superbasin's states, `D` (fit, [`discovery_segments`]).
+pub const DISCOVERY_SEGMENTS: f64 = 18_071.0;
+/// Exponent of the workers in [`discovery_segments`] (fit).
+pub const DISCOVERY_DELTA: f64 = 1.040;
+
 /// Chance a segment starts from the trajectory's current state rather than another state of the
 /// superbasin the splicer speculates on.
 pub const P_CURRENT: f64 = 0.7;

@@ -153,11 +153,12 @@ pub struct Request {
     pub hours: Option<f64>,
     /// Growth delay, ps.
     pub growth: Option<f64>,
-    /// WorkManager nodes (default 8 on the model, as in the measured policy runs; 1 on a replay:
-    /// a trace is one WorkManager's).
+    /// WorkManagers (default: the measured runs' one; 1 on a replay: a trace is one
+    /// WorkManager's).
     pub nodes: Option<u32>,
-    /// Workers per node.
-    pub workers: u32,
+    /// Workers per WorkManager (default: the measured runs' 251 on the model, the traces' 27 on a
+    /// replay).
+    pub workers: Option<u32>,
     /// Temperature relative to the traced runs' own.
     pub temperature: f64,
     /// Seed of the state process.
@@ -219,7 +220,7 @@ pub fn prepare(req: &Request) -> Result<Prepared, ParspliceError> {
         }
         store.read_latency_seconds = p;
     }
-    if req.workers == 0 || req.nodes == Some(0) {
+    if req.workers == Some(0) || req.nodes == Some(0) {
         return Err(ParspliceError::Config(
             "--workers and --nodes must be at least 1".into(),
         ));
@@ -245,8 +246,16 @@ pub fn prepare(req: &Request) -> Result<Prepared, ParspliceError> {
     let mut workload = WorkloadParams {
         growth_delay: growth,
         temperature: req.temperature,
-        workers: req.workers,
-        nodes: req.nodes.unwrap_or(if req.trace.is_some() { 1 } else { 8 }),
+        workers: req.workers.unwrap_or(if req.trace.is_some() {
+            crate::model::TRACED_WORKERS
+        } else {
+            WorkloadParams::default().workers
+        }),
+        nodes: req.nodes.unwrap_or(if req.trace.is_some() {
+            1
+        } else {
+            WorkloadParams::default().nodes
+        }),
         hours: req.hours.unwrap_or(2.5),
         seed: req.seed,
     };

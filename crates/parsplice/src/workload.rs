@@ -12,7 +12,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::model::{
-    DISCOVERY_SEGMENTS, P_CURRENT, P_HOP, WorkloadParams, atoms, basin_states, segment_trajectory,
+    P_CURRENT, P_HOP, WorkloadParams, atoms, basin_states, new_state_chance, segment_trajectory,
     value_size,
 };
 
@@ -103,13 +103,10 @@ impl StateProcess {
         } else {
             self.basin[self.rng.random_range(0..self.basin.len())]
         };
-        let target = basin_states(a, &self.params);
-        let p_new = if ((self.basin.len() + self.unpublished.len()) as f64) < target {
-            (target / DISCOVERY_SEGMENTS).min(0.9)
-        } else {
-            0.0
-        };
-        let new_state = if self.rng.random_bool(p_new) {
+        // The superbasin's seed state is not one its segments found.
+        let found = (self.basin.len() - 1 + self.unpublished.len()) as f64;
+        let chance = new_state_chance(found, basin_states(a, &self.params), &self.params);
+        let new_state = if self.rng.random_bool(chance) {
             let k = self.fresh_key(a);
             self.unpublished.push(k);
             Some((k, self.size_of(k)))

@@ -156,7 +156,7 @@ fn the_backend_does_not_change_the_run() {
 fn a_store_failure_stops_the_run_with_the_store_error_as_source() {
     use std::error::Error as _;
     let store = pliant_store::FaultyStore::new(pliant_store::MemStore::new());
-    store.faults().fail_write(50);
+    store.faults().fail_write(15);
     let err = run(
         &spec(PolicyKind::Unlimited, 27, 1, 0.3),
         Segments::Model,
@@ -164,7 +164,7 @@ fn a_store_failure_stops_the_run_with_the_store_error_as_source() {
         None,
         &|_| {},
     )
-    .expect_err("the 50th put fails");
+    .expect_err("the 15th put fails");
     assert!(matches!(
         &err,
         pliant_parsplice::ParspliceError::Store(pliant_store::StoreError::Injected { op: "put" })
@@ -177,7 +177,7 @@ fn a_store_failure_stops_the_run_with_the_store_error_as_source() {
     );
     assert_eq!(
         store.faults().writes(),
-        50,
+        15,
         "the run stopped at the failure"
     );
 }
@@ -261,25 +261,25 @@ fn generated_trace_reads_back_as_parsplice_csv() {
 /// `auto` or to the model that moves any of these shows here first.
 #[test]
 fn auto_decisions_on_a_short_run_are_pinned() {
-    let r = model_run(&spec(PolicyKind::auto(), 27, 1, 0.6));
+    let r = model_run(&spec(PolicyKind::auto(), 251, 1, 0.6));
     let s = r.auto.expect("armed");
-    assert_eq!((s.armed_at, s.regimes), (70.0, 2));
+    assert_eq!((s.armed_at, s.regimes), (50.0, 2));
     assert_eq!(
         r.trims[..6],
         [
-            (70.0, 3),
-            (90.0, 4),
-            (110.0, 2),
-            (140.0, 9),
-            (160.0, 5),
-            (190.0, 7)
+            (50.0, 14),
+            (60.0, 4),
+            (80.0, 28),
+            (90.0, 27),
+            (110.0, 41),
+            (120.0, 65)
         ]
     );
     assert_eq!(
         r.trims.len(),
-        129,
+        171,
         "a trim whenever the tier held more than its window"
     );
-    assert_eq!(s.target_keys, 585);
-    assert!((s.window_seconds - 115.448).abs() < 1e-3, "{s:?}");
+    assert_eq!(s.target_keys, 1296);
+    assert!((s.window_seconds - 15.689).abs() < 1e-3, "{s:?}");
 }

@@ -334,4 +334,80 @@ fn the_counters_script_reads_the_measured_runs() {
         assert_eq!(num(run(name), &["stop_s"]), stop, "{name}");
         assert_eq!(num(run(name), &["last_ldb_get_s"]), last_get, "{name}");
     }
+    // README's final totals: the unlimited run's InMemoryDB got 260,731 puts, LevelDB 252,631;
+    // the shortfall at the end is theirs.
+    let end = unlimited["unstored"]
+        .as_array()
+        .expect("unstored")
+        .iter()
+        .find(|u| u["at"] == "end")
+        .expect("end");
+    assert_eq!(num(end, &["missing"]), 260_731.0 - 252_631.0);
+    let gets: f64 = ["10-", "100-", "1000-", "10000-"]
+        .iter()
+        .map(|n| {
+            num(
+                run(&format!("scale-cachedecrease-8n-{n}")),
+                &["ldb_gets_trim_to_stop"],
+            )
+        })
+        .sum();
+    assert!((500.0..700.0).contains(&gets), "{gets}");
+}
+
+fn fit_script(args: &[&str]) -> std::process::Output {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::process::Command::new("python3")
+        .arg("tools/fit/parsplice_model.py")
+        .args(args)
+        .current_dir(&root)
+        .env_remove("CI")
+        .output()
+        .expect("python3")
+}
+
+/// The model's rates and sizes are the fit script's, on the unlimited run: `--check` passes on
+/// the committed model.rs, and each fit is within its stated error on the runs it was not
+/// fitted on (the docs quote these).
+#[test]
+fn the_model_holds_the_fit_of_the_unlimited_run() {
+    let Some(perf) = pliant_testdata::shared("results/parsplice-8node-policies/perf") else {
+        return;
+    };
+    let shared = perf.join("../../..");
+    let d = tempfile::tempdir().expect("tempdir");
+    let file = d.path().join("fit.json");
+    let out = fit_script(&[
+        "--shared",
+        &shared.to_string_lossy(),
+        "--json",
+        &file.to_string_lossy(),
+        "--check",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("json")).expect("json");
+    assert_eq!(v["fitted_on"], "scale-cachelimit-8n-unlimited-71994");
+    let judged = v["judged"].as_array().expect("judged");
+    assert_eq!(judged.len(), 8, "the fitted run and the seven others");
+    for j in &judged[1..] {
+        let rms = |k: &str| j[k].as_f64();
+        if let Some(t) = rms("trajectory_rms") {
+            assert!(t < 0.05, "trajectory {t} on {}", j["run"]);
+        }
+        assert!(
+            rms("production_rms").expect("production") < 0.2,
+            "{}",
+            j["run"]
+        );
+        assert!(rms("md_per_get_rms").expect("md") < 0.05, "{}", j["run"]);
+        if let Some(b) = rms("bytes_rms") {
+            assert!(b < 0.01, "bytes {b} on {}", j["run"]);
+        }
+    }
 }

@@ -14,7 +14,7 @@ use crate::plot::{Chart, Series, draw};
 /// Arguments of `demo`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  pliant demo                                   # the model: 2.5 h, growth delay 100,000, 8 nodes
+  pliant demo                                   # the model: 2.5 h, growth delay 100,000, the measured layout
   pliant demo --hours 4.2 --growth 1000000 --json
   pliant demo --trace ../shared/traces/parsplice/d1M/rank4.csv.gz
   pliant demo --trace ../shared/traces/parsplice/d100K/rank4.csv.gz --hours 1
@@ -34,12 +34,13 @@ pub struct Args {
     /// the trace's ps-config.xml, else 100000.
     #[arg(long)]
     growth: Option<f64>,
-    /// Nodes (WorkManager caches); the measured policy runs used 8. With --trace, default 1.
+    /// WorkManagers (caches), each with --workers workers. Default: the measured policy runs'
+    /// one (their 256 ranks on 8 nodes had one WorkManager); with --trace, 1.
     #[arg(long)]
     nodes: Option<u32>,
-    /// Workers per node.
-    #[arg(long, default_value_t = 27)]
-    workers: u32,
+    /// Workers per WorkManager. Default: the measured runs' 251; with --trace, the traces' 27.
+    #[arg(long)]
+    workers: Option<u32>,
     /// Temperature relative to the traced runs' (1.0 = their `<Temperature>`, 700 K).
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
@@ -287,7 +288,7 @@ impl Header {
                 let c = &r.coverage;
                 format!(
                     "ParSplice trace {}, replayed on its own clock: {} reads and {} writes of {} \
-                     keys over {:.0} s ({:.2} h) of its {:.0} s, {} nodes × {} workers",
+                     keys over {:.0} s ({:.2} h) of its {:.0} s, {} WorkManager{} × {} workers",
                     c.path.display(),
                     c.reads,
                     c.writes,
@@ -296,12 +297,16 @@ impl Header {
                     c.span_seconds / 3600.0,
                     c.trace_seconds,
                     w.nodes,
+                    if w.nodes == 1 { "" } else { "s" },
                     w.workers
                 )
             }
             None => format!(
-                "ParSplice model, {} h, {} nodes × {} workers",
-                w.hours, w.nodes, w.workers
+                "ParSplice model, {} h, {} WorkManager{} × {} workers",
+                w.hours,
+                w.nodes,
+                if w.nodes == 1 { "" } else { "s" },
+                w.workers
             ),
         };
         text.push_str(&format!(

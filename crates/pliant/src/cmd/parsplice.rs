@@ -39,8 +39,8 @@ pub struct GenArgs {
     /// Relative temperature.
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
-    /// Workers (one WorkManager).
-    #[arg(long, default_value_t = 27)]
+    /// Workers (one WorkManager; the traces' 27 by default, to compare with them).
+    #[arg(long, default_value_t = pliant_parsplice::model::TRACED_WORKERS)]
     workers: u32,
     #[command(flatten)]
     rng: Seed,
@@ -217,7 +217,9 @@ fn compare(a: &CompareArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("efficiency (trajectory / unlimited), 8 nodes, growth delay 100,000");
+    println!(
+        "efficiency (trajectory / unlimited), the measured runs' layout (one WorkManager, 251 workers), growth delay 100,000"
+    );
     println!(
         "{:<24} {:>9} {:>8} {:>7}   {:>9} {:>8} {:>7}",
         "policy", "2.5 h real", "model", "gap", "4.2 h real", "model", "gap"
