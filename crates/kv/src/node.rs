@@ -37,6 +37,9 @@ pub struct Node {
     connections: AtomicU64,
     rejected: AtomicU64,
     clients: AtomicUsize,
+    /// The application's progress as its clients report it (`PLIANT.PROGRESS`): what the node's
+    /// policy sees as `progress`. `None` until a client reports.
+    progress: std::sync::Mutex<Option<f64>>,
     next_client: AtomicU64,
     cursors: Mutex<Cursors>,
     shutdown: tokio::sync::watch::Sender<bool>,
@@ -164,6 +167,7 @@ impl Node {
             connections: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             clients: AtomicUsize::new(0),
+            progress: std::sync::Mutex::new(None),
             next_client: AtomicU64::new(1),
             cursors: Mutex::new(Cursors::default()),
             shutdown: tokio::sync::watch::channel(false).0,
@@ -593,6 +597,23 @@ impl Node {
     /// Connections refused (over `--max-clients`).
     pub fn rejected_connections(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// The application's progress so far, as its clients reported it (`None`: never).
+    pub fn progress(&self) -> Option<f64> {
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the progress to `value` (`add`: adds it to the progress so far), which must leave it
+    /// finite and not negative; returns the new progress.
+    pub fn report_progress(&self, value: f64, add: bool) -> Result<f64, &'static str> {
+        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let next = if add { p.unwrap_or(0.0) + value } else { value };
+        if !next.is_finite() || next < 0.0 {
+            return Err("progress must stay a finite number, not negative");
+        }
+        *p = Some(next);
+        Ok(next)
     }
 
     /// Connections open now.

@@ -256,6 +256,8 @@ struct Thread {
     started: Instant,
     /// The node's counters at the previous decision, and when: the rates are their changes.
     mark: (Instant, KvStats),
+    /// The progress clients had reported at the previous decision.
+    progress_mark: Option<f64>,
     decisions: u64,
     decision_seconds: f64,
     errors: u64,
@@ -290,6 +292,7 @@ impl Thread {
             interval,
             started: Instant::now(),
             mark,
+            progress_mark: None,
             decisions: 0,
             decision_seconds: 0.0,
             errors: 0,
@@ -473,6 +476,8 @@ impl Thread {
         let mut ks = self.node.keyspace();
         let s = ks.stats();
         let (at, before) = std::mem::replace(&mut self.mark, (Instant::now(), s));
+        let progress = self.node.progress();
+        let before_progress = std::mem::replace(&mut self.progress_mark, progress);
         let dt = at.elapsed().as_secs_f64().max(1e-3);
         let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
         let (keys, bytes) = ks.memory();
@@ -490,6 +495,14 @@ impl Thread {
             queue_len: Some(ks.fetches_under_way() as f64),
             cpu_load_avg: load_average(),
             clients: Some(self.node.clients() as f64),
+            fetches_per_s: Some(rate(
+                s.store_reads + s.parent_requests,
+                before.store_reads + before.parent_requests,
+            )),
+            // A write does not say whether its key was new to the node.
+            new_keys_per_s: None,
+            progress,
+            progress_per_s: progress.map(|p| (p - before_progress.unwrap_or(0.0)).max(0.0) / dt),
         };
         // `auto` saw every read as it happened; the series is the Lua policies'.
         let reads = ks.take_reads();

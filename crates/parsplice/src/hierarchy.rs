@@ -137,14 +137,25 @@ struct Node {
     decider: Decider,
     /// Workers it serves.
     workers: u32,
+    /// The run's trajectory at its previous decision.
+    trajectory_then: f64,
 }
 
 impl Node {
-    /// The policy decides at `t` over the `interval` just ended and resizes the tier if it asks;
-    /// then the fetches that have arrived by `t` are forgotten. Returns what it did to the tier.
-    fn decide(&mut self, t: f64, interval: f64) -> Result<Option<Resize>, ParspliceError> {
+    /// The policy decides at `t` over the `interval` just ended, seeing the run's `trajectory`
+    /// as its progress, and resizes the tier if it asks; then the fetches that have arrived by `t`
+    /// are forgotten. Returns what it did to the tier.
+    fn decide(
+        &mut self,
+        t: f64,
+        interval: f64,
+        trajectory: f64,
+    ) -> Result<Option<Resize>, ParspliceError> {
         let mut view = self.tier.view(t, interval);
         view.clients = Some(f64::from(self.workers));
+        view.progress = Some(trajectory);
+        view.progress_per_s = Some((trajectory - self.trajectory_then) / interval);
+        self.trajectory_then = trajectory;
         let resized = self.decider.decide(&view)?;
         if let Some(r) = resized {
             self.tier.apply(r);
@@ -348,6 +359,7 @@ impl<'a, 'w> Sim<'a, 'w> {
                     tier: Tier::new(pliant_cache::cache("lru", capacity)?),
                     decider: spec.policy.decider(w.seed ^ u64::from(i))?,
                     workers: w.workers,
+                    trajectory_then: 0.0,
                 })
             })
             .collect::<Result<_, ParspliceError>>()?;
@@ -717,7 +729,7 @@ impl Timeline {
         server: &Server,
     ) -> Result<(), ParspliceError> {
         for (i, n) in nodes.iter_mut().enumerate() {
-            if let Some(r) = n.decide(t, interval)?
+            if let Some(r) = n.decide(t, interval, trajectory)?
                 && i == 0
             {
                 self.trims.push((t, r.amount()));

@@ -283,3 +283,47 @@ fn auto_decisions_on_a_short_run_are_pinned() {
     assert_eq!(s.target_keys, 1296);
     assert!((s.window_seconds - 15.689).abs() < 1e-3, "{s:?}");
 }
+
+/// A WorkManager's policy sees the run's trajectory as its progress (`progress`,
+/// `progress_per_s`), and the tier's store traffic and new states: a policy that trims once the
+/// trajectory passes 500,000 ps does so at the tick it passes it, not before.
+#[test]
+fn a_policy_sees_the_trajectory_as_progress_and_the_store_traffic() {
+    let source = pliant_policy::PolicySource::functions(
+        "progress",
+        "function when()\n\
+           local me = servers[whoami]\n\
+           -- The install's dry run sees an empty view.\n\
+           if me.progress == nil then return false end\n\
+           assert(me.fetches_per_s ~= nil and me.new_keys_per_s ~= nil)\n\
+           assert(me.progress_per_s ~= nil and me.progress_per_s >= 0)\n\
+           return me.progress > 500000 and me.capacity > 7\n\
+         end\n\
+         function howmuch() return 7 end\n",
+    );
+    let r = model_run(&spec(
+        PolicyKind::Lua {
+            name: "progress".into(),
+            source,
+            params: Default::default(),
+        },
+        251,
+        1,
+        0.2,
+    ));
+    let first = r
+        .trims
+        .first()
+        .copied()
+        .expect("trimmed once the trajectory passed 500,000");
+    assert_eq!(first.1, 7);
+    let before = r
+        .ticks
+        .iter()
+        .take_while(|k| k.t < first.0)
+        .last()
+        .expect("a tick before");
+    assert!(before.trajectory <= 500_000.0, "{before:?}");
+    let at = r.ticks.iter().find(|k| k.t == first.0).expect("the tick");
+    assert!(at.trajectory > 500_000.0, "{at:?}");
+}

@@ -589,3 +589,88 @@ fn a_moves_copies_are_synced_before_they_are_acknowledged_whatever_the_durabilit
     );
     node.kill();
 }
+
+/// The shipped `parsplice-no-progress` policy, live: it trims the memory tier after the absorb
+/// phase while the application reports progress (`PLIANT.PROGRESS`), and grows it back when the
+/// reports stop, as it does in the model.
+#[test]
+fn the_no_progress_policy_grows_the_tier_back_when_the_application_stops_progressing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(
+        dir.path(),
+        &[
+            "--no-store",
+            "--interval",
+            "100ms",
+            "--capacity",
+            "1000keys",
+        ],
+    );
+    let policy = dir.path().join("no-progress.lua");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/parsplice-no-progress.lua"),
+        &policy,
+    )
+    .expect("copy the policy");
+    let o = Command::new(env!("CARGO_BIN_EXE_pliant"))
+        .arg("admin")
+        .arg(node.addr.to_string())
+        .args(["policy", "load", "no-progress.lua"])
+        // Five decisions a window, a stall below a fifth of the progress rate before the trim:
+        // a loaded machine that delays a report now and then is no stall. No store above: no
+        // fetches, so thrashing is not what grows it back.
+        .args([
+            "--param",
+            "absorb=30",
+            "--param",
+            "target=5",
+            "--param",
+            "window=5",
+        ])
+        .args(["--param", "stall=0.2"])
+        .current_dir(dir.path())
+        .output()
+        .expect("pliant admin");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut c = node.client();
+    // Reports progress every 20 ms for `d` (bounded by its own clock).
+    let report = |c: &mut redis::Connection, d: Duration| {
+        let start = Instant::now();
+        while start.elapsed() < d {
+            let _: String = cmd(c, &["PLIANT.PROGRESS", "INCRBY", "100"]);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let bad: redis::RedisResult<String> = redis::cmd("PLIANT.PROGRESS")
+        .arg("INCRBY")
+        .arg("-1e9")
+        .query(&mut c);
+    assert!(bad.is_err(), "progress cannot go below 0: {bad:?}");
+    report(&mut c, Duration::from_millis(800));
+    for i in 0..40 {
+        let _: () = redis::cmd("SET").arg(i).arg(i).query(&mut c).expect("set");
+    }
+    let mut trimmed = None;
+    let start = Instant::now();
+    while trimmed.is_none() {
+        report(&mut c, Duration::from_millis(100));
+        let text: String = cmd(&mut c, &["PLIANT.STATS"]);
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        if v["keys"] == 5 {
+            trimmed = Some(v);
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never trimmed");
+    }
+    // Progress goes on: the tier stays trimmed.
+    report(&mut c, Duration::from_millis(1500));
+    let v = stats_until(&mut c, "trimmed", |_| true);
+    assert_eq!(v["capacity"], "5keys", "{v}");
+    // The reports stop: the policy grows the tier back to the absorb size.
+    let v = stats_until(&mut c, "grown back", |v| v["capacity"] == "30keys");
+    let progress: String = cmd(&mut c, &["PLIANT.PROGRESS", "GET"]);
+    assert!(progress.parse::<f64>().expect("a number") > 0.0, "{v}");
+    for i in 40..70 {
+        let _: () = redis::cmd("SET").arg(i).arg(i).query(&mut c).expect("set");
+    }
+    stats_until(&mut c, "room for 30 keys again", |v| v["keys"] == 30);
+}

@@ -3,8 +3,9 @@
 use crate::source::{Callback, PolicySource};
 
 /// Names of the shipped policies.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "parsplice-absorb-trim",
+    "parsplice-no-progress",
     "cephfs-greedy-spill",
     "static-limit",
     "regime-fan",
@@ -19,6 +20,10 @@ pub fn get(name: &str) -> Option<PolicySource> {
         "parsplice-absorb-trim" => PolicySource::functions(
             name,
             include_str!("../../../policies/parsplice-absorb-trim.lua"),
+        ),
+        "parsplice-no-progress" => PolicySource::functions(
+            name,
+            include_str!("../../../policies/parsplice-no-progress.lua"),
         ),
         "static-limit" => {
             PolicySource::functions(name, include_str!("../../../policies/static-limit.lua"))

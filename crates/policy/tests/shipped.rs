@@ -339,3 +339,89 @@ fn regime_fan_scans_six_million_points_within_default_budget() {
         d.instructions
     );
 }
+
+/// One decision of `parsplice-no-progress` over a cache of `keys` (capacity `capacity`), the
+/// application's progress rate `progress` (`None`: not reported) and the tier above's share of
+/// `reads` reads per second: `(when, howmuch)`.
+fn watched(
+    e: &mut Engine,
+    keys: f64,
+    capacity: f64,
+    progress: Option<f64>,
+    fetches: f64,
+) -> (bool, Option<f64>) {
+    let m = e.metrics_mut();
+    m.set(0, "keys", keys);
+    m.set(0, "capacity", capacity);
+    m.set(0, "progress_per_s", progress.unwrap_or(f64::NAN));
+    m.set(0, "reads_per_s", 100.0);
+    m.set(0, "fetches_per_s", fetches);
+    let d = e.decide().expect("decide");
+    (d.when, d.howmuch.and_then(|h| h.amount()))
+}
+
+const WATCHED: [(&str, f64); 5] = [
+    ("absorb", 100.0),
+    ("target", 10.0),
+    ("window", 3.0),
+    ("stall", 0.25),
+    ("thrash", 0.5),
+];
+
+#[test]
+fn parsplice_no_progress_trims_then_grows_back_when_progress_stops_and_remembers() {
+    let store = MemoryStore::new();
+    let mut e = engine_with("parsplice-no-progress", cache(0.0), &WATCHED, &store);
+    // Absorbing, with progress at 100/s: the yardstick.
+    for keys in [50.0, 80.0, 99.0] {
+        assert_eq!(watched(&mut e, keys, 1e9, Some(100.0), 1.0), (false, None));
+    }
+    // Crosses absorb: trimmed to the target.
+    assert_eq!(
+        watched(&mut e, 150.0, 1e9, Some(100.0), 1.0),
+        (true, Some(10.0))
+    );
+    // Progress slows to half of what it was: not a stall (below a quarter is); trims go on.
+    for _ in 0..4 {
+        assert_eq!(
+            watched(&mut e, 20.0, 10.0, Some(50.0), 1.0),
+            (true, Some(10.0))
+        );
+    }
+    // Progress stops: once the window's mean is below a quarter of the yardstick (50, 50, 0 is
+    // not; 50, 0, 0 is), the cache grows back to `grow` (default: absorb).
+    assert_eq!(watched(&mut e, 10.0, 10.0, Some(0.0), 1.0), (false, None));
+    assert_eq!(
+        watched(&mut e, 10.0, 10.0, Some(0.0), 1.0),
+        (true, Some(100.0))
+    );
+    // For good: it never trims again, and a restarted service remembers.
+    assert_eq!(watched(&mut e, 500.0, 100.0, Some(0.0), 1.0), (false, None));
+    let mut again = engine_with("parsplice-no-progress", cache(0.0), &WATCHED, &store);
+    assert_eq!(
+        watched(&mut again, 500.0, 100.0, Some(100.0), 1.0),
+        (false, None)
+    );
+    // Its capacity lowered by someone else: put back.
+    assert_eq!(
+        watched(&mut again, 10.0, 10.0, Some(100.0), 1.0),
+        (true, Some(100.0))
+    );
+}
+
+#[test]
+fn parsplice_no_progress_without_a_progress_signal_grows_back_on_thrashing_only() {
+    let store = MemoryStore::new();
+    let mut e = engine_with("parsplice-no-progress", cache(0.0), &WATCHED, &store);
+    assert_eq!(watched(&mut e, 150.0, 1e9, None, 1.0), (true, Some(10.0)));
+    // No progress reported: nothing to call a stall; a tenth of the reads fetched is no thrash.
+    for _ in 0..5 {
+        assert_eq!(watched(&mut e, 20.0, 10.0, None, 10.0), (true, Some(10.0)));
+    }
+    // Most reads go to the tier above: once the window is full of it, the cache grows back.
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(watched(&mut e, 10.0, 10.0, None, 90.0));
+    }
+    assert_eq!(got.last(), Some(&(true, Some(100.0))), "{got:?}");
+}

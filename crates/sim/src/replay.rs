@@ -435,5 +435,10 @@ fn view(lane: &Lane, t: u64, reads: u64, writes: u64, misses: u64, secs: u64) ->
         queue_len: None,
         cpu_load_avg: None,
         clients: None,
+        // Every miss of a replayed trace is fetched from below, none coalesced.
+        fetches_per_s: Some(misses as f64 / secs),
+        new_keys_per_s: None,
+        progress: None,
+        progress_per_s: None,
     }
 }

@@ -29,6 +29,10 @@ pub fn sample_environment() -> (Metrics, TimeSeries) {
             queue_len: Some(2.0 * x),
             cpu_load_avg: Some(0.2 * x),
             clients: Some(27.0),
+            fetches_per_s: Some(5.0 * x),
+            new_keys_per_s: Some(2.0 * x),
+            progress: Some(1.0e6 * x),
+            progress_per_s: Some(100.0 * x),
         };
         cache.write_to(&mut m, id);
         m.set(id, "cpu", 0.2 * x);

@@ -84,6 +84,10 @@ pub struct Counters {
     /// Reads that waited for a put the caller knew was coming
     /// ([`Tier::read_waiting_for_put`]).
     pub waited: u64,
+    /// Fetches from the tier above ([`Tier::fetching`]).
+    pub fetches: u64,
+    /// Puts of keys the cache did not hold ([`Put::Forward`]).
+    pub new_keys: u64,
 }
 
 /// One cache tier: a [`Cache`], the fetches in flight (tokens of type `F`, see the module doc)
@@ -93,8 +97,8 @@ pub struct Tier<F = f64> {
     cache: Cache,
     in_flight: HashMap<u64, F, foldhash::fast::FixedState>,
     counters: Counters,
-    /// Reads, puts and cache misses at the last view: its rates are since then.
-    at_last_view: (u64, u64, u64),
+    /// The counters and cache misses at the last view: its rates are since then.
+    at_last_view: (Counters, u64),
 }
 
 impl<F: InFlight> Tier<F> {
@@ -104,7 +108,7 @@ impl<F: InFlight> Tier<F> {
             cache,
             in_flight: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(5)),
             counters: Counters::default(),
-            at_last_view: (0, 0, 0),
+            at_last_view: (Counters::default(), 0),
         }
     }
 
@@ -146,6 +150,7 @@ impl<F: InFlight> Tier<F> {
         evicted: &mut impl FnMut(Evicted),
     ) {
         self.in_flight.insert(key, fetch);
+        self.counters.fetches += 1;
         // The outcome does not matter: a key the cache declines (larger than its capacity) is
         // still being fetched, and reads after the fetch miss again.
         let _ = self.cache.put_evicting(&Request::new(key, size), evicted);
@@ -179,7 +184,10 @@ impl<F: InFlight> Tier<F> {
         match self.cache.put_evicting(&Request::new(key, size), evicted) {
             PutOutcome::Redundant => Put::Redundant,
             // A key the cache declines (too large) is still new to everything above.
-            PutOutcome::Inserted | PutOutcome::Resized | PutOutcome::Rejected => Put::Forward,
+            PutOutcome::Inserted | PutOutcome::Resized | PutOutcome::Rejected => {
+                self.counters.new_keys += 1;
+                Put::Forward
+            }
         }
     }
 
@@ -189,8 +197,9 @@ impl<F: InFlight> Tier<F> {
     pub fn view(&mut self, t: f64, interval: f64) -> CacheView {
         let s = *self.cache.stats();
         let c = self.counters;
-        let (reads, puts, misses) = self.at_last_view;
-        self.at_last_view = (c.reads, c.puts, s.misses);
+        let (before, misses) = self.at_last_view;
+        self.at_last_view = (c, s.misses);
+        let rate = |now: u64, then: u64| (now - then) as f64 / interval;
         CacheView {
             t,
             keys: s.keys,
@@ -198,12 +207,16 @@ impl<F: InFlight> Tier<F> {
             capacity: self.cache.capacity().amount(),
             hits: s.hits,
             misses: s.misses,
-            reads_per_s: (c.reads - reads) as f64 / interval,
-            writes_per_s: (c.puts - puts) as f64 / interval,
-            misses_per_s: (s.misses - misses) as f64 / interval,
+            reads_per_s: rate(c.reads, before.reads),
+            writes_per_s: rate(c.puts, before.puts),
+            misses_per_s: rate(s.misses, misses),
             queue_len: Some(self.in_flight(t) as f64),
             cpu_load_avg: None,
             clients: None,
+            fetches_per_s: Some(rate(c.fetches, before.fetches)),
+            new_keys_per_s: Some(rate(c.new_keys, before.new_keys)),
+            progress: None,
+            progress_per_s: None,
         }
     }
 

@@ -35,6 +35,18 @@ pub struct CacheView {
     /// Clients the cache serves (a WorkManager's workers; a service's connected clients), where
     /// the cache knows them: what a stalled read costs is a share of their time.
     pub clients: Option<f64>,
+    /// Reads per second in the interval sent to the tier above (the store's traffic: misses,
+    /// a coalesced fetch once), where there is one.
+    pub fetches_per_s: Option<f64>,
+    /// Puts per second in the interval of keys the cache did not hold (first-time puts: a
+    /// ParSplice WorkManager's new states), where the cache tells them apart.
+    pub new_keys_per_s: Option<f64>,
+    /// The application's progress so far, in its own unit (a ParSplice run's trajectory, ps; what
+    /// a service's clients report with `PLIANT.PROGRESS`), where it is given one: what a cache
+    /// policy is for, which a hit rate only stands for.
+    pub progress: Option<f64>,
+    /// Progress per second in the interval.
+    pub progress_per_s: Option<f64>,
 }
 
 /// One metric a policy sees about its cache.
@@ -48,7 +60,7 @@ pub struct MetricInfo {
 }
 
 /// How many metrics a [`CacheView`] can give.
-const N: usize = 12;
+const N: usize = 16;
 
 /// Every metric a [`CacheView`] can give a policy, in the order it sets them.
 pub const METRICS: [MetricInfo; N] = [
@@ -64,6 +76,10 @@ pub const METRICS: [MetricInfo; N] = [
     mantle("queue_len"),
     mantle("cpu_load_avg"),
     ours("clients"),
+    ours("fetches_per_s"),
+    ours("new_keys_per_s"),
+    ours("progress"),
+    ours("progress_per_s"),
 ];
 
 /// A metric of Pliant's own (its meaning: the [`CacheView`] field of the same name).
@@ -95,6 +111,10 @@ impl CacheView {
             self.queue_len,
             self.cpu_load_avg,
             self.clients,
+            self.fetches_per_s,
+            self.new_keys_per_s,
+            self.progress,
+            self.progress_per_s,
         ]
     }
 

@@ -17,6 +17,10 @@ fn view() -> CacheView {
         queue_len: Some(3.0),
         cpu_load_avg: None,
         clients: Some(8.0),
+        fetches_per_s: Some(3.5),
+        new_keys_per_s: None,
+        progress: Some(4.5e6),
+        progress_per_s: Some(120.0),
     }
 }
 
@@ -39,6 +43,10 @@ fn the_metric_names_a_policy_sees_are_pinned() {
             "queue_len",
             "cpu_load_avg",
             "clients",
+            "fetches_per_s",
+            "new_keys_per_s",
+            "progress",
+            "progress_per_s",
         ]
     );
     let mantle: Vec<_> = METRICS

@@ -115,7 +115,9 @@ fn a_read_waiting_for_a_put_counts_but_asks_no_cache() {
             reads: 1,
             puts: 0,
             joined: 0,
-            waited: 1
+            waited: 1,
+            fetches: 0,
+            new_keys: 0,
         }
     );
     assert_eq!((t.stats().hits, t.stats().misses), (0, 0));
@@ -139,11 +141,22 @@ fn a_view_gives_totals_and_the_rates_since_the_last_view() {
     assert_eq!(v.writes_per_s, 0.4);
     assert_eq!(v.misses_per_s, 0.2);
     assert_eq!(
+        v.fetches_per_s,
+        Some(0.2),
+        "keys 10 and 11 fetched once each"
+    );
+    assert_eq!(
+        v.new_keys_per_s,
+        Some(0.4),
+        "four keys the tier did not hold"
+    );
+    assert_eq!(
         v.queue_len,
         Some(1.0),
         "only key 10's fetch is still under way"
     );
     assert_eq!(v.cpu_load_avg, None);
+    assert_eq!(v.progress, None, "the tier knows no application's progress");
 
     // The next view counts from this one, over its own interval; totals keep growing.
     assert_eq!(t.read(12, 100, 11.0), Read::Miss);
@@ -152,6 +165,17 @@ fn a_view_gives_totals_and_the_rates_since_the_last_view() {
     assert_eq!(v.reads_per_s, 0.2);
     assert_eq!(v.writes_per_s, 0.0);
     assert_eq!(v.misses_per_s, 0.2);
+    assert_eq!(
+        v.fetches_per_s,
+        Some(0.0),
+        "key 12's miss is not fetched yet"
+    );
+    assert_eq!(t.put(0, 100), Put::Redundant);
+    assert_eq!(
+        t.view(16.0, 1.0).new_keys_per_s,
+        Some(0.0),
+        "a put of a key held is not new"
+    );
 }
 
 #[test]
@@ -291,6 +315,7 @@ impl Model {
             return Put::Redundant;
         }
         self.insert(key);
+        self.counters.new_keys += 1;
         Put::Forward
     }
 }
@@ -313,6 +338,7 @@ proptest! {
                     if got == Read::Miss {
                         let ready = now + f64::from(fetch);
                         tier.fetching(key, 100, ready);
+                        m.counters.fetches += 1;
                         m.ready.insert(key, ready);
                         m.insert(key);
                     }

@@ -1383,6 +1383,24 @@ pub const COMMANDS: &[Spec] = &[
                 Arg::block("log", &[Arg::integer("count").optional()]).after("LOG"),
             ],
         )]),
+    cmd("pliant.progress", -2, &[Fast], NO_KEYS, pliant::progress)
+        .doc(
+            PLIANT,
+            PLIANT_SINCE,
+            "O(1)",
+            concat!(
+                "Reports the application's progress (INCRBY or SET a number, or GET it), ",
+                "which the node's policy sees as progress and progress_per_s."
+            ),
+        )
+        .args(&[Arg::one_of(
+            "subcommand",
+            &[
+                Arg::block("incrby", &[Arg::string("increment")]).after("INCRBY"),
+                Arg::block("set", &[Arg::string("value")]).after("SET"),
+                Arg::token("get", "GET"),
+            ],
+        )]),
     cmd("pliant.stats", 1, &[Fast], NO_KEYS, pliant::stats)
         .with(Fact::ReadsCounts)
         .walks(Walks::Counts)

@@ -121,6 +121,35 @@ pub(super) fn stats(ctx: &mut Ctx<'_>, _: &[Bytes]) -> Frame {
     Frame::Bulk(Bytes::from(v.to_string()))
 }
 
+/// `PLIANT.PROGRESS INCRBY n | SET n | GET`: the application's progress (its own unit: steps,
+/// simulated time, records written), which the node's policy sees as `progress` and
+/// `progress_per_s`: what a cache is for, which a hit rate only stands for. Replies the progress
+/// (null before any report).
+pub(super) fn progress(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = args[0].to_ascii_uppercase();
+    let reply = |v: Option<f64>| match v {
+        Some(v) => Frame::Bulk(Bytes::from(format!("{v}"))),
+        None => Frame::Null,
+    };
+    match (sub.as_slice(), args.len()) {
+        (b"GET", 1) => reply(ctx.node.progress()),
+        (b"INCRBY" | b"SET", 2) => {
+            let Some(v) = std::str::from_utf8(&args[1])
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite())
+            else {
+                return Frame::error("ERR value is not a valid float");
+            };
+            match ctx.node.report_progress(v, sub.as_slice() == b"INCRBY") {
+                Ok(now) => reply(Some(now)),
+                Err(e) => Frame::error(format!("ERR {e}")),
+            }
+        }
+        _ => Frame::error("ERR usage: PLIANT.PROGRESS INCRBY n | SET n | GET"),
+    }
+}
+
 /// A policy error's first line (a simple error reply cannot span lines).
 fn one_line(e: &str) -> String {
     e.lines().collect::<Vec<_>>().join(" | ")
