@@ -206,11 +206,11 @@ fn demo_on_a_degenerate_trace_warns_or_refuses() {
     );
 }
 
-/// `python3 tools/fit/parsplice_counters.py ARGS…` from the repository root.
-fn counters_script(args: &[&str], ci: Option<&str>) -> std::process::Output {
+/// `python3 tools/fit/SCRIPT ARGS…` from the repository root, with `CI` as given.
+fn fit_tool(script: &str, args: &[&str], ci: Option<&str>) -> std::process::Output {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut cmd = std::process::Command::new("python3");
-    cmd.arg("tools/fit/parsplice_counters.py")
+    cmd.arg(std::path::Path::new("tools/fit").join(script))
         .args(args)
         .current_dir(&root)
         .env_remove("CI");
@@ -218,6 +218,10 @@ fn counters_script(args: &[&str], ci: Option<&str>) -> std::process::Output {
         cmd.env("CI", ci);
     }
     cmd.output().expect("python3")
+}
+
+fn counters_script(args: &[&str], ci: Option<&str>) -> std::process::Output {
+    fit_tool("parsplice_counters.py", args, ci)
 }
 
 /// Without the measured runs the counters script stops with status 2 naming what is missing,
@@ -355,17 +359,6 @@ fn the_counters_script_reads_the_measured_runs() {
     assert!((500.0..700.0).contains(&gets), "{gets}");
 }
 
-fn fit_script(args: &[&str]) -> std::process::Output {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    std::process::Command::new("python3")
-        .arg("tools/fit/parsplice_model.py")
-        .args(args)
-        .current_dir(&root)
-        .env_remove("CI")
-        .output()
-        .expect("python3")
-}
-
 /// The model's rates and sizes are the fit script's, on the unlimited run: `--check` passes on
 /// the committed model.rs, and each fit is within its stated error on the runs it was not
 /// fitted on (the docs quote these).
@@ -377,13 +370,17 @@ fn the_model_holds_the_fit_of_the_unlimited_run() {
     let shared = perf.join("../../..");
     let d = tempfile::tempdir().expect("tempdir");
     let file = d.path().join("fit.json");
-    let out = fit_script(&[
-        "--shared",
-        &shared.to_string_lossy(),
-        "--json",
-        &file.to_string_lossy(),
-        "--check",
-    ]);
+    let out = fit_tool(
+        "parsplice_model.py",
+        &[
+            "--shared",
+            &shared.to_string_lossy(),
+            "--json",
+            &file.to_string_lossy(),
+            "--check",
+        ],
+        None,
+    );
     assert!(
         out.status.success(),
         "{}{}",
