@@ -23,8 +23,7 @@ use serde::Serialize;
 use crate::ParspliceError;
 use crate::meter::MemoryMeter;
 use crate::model::{
-    CACHE_HIT_SECONDS, STORE_NETWORK_SECONDS, StoreParams, WorkloadParams, segment_seconds,
-    segment_trajectory,
+    CACHE_HIT_SECONDS, StoreParams, WorkloadParams, segment_seconds, segment_trajectory,
 };
 use crate::policy::PolicyKind;
 use crate::replay::Replay;
@@ -183,10 +182,10 @@ struct Server {
 
 impl Server {
     fn read(&mut self, t: f64) -> f64 {
-        let start = (t + STORE_NETWORK_SECONDS / 2.0).max(self.free_at);
+        let start = (t + self.params.network_seconds / 2.0).max(self.free_at);
         self.free_at = start + 1.0 / self.params.reads_per_s;
         self.reads += 1;
-        self.free_at + STORE_NETWORK_SECONDS / 2.0 + self.params.read_latency_seconds
+        self.free_at + self.params.network_seconds / 2.0 + self.params.read_latency_seconds
     }
 
     fn put(&mut self, t: f64) {

@@ -165,25 +165,28 @@ pub const AT: [f64; 2] = [9_000.0, 15_000.0];
 /// Runs the model (the measured runs' layout, growth delay 100,000 and 15,000 s) for every
 /// policy of [`runs`] and compares its efficiency with the measured runs' in `dir`. `progress`
 /// gets the fraction of the model runs done.
-pub fn compare(dir: &Path, progress: &(dyn Fn(f64) + Sync)) -> Result<Vec<Row>, ParspliceError> {
+pub fn compare(
+    dir: &Path,
+    knobs: &[(String, f64)],
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Vec<Row>, ParspliceError> {
     let runs = runs();
     // Every file first: a missing one should not cost a model run.
     let measured: Vec<Series> = runs
         .iter()
         .map(|(_, prefix)| load(dir, prefix))
         .collect::<Result<_, _>>()?;
-    let workload = WorkloadParams {
+    let mut workload = WorkloadParams {
         hours: 15_000.0 / 3600.0,
         ..WorkloadParams::default()
     };
+    let mut store = StoreParams::default();
+    for (name, value) in knobs {
+        crate::model::set_knob(&mut workload, &mut store, name, *value)
+            .map_err(ParspliceError::Config)?;
+    }
     let policies: Vec<PolicyKind> = runs.iter().map(|(p, _)| p.clone()).collect();
-    let reports = study::run_all(
-        workload,
-        StoreParams::default(),
-        Segments::Model,
-        &policies,
-        progress,
-    )?;
+    let reports = study::run_all(workload, store, Segments::Model, &policies, progress)?;
     Ok(policies
         .iter()
         .zip(&measured)

@@ -28,6 +28,10 @@ pub struct WorkloadParams {
     pub hours: f64,
     /// RNG seed of the state process.
     pub seed: u64,
+    /// Chance a segment starts from the trajectory's current state ([`P_CURRENT`]).
+    pub p_current: f64,
+    /// Chance a segment that found nothing moves the current state ([`P_HOP`]).
+    pub p_hop: f64,
 }
 
 /// Workers under the WorkManager of the two one-node traces (`d100K`, `d1M`: ranks 5–31): what
@@ -43,6 +47,8 @@ impl Default for WorkloadParams {
             nodes: 1,
             hours: 2.5,
             seed: 1,
+            p_current: P_CURRENT,
+            p_hop: P_HOP,
         }
     }
 }
@@ -200,6 +206,8 @@ pub struct StoreParams {
     pub stall_every_puts: u64,
     /// ...for this many seconds (LevelDB's write stall when level-0 files pile up).
     pub stall_seconds: f64,
+    /// Round trip to the store, seconds ([`STORE_NETWORK_SECONDS`]).
+    pub network_seconds: f64,
 }
 
 impl Default for StoreParams {
@@ -210,6 +218,81 @@ impl Default for StoreParams {
             read_latency_seconds: READ_LATENCY_SECONDS,
             stall_every_puts: 4096,
             stall_seconds: 2.0,
+            network_seconds: STORE_NETWORK_SECONDS,
         }
+    }
+}
+
+/// The model's constants a run can be given other values of (`pliant parsplice compare --set
+/// NAME=VALUE`), to see how a result moves with them: the names.
+pub const KNOBS: [&str; 7] = [
+    "p_current",
+    "p_hop",
+    "miss_penalty",
+    "store_network_seconds",
+    "store_reads_per_s",
+    "store_puts_per_s",
+    "store_stall_seconds",
+];
+
+/// Sets knob `name` (one of [`KNOBS`]) to `value` in `w` or `s`.
+pub fn set_knob(
+    w: &mut WorkloadParams,
+    s: &mut StoreParams,
+    name: &str,
+    value: f64,
+) -> Result<(), String> {
+    let chance = |v: f64| (0.0..=1.0).contains(&v);
+    let (slot, ok): (&mut f64, bool) = match name {
+        "p_current" => (&mut w.p_current, chance(value)),
+        "p_hop" => (&mut w.p_hop, chance(value)),
+        "miss_penalty" => (&mut s.read_latency_seconds, value >= 0.0),
+        "store_network_seconds" => (&mut s.network_seconds, value >= 0.0),
+        "store_reads_per_s" => (&mut s.reads_per_s, value > 0.0),
+        "store_puts_per_s" => (&mut s.puts_per_s, value > 0.0),
+        "store_stall_seconds" => (&mut s.stall_seconds, value >= 0.0),
+        _ => {
+            return Err(format!(
+                "unknown knob {name:?}: one of {}",
+                KNOBS.join(", ")
+            ));
+        }
+    };
+    if !value.is_finite() || !ok {
+        return Err(format!("{name}={value}: out of its range"));
+    }
+    *slot = value;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_knob_is_set_by_name_and_bad_ones_are_named() {
+        let (mut w, mut s) = (WorkloadParams::default(), StoreParams::default());
+        for (name, v) in [
+            ("p_hop", 0.05),
+            ("miss_penalty", 0.3),
+            ("store_reads_per_s", 100.0),
+        ] {
+            set_knob(&mut w, &mut s, name, v).expect("a knob");
+        }
+        assert_eq!(
+            (w.p_hop, s.read_latency_seconds, s.reads_per_s),
+            (0.05, 0.3, 100.0)
+        );
+        let e = set_knob(&mut w, &mut s, "p_hopp", 0.1).expect_err("unknown");
+        assert!(e.contains("p_hopp") && e.contains("p_current"), "{e}");
+        for (name, v) in [
+            ("p_current", 1.5),
+            ("store_puts_per_s", 0.0),
+            ("p_hop", f64::NAN),
+        ] {
+            let e = set_knob(&mut w, &mut s, name, v).expect_err("out of range");
+            assert!(e.contains(name), "{e}");
+        }
+        assert_eq!(w.p_current, P_CURRENT, "a refused value changes nothing");
     }
 }

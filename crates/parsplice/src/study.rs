@@ -258,6 +258,7 @@ pub fn prepare(req: &Request) -> Result<Prepared, ParspliceError> {
         }),
         hours: req.hours.unwrap_or(2.5),
         seed: req.seed,
+        ..WorkloadParams::default()
     };
     let replay = match &req.trace {
         Some(p) => {

@@ -12,8 +12,7 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::model::{
-    P_CURRENT, P_HOP, WorkloadParams, atoms, basin_states, new_state_chance, segment_trajectory,
-    value_size,
+    WorkloadParams, atoms, basin_states, new_state_chance, segment_trajectory, value_size,
 };
 
 /// One segment of trajectory.
@@ -98,7 +97,7 @@ impl StateProcess {
             self.new_basin();
             seeded = Some((self.current, self.size_of(self.current)));
         }
-        let start = if self.rng.random_bool(P_CURRENT) || self.basin.len() == 1 {
+        let start = if self.rng.random_bool(self.params.p_current) || self.basin.len() == 1 {
             self.current
         } else {
             self.basin[self.rng.random_range(0..self.basin.len())]
@@ -111,7 +110,7 @@ impl StateProcess {
             self.unpublished.push(k);
             Some((k, self.size_of(k)))
         } else {
-            if self.rng.random_bool(P_HOP) {
+            if self.rng.random_bool(self.params.p_hop) {
                 self.current = self.basin[self.rng.random_range(0..self.basin.len())];
             }
             None

@@ -67,8 +67,24 @@ pub struct CompareArgs {
     /// Directory of the measured runs' `times.txt` files.
     #[arg(long, default_value = "../shared/results/parsplice-8node-policies")]
     results: PathBuf,
+    /// Runs the model with one of its constants changed, to see how the comparison moves with
+    /// it: NAME=VALUE, repeatable; NAME one of p_current, p_hop, miss_penalty,
+    /// store_network_seconds, store_reads_per_s, store_puts_per_s, store_stall_seconds.
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = knob)]
+    knobs: Vec<(String, f64)>,
     #[command(flatten)]
     output: Json,
+}
+
+fn knob(s: &str) -> std::result::Result<(String, f64), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NAME=VALUE"))?;
+    let v: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {v:?} is not a number"))?;
+    Ok((k.trim().to_string(), v))
 }
 
 /// Runs a parsplice subcommand.
@@ -88,6 +104,7 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
         nodes: 1,
         hours: a.hours,
         seed: a.rng.seed,
+        ..WorkloadParams::default()
     };
     calibration::write_model_trace(&a.output, w)?;
     eprintln!("wrote {}", a.output.display());
@@ -211,7 +228,9 @@ fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
 
 fn compare(a: &CompareArgs) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new(1000);
-    let rows = measured::compare(&a.results, &|f| bar.set_position((f * 1000.0) as u64))?;
+    let rows = measured::compare(&a.results, &a.knobs, &|f| {
+        bar.set_position((f * 1000.0) as u64)
+    })?;
     bar.finish_and_clear();
     if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

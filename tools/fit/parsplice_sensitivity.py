@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""How the model-vs-measured comparison moves when one of the model's unsourced constants is set
+to half and one and a half times its value (issue 36: "the result's sensitivity to ±50%").
+
+    python3 tools/fit/parsplice_sensitivity.py [--binary PATH] [--json FILE]
+
+Runs `pliant parsplice compare --json` once as it is and once per knob and factor (`--set
+NAME=VALUE`; a chance above 1 is set to 1), and prints, per knob, how many points each policy's
+modelled efficiency moves at 2.5 h and 4.2 h: the largest move over the seven limited policies,
+and LRU 10's and two-phase 100K → 10's. The knobs' values are read from
+crates/parsplice/src/model.rs. About 8 minutes on a 2-core machine (15 model comparisons).
+Needs ../shared/results/parsplice-8node-policies (the comparison's measured runs).
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL_RS = os.path.join(ROOT, "crates", "parsplice", "src", "model.rs")
+# knob: how its value is found in model.rs (a const, or a field of StoreParams' default)
+KNOBS = {
+    "p_current": r"pub const P_CURRENT: f64 = ([0-9.]+);",
+    "p_hop": r"pub const P_HOP: f64 = ([0-9.]+);",
+    "miss_penalty": r"pub const READ_LATENCY_SECONDS: f64 = ([0-9.]+);",
+    "store_network_seconds": r"pub const STORE_NETWORK_SECONDS: f64 = ([0-9.]+);",
+    "store_reads_per_s": r"reads_per_s: ([0-9.]+),",
+    "store_puts_per_s": r"puts_per_s: ([0-9.]+),",
+    "store_stall_seconds": r"stall_seconds: ([0-9.]+),",
+}
+CHANCES = ("p_current", "p_hop")
+FACTORS = (0.5, 1.5)
+
+
+def compare(binary, sets):
+    cmd = [binary, "parsplice", "compare", "--json"]
+    for k, v in sets:
+        cmd += ["--set", f"{k}={v}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
+    return {r["policy"]: (r["model_2_5h"], r["model_4_2h"]) for r in json.loads(p.stdout)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "pliant"))
+    ap.add_argument("--json", metavar="FILE")
+    a = ap.parse_args()
+    with open(MODEL_RS, encoding="utf-8") as f:
+        text = f.read()
+    values = {}
+    for k, pattern in KNOBS.items():
+        m = re.search(pattern, text)
+        if not m:
+            sys.exit(f"{MODEL_RS}: no value for {k} ({pattern})")
+        values[k] = float(m.group(1))
+    base = compare(a.binary, [])
+    out = {"values": values, "base": base, "moves": {}}
+    print("Points each modelled efficiency moves with a knob at ×0.5 / ×1.5 "
+          "(2.5 h | 4.2 h; the largest over the limited policies, then LRU 10 and "
+          "two-phase 100K → 10):\n")
+    print("| knob | value | ×0.5: largest | LRU 10 | → 10 | ×1.5: largest | LRU 10 | → 10 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for k, v in values.items():
+        cells = []
+        for factor in FACTORS:
+            x = v * factor
+            if k in CHANCES:
+                x = min(x, 1.0)
+            run = compare(a.binary, [(k, x)])
+            moves = {p: (100 * (run[p][0] - base[p][0]), 100 * (run[p][1] - base[p][1]))
+                     for p in base if p != "unlimited"}
+            out["moves"][f"{k}x{factor}"] = {"value": x, "moves": moves}
+            big = max(moves.values(), key=lambda m: max(abs(m[0]), abs(m[1])))
+
+            def fmt(m):
+                return f"{m[0]:+.1f} \\| {m[1]:+.1f}"
+            cells += [fmt(big), fmt(moves["lru-10"]), fmt(moves["two-phase-100000-10"])]
+        print(f"| `{k}` | {v:g} | " + " | ".join(cells) + " |", flush=True)
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
