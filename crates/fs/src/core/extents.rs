@@ -631,12 +631,13 @@ impl Inner {
             }
         }
         let mut d = lock(&entry.data);
-        if !d.backing_writable && d.path.is_some() {
+        if !d.backing_writable
+            && let Some(rel) = d.path.clone()
+        {
             // The caller's right to write was checked where it opened the file (the kernel,
             // or a server's check of the request): the file's mode changed since, or its
             // owner created it read-only, and the cache opened it read-only for that. As the
             // owner, it can still be written; as anyone else, not.
-            let rel = d.path.clone().unwrap_or_default();
             let w = self.tree.open_writable_as_owner(&rel)?;
             d.backing = Some(Arc::new(w));
             d.backing_writable = true;

@@ -486,18 +486,19 @@ fn random_session() -> u64 {
 /// too many wait (a local user's flood, [`super::server::MAX_UNAUTHENTICATED`]), and that is
 /// not the server being gone.
 fn dial(dialer: &Dialer) -> io::Result<Client> {
+    let closed = |e: &ClientError| match e {
+        ClientError::Closed(_) => true,
+        ClientError::Io { source, .. } => matches!(
+            source.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        ),
+        _ => false,
+    };
     match dialer.connect() {
-        Err(ClientError::Closed(_)) => dialer.connect().map_err(|e| unreachable(&e)),
-        Err(ClientError::Io { source, .. })
-            if matches!(
-                source.kind(),
-                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-            ) =>
-        {
-            dialer.connect().map_err(|e| unreachable(&e))
-        }
-        r => r.map_err(|e| unreachable(&e)),
+        Err(e) if closed(&e) => dialer.connect(),
+        r => r,
     }
+    .map_err(|e| unreachable(&e))
 }
 
 fn unreachable(e: &ClientError) -> io::Error {

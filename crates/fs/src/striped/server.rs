@@ -4,8 +4,8 @@
 //!
 //! One thread per connection (a job has a few mounts per server, each with a few connections),
 //! at most [`MAX_CONNECTIONS`], of which at most [`MAX_UNAUTHENTICATED`] waiting to
-//! authenticate (one more closes the one that has waited longest). A connection must give the cache's secret (`AUTH`) within
-//! [`AUTH_DEADLINE`], and until it does a request may claim only what Redis lets an
+//! authenticate (one more closes the one that has waited longest). A connection must give the
+//! cache's secret (`AUTH`) within [`AUTH_DEADLINE`], and until it does a request may claim only what Redis lets an
 //! unauthenticated client claim (the protocol crate's limits). Every request that names a file
 //! is checked against the backing file's permissions for the uid and groups it carries
 //! ([`FsCache::may`]): a local user who learnt the port reaches nothing without the secret, and
@@ -217,8 +217,8 @@ impl StripeServer {
         &self.shared.cache
     }
 
-    /// Serves until `stop` is set, then stops the connections (each within a fifth of a second of its
-    /// current request) and returns.
+    /// Serves until `stop` is set, then stops the connections (each within a fifth of a second
+    /// of its current request) and returns.
     pub fn serve(&self, stop: &AtomicBool) {
         let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
         let mut listed: Option<Vec<PathBuf>> = None;
