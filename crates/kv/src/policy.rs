@@ -502,7 +502,11 @@ impl Thread {
             // A write does not say whether its key was new to the node.
             new_keys_per_s: None,
             progress,
-            progress_per_s: progress.map(|p| (p - before_progress.unwrap_or(0.0)).max(0.0) / dt),
+            // From the second report on: the first has no earlier one to count from (the whole
+            // progress so far over one interval would look like a burst).
+            progress_per_s: progress
+                .zip(before_progress)
+                .map(|(p, b)| (p - b).max(0.0) / dt),
         };
         // `auto` saw every read as it happened; the series is the Lua policies'.
         let reads = ks.take_reads();

@@ -641,11 +641,20 @@ fn the_no_progress_policy_grows_the_tier_back_when_the_application_stops_progres
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let bad: redis::RedisResult<String> = redis::cmd("PLIANT.PROGRESS")
-        .arg("INCRBY")
-        .arg("-1e9")
-        .query(&mut c);
-    assert!(bad.is_err(), "progress cannot go below 0: {bad:?}");
+    // Bad reports are refused, naming why, and change nothing.
+    for (args, why) in [
+        (&["INCRBY", "-1e9"][..], "not negative"),
+        (&["SET", "inf"][..], "not a valid float"),
+        (&["INCRBY", "ten"][..], "not a valid float"),
+        (&["ADD", "1"][..], "usage"),
+        (&["GET", "extra"][..], "usage"),
+    ] {
+        let bad: redis::RedisResult<String> = redis::cmd("PLIANT.PROGRESS").arg(args).query(&mut c);
+        let e = bad.expect_err("refused").to_string();
+        assert!(e.contains(why), "{args:?}: {e}");
+    }
+    let none: Option<String> = cmd(&mut c, &["PLIANT.PROGRESS", "GET"]);
+    assert_eq!(none, None, "no report yet");
     report(&mut c, Duration::from_millis(800));
     for i in 0..40 {
         let _: () = redis::cmd("SET").arg(i).arg(i).query(&mut c).expect("set");
