@@ -1,11 +1,13 @@
 //! The fitted model of a ParSplice run: how fast trajectory accrues, how the system grows, what a
 //! state's coordinates weigh, and what the store costs. Every constant says where it comes from.
 //!
-//! The rates and sizes are fitted to ONE measured run, the eight-node unlimited-cache run
+//! The rates and sizes are fitted to ONE measured policy run, the eight-node unlimited-cache run
 //! (`scale-cachelimit-8n-unlimited-71994` in `../shared/results/parsplice-8node-policies`: its
-//! `times.txt` and its WorkManager's counters), by `tools/fit/parsplice_model.py`, which prints
-//! each fit's error on the seven other runs up to the time their policy acts (`--check` fails if
-//! a constant here is not the fit's). The policy runs are then predicted, not fitted.
+//! `times.txt` and its WorkManager's counters), and, for production and the superbasins' states
+//! (small systems that run passes in its first 100 s, a slower growth), also to the two one-node
+//! traces, by `tools/fit/parsplice_model.py`, which prints each fit's error on the seven other
+//! runs up to the time their policy acts (`--check` fails if a constant here is not the fit's).
+//! The policy runs are then predicted, not fitted.
 
 use serde::Serialize;
 
@@ -15,8 +17,8 @@ pub struct WorkloadParams {
     /// Picoseconds of trajectory between two atoms deposited (`<Delay>` in ps-config.xml):
     /// 100,000 for the d100K traces, 1,000,000 for d1M.
     pub growth_delay: f64,
-    /// Relative temperature (1.0 = the measured runs): scales the chance a segment finds a new
-    /// state.
+    /// Relative temperature (1.0 = the measured runs): scales the states a superbasin holds
+    /// ([`basin_states`]).
     pub temperature: f64,
     /// Workers under each WorkManager: 251 in the measured runs (`layout`: ranks 5–255 under
     /// rank 4; one more worker sits under the splicer), 27 in the one-node traces.
