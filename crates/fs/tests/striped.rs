@@ -42,6 +42,15 @@ fn start_server(backing: &Path, cache: &Path) -> Server {
     start_server_at(backing, cache, "127.0.0.1:0")
 }
 
+/// `n` servers over `backing`, each with its cache in `dirs/s<i>`, and their addresses.
+fn start_servers(backing: &Path, dirs: &Path, n: usize) -> (Vec<Server>, Vec<String>) {
+    let servers: Vec<Server> = (0..n)
+        .map(|i| start_server(backing, &dirs.join(format!("s{i}"))))
+        .collect();
+    let addrs = servers.iter().map(|s| s.addr.clone()).collect();
+    (servers, addrs)
+}
+
 fn start_server_at(backing: &Path, cache: &Path, listen: &str) -> Server {
     let (server, recovery) = StripeServer::bind(ServerOptions {
         cache: server_config(backing, cache),
@@ -120,10 +129,7 @@ impl World {
         let backing = tempfile::tempdir().expect("striped test step");
         std::fs::create_dir(backing.path().join("d")).expect("striped test step");
         let dirs = tempfile::tempdir().expect("striped test step");
-        let servers: Vec<Server> = (0..3)
-            .map(|i| start_server(backing.path(), &dirs.path().join(format!("s{i}"))))
-            .collect();
-        let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+        let (servers, addrs) = start_servers(backing.path(), dirs.path(), 3);
         let clients = (0..3)
             .map(|i| {
                 client(
@@ -377,10 +383,7 @@ fn a_server_killed_with_fsynced_stripes_writes_them_back_when_started_again() {
 fn a_server_that_stops_answering_gives_eio_within_the_timeout() {
     let backing = tempfile::tempdir().expect("striped test step");
     let dirs = tempfile::tempdir().expect("striped test step");
-    let servers: Vec<Server> = (0..2)
-        .map(|i| start_server(backing.path(), &dirs.path().join(format!("s{i}"))))
-        .collect();
-    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let (servers, addrs) = start_servers(backing.path(), dirs.path(), 2);
     let timeout = Duration::from_secs(1);
     let c = client(backing.path(), &dirs.path().join("c"), &addrs, timeout);
     let h = c
@@ -563,10 +566,7 @@ fn byte_range_locks_exclude_across_clients_and_go_with_their_mount() {
     use nix::libc::{F_RDLCK, F_UNLCK, F_WRLCK};
     let backing = tempfile::tempdir().expect("striped test step");
     let dirs = tempfile::tempdir().expect("striped test step");
-    let servers: Vec<Server> = (0..3)
-        .map(|i| start_server(backing.path(), &dirs.path().join(format!("s{i}"))))
-        .collect();
-    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let (servers, addrs) = start_servers(backing.path(), dirs.path(), 3);
     let timeout = Duration::from_secs(20);
     let a = client(backing.path(), &dirs.path().join("a"), &addrs, timeout);
     let b = Arc::new(client(
@@ -633,10 +633,7 @@ fn byte_range_locks_exclude_across_clients_and_go_with_their_mount() {
 fn a_name_made_again_behind_the_servers_back_takes_the_new_files_writes() {
     let backing = tempfile::tempdir().expect("striped test step");
     let dirs = tempfile::tempdir().expect("striped test step");
-    let servers: Vec<Server> = (0..2)
-        .map(|i| start_server(backing.path(), &dirs.path().join(format!("s{i}"))))
-        .collect();
-    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let (servers, addrs) = start_servers(backing.path(), dirs.path(), 2);
     let c = client(
         backing.path(),
         &dirs.path().join("c"),
