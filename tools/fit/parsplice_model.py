@@ -176,22 +176,21 @@ def column_at(rows, t, col):
     return rows[-1][col]
 
 
-def windows(rows, wm, until, a0):
-    """Per WINDOW-s window up to `until`: (mean atoms, MD ps/s per worker, MD ps per get,
-    first-time puts per get)."""
+def windows(rows, wm, until, a0, delay=DELAY, workers=WORKERS):
+    """Per WINDOW-s window up to `until`: mean atoms, MD ps/s per worker and, with the
+    WorkManager's counters `wm`, MD ps per get (from the second window: the counters' first
+    sample already counts gets made before it)."""
     out = []
     t = WINDOW if wm is not None else 0
     end = min(until, rows[-1][0])
     while t + WINDOW <= end:
         a, b = t, t + WINDOW
-        atoms = a0 + 0.5 * (column_at(rows, a, 1) + column_at(rows, b, 1)) / DELAY
+        atoms = a0 + 0.5 * (column_at(rows, a, 1) + column_at(rows, b, 1)) / delay
         md = (column_at(rows, b, 2) - column_at(rows, a, 2)) / WINDOW
-        row = {"t": a, "atoms": atoms, "production": md / WORKERS}
+        row = {"t": a, "atoms": atoms, "production": md / workers}
         if wm is not None:
             gets = wm["DBMemoryGet"].rate(a, b)
-            puts = wm["DBMemoryPut"].rate(a, b)
             row["md_per_get"] = md / gets if gets else None
-            row["new_per_get"] = puts / gets if gets else None
         out.append(row)
         t += WINDOW
     return out
@@ -426,14 +425,7 @@ def load_trace(shared, name, delay):
     base = os.path.join(shared, TRACES, name)
     rows = read_rows(os.path.join(base, "times.txt"))
     counts = Counts.of_trace(os.path.join(base, "rank4.csv.gz"))
-    w = []
-    t = 0
-    while t + WINDOW <= rows[-1][0]:
-        a, b = t, t + WINDOW
-        atoms = A0 + 0.5 * (column_at(rows, a, 1) + column_at(rows, b, 1)) / delay
-        md = (column_at(rows, b, 2) - column_at(rows, a, 2)) / WINDOW
-        w.append({"t": a, "atoms": atoms, "production": md / TRACED_WORKERS})
-        t += WINDOW
+    w = windows(rows, None, rows[-1][0], A0, delay, TRACED_WORKERS)
     return {"name": name, "windows": w, "basins": basins_of(rows, delay, counts, TRACED_WORKERS)}
 
 
