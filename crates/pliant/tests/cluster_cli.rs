@@ -936,14 +936,30 @@ fn a_cluster_up_on_etcd_starts_the_nodes_of_a_commission_and_stops_those_decommi
 }
 
 /// Marks `slots` migrating from node `from` to node `to` in the coordination store, as a move
-/// does first (and leaves behind if it dies), and waits (at most 10 s) until `at` serves that map.
+/// does first (and leaves behind if it dies), and waits (at most 10 s) until every member serves
+/// that map (a move's copies reach a target that knows the slots are coming, as the mover waits
+/// for both nodes before it copies).
 fn mark_migrating(at: &str, slots: &[u64], from: &str, to: &str) {
+    mark_migrating_via(at, slots, from, to, None);
+}
+
+/// [`mark_migrating`], with `to`'s address in the map replaced by `via` if given: the source
+/// dials it to send its copies, and clients sent on with `-ASK` or `-MOVED` go there (a
+/// [`Relay`] in front of the node).
+fn mark_migrating_via(at: &str, slots: &[u64], from: &str, to: &str, via: Option<&str>) {
     let v = view(at);
     let mut map = v["state"]["map"].clone();
     map["migrations"] = slots
         .iter()
         .map(|s| serde_json::json!({"slot": s, "from": from, "to": to}))
         .collect();
+    if let Some(via) = via {
+        for n in map["nodes"].as_array_mut().expect("nodes") {
+            if n["id"] == to {
+                n["addr"] = via.into();
+            }
+        }
+    }
     let version = map["version"].as_u64().expect("version");
     let ok: i64 = redis::cmd("PLIANT.COORD")
         .arg("UPDATE")
@@ -952,13 +968,21 @@ fn mark_migrating(at: &str, slots: &[u64], from: &str, to: &str) {
         .query(&mut client(v["coord"].as_str().expect("coord")))
         .expect("update");
     assert_eq!(ok, 1);
+    let members: Vec<String> = v["state"]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m["addr"].as_str().expect("addr").to_string())
+        .collect();
     let began = Instant::now();
-    while view(at)["state"]["map"]["version"].as_u64() <= Some(version) {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "{at} did not see the map"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    for m in &members {
+        while view(m)["state"]["map"]["version"].as_u64() <= Some(version) {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "{m} did not see the map"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -1191,6 +1215,380 @@ fn migrate_streams(serve: &[&str]) {
         .query::<Option<String>>(&mut c)
         .expect_err("asked");
     assert_eq!(e.code(), Some("ASK"), "{e}");
+    cluster.stop();
+}
+
+/// A one-shot signal between a test and its [`Relay`]'s threads.
+#[derive(Clone, Default)]
+struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn open(&self) {
+        *self.0.0.lock().expect("gate") = true;
+        self.0.1.notify_all();
+    }
+
+    /// Waits until the gate is open, at most `max`; whether it is.
+    fn wait(&self, max: Duration) -> bool {
+        let (open, cv) = &*self.0;
+        let guard = open.lock().expect("gate");
+        let (guard, _) = cv
+            .wait_timeout_while(guard, max, |open| !*open)
+            .expect("gate");
+        *guard
+    }
+}
+
+/// What a [`Relay`] does with a connection once it has sent a `PLIANT.RESTORE` (a move's source
+/// streaming its copies), by the order such connections came in.
+#[derive(Clone)]
+enum Hold {
+    /// Everything passes as it comes.
+    Pass,
+    /// The target's replies (the acknowledgements the source deletes its keys on) wait until
+    /// the gate opens, at most 2 s.
+    Replies(Gate),
+    /// The copies wait until the gate opens, at most 10 s.
+    Copies(Gate),
+}
+
+/// A TCP relay on a free loopback port that a test puts in the slot map in place of a move's
+/// target (`mark_migrating_via`), so that the test, not the scheduler, orders the source's
+/// copies, the target's acknowledgements and clients' writes: orders a slow or lossy network
+/// can give, made certain. Each connection is relayed to `target` by two threads; every socket
+/// is shut down, and the accepting thread stopped, when it is dropped.
+struct Relay {
+    addr: String,
+    state: std::sync::Arc<RelayState>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+struct RelayState {
+    target: String,
+    stop: std::sync::atomic::AtomicBool,
+    /// For the n-th connection that sends a `PLIANT.RESTORE`: a gate opened when it does, and
+    /// what to do with it (past the end: [`Hold::Pass`]).
+    plan: Vec<(Gate, Hold)>,
+    restorers: std::sync::atomic::AtomicUsize,
+    sockets: std::sync::Mutex<Vec<std::net::TcpStream>>,
+}
+
+impl Relay {
+    fn start(target: &str, plan: Vec<(Gate, Hold)>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let state = std::sync::Arc::new(RelayState {
+            target: target.to_string(),
+            stop: Default::default(),
+            plan,
+            restorers: Default::default(),
+            sockets: Default::default(),
+        });
+        let s = state.clone();
+        let accept = std::thread::spawn(move || {
+            while !s.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((from, _)) => Self::relay(&s, from),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Self {
+            addr,
+            state,
+            accept: Some(accept),
+        }
+    }
+
+    fn relay(state: &std::sync::Arc<RelayState>, from: std::net::TcpStream) {
+        use std::io::{Read, Write};
+        from.set_nonblocking(false).expect("blocking");
+        let Ok(to) = std::net::TcpStream::connect(&state.target) else {
+            return;
+        };
+        let _ = to.set_nodelay(true);
+        let _ = from.set_nodelay(true);
+        {
+            let mut sockets = state.sockets.lock().expect("sockets");
+            sockets.push(from.try_clone().expect("clone"));
+            sockets.push(to.try_clone().expect("clone"));
+        }
+        let hold: std::sync::Arc<std::sync::OnceLock<Hold>> = Default::default();
+        let (mut up_from, mut up_to) = (
+            from.try_clone().expect("clone"),
+            to.try_clone().expect("clone"),
+        );
+        let (s, up_hold) = (state.clone(), hold.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut tail: Vec<u8> = Vec::new();
+            loop {
+                let n = match up_from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let chunk = &buf[..n];
+                if up_hold.get().is_none() {
+                    let mut seen = std::mem::take(&mut tail);
+                    seen.extend_from_slice(chunk);
+                    if seen.windows(14).any(|w| w == b"PLIANT.RESTORE") {
+                        let i = s
+                            .restorers
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let (gate, h) = s
+                            .plan
+                            .get(i)
+                            .cloned()
+                            .unwrap_or_else(|| (Gate::default(), Hold::Pass));
+                        let _ = up_hold.set(h.clone());
+                        gate.open();
+                        match h {
+                            Hold::Pass | Hold::Replies(_) => {}
+                            Hold::Copies(g) => {
+                                g.wait(Duration::from_secs(10));
+                            }
+                        }
+                    } else {
+                        tail = seen[seen.len().saturating_sub(13)..].to_vec();
+                    }
+                }
+                if up_to.write_all(chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = up_to.shutdown(std::net::Shutdown::Write);
+        });
+        let (mut down_from, mut down_to) = (to, from);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut waited = false;
+            loop {
+                let n = match down_from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                match hold.get() {
+                    Some(Hold::Replies(g)) if !waited => {
+                        waited = true;
+                        g.wait(Duration::from_secs(2));
+                    }
+                    _ => {}
+                }
+                if down_to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = down_to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.state
+            .stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in self.state.sockets.lock().expect("sockets").iter() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+/// A client thread overwriting every key of `keys` round after round through the cluster, as a
+/// Redis Cluster client does (from `at`: [`routed`]), until stopped or 30 s: the rounds it has
+/// finished so far, and at the end what it last wrote to each key, every write acknowledged.
+struct Overwriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    rounds: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    thread: std::thread::JoinHandle<std::collections::BTreeMap<String, String>>,
+}
+
+impl Overwriter {
+    fn start(at: &str, keys: Vec<String>) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (halt, done, at) = (stop.clone(), rounds.clone(), at.to_string());
+        let thread = std::thread::spawn(move || {
+            let mut last = std::collections::BTreeMap::new();
+            let began = Instant::now();
+            for round in 1..=10_000usize {
+                if halt.load(std::sync::atomic::Ordering::SeqCst)
+                    || began.elapsed() > Duration::from_secs(30)
+                {
+                    break;
+                }
+                for k in &keys {
+                    let v = format!("w{round}");
+                    let _: String = routed(&at, &["SET", k, &v]);
+                    last.insert(k.clone(), v);
+                }
+                done.store(round, std::sync::atomic::Ordering::SeqCst);
+            }
+            last
+        });
+        Self {
+            stop,
+            rounds,
+            thread,
+        }
+    }
+
+    fn rounds(&self) -> usize {
+        self.rounds.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (at most 15 s) until a round begun after this call has ended: every key written
+    /// since, each write acknowledged.
+    fn wait_for_a_full_round(&self) {
+        let from = self.rounds();
+        let began = Instant::now();
+        while self.rounds() < from + 2 {
+            assert!(
+                began.elapsed() < Duration::from_secs(15),
+                "the writer did not finish a round"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stop(self) -> std::collections::BTreeMap<String, String> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().expect("writer")
+    }
+}
+
+/// `PLIANT.MIGRATE target batch-bytes "" slot` at `source` on a connection of its own, in a
+/// thread that starts it once `go` opens: `[token, deleted, bytes, copied]`.
+fn migrate_call(
+    source: &str,
+    target_id: &str,
+    slot: u64,
+    go: &Gate,
+) -> std::thread::JoinHandle<Result<redis::Value, String>> {
+    let (source, target_id, go) = (source.to_string(), target_id.to_string(), go.clone());
+    let mut c = client(&source);
+    std::thread::spawn(move || {
+        assert!(go.wait(Duration::from_secs(10)), "not started");
+        redis::cmd("PLIANT.MIGRATE")
+            .arg(&target_id)
+            .arg(1 << 20)
+            .arg("")
+            .arg(slot)
+            .query::<redis::Value>(&mut c)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Regression (a lost acknowledged write, found once by the kill test in CI): two
+/// `PLIANT.MIGRATE` calls on one slot at once (a call left running by a rescaler that was
+/// killed, and the rescale run again) both copied its keys; the first's deletion at the source
+/// sent the keys' writers to the target, and the second's copy of the old values, arriving
+/// after their writes, overwrote them. A relay in front of the target makes that order
+/// certain: the first call's acknowledgements wait until a second call's copies are on their
+/// way, and those wait until the writer has written every key again at the target. One call
+/// at a time now streams out of a node, so the second finds nothing left to copy.
+#[test]
+fn two_migrate_calls_on_one_slot_at_once_lose_no_acknowledged_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let keys: Vec<String> = (0..50).map(|i| format!("{{r}}k{i:02}")).collect();
+    for k in &keys {
+        let _: String = routed(&addrs[0], &["SET", k, "before"]);
+    }
+    let owner = addrs
+        .iter()
+        .find(|a| {
+            redis::cmd("GET")
+                .arg(&keys[0])
+                .query::<Option<String>>(&mut client(a))
+                .is_ok()
+        })
+        .expect("an owner")
+        .clone();
+    let target = addrs.iter().find(|a| **a != owner).expect("target").clone();
+    let owner_id = view(&owner)["me"].as_str().expect("id").to_string();
+    let target_id = view(&target)["me"].as_str().expect("id").to_string();
+    let slot: u64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&keys[0])
+        .query(&mut client(&owner))
+        .expect("slot");
+    let (second_seen, release) = (Gate::default(), Gate::default());
+    let relay = Relay::start(
+        &target,
+        vec![
+            (Gate::default(), Hold::Replies(second_seen.clone())),
+            (second_seen, Hold::Copies(release.clone())),
+        ],
+    );
+    mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
+    let writer = Overwriter::start(&owner, keys.clone());
+    let go = Gate::default();
+    let calls = [
+        migrate_call(&owner, &target_id, slot, &go),
+        migrate_call(&owner, &target_id, slot, &go),
+    ];
+    go.open();
+    let began = Instant::now();
+    while !calls.iter().any(|c| c.is_finished()) {
+        assert!(began.elapsed() < Duration::from_secs(15), "no call ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The keys left the source: the writer's next round writes every one at the target.
+    writer.wait_for_a_full_round();
+    let last = writer.stop();
+    release.open();
+    let replies: Vec<String> = calls
+        .into_iter()
+        .map(|c| format!("{:?}", c.join().expect("call")))
+        .collect();
+    let out = pliant(&[
+        "cluster",
+        "move",
+        &owner,
+        "--slot",
+        &slot.to_string(),
+        "--to",
+        &target_id,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut t = client(&target);
+    // The target learns by watch that it owns the slot now.
+    let began = Instant::now();
+    while let Err(e) = redis::cmd("GET")
+        .arg(&keys[0])
+        .query::<Option<String>>(&mut t)
+    {
+        assert!(
+            e.code() == Some("MOVED") && began.elapsed() < Duration::from_secs(10),
+            "{e}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lost: Vec<String> = keys
+        .iter()
+        .filter_map(|k| {
+            let got: Option<String> = redis::cmd("GET").arg(k).query(&mut t).expect("GET");
+            (got.as_deref() != Some(last[k].as_str()))
+                .then(|| format!("{k}: {got:?}, acknowledged {}", last[k]))
+        })
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} keys lost their last acknowledged write ({lost:?}); the calls answered {replies:?}",
+        lost.len(),
+        keys.len()
+    );
+    drop(relay);
     cluster.stop();
 }
 
