@@ -54,6 +54,13 @@ pub struct Cluster {
     /// acknowledged write, seen once in CI). The rescaler moves one slot range out of a node at
     /// a time anyway.
     streaming: tokio::sync::Mutex<()>,
+    /// Keys of slots moving here that a client wrote here (sent with `-ASK`, so after the
+    /// source lost them), for as long as their slot is moving here: `PLIANT.RESTORE` leaves
+    /// them alone. A copy of such a key can still arrive after the write (a batch held up in
+    /// the network on a connection its source gave up on, which the source then copied again,
+    /// deleted on that second acknowledgement, and so sent the key's writers here), and it
+    /// holds a value older than the write or a deletion, which it would otherwise undo.
+    written_here: std::sync::Mutex<std::collections::HashSet<Bytes>>,
 }
 
 impl Cluster {
@@ -78,6 +85,7 @@ impl Cluster {
             inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
             streaming: tokio::sync::Mutex::new(()),
+            written_here: std::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -85,6 +93,49 @@ impl Cluster {
     /// before it to end.
     pub async fn stream_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.streaming.lock().await
+    }
+
+    /// Whether `slot` is moving here, as this node last heard.
+    pub fn importing(&self, slot: u16) -> bool {
+        let state = self.state();
+        let me = state.map.index_of(&self.me().id);
+        state.map.migration(slot).is_some_and(|m| Some(m.to) == me)
+    }
+
+    /// Notes that a client is writing `keys` here (see `written_here`), those of slots moving
+    /// here; called before the write runs, so no copy can land between the two.
+    pub fn clients_write(&self, keys: impl IntoIterator<Item = Bytes>) {
+        let state = self.state();
+        let me = state.map.index_of(&self.me().id);
+        let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
+        w.extend(keys.into_iter().filter(|k| {
+            state
+                .map
+                .migration(key_slot(k))
+                .is_some_and(|m| Some(m.to) == me)
+        }));
+    }
+
+    /// Whether a client wrote `key` here since its slot began moving here (see
+    /// `written_here`); keys of slots no longer moving here are forgotten.
+    pub fn written_here(&self, key: &[u8]) -> bool {
+        let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
+        if w.is_empty() || !w.contains(key) {
+            return false;
+        }
+        let state = self.state();
+        let me = state.map.index_of(&self.me().id);
+        let importing = |k: &[u8]| {
+            state
+                .map
+                .migration(key_slot(k))
+                .is_some_and(|m| Some(m.to) == me)
+        };
+        if importing(key) {
+            return true;
+        }
+        w.retain(|k| importing(k));
+        false
     }
 
     /// Whether `key`'s slot was moving away from here when the node started and still is (see

@@ -1250,7 +1250,20 @@ enum Hold {
     Replies(Gate),
     /// The copies wait until the gate opens, at most 10 s.
     Copies(Gate),
+    /// The copies are kept back and the source's side of the connection is closed, as when a
+    /// connection is lost with its last segments still on their way; [`Relay::deliver`] sends
+    /// them on later over the target's side, which stays open, and [`Relay::replay`] over a new
+    /// connection (a retransmission arriving late).
+    Capture,
 }
+
+/// Copies a [`Hold::Capture`] kept back: the bytes, the target's side of their connection, and
+/// the target's replies read from it.
+type Captured = (
+    Vec<u8>,
+    std::net::TcpStream,
+    std::sync::mpsc::Receiver<Vec<u8>>,
+);
 
 /// A TCP relay on a free loopback port that a test puts in the slot map in place of a move's
 /// target (`mark_migrating_via`), so that the test, not the scheduler, orders the source's
@@ -1270,6 +1283,7 @@ struct RelayState {
     /// what to do with it (past the end: [`Hold::Pass`]).
     plan: Vec<(Gate, Hold)>,
     restorers: std::sync::atomic::AtomicUsize,
+    captured: std::sync::Mutex<Vec<Captured>>,
     sockets: std::sync::Mutex<Vec<std::net::TcpStream>>,
 }
 
@@ -1283,6 +1297,7 @@ impl Relay {
             stop: Default::default(),
             plan,
             restorers: Default::default(),
+            captured: Default::default(),
             sockets: Default::default(),
         });
         let s = state.clone();
@@ -1315,6 +1330,7 @@ impl Relay {
             sockets.push(to.try_clone().expect("clone"));
         }
         let hold: std::sync::Arc<std::sync::OnceLock<Hold>> = Default::default();
+        let (replies_tx, replies_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let (mut up_from, mut up_to) = (
             from.try_clone().expect("clone"),
             to.try_clone().expect("clone"),
@@ -1328,10 +1344,10 @@ impl Relay {
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
-                let chunk = &buf[..n];
+                let mut chunk = buf[..n].to_vec();
                 if up_hold.get().is_none() {
                     let mut seen = std::mem::take(&mut tail);
-                    seen.extend_from_slice(chunk);
+                    seen.extend_from_slice(&chunk);
                     if seen.windows(14).any(|w| w == b"PLIANT.RESTORE") {
                         let i = s
                             .restorers
@@ -1348,12 +1364,28 @@ impl Relay {
                             Hold::Copies(g) => {
                                 g.wait(Duration::from_secs(10));
                             }
+                            Hold::Capture => {
+                                // The rest of the batch, which the source wrote at once.
+                                let _ = up_from.set_read_timeout(Some(Duration::from_millis(300)));
+                                while let Ok(n) = up_from.read(&mut buf) {
+                                    if n == 0 {
+                                        break;
+                                    }
+                                    chunk.extend_from_slice(&buf[..n]);
+                                }
+                                s.captured
+                                    .lock()
+                                    .expect("captured")
+                                    .push((chunk, up_to, replies_rx));
+                                let _ = up_from.shutdown(std::net::Shutdown::Both);
+                                return;
+                            }
                         }
                     } else {
                         tail = seen[seen.len().saturating_sub(13)..].to_vec();
                     }
                 }
-                if up_to.write_all(chunk).is_err() {
+                if up_to.write_all(&chunk).is_err() {
                     break;
                 }
             }
@@ -1369,6 +1401,10 @@ impl Relay {
                     Ok(n) => n,
                 };
                 match hold.get() {
+                    Some(Hold::Capture) => {
+                        let _ = replies_tx.send(buf[..n].to_vec());
+                        continue;
+                    }
                     Some(Hold::Replies(g)) if !waited => {
                         waited = true;
                         g.wait(Duration::from_secs(2));
@@ -1379,8 +1415,45 @@ impl Relay {
                     break;
                 }
             }
-            let _ = down_to.shutdown(std::net::Shutdown::Write);
+            if !matches!(hold.get(), Some(Hold::Capture)) {
+                let _ = down_to.shutdown(std::net::Shutdown::Write);
+            }
         });
+    }
+}
+
+impl Relay {
+    /// Sends the copies the `n`-th [`Hold::Capture`] kept back on to the target over their
+    /// connection's side there, which stayed open (segments the network delivers late): the
+    /// target's reply.
+    fn deliver(&self, n: usize) -> String {
+        use std::io::Write;
+        let captured = self.state.captured.lock().expect("captured");
+        let (bytes, to, replies) = captured.get(n).expect("copies kept back");
+        (&*to).write_all(bytes).expect("deliver");
+        let reply = replies
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the target answers within 10 s");
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    /// Sends the copies the `n`-th [`Hold::Capture`] kept back to the target again, over a new
+    /// connection: the target's reply.
+    fn replay(&self, n: usize) -> String {
+        use std::io::{Read, Write};
+        let bytes = self.state.captured.lock().expect("captured")[n].0.clone();
+        let mut c = std::net::TcpStream::connect(&self.state.target).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        c.write_all(&bytes).expect("replay");
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !reply.ends_with(b"\r\n") {
+            let n = c.read(&mut buf).expect("the target answers within 10 s");
+            assert!(n > 0, "the target closed the connection");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&reply).into_owned()
     }
 }
 
@@ -1587,6 +1660,130 @@ fn two_migrate_calls_on_one_slot_at_once_lose_no_acknowledged_write() {
         "{} of {} keys lost their last acknowledged write ({lost:?}); the calls answered {replies:?}",
         lost.len(),
         keys.len()
+    );
+    drop(relay);
+    cluster.stop();
+}
+
+/// A slot move's copies that arrive at the target late, on a connection their source gave up
+/// on (a batch held up in the network), leave alone what clients wrote there since. The source
+/// sends a batch and loses its connection before the acknowledgement (the relay keeps the batch
+/// back and closes the source's side); the keys stay at the source, and a second call copies
+/// them again and deletes them there; a client then writes or deletes each at the target
+/// (-ASK); only then does the first batch reach the target, with the old values. It must not
+/// undo those writes; nor, once the move has ended, may the same batch arriving again (over a
+/// new connection) change the keys their new owner holds.
+#[test]
+fn a_copy_arriving_late_leaves_the_writes_made_at_the_target_since() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = cluster.addrs();
+    let keys: Vec<String> = (0..20).map(|i| format!("{{h}}k{i:02}")).collect();
+    for k in &keys {
+        let _: String = routed(&addrs[0], &["SET", k, "before"]);
+    }
+    let owner = addrs
+        .iter()
+        .find(|a| {
+            redis::cmd("GET")
+                .arg(&keys[0])
+                .query::<Option<String>>(&mut client(a))
+                .is_ok()
+        })
+        .expect("an owner")
+        .clone();
+    let target = addrs.iter().find(|a| **a != owner).expect("target").clone();
+    let owner_id = view(&owner)["me"].as_str().expect("id").to_string();
+    let target_id = view(&target)["me"].as_str().expect("id").to_string();
+    let slot: u64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&keys[0])
+        .query(&mut client(&owner))
+        .expect("slot");
+    let relay = Relay::start(&target, vec![(Gate::default(), Hold::Capture)]);
+    mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
+    let mut c = client(&owner);
+    let migrate = |c: &mut redis::Connection| {
+        redis::cmd("PLIANT.MIGRATE")
+            .arg(&target_id)
+            .arg(1 << 20)
+            .arg("")
+            .arg(slot)
+            .query::<redis::Value>(c)
+    };
+    let e = migrate(&mut c).expect_err("the first call loses its connection");
+    assert!(e.to_string().contains("target"), "{e}");
+    let held: i64 = redis::cmd("PLIANT.SLOTCOUNT")
+        .arg(slot)
+        .query(&mut c)
+        .expect("count");
+    assert_eq!(
+        held,
+        keys.len() as i64,
+        "nothing deleted without an acknowledgement"
+    );
+    let again = migrate(&mut c).expect("the second call");
+    assert!(
+        matches!(&again, redis::Value::Array(a) if a[1] == redis::Value::Int(keys.len() as i64)),
+        "{again:?}"
+    );
+    // Every key is at the target now: a client writes each there, and deletes every third.
+    let mut last: std::collections::BTreeMap<&str, Option<&str>> = Default::default();
+    for (i, k) in keys.iter().enumerate() {
+        if i % 3 == 0 {
+            let n: i64 = routed(&owner, &["DEL", k]);
+            assert_eq!(n, 1, "{k}");
+            last.insert(k, None);
+        } else {
+            let _: String = routed(&owner, &["SET", k, "after"]);
+            last.insert(k, Some("after"));
+        }
+    }
+    let check = |when: &str, asking: bool| {
+        let mut t = client(&target);
+        let wrong: Vec<String> = keys
+            .iter()
+            .filter_map(|k| {
+                if asking {
+                    let _: String = redis::cmd("ASKING").query(&mut t).expect("ASKING");
+                }
+                let got: Option<String> = redis::cmd("GET").arg(k).query(&mut t).expect("GET");
+                (got.as_deref() != last[k.as_str()])
+                    .then(|| format!("{k}: {got:?}, acknowledged {:?}", last[k.as_str()]))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{when}: {wrong:?}");
+    };
+    let reply = relay.deliver(0);
+    assert_eq!(
+        reply, "+OK\r\n",
+        "the late batch is acknowledged (and its source gone)"
+    );
+    check("after the late batch", true);
+    let s = slot.to_string();
+    let out = pliant(&["cluster", "move", &owner, "--slot", &s, "--to", &target_id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut t = client(&target);
+    let began = Instant::now();
+    while let Err(e) = redis::cmd("GET")
+        .arg(&keys[0])
+        .query::<Option<String>>(&mut t)
+    {
+        assert!(
+            e.code() == Some("MOVED") && began.elapsed() < Duration::from_secs(10),
+            "{e}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reply = relay.replay(0);
+    check("after the batch again, the move over", false);
+    assert!(
+        reply.starts_with("-ERR PLIANT.RESTORE: slot") && reply.contains("not moving to this node"),
+        "{reply}"
     );
     drop(relay);
     cluster.stop();

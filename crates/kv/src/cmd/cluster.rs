@@ -27,9 +27,14 @@ pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) ->
         ));
     }
     let (node, now) = (ctx.node, ctx.now);
-    crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
+    let redirect = crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
         node.keyspace().exists(k, now).unwrap_or(false)
-    })
+    });
+    // Runs here, at a move's target if it was sent here: a copy arriving later is older.
+    if redirect.is_none() && asking && spec.writes() {
+        cluster.clients_write(spec.keys_of(args).cloned());
+    }
+    redirect
 }
 
 /// `ASKING`.
@@ -300,10 +305,12 @@ pub(super) fn slotcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
-/// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here whatever
-/// the map says (the move's target receives them before it owns the slot). An expiry already
+/// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here while
+/// their slots are moving here (the move's target receives them before it owns the slots; a
+/// batch with a key of a slot that is not is refused whole). A key a client wrote here since
+/// its slot began moving here is left as it is (`Cluster::written_here`). An expiry already
 /// past drops the key. Synced before the reply whatever the durability: the source deletes its
-/// own copies on it.
+/// own copies on it. On a node outside a cluster every copy is written.
 pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if !args.len().is_multiple_of(3) {
         return super::wrong_arity("pliant.restore");
@@ -316,10 +323,31 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         parsed.push((t[0].clone(), t[1].clone(), (at > 0).then_some(at)));
     }
     let now = ctx.now;
-    ctx.session.sync_writes = true;
+    let cluster = ctx.node.cluster();
+    // Checked under the keyspace lock, which a client's write needs too: a write that the map
+    // or a client's mark let run here comes after the copy, not between the check and it.
     let mut ks = ctx.node.keyspace();
+    if let Some(c) = cluster
+        && let Some(slot) = parsed
+            .iter()
+            .map(|t| key_slot(&t.0))
+            .find(|&s| !c.importing(s))
+    {
+        // A copy that arrives once its slot is no longer moving here (its move ended, or was
+        // given up) is one held up on its way: its key is this node's, or another's, now.
+        return Frame::error(format!(
+            "ERR PLIANT.RESTORE: slot {slot} is not moving to this node"
+        ));
+    }
+    ctx.session.sync_writes = true;
     for (k, data, expires_at) in parsed {
         if expires_at.is_some_and(|at| at <= now) {
+            continue;
+        }
+        // The source copies a key only while it has it, and a client is sent here for it only
+        // once the source has lost it for good (a write there to a key it lacks answers -ASK
+        // until the move ends): a copy arriving after such a write was taken before it.
+        if cluster.is_some_and(|c| c.written_here(&k)) {
             continue;
         }
         let v = crate::keyspace::Value {
