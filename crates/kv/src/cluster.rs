@@ -55,19 +55,48 @@ pub struct Cluster {
     /// a time anyway.
     streaming: tokio::sync::Mutex<()>,
     /// Keys of slots moving here that a client wrote here (sent with `-ASK`, so after the
-    /// source lost them), for as long as their slot is moving here: `PLIANT.RESTORE` leaves
-    /// them alone. A copy of such a key can still arrive after the write (a batch held up in
-    /// the network on a connection its source gave up on, which the source then copied again,
-    /// deleted on that second acknowledgement, and so sent the key's writers here), and it
-    /// holds a value older than the write or a deletion, which it would otherwise undo.
-    written_here: std::sync::Mutex<std::collections::HashSet<Bytes>>,
+    /// source lost them), by slot, for as long as their slot is moving here: `PLIANT.RESTORE`
+    /// leaves them alone. A copy of such a key can still arrive after the write (a batch held
+    /// up in the network on a connection its source gave up on, which the source then copied
+    /// again, deleted on that second acknowledgement, and so sent the key's writers here), and
+    /// it holds a value older than the write or a deletion, which it would otherwise undo.
+    /// A slot's keys are forgotten as soon as this node sees the slot not moving here (every
+    /// map it hears, [`Cluster::new`]'s task): kept into a later move of the slot here, they
+    /// would refuse that move's copies, which the source then deletes.
+    written_here: Arc<std::sync::Mutex<WrittenHere>>,
 }
+
+/// Keys clients wrote at a move's target, by slot (see `Cluster::written_here`).
+type WrittenHere = std::collections::HashMap<u16, std::collections::HashSet<Bytes>>;
 
 impl Cluster {
     /// Routing over `membership` (a node that has joined its cluster).
     pub fn new(membership: Membership) -> Self {
         let state = membership.state();
         let me = state.map.index_of(&membership.me().id);
+        let written_here: Arc<std::sync::Mutex<WrittenHere>> = Arc::default();
+        // Every map this node hears, as it hears it: a slot that stops moving here between two
+        // moves here must not keep the first's keys (see the field).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (mut maps, written, id) = (
+                membership.watch(),
+                Arc::downgrade(&written_here),
+                membership.me().id.clone(),
+            );
+            rt.spawn(async move {
+                while maps.changed().await.is_ok() {
+                    let Some(written) = written.upgrade() else {
+                        return;
+                    };
+                    let state = maps.borrow_and_update().clone();
+                    let me = state.map.index_of(&id);
+                    let mut w = written.lock().unwrap_or_else(|p| p.into_inner());
+                    w.retain(|&slot, _| {
+                        state.map.migration(slot).is_some_and(|m| Some(m.to) == me)
+                    });
+                }
+            });
+        }
         let unsure: std::collections::HashSet<u16> = state
             .map
             .migrations()
@@ -85,7 +114,7 @@ impl Cluster {
             inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
             streaming: tokio::sync::Mutex::new(()),
-            written_here: std::sync::Mutex::new(std::collections::HashSet::new()),
+            written_here,
         }
     }
 
@@ -108,34 +137,36 @@ impl Cluster {
         let state = self.state();
         let me = state.map.index_of(&self.me().id);
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        w.extend(keys.into_iter().filter(|k| {
-            state
-                .map
-                .migration(key_slot(k))
-                .is_some_and(|m| Some(m.to) == me)
-        }));
+        for k in keys {
+            let slot = key_slot(&k);
+            if state.map.migration(slot).is_some_and(|m| Some(m.to) == me) {
+                w.entry(slot).or_default().insert(k);
+            }
+        }
     }
 
     /// Whether a client wrote `key` here since its slot began moving here (see
-    /// `written_here`); keys of slots no longer moving here are forgotten.
+    /// `written_here`).
     pub fn written_here(&self, key: &[u8]) -> bool {
+        let slot = key_slot(key);
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        if w.is_empty() || !w.contains(key) {
+        if !w.get(&slot).is_some_and(|keys| keys.contains(key)) {
             return false;
         }
-        let state = self.state();
-        let me = state.map.index_of(&self.me().id);
-        let importing = |k: &[u8]| {
-            state
-                .map
-                .migration(key_slot(k))
-                .is_some_and(|m| Some(m.to) == me)
-        };
-        if importing(key) {
+        if self.importing(slot) {
             return true;
         }
-        w.retain(|k| importing(k));
+        w.remove(&slot);
         false
+    }
+
+    /// Forgets what clients wrote here to `slots` (see `written_here`): they are moving away
+    /// from here, so not here; a later move of them here starts with nothing written.
+    pub fn moving_away(&self, slots: &[u16]) {
+        let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
+        for s in slots {
+            w.remove(s);
+        }
     }
 
     /// Whether `key`'s slot was moving away from here when the node started and still is (see
@@ -432,6 +463,49 @@ mod tests {
             code(route(&one, keys(&["a", "b"]).iter(), false, all))
                 .is_some_and(|e| e.starts_with("CROSSSLOT"))
         );
+    }
+
+    /// What clients wrote at a move's target holds off that move's copies, and only that
+    /// move's: a slot that stops moving here and comes again starts with nothing written
+    /// (kept, it would refuse the new move's copies, which the source then deletes).
+    #[tokio::test]
+    async fn a_slot_moving_here_again_forgets_what_clients_wrote_here_last_time() {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        let two = join(member(2), coord.clone(), stop).await;
+        let slot = key_slot(b"{a}");
+        let seen = |v: u64| {
+            let mut rx = two.membership().watch();
+            async move {
+                while rx.borrow_and_update().map.version() < v {
+                    rx.changed().await.expect("watch");
+                }
+                // The forgetting task hears each map as this does.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        let (base, _) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
+        let moving = base.clone().with_migration(slot, 1).expect("a migration");
+        assert!(coord.update_now(0, moving.clone()).expect("update"));
+        seen(1).await;
+        let k = Bytes::from_static(b"{a}k");
+        two.clients_write([k.clone(), Bytes::from_static(b"b")]);
+        one.clients_write([k.clone()]);
+        assert!(two.written_here(&k), "written at the target");
+        assert!(!two.written_here(b"b"), "a slot not moving here");
+        assert!(!one.written_here(&k), "the source notes nothing");
+        // The move is given up, then started again: two maps the target hears one after the
+        // other, with no copy or write in between.
+        assert!(coord.update_now(1, base).expect("update"));
+        seen(2).await;
+        assert!(coord.update_now(2, moving).expect("update"));
+        seen(3).await;
+        assert!(!two.written_here(&k), "forgotten between the two moves");
+        // And a move out of the node forgets at once.
+        two.clients_write([k.clone()]);
+        two.moving_away(&[slot]);
+        assert!(!two.written_here(&k));
     }
 
     #[tokio::test]

@@ -148,6 +148,9 @@ async fn run(
         }
         map.nodes()[usize::from(to)].addr
     };
+    // They are leaving: what clients wrote here while they last came here is forgotten now,
+    // whichever maps the watch coalesced, or a later move of them back would lose those keys.
+    cluster.moving_away(&slots);
     let target = |why: String| MigrateError::Target { addr, why };
     let mut conn = cluster
         .membership()
