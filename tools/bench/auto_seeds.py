@@ -5,7 +5,7 @@ hold-out — configurations ... not used while designing it, named before you st
 back").
 
     python3 tools/bench/auto_seeds.py [--binary PATH] [--seeds N] [--only design|holdout]
-                                      [--json FILE]
+                                      [--config NAME] [--policy LABEL] [--json FILE]
 
 Each configuration runs `pliant demo --json --seed S` (the whole demo: every fixed policy and the
 front sweep, so that `auto`'s distance to the front is measured against the same seed's front)
@@ -19,6 +19,9 @@ and 1,000,000, 2.5 h and 4.2 h, one seed). HOLDOUT, named on 2026-11-28 before a
 was made, and not to be used to change `auto` or the model: growth 50,000, 300,000 and 3,000,000
 (2.5 h), and temperature 0.8 and 1.2 at growth 100,000 (2.5 h). All on `pliant demo`'s defaults
 (the measured runs' layout; nothing set per run). About 30 minutes on a 2-core machine for both.
+`--policy LABEL` judges another policy of the demo the same way (e.g. `no-progress-100000-10`,
+the shipped `parsplice-no-progress` as the study runs it), `--config NAME` runs only the
+configurations whose name contains NAME (e.g. `--only design --config "100,000, 4.2 h"`).
 Python 3 standard library.
 """
 
@@ -52,7 +55,7 @@ GOAL = 0.96  # pliant_tier::auto::EFFICIENCY, the objective `auto` runs with by 
 RUN_TIMEOUT = 900  # s, one demo
 
 
-def demo(binary, args, seed):
+def demo(binary, args, seed, policy):
     cmd = [binary, "demo", "--json", "--seed", str(seed), *args]
     with_dir = os.path.join(ROOT, "target", "auto-seeds-report")
     try:
@@ -63,7 +66,7 @@ def demo(binary, args, seed):
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
     data = json.loads(p.stdout)
-    return next(r for r in data["policies"] if r["policy"] == "auto")
+    return next(r for r in data["policies"] if r["policy"] == policy)
 
 
 def stats(xs):
@@ -73,8 +76,8 @@ def stats(xs):
     return mean, sd
 
 
-def table(name, configs, runs):
-    print(f"{name}: `auto` over seeds 1..{len(next(iter(runs.values())))} "
+def table(name, configs, runs, policy, goal):
+    print(f"{name}: `{policy}` over seeds 1..{len(next(iter(runs.values())))} "
           "(mean ± standard deviation; worst)\n")
     print("| configuration | " + " | ".join(label for _, label, _, _ in FIELDS) + " |")
     print("|---|" + "---|" * len(FIELDS))
@@ -87,8 +90,10 @@ def table(name, configs, runs):
             cells.append(f"{mean:.2f} ± {sd:.2f}{unit}; {worst:.2f}")
         print(f"| {c} | " + " | ".join(cells) + " |")
     effs = [r["efficiency"] for c in configs for r in runs[c]]
-    met = sum(e >= GOAL for e in effs)
-    print(f"\n{met} of {len(effs)} runs at or above {GOAL:.0%}; lowest {100 * min(effs):.2f}%.\n")
+    met = sum(e >= goal for e in effs)
+    mean = 100 * sum(effs) / len(effs)
+    print(f"\n{met} of {len(effs)} runs at or above {goal:.0%}; lowest {100 * min(effs):.2f}%; "
+          f"mean {mean:.2f}%.\n")
 
 
 def main():
@@ -98,6 +103,10 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--only", choices=["design", "holdout"])
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--policy", default="auto", help="the demo policy judged (default: auto)")
+    ap.add_argument("--config", help="only the configurations whose name contains this")
+    ap.add_argument("--goal", type=float, default=GOAL,
+                    help=f"the efficiency counted as met (default {GOAL}, auto's objective)")
     a = ap.parse_args()
     if a.seeds < 2:
         sys.exit("--seeds: at least 2, for a spread")
@@ -108,13 +117,18 @@ def main():
         sets = [s for s in sets if s[0] == a.only]
     out = {}
     for name, configs in sets:
+        if a.config:
+            configs = {c: v for c, v in configs.items() if a.config in c}
+        if not configs:
+            continue
         runs = {}
         for c, args in configs.items():
             runs[c] = []
             for seed in range(1, a.seeds + 1):
                 print(f"{name}: {c}, seed {seed} …", file=sys.stderr, flush=True)
-                runs[c].append(demo(a.binary, args, seed))
-        table("Designed on" if name == "design" else "Hold-out", list(configs), runs)
+                runs[c].append(demo(a.binary, args, seed, a.policy))
+        table("Designed on" if name == "design" else "Hold-out", list(configs), runs, a.policy,
+              a.goal)
         out[name] = {c: runs[c] for c in configs}
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:

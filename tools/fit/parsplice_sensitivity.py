@@ -8,7 +8,8 @@ Runs `pliant parsplice compare --json` once as it is and once per knob and facto
 NAME=VALUE`; a chance above 1 is set to 1), and prints, per knob, how many points each policy's
 modelled efficiency moves at 2.5 h and 4.2 h: the largest move over the seven limited policies,
 and LRU 10's and two-phase 100K → 10's. The knobs' values are read from
-crates/parsplice/src/model.rs. About 8 minutes on a 2-core machine (15 model comparisons).
+crates/parsplice/src/model.rs (`p_hop`, fitted to 0, stays 0 at ×0.5 and ×1.5 and moves nothing).
+About 25 minutes on a 2-core machine (23 model comparisons).
 Needs ../shared/results/parsplice-8node-policies (the comparison's measured runs).
 """
 
@@ -24,14 +25,17 @@ MODEL_RS = os.path.join(ROOT, "crates", "parsplice", "src", "model.rs")
 # knob: how its value is found in model.rs (a const, or a field of StoreParams' default)
 KNOBS = {
     "p_current": r"pub const P_CURRENT: f64 = ([0-9.]+);",
-    "p_hop": r"pub const P_HOP: f64 = ([0-9.]+);",
+    "p_move": r"pub const P_MOVE: f64 = ([0-9.]+);",
+    "recency_shape": r"pub const RECENCY_SHAPE: f64 = ([0-9.]+);",
+    "lost_share": r"pub const LOST_SHARE: f64 = ([0-9.]+);",
+    "heal_scale": r"pub const HEAL_SCALE: f64 = ([0-9.]+);",
     "miss_penalty": r"pub const READ_LATENCY_SECONDS: f64 = ([0-9.]+);",
     "store_network_seconds": r"pub const STORE_NETWORK_SECONDS: f64 = ([0-9.]+);",
     "store_reads_per_s": r"reads_per_s: ([0-9.]+),",
     "store_puts_per_s": r"puts_per_s: ([0-9.]+),",
     "store_stall_seconds": r"stall_seconds: ([0-9.]+),",
 }
-CHANCES = ("p_current", "p_hop")
+CHANCES = ("p_current", "p_move", "lost_share")
 FACTORS = (0.5, 1.5)
 
 

@@ -10,6 +10,12 @@
 //! as the virtual time its value arrives, a replay's timing, and the store as one FIFO server
 //! with the service model of [`StoreParams`] (reads wait in its queue, puts are asynchronous for
 //! the worker but occupy it) in front of a real [`Store`].
+//!
+//! On the model's own segments, the trajectory stalls: a store read of a state the persistent
+//! store never got ([`crate::model::lost`]) finds it nowhere, the trajectory stops growing (the
+//! workers go on computing, the system does not grow) until a segment finds the state again
+//! ([`crate::model::heal_chance`]). A cache that keeps what it is given never reads such a state
+//! from the store, so only a limited one stalls.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -18,12 +24,15 @@ use std::iter::{Enumerate, Peekable};
 
 use pliant_cache::Capacity;
 use pliant_tier::{AutoState, Decider, Put, Read, Resize, Tier};
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 
 use crate::ParspliceError;
 use crate::meter::MemoryMeter;
 use crate::model::{
-    CACHE_HIT_SECONDS, StoreParams, WorkloadParams, segment_seconds, segment_trajectory,
+    CACHE_HIT_SECONDS, StoreParams, WorkloadParams, heal_chance, lost, segment_seconds,
+    segment_trajectory,
 };
 use crate::policy::PolicyKind;
 use crate::replay::Replay;
@@ -76,6 +85,17 @@ pub struct Tick {
     pub bytes: u64,
 }
 
+/// A span in which the trajectory did not grow: a state it needed was nowhere.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Stall {
+    /// When the missing state was read, seconds.
+    pub start: f64,
+    /// When a segment found it again; `None`: not by the run's end.
+    pub end: Option<f64>,
+    /// Atoms in the system meanwhile.
+    pub atoms: f64,
+}
+
 /// The result of a run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunReport {
@@ -119,6 +139,19 @@ pub struct RunReport {
     pub redundant_puts: u64,
     /// A replay's end: when its last segment completed, seconds.
     pub finished_at: Option<f64>,
+    /// The trajectory's stalls, in order (the model's own segments only).
+    pub stalls: Vec<Stall>,
+}
+
+impl RunReport {
+    /// When the trajectory stopped for good: the start of a stall that lasted to the run's end
+    /// (`end`, seconds) and at least `min` seconds, as the measured runs' stops are read.
+    pub fn stop(&self, end: f64, min: f64) -> Option<f64> {
+        self.stalls
+            .last()
+            .filter(|s| s.end.is_none() && end - s.start >= min)
+            .map(|s| s.start)
+    }
 }
 
 impl RunReport {
@@ -340,6 +373,13 @@ struct Sim<'a, 'w> {
     last_progress: f64,
     /// The last event's time.
     now: f64,
+    /// The state the trajectory waits for, if it is stalled.
+    stalled_on: Option<u64>,
+    stalls: Vec<Stall>,
+    /// States the splicer stored itself (each superbasin's first): never lost.
+    seeds: std::collections::HashSet<u64, foldhash::fast::FixedState>,
+    /// Draws whether a segment finds a stalled trajectory's state again.
+    heal: Pcg64Mcg,
 }
 
 impl<'a, 'w> Sim<'a, 'w> {
@@ -398,6 +438,10 @@ impl<'a, 'w> Sim<'a, 'w> {
             states: 0,
             last_progress: 0.0,
             now: 0.0,
+            stalled_on: None,
+            stalls: Vec::new(),
+            seeds: std::collections::HashSet::with_hasher(foldhash::fast::FixedState::with_seed(7)),
+            heal: Pcg64Mcg::seed_from_u64(w.seed ^ 0x5EA1),
         })
     }
 
@@ -421,6 +465,7 @@ impl<'a, 'w> Sim<'a, 'w> {
         }
         if self.recorded.is_none() {
             let (k, size) = self.process.take_seeded();
+            self.seeds.insert(k);
             self.store.put_state(k, size)?;
             self.server.put(0.0);
         }
@@ -471,7 +516,20 @@ impl<'a, 'w> Sim<'a, 'w> {
         let Some(p) = self.pending[worker as usize].take() else {
             return Ok(());
         };
-        self.trajectory += segment_trajectory(p.atoms, &self.spec.workload);
+        if self.stalled_on.is_some() {
+            if self
+                .heal
+                .random_bool(heal_chance(p.atoms, &self.spec.workload))
+            {
+                self.stalled_on = None;
+                self.process.set_stalled(false);
+                if let Some(s) = self.stalls.last_mut() {
+                    s.end = Some(t);
+                }
+            }
+        } else {
+            self.trajectory += segment_trajectory(p.atoms, &self.spec.workload);
+        }
         self.segments_done += 1;
         if let Some((k, size)) = p.new_state {
             self.put_found_state(self.node_of(worker), k, size, t)?;
@@ -547,6 +605,7 @@ impl<'a, 'w> Sim<'a, 'w> {
         let Some(recorded) = self.recorded.as_mut() else {
             let (seg, seeded) = self.process.next_segment();
             if let Some((k, size)) = seeded {
+                self.seeds.insert(k);
                 self.store.put_state(k, size)?;
                 self.server.put(t);
             }
@@ -598,12 +657,32 @@ impl<'a, 'w> Sim<'a, 'w> {
             }
             Read::Miss => {
                 let ready = self.fetch(key, size, t)?;
+                self.stall_if_lost(key, seg.atoms, t);
                 let n = &mut self.nodes[node];
                 n.tier.fetching(key, size, ready);
                 n.decider.on_wait(ready - t, true);
                 ready - t + CACHE_HIT_SECONDS
             }
         })
+    }
+
+    /// A store read of `key` at `t` on the model's segments: if the store never got it, the
+    /// trajectory stalls (see the module doc).
+    fn stall_if_lost(&mut self, key: u64, atoms: f64, t: f64) {
+        if self.recorded.is_some()
+            || self.stalled_on.is_some()
+            || self.seeds.contains(&key)
+            || !lost(key, &self.spec.workload)
+        {
+            return;
+        }
+        self.stalled_on = Some(key);
+        self.process.set_stalled(true);
+        self.stalls.push(Stall {
+            start: t,
+            end: None,
+            atoms,
+        });
     }
 
     /// A store read of `key` at `t`, queued at the store server; the value is checked against
@@ -671,6 +750,7 @@ impl<'a, 'w> Sim<'a, 'w> {
             auto: nodes[0].decider.auto_state(),
             trims,
             finished_at,
+            stalls: self.stalls,
         }
     }
 }

@@ -123,6 +123,30 @@ pub struct Row {
     pub model_bytes_held_2_5h: u64,
     /// The same at 15,000 s.
     pub model_bytes_held_4_2h: u64,
+    /// When the measured trajectory stopped for good ([`stop`]), seconds.
+    pub measured_stop_s: Option<f64>,
+    /// When the model's did: a stall unhealed at the end that lasted [`STOP_MIN_SECONDS`].
+    pub model_stop_s: Option<f64>,
+    /// The model's stalls, healed or not.
+    pub model_stalls: usize,
+    /// The model's store reads (cache misses after coalescing).
+    pub model_store_reads: u64,
+}
+
+/// A run stopped when its trajectory did not grow from some time to the end and that lasted at
+/// least this long (`tools/fit/parsplice_counters.py` reads the measured stops the same way).
+pub const STOP_MIN_SECONDS: f64 = 1800.0;
+
+/// When the measured trajectory `m` stopped for good: its last growing sample, if the flat tail
+/// after it lasts [`STOP_MIN_SECONDS`].
+pub fn stop(m: &Series) -> Option<f64> {
+    let &(end, _) = m.last()?;
+    let grew = (1..m.len())
+        .rev()
+        .find(|&i| m[i].1 != m[i - 1].1)
+        .unwrap_or(0);
+    let at = m[grew].0;
+    (end - at >= STOP_MIN_SECONDS).then_some(at)
 }
 
 impl Row {
@@ -155,6 +179,10 @@ impl Row {
             model_keys_held_4_2h: held(AT[1]).0,
             model_bytes_held_2_5h: held(AT[0]).1,
             model_bytes_held_4_2h: held(AT[1]).1,
+            measured_stop_s: stop(m),
+            model_stop_s: rep.stop(AT[1], STOP_MIN_SECONDS),
+            model_stalls: rep.stalls.len(),
+            model_store_reads: rep.store_reads,
         }
     }
 }
@@ -162,12 +190,13 @@ impl Row {
 /// Seconds the comparison reads efficiency at: 2.5 h, and the measured runs' end (~4.2 h).
 pub const AT: [f64; 2] = [9_000.0, 15_000.0];
 
-/// Runs the model (the measured runs' layout, growth delay 100,000 and 15,000 s) for every
-/// policy of [`runs`] and compares its efficiency with the measured runs' in `dir`. `progress`
-/// gets the fraction of the model runs done.
+/// Runs the model (the measured runs' layout, growth delay 100,000 and 15,000 s, `seed`) for
+/// every policy of [`runs`] and compares its efficiency with the measured runs' in `dir`.
+/// `progress` gets the fraction of the model runs done.
 pub fn compare(
     dir: &Path,
     knobs: &[(String, f64)],
+    seed: u64,
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<Vec<Row>, ParspliceError> {
     let runs = runs();
@@ -178,6 +207,7 @@ pub fn compare(
         .collect::<Result<_, _>>()?;
     let mut workload = WorkloadParams {
         hours: 15_000.0 / 3600.0,
+        seed,
         ..WorkloadParams::default()
     };
     let mut store = StoreParams::default();
@@ -246,6 +276,27 @@ mod tests {
             super::load(&d.path().join("nowhere"), "run"),
             Err(ParspliceError::Read { .. })
         ));
+    }
+
+    #[test]
+    fn a_run_stops_at_its_last_growth_when_the_flat_tail_is_long_enough() {
+        let run = |v: &[f64]| -> Series {
+            v.iter()
+                .enumerate()
+                .map(|(i, &x)| (100.0 * i as f64, x))
+                .collect()
+        };
+        let mut flat = vec![1.0, 2.0, 3.0];
+        flat.extend([3.0; 18]);
+        assert_eq!(
+            stop(&run(&flat)),
+            Some(200.0),
+            "grew last from 100 to 200 s"
+        );
+        let mut short = vec![1.0, 2.0, 3.0];
+        short.extend([3.0; 10]);
+        assert_eq!(stop(&run(&short)), None, "flat for 1,000 s only");
+        assert_eq!(stop(&run(&[1.0, 2.0, 3.0])), None);
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn policies() -> Vec<StudyPolicy> {
             target == 10,
         )
     }));
+    p.push(entry(PolicyKind::no_progress(100_000, 10), false));
     p.push(entry(PolicyKind::auto(), true));
     p
 }

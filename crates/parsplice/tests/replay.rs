@@ -375,13 +375,13 @@ fn replays_in_full(run_name: &str) {
         c.span_seconds
     );
     assert!(lru10.efficiency < 0.95, "LRU 10 keys: {}", lru10.efficiency);
-    // Its objective is 96%: its controller lands within a point of it, a little under when the
-    // run's reuse times lengthen faster than it learns them (README, "auto's goals").
+    // Its objective is 96%; the trims' store reads hold it above (99.7% and 99.9%).
     assert!(auto.efficiency >= 0.95, "auto: {}", auto.efficiency);
-    // On average over the run; at the end it may hold much more than it did (d1M: a quarter of
-    // the unlimited cache), once its spending has caught up with its allowance.
+    // On average over the run. Since its trims may not make the store serve rereads (the
+    // stall risk, `pliant_tier::auto::CAUSED_FETCH_SHARE`) it keeps about a quarter to a third
+    // (d100K 26%, d1M 31%), where the allowance alone kept 9% and 18%.
     assert!(
-        auto.mean_memory_bytes < unlimited.mean_memory_bytes / 4,
+        auto.mean_memory_bytes < unlimited.mean_memory_bytes / 2,
         "auto saves memory: {} of {}",
         auto.mean_memory_bytes,
         unlimited.mean_memory_bytes

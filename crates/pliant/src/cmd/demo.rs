@@ -46,8 +46,8 @@ pub struct Args {
     temperature: f64,
     #[command(flatten)]
     rng: Seed,
-    /// Effective penalty of a store read in seconds (the model's one parameter fitted to a
-    /// measured policy run; see `pliant_parsplice::model::READ_LATENCY_SECONDS`).
+    /// Effective penalty of a store read in seconds (fitted to a measured policy run on the
+    /// model's former layout; see `pliant_parsplice::model::READ_LATENCY_SECONDS`).
     #[arg(long, value_name = "SECONDS")]
     miss_penalty: Option<f64>,
     /// Replay a real ParSplice trace (a WorkManager's: rank4.csv.gz) instead of the model.
@@ -242,7 +242,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
                 "\nauto (WorkManager 0): left the opening regime at {armed:.0} s ({} regimes by \
                  the gap statistic) and trimmed to its working set from then on; at the end it \
                  kept the {keys} keys read in the last {window:.0} s, the window a {:.0}% \
-                 efficiency objective allows at the misses' measured cost.",
+                 efficiency objective allows at the misses' measured cost, or longer where the \
+                 store reads its trims caused raised it.",
                 r.auto_regimes.unwrap_or(0),
                 100.0 * a.auto_efficiency
             ),

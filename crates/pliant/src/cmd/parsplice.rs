@@ -44,6 +44,10 @@ pub struct GenArgs {
     workers: u32,
     #[command(flatten)]
     rng: Seed,
+    /// Writes the trace with one of the model's constants changed: NAME=VALUE, repeatable
+    /// (the names are `parsplice compare --set`'s).
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = knob)]
+    knobs: Vec<(String, f64)>,
     /// Output CSV (`.gz` compresses).
     output: PathBuf,
 }
@@ -68,10 +72,14 @@ pub struct CompareArgs {
     #[arg(long, default_value = "../shared/results/parsplice-8node-policies")]
     results: PathBuf,
     /// Runs the model with one of its constants changed, to see how the comparison moves with
-    /// it: NAME=VALUE, repeatable; NAME one of p_current, p_hop, miss_penalty,
-    /// store_network_seconds, store_reads_per_s, store_puts_per_s, store_stall_seconds.
+    /// it: NAME=VALUE, repeatable; NAME one of p_current, p_move, lost_share, heal_scale, p_hop,
+    /// recency_shape, miss_penalty, store_network_seconds, store_reads_per_s, store_puts_per_s,
+    /// store_stall_seconds.
     #[arg(long = "set", value_name = "NAME=VALUE", value_parser = knob)]
     knobs: Vec<(String, f64)>,
+    /// Seed of the model's runs (the stalls are chance events: compare several seeds).
+    #[command(flatten)]
+    rng: Seed,
     #[command(flatten)]
     output: Json,
 }
@@ -97,7 +105,7 @@ pub fn run(c: Command) -> Result<ExitCode> {
 }
 
 fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
-    let w = WorkloadParams {
+    let mut w = WorkloadParams {
         growth_delay: a.growth,
         temperature: a.temperature,
         workers: a.workers,
@@ -106,6 +114,16 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
         seed: a.rng.seed,
         ..WorkloadParams::default()
     };
+    let mut store = pliant_parsplice::model::StoreParams::default();
+    for (name, value) in &a.knobs {
+        pliant_parsplice::model::set_knob(&mut w, &mut store, name, *value)
+            .map_err(|e| anyhow::anyhow!("--set {name}={value}: {e}"))?;
+        if store != pliant_parsplice::model::StoreParams::default() {
+            anyhow::bail!(
+                "--set {name}: a store constant, which a trace of reads and puts does not show"
+            );
+        }
+    }
     calibration::write_model_trace(&a.output, w)?;
     eprintln!("wrote {}", a.output.display());
     Ok(ExitCode::SUCCESS)
@@ -228,7 +246,7 @@ fn calibrate(a: &CalibrateArgs) -> Result<ExitCode> {
 
 fn compare(a: &CompareArgs) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new(1000);
-    let rows = measured::compare(&a.results, &a.knobs, &|f| {
+    let rows = measured::compare(&a.results, &a.knobs, a.rng.seed, &|f| {
         bar.set_position((f * 1000.0) as u64)
     })?;
     bar.finish_and_clear();
@@ -253,6 +271,25 @@ fn compare(a: &CompareArgs) -> Result<ExitCode> {
             100.0 * r.measured_4_2h,
             100.0 * r.model_4_2h,
             100.0 * (r.model_4_2h - r.measured_4_2h)
+        );
+    }
+    let at = |s: Option<f64>| s.map_or("none".to_string(), |t| format!("{t:.0} s"));
+    println!(
+        "\nstops (the trajectory flat from then to the end, {:.0} s or more) and the model's stalls",
+        measured::STOP_MIN_SECONDS
+    );
+    println!(
+        "{:<24} {:>10} {:>10} {:>7} {:>12}",
+        "policy", "real stop", "model", "stalls", "store reads"
+    );
+    for r in &rows {
+        println!(
+            "{:<24} {:>10} {:>10} {:>7} {:>12}",
+            r.policy,
+            at(r.measured_stop_s),
+            at(r.model_stop_s),
+            r.model_stalls,
+            grouped(r.model_store_reads)
         );
     }
     println!(
