@@ -225,10 +225,11 @@ fn unlimited_is_the_baseline_and_a_big_enough_lru_matches_it() {
     );
 }
 
-#[test]
-fn generated_trace_reads_back_as_parsplice_csv() {
+/// An unlimited cache's model run of `hours` at the traces' layout, with WorkManager 0's trace:
+/// the report, and the records read back from the trace written as ParSplice CSV.
+fn model_trace(hours: f64) -> (RunReport, Vec<pliant_trace::Record>) {
     let mut out = Vec::new();
-    let s = spec(PolicyKind::Unlimited, 27, 1, 0.05);
+    let s = spec(PolicyKind::Unlimited, 27, 1, hours);
     let r = run(
         &s,
         Segments::Model,
@@ -240,10 +241,16 @@ fn generated_trace_reads_back_as_parsplice_csv() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("rank4.csv");
     std::fs::write(&p, &out).expect("write");
-    let recs: Vec<_> = pliant_trace::reader(&p, &pliant_trace::ReadOptions::default())
+    let recs = pliant_trace::reader(&p, &pliant_trace::ReadOptions::default())
         .expect("open")
         .collect::<Result<_, _>>()
         .expect("valid ParSplice CSV");
+    (r, recs)
+}
+
+#[test]
+fn generated_trace_reads_back_as_parsplice_csv() {
+    let (r, recs) = model_trace(0.05);
     let reads = recs
         .iter()
         .filter(|x| x.op == pliant_trace::Op::Get)
@@ -379,23 +386,10 @@ fn a_stall_heals_when_a_segment_finds_the_state_again() {
 /// within a factor of two of d100K's 1.20% (the old uniform draw missed 28.8%).
 #[test]
 fn the_model_reads_are_as_local_as_the_d100k_trace() {
-    let mut out = Vec::new();
-    let s = spec(PolicyKind::Unlimited, 27, 1, 2.0);
-    run(
-        &s,
-        Segments::Model,
-        &FjallStore::temporary().expect("store"),
-        Some(&mut out),
-        &|_| {},
-    )
-    .expect("run");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("rank4.csv");
-    std::fs::write(&p, &out).expect("write");
+    let (_, recs) = model_trace(2.0);
     let mut lru = std::collections::VecDeque::<u64>::new();
     let (mut reads, mut misses) = (0u64, 0u64);
-    for rec in pliant_trace::reader(&p, &pliant_trace::ReadOptions::default()).expect("open") {
-        let rec = rec.expect("valid");
+    for rec in recs {
         let read = rec.op == pliant_trace::Op::Get;
         let held = lru.iter().position(|&k| k == rec.key);
         if read {

@@ -1561,6 +1561,56 @@ fn migrate_call(
     })
 }
 
+/// Two nodes, `n` keys of one hash tag set to "before", and who holds them: the owner, the
+/// other node (a move's target), their ids and the keys' slot.
+struct TwoNodes {
+    cluster: LocalCluster,
+    keys: Vec<String>,
+    owner: String,
+    target: String,
+    owner_id: String,
+    target_id: String,
+    slot: u64,
+}
+
+impl TwoNodes {
+    fn start(dir: &Path, tag: &str, n: usize) -> Self {
+        let cluster = LocalCluster::start(dir, &["--nodes", "2", "--base-port", "0"]);
+        let addrs = cluster.addrs();
+        let keys: Vec<String> = (0..n).map(|i| format!("{{{tag}}}k{i:02}")).collect();
+        for k in &keys {
+            let _: String = routed(&addrs[0], &["SET", k, "before"]);
+        }
+        let owner = addrs
+            .iter()
+            .find(|a| {
+                redis::cmd("GET")
+                    .arg(&keys[0])
+                    .query::<Option<String>>(&mut client(a))
+                    .is_ok()
+            })
+            .expect("an owner")
+            .clone();
+        let target = addrs.iter().find(|a| **a != owner).expect("target").clone();
+        let owner_id = view(&owner)["me"].as_str().expect("id").to_string();
+        let target_id = view(&target)["me"].as_str().expect("id").to_string();
+        let slot: u64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&keys[0])
+            .query(&mut client(&owner))
+            .expect("slot");
+        Self {
+            cluster,
+            keys,
+            owner,
+            target,
+            owner_id,
+            target_id,
+            slot,
+        }
+    }
+}
+
 /// Regression (a lost acknowledged write, found once by the kill test in CI): two
 /// `PLIANT.MIGRATE` calls on one slot at once (a call left running by a rescaler that was
 /// killed, and the rescale run again) both copied its keys; the first's deletion at the source
@@ -1573,30 +1623,15 @@ fn migrate_call(
 #[test]
 fn two_migrate_calls_on_one_slot_at_once_lose_no_acknowledged_write() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
-    let addrs = cluster.addrs();
-    let keys: Vec<String> = (0..50).map(|i| format!("{{r}}k{i:02}")).collect();
-    for k in &keys {
-        let _: String = routed(&addrs[0], &["SET", k, "before"]);
-    }
-    let owner = addrs
-        .iter()
-        .find(|a| {
-            redis::cmd("GET")
-                .arg(&keys[0])
-                .query::<Option<String>>(&mut client(a))
-                .is_ok()
-        })
-        .expect("an owner")
-        .clone();
-    let target = addrs.iter().find(|a| **a != owner).expect("target").clone();
-    let owner_id = view(&owner)["me"].as_str().expect("id").to_string();
-    let target_id = view(&target)["me"].as_str().expect("id").to_string();
-    let slot: u64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(&keys[0])
-        .query(&mut client(&owner))
-        .expect("slot");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        owner_id,
+        target_id,
+        slot,
+    } = TwoNodes::start(dir.path(), "r", 50);
     let (second_seen, release) = (Gate::default(), Gate::default());
     let relay = Relay::start(
         &target,
@@ -1682,30 +1717,15 @@ fn two_migrate_calls_on_one_slot_at_once_lose_no_acknowledged_write() {
 #[test]
 fn a_copy_arriving_late_leaves_the_writes_made_at_the_target_since() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
-    let addrs = cluster.addrs();
-    let keys: Vec<String> = (0..20).map(|i| format!("{{h}}k{i:02}")).collect();
-    for k in &keys {
-        let _: String = routed(&addrs[0], &["SET", k, "before"]);
-    }
-    let owner = addrs
-        .iter()
-        .find(|a| {
-            redis::cmd("GET")
-                .arg(&keys[0])
-                .query::<Option<String>>(&mut client(a))
-                .is_ok()
-        })
-        .expect("an owner")
-        .clone();
-    let target = addrs.iter().find(|a| **a != owner).expect("target").clone();
-    let owner_id = view(&owner)["me"].as_str().expect("id").to_string();
-    let target_id = view(&target)["me"].as_str().expect("id").to_string();
-    let slot: u64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(&keys[0])
-        .query(&mut client(&owner))
-        .expect("slot");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        owner_id,
+        target_id,
+        slot,
+    } = TwoNodes::start(dir.path(), "h", 20);
     let relay = Relay::start(&target, vec![(Gate::default(), Hold::Capture)]);
     mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
     let mut c = client(&owner);

@@ -28,6 +28,7 @@ fn demo_json_has_every_policy_and_writes_the_report() {
             "two-phase-100000-100",
             "two-phase-100000-1000",
             "two-phase-100000-10000",
+            "no-progress-100000-10",
             "auto"
         ]
     );
