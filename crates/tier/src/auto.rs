@@ -672,8 +672,9 @@ mod tests {
         assert!((500.0..=501.0).contains(&overspent), "{overspent}");
     }
     /// Rereads the trims made the tier above serve raise the window's floor for good: doubled
-    /// from the window that caused them at each interval where they pass
-    /// [`CAUSED_FETCH_SHARE`] of the reads, and left as it is where they do not.
+    /// from the window that caused them where they pass [`CAUSED_FETCH_SHARE`] of a span of at
+    /// least 1 / that share reads, and left as it is where they do not; a span too short to show
+    /// the share carries over.
     #[test]
     fn store_reads_the_trims_caused_double_the_window_floor() {
         let mut a = Auto::new(1);
@@ -688,28 +689,47 @@ mod tests {
             clients: Some(1.0),
             ..CacheView::default()
         };
-        // An interval of 1,000 reads of one hot key, one of them a reread of a key the cache had
-        // held that missed: 0.1% of the reads, over the bound.
-        a.on_read(0.0, 9);
-        for i in 1..1000 {
-            a.on_read(f64::from(i) / 100.0, 1);
+        // `n` reads of one hot key between `t` and `t + 1`.
+        let hot = |a: &mut Auto, t: f64, n: u32| {
+            for i in 0..n {
+                a.on_read(t + f64::from(i) / f64::from(n), 1);
+            }
+        };
+        // Three rereads of keys the cache had held miss among 20,000 reads: 0.015%.
+        for k in [7, 8, 9] {
+            a.on_read(0.0, k);
         }
-        a.on_read(10.0, 9);
-        a.on_wait(1.0, true);
+        hot(&mut a, 1.0, 20_000);
+        for k in [7, 8, 9] {
+            a.on_read(5.0, k);
+            a.on_wait(1.0, true);
+        }
         a.decide(&view(10.0));
         assert_eq!(a.floor, 6.0, "twice the window that missed");
         assert!(a.state.expect("armed").window_seconds >= 6.0);
-        // An interval without such a miss leaves the floor where it is.
-        for i in 0..1000 {
-            a.on_read(11.0 + f64::from(i) / 100.0, 1);
-        }
-        a.decide(&view(21.0));
+        // 20,000 reads without such a miss leave the floor where it is.
+        hot(&mut a, 11.0, 20_000);
+        a.decide(&view(20.0));
         assert_eq!(a.floor, 6.0);
-        assert!(a.state.expect("armed").window_seconds >= 6.0);
-        // A first read that missed is no reread: nothing the trims caused.
-        a.on_read(22.0, 500);
+        // One such miss among 1,000 reads is too few reads to judge: it carries over...
+        a.on_read(21.0, 8);
         a.on_wait(1.0, true);
-        a.decide(&view(23.0));
-        assert_eq!(a.floor, 6.0);
+        hot(&mut a, 22.0, 1_000);
+        a.decide(&view(30.0));
+        assert_eq!(a.floor, 6.0, "not judged yet");
+        // ...and with a second among the next 9,000 the span shows 2 in 10,002: over the share.
+        a.on_read(31.0, 9);
+        a.on_wait(1.0, true);
+        hot(&mut a, 32.0, 9_000);
+        let before = a.state.expect("armed").window_seconds;
+        a.decide(&view(40.0));
+        assert_eq!(a.floor, 2.0 * before.max(6.0));
+        // A first read that missed is no reread: nothing the trims caused.
+        let floor = a.floor;
+        a.on_read(41.0, 500);
+        a.on_wait(1.0, true);
+        hot(&mut a, 42.0, 20_000);
+        a.decide(&view(50.0));
+        assert_eq!(a.floor, floor);
     }
 }
