@@ -8,8 +8,8 @@ Runs `pliant parsplice compare --json` once as it is and once per knob and facto
 NAME=VALUE`; a chance above 1 is set to 1), and prints, per knob, how many points each policy's
 modelled efficiency moves at 2.5 h and 4.2 h: the largest move over the seven limited policies,
 and LRU 10's and two-phase 100K → 10's. The knobs' values are read from
-crates/parsplice/src/model.rs (`p_hop`, fitted to 0, stays 0 at ×0.5 and ×1.5 and moves nothing).
-About 25 minutes on a 2-core machine (23 model comparisons).
+crates/parsplice/src/model.rs (`p_hop`, fitted to 0, is left out: half and one and a half times 0
+are 0). About 25 minutes on a 2-core machine (21 model comparisons).
 Needs ../shared/results/parsplice-8node-policies (the comparison's measured runs).
 """
 
