@@ -66,8 +66,35 @@ pub struct Cluster {
     written_here: Arc<std::sync::Mutex<WrittenHere>>,
 }
 
-/// Keys clients wrote at a move's target, by slot (see `Cluster::written_here`).
-type WrittenHere = std::collections::HashMap<u16, std::collections::HashSet<Bytes>>;
+/// Keys clients wrote at a move's target, by slot (see `Cluster::written_here`), and the bytes of
+/// those keys.
+#[derive(Default)]
+struct WrittenHere {
+    slots: std::collections::HashMap<u16, std::collections::HashSet<Bytes>>,
+    bytes: usize,
+}
+
+/// The most key bytes [`Cluster::clients_write`] notes; past it, writes sent to a move's target
+/// answer `-TRYAGAIN` until the move ends. Without it a client could make the record grow
+/// without storing anything (ASKING, then DEL of keys the target lacks, as many as it likes).
+/// 64 MiB is a million keys of 64 bytes, more than a slot move of the benchmarks' 2 M keys
+/// spread over 16,384 slots sees written at its target.
+pub const WRITTEN_HERE_MAX_BYTES: usize = 64 << 20;
+
+impl WrittenHere {
+    /// Keeps only the slots `keep` says, and their bytes.
+    fn retain(&mut self, mut keep: impl FnMut(u16) -> bool) {
+        let mut freed = 0;
+        self.slots.retain(|&slot, keys| {
+            let k = keep(slot);
+            if !k {
+                freed += keys.iter().map(Bytes::len).sum::<usize>();
+            }
+            k
+        });
+        self.bytes -= freed;
+    }
+}
 
 impl Cluster {
     /// Routing over `membership` (a node that has joined its cluster).
@@ -91,9 +118,7 @@ impl Cluster {
                     let state = maps.borrow_and_update().clone();
                     let me = state.map.index_of(&id);
                     let mut w = written.lock().unwrap_or_else(|p| p.into_inner());
-                    w.retain(|&slot, _| {
-                        state.map.migration(slot).is_some_and(|m| Some(m.to) == me)
-                    });
+                    w.retain(|slot| state.map.migration(slot).is_some_and(|m| Some(m.to) == me));
                 }
             });
         }
@@ -132,17 +157,29 @@ impl Cluster {
     }
 
     /// Notes that a client is writing `keys` here (see `written_here`), those of slots moving
-    /// here; called before the write runs, so no copy can land between the two.
-    pub fn clients_write(&self, keys: impl IntoIterator<Item = Bytes>) {
+    /// here; called before the write runs, so no copy can land between the two. `false`, noting
+    /// nothing, when the record would pass [`WRITTEN_HERE_MAX_BYTES`]: the write must not run.
+    pub fn clients_write(&self, keys: impl IntoIterator<Item = Bytes>) -> bool {
         let state = self.state();
         let me = state.map.index_of(&self.me().id);
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        for k in keys {
-            let slot = key_slot(&k);
-            if state.map.migration(slot).is_some_and(|m| Some(m.to) == me) {
-                w.entry(slot).or_default().insert(k);
-            }
+        let new: Vec<(u16, Bytes)> = keys
+            .into_iter()
+            .map(|k| (key_slot(&k), k))
+            .filter(|(slot, k)| {
+                state.map.migration(*slot).is_some_and(|m| Some(m.to) == me)
+                    && !w.slots.get(slot).is_some_and(|keys| keys.contains(k))
+            })
+            .collect();
+        let bytes: usize = new.iter().map(|(_, k)| k.len()).sum();
+        if w.bytes + bytes > WRITTEN_HERE_MAX_BYTES {
+            return false;
         }
+        w.bytes += bytes;
+        for (slot, k) in new {
+            w.slots.entry(slot).or_default().insert(k);
+        }
+        true
     }
 
     /// Whether a client wrote `key` here since its slot began moving here (see
@@ -150,13 +187,13 @@ impl Cluster {
     pub fn written_here(&self, key: &[u8]) -> bool {
         let slot = key_slot(key);
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        if !w.get(&slot).is_some_and(|keys| keys.contains(key)) {
+        if !w.slots.get(&slot).is_some_and(|keys| keys.contains(key)) {
             return false;
         }
         if self.importing(slot) {
             return true;
         }
-        w.remove(&slot);
+        w.retain(|s| s != slot);
         false
     }
 
@@ -164,9 +201,7 @@ impl Cluster {
     /// from here, so not here; a later move of them here starts with nothing written.
     pub fn moving_away(&self, slots: &[u16]) {
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        for s in slots {
-            w.remove(s);
-        }
+        w.retain(|s| !slots.contains(&s));
     }
 
     /// Whether `key`'s slot was moving away from here when the node started and still is (see
@@ -490,8 +525,8 @@ mod tests {
         assert!(coord.update_now(0, moving.clone()).expect("update"));
         seen(1).await;
         let k = Bytes::from_static(b"{a}k");
-        two.clients_write([k.clone(), Bytes::from_static(b"b")]);
-        one.clients_write([k.clone()]);
+        assert!(two.clients_write([k.clone(), Bytes::from_static(b"b")]));
+        assert!(one.clients_write([k.clone()]));
         assert!(two.written_here(&k), "written at the target");
         assert!(!two.written_here(b"b"), "a slot not moving here");
         assert!(!one.written_here(&k), "the source notes nothing");
@@ -503,9 +538,24 @@ mod tests {
         seen(3).await;
         assert!(!two.written_here(&k), "forgotten between the two moves");
         // And a move out of the node forgets at once.
-        two.clients_write([k.clone()]);
+        assert!(two.clients_write([k.clone()]));
         two.moving_away(&[slot]);
         assert!(!two.written_here(&k));
+        // The record is bounded: a write that would pass it is refused and noted nowhere (the
+        // caller answers -TRYAGAIN); one within it still is, and a key noted once costs nothing
+        // more.
+        let mut huge = b"{a}".to_vec();
+        huge.resize(WRITTEN_HERE_MAX_BYTES, b'x');
+        let huge = Bytes::from(huge);
+        assert!(two.clients_write([huge.clone()]), "exactly the bound");
+        assert!(two.clients_write([huge.clone()]), "already noted");
+        assert!(!two.clients_write([k.clone()]), "one byte past it");
+        assert!(!two.written_here(&k));
+        two.moving_away(&[slot]);
+        assert!(
+            two.clients_write([k.clone()]),
+            "the bytes came back with the slot"
+        );
     }
 
     #[tokio::test]

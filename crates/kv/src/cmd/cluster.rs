@@ -31,8 +31,14 @@ pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) ->
         node.keyspace().exists(k, now).unwrap_or(false)
     });
     // Runs here, at a move's target if it was sent here: a copy arriving later is older.
-    if redirect.is_none() && asking && spec.writes() {
-        cluster.clients_write(spec.keys_of(args).cloned());
+    if redirect.is_none()
+        && asking
+        && spec.writes()
+        && !cluster.clients_write(spec.keys_of(args).cloned())
+    {
+        return Some(Frame::error(
+            "TRYAGAIN too many keys written during this slot's move; try again once it ends",
+        ));
     }
     redirect
 }
