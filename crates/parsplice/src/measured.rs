@@ -211,10 +211,7 @@ pub fn compare(
         ..WorkloadParams::default()
     };
     let mut store = StoreParams::default();
-    for (name, value) in knobs {
-        crate::model::set_knob(&mut workload, &mut store, name, *value)
-            .map_err(ParspliceError::Config)?;
-    }
+    crate::model::set_knobs(&mut workload, &mut store, knobs).map_err(ParspliceError::Config)?;
     let policies: Vec<PolicyKind> = runs.iter().map(|(p, _)| p.clone()).collect();
     let reports = study::run_all(workload, store, Segments::Model, &policies, progress)?;
     Ok(policies

@@ -339,6 +339,17 @@ pub fn set_knob(
     Ok(())
 }
 
+/// Sets every `(name, value)` of `knobs` ([`set_knob`]) in order; the first bad one is the error.
+pub fn set_knobs(
+    w: &mut WorkloadParams,
+    s: &mut StoreParams,
+    knobs: &[(String, f64)],
+) -> Result<(), String> {
+    knobs
+        .iter()
+        .try_for_each(|(name, value)| set_knob(w, s, name, *value))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

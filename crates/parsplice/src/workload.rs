@@ -180,11 +180,6 @@ impl StateProcess {
         self.stalled = stalled;
     }
 
-    /// Atoms in the system now.
-    pub fn atoms(&self) -> f64 {
-        atoms(self.trajectory, &self.params)
-    }
-
     /// The run's initial state, which exists before the first segment.
     pub fn take_seeded(&self) -> (u64, u32) {
         (self.current, self.size_of(self.current))

@@ -105,6 +105,46 @@ fn demo_json_has_every_policy_and_writes_the_report() {
     assert!(html.contains("front-final.svg") && html.contains("front-mean.svg"));
 }
 
+/// `parsplice gen --set` takes the model's locality and stall constants and refuses, naming
+/// them, what is not one, what is out of range and what a trace cannot show (the store's), and
+/// writes nothing then.
+#[test]
+fn gen_set_refuses_bad_knobs_by_name_and_writes_nothing() {
+    let d = tempfile::tempdir().expect("tempdir");
+    for (set, says) in [
+        ("p_hopp=0.1", "unknown knob \"p_hopp\""),
+        ("p_current=1.5", "p_current=1.5: out of its range"),
+        ("p_move=x", "is not a number"),
+        ("store_reads_per_s=5", "store_*"),
+        ("miss_penalty=1", "miss_penalty"),
+    ] {
+        let e = err(&pliant(
+            &["parsplice", "gen", "--hours", "0.01", "--set", set, "m.csv"],
+            d.path(),
+        ));
+        assert!(e.contains(says), "--set {set}: {e}");
+        assert!(
+            !d.path().join("m.csv").exists(),
+            "--set {set} wrote a trace"
+        );
+    }
+    ok(&pliant(
+        &[
+            "parsplice",
+            "gen",
+            "--hours",
+            "0.01",
+            "--set",
+            "p_hop=0.1",
+            "--set",
+            "recency_shape=0.5",
+            "m.csv",
+        ],
+        d.path(),
+    ));
+    assert!(d.path().join("m.csv").exists());
+}
+
 #[test]
 fn generated_parsplice_trace_feeds_regimes_and_demo() {
     let d = tempfile::tempdir().expect("tempdir");

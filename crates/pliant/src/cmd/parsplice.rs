@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use pliant_parsplice::calibration::{self, Calibration};
+use pliant_parsplice::model::{self, StoreParams};
 use pliant_parsplice::{WorkloadParams, measured};
 use pliant_trace::Profile;
 use serde::Serialize;
@@ -114,15 +115,13 @@ fn gen_cmd(a: &GenArgs) -> Result<ExitCode> {
         seed: a.rng.seed,
         ..WorkloadParams::default()
     };
-    let mut store = pliant_parsplice::model::StoreParams::default();
-    for (name, value) in &a.knobs {
-        pliant_parsplice::model::set_knob(&mut w, &mut store, name, *value)
-            .map_err(|e| anyhow::anyhow!("--set {name}={value}: {e}"))?;
-        if store != pliant_parsplice::model::StoreParams::default() {
-            anyhow::bail!(
-                "--set {name}: a store constant, which a trace of reads and puts does not show"
-            );
-        }
+    let mut store = StoreParams::default();
+    model::set_knobs(&mut w, &mut store, &a.knobs).map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+    if store != StoreParams::default() {
+        anyhow::bail!(
+            "--set: miss_penalty and store_* are the store's, which a trace of reads and puts \
+             does not show"
+        );
     }
     calibration::write_model_trace(&a.output, w)?;
     eprintln!("wrote {}", a.output.display());
