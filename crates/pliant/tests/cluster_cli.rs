@@ -1561,6 +1561,35 @@ fn migrate_call(
     })
 }
 
+/// Ends the move of `slot` from `owner` to `target` (`pliant cluster move`) and waits, at most
+/// 10 s, until the target serves `key` (it learns by watch that it owns the slot); returns a
+/// connection to the target.
+fn finish_move(
+    owner: &str,
+    target: &str,
+    target_id: &str,
+    slot: u64,
+    key: &str,
+) -> redis::Connection {
+    let s = slot.to_string();
+    let out = pliant(&["cluster", "move", owner, "--slot", &s, "--to", target_id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut t = client(target);
+    let began = Instant::now();
+    while let Err(e) = redis::cmd("GET").arg(key).query::<Option<String>>(&mut t) {
+        assert!(
+            e.code() == Some("MOVED") && began.elapsed() < Duration::from_secs(10),
+            "{e}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t
+}
+
 /// Two nodes, `n` keys of one hash tag set to "before", and who holds them: the owner, the
 /// other node (a move's target), their ids and the keys' slot.
 struct TwoNodes {
@@ -1661,33 +1690,7 @@ fn two_migrate_calls_on_one_slot_at_once_lose_no_acknowledged_write() {
         .into_iter()
         .map(|c| format!("{:?}", c.join().expect("call")))
         .collect();
-    let out = pliant(&[
-        "cluster",
-        "move",
-        &owner,
-        "--slot",
-        &slot.to_string(),
-        "--to",
-        &target_id,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut t = client(&target);
-    // The target learns by watch that it owns the slot now.
-    let began = Instant::now();
-    while let Err(e) = redis::cmd("GET")
-        .arg(&keys[0])
-        .query::<Option<String>>(&mut t)
-    {
-        assert!(
-            e.code() == Some("MOVED") && began.elapsed() < Duration::from_secs(10),
-            "{e}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut t = finish_move(&owner, &target, &target_id, slot, &keys[0]);
     let lost: Vec<String> = keys
         .iter()
         .filter_map(|k| {
@@ -1786,25 +1789,7 @@ fn a_copy_arriving_late_leaves_the_writes_made_at_the_target_since() {
         "the late batch is acknowledged (and its source gone)"
     );
     check("after the late batch", true);
-    let s = slot.to_string();
-    let out = pliant(&["cluster", "move", &owner, "--slot", &s, "--to", &target_id]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut t = client(&target);
-    let began = Instant::now();
-    while let Err(e) = redis::cmd("GET")
-        .arg(&keys[0])
-        .query::<Option<String>>(&mut t)
-    {
-        assert!(
-            e.code() == Some("MOVED") && began.elapsed() < Duration::from_secs(10),
-            "{e}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    finish_move(&owner, &target, &target_id, slot, &keys[0]);
     let reply = relay.replay(0);
     check("after the batch again, the move over", false);
     assert!(
