@@ -9,7 +9,7 @@ NAME=VALUE`; a chance above 1 is set to 1), and prints, per knob, how many point
 modelled efficiency moves at 2.5 h and 4.2 h: the largest move over the seven limited policies,
 and LRU 10's and two-phase 100K → 10's. The knobs' values are read from
 crates/parsplice/src/model.rs (`p_hop`, fitted to 0, is left out: half and one and a half times 0
-are 0). About 25 minutes on a 2-core machine (21 model comparisons).
+are 0). About 27 minutes on a 2-core machine (23 model comparisons).
 Needs ../shared/results/parsplice-8node-policies (the comparison's measured runs).
 """
 
@@ -29,6 +29,7 @@ KNOBS = {
     "recency_shape": r"pub const RECENCY_SHAPE: f64 = ([0-9.]+);",
     "lost_share": r"pub const LOST_SHARE: f64 = ([0-9.]+);",
     "heal_scale": r"pub const HEAL_SCALE: f64 = ([0-9.]+);",
+    "heal_decay_segments": r"pub const HEAL_DECAY_SEGMENTS: f64 = ([0-9._]+);",
     "miss_penalty": r"pub const READ_LATENCY_SECONDS: f64 = ([0-9.]+);",
     "store_network_seconds": r"pub const STORE_NETWORK_SECONDS: f64 = ([0-9.]+);",
     "store_reads_per_s": r"reads_per_s: ([0-9.]+),",
@@ -61,7 +62,7 @@ def main():
         m = re.search(pattern, text)
         if not m:
             sys.exit(f"{MODEL_RS}: no value for {k} ({pattern})")
-        values[k] = float(m.group(1))
+        values[k] = float(m.group(1).replace("_", ""))
     base = compare(a.binary, [])
     out = {"values": values, "base": base, "moves": {}}
     print("Points each modelled efficiency moves with a knob at ×0.5 / ×1.5 "

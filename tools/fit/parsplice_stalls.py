@@ -14,25 +14,30 @@ MEASURED (../shared/results/parsplice-8node-policies; README beside the data):
 
 THE MODEL (crates/parsplice/src/model.rs, `lost`, `heal_chance`): a store read of a state the
 persistent store never got stalls the trajectory (chance LOST_SHARE per store read); each segment
-completed while stalled finds the state again with chance HEAL_SCALE / basin_states(atoms), with
-basin_states = K0 * atoms^KAPPA * (251 / 27)^OMEGA * temperature (the fit of
-tools/fit/parsplice_model.py, read from model.rs).
+completed while stalled, the n-th since it stalled, finds the state again with chance
+HEAL_SCALE / basin_states(atoms) * exp(-n / HEAL_DECAY_SEGMENTS), with basin_states = K0 *
+atoms^KAPPA * (251 / 27)^OMEGA * temperature (the fit of tools/fit/parsplice_model.py, read from
+model.rs).
 
 FITTED on LRU 10 (scale-cachelimit-8n-10-72001-LRU, 13 stalls, the last censored):
-- HEAL_SCALE by maximum likelihood: healed stalls / sum over stalls of segments / basin_states.
+- HEAL_SCALE and HEAL_DECAY_SEGMENTS by maximum likelihood (each stall's n = its segments; a
+  healed one counts its chance of lasting n and then healing, a censored one its chance of lasting
+  n): for a given decay the best HEAL_SCALE is healed stalls / sum of D (1 - exp(-n / D)) /
+  basin_states, and the decay is found by golden-section search on its log. The same fit without
+  the decay (D infinite) is printed beside it, with both fits' log likelihood on the judged runs.
 - LOST_SHARE: LRU 10's stalls per second of progress (15,000 s less the time stalled) over the
   model's store reads per second on LRU 10 with no stalls (`pliant parsplice compare --json --set
   lost_share=0`, its `model_store_reads` over 15,000 s).
 JUDGED on the four two-phase runs (100,000 keys then 10, 100, 1,000, 10,000), which the fit never
 saw: the stalls their model store reads predict against the measured, and each measured stall's
-chance of lasting as long as it did under the fitted HEAL_SCALE.
+chance of lasting as long as it did under the fitted heal.
 
 THE RESULT, over seeds (`--seeds N`, default 5: `pliant parsplice compare --json --seed S` for
 S = 1..N): each run's efficiency at 2.5 h and 4.2 h, measured against the model's mean and range,
 and its stop (the trajectory flat from then to the end, 1,800 s or more) against the model's per
 seed; how many runs are within 5 points at 2.5 h, 8 at 4.2 h and 15 minutes of the stop.
 
-`--check` fails (exit 1) when model.rs's LOST_SHARE or HEAL_SCALE is not the fit's (two
+`--check` fails (exit 1) when model.rs's LOST_SHARE, HEAL_SCALE or HEAL_DECAY_SEGMENTS is not the fit's (two
 significant digits). About six minutes (1 + N model comparisons). Python 3 standard library.
 """
 
@@ -141,8 +146,8 @@ def main():
 
     fit = measure(a.shared, FIT[1])
     healed = sum(1 for s in fit if s[2])
-    exposure = sum(segs / basin(atoms) for _, _, _, atoms, segs in fit)
-    heal_scale = healed / exposure
+    heal_scale, decay = heal_fit(fit, basin)
+    plain = healed / sum(segs / basin(atoms) for _, _, _, atoms, segs in fit)
     stalled = sum(e - s for s, e, _, _, _ in fit)
     onsets_per_s = len(fit) / (END - stalled)
 
@@ -155,23 +160,28 @@ def main():
     lost_share = onsets_per_s / reads_per_s
 
     print(f"Fitted on {FIT[1]} ({len(fit)} stalls, {healed} healed, {stalled:.0f} s stalled):")
-    print(f"- HEAL_SCALE = {heal_scale:.3g} (healed stalls / sum of segments / basin_states)")
+    print(f"- HEAL_SCALE = {heal_scale:.3g} and HEAL_DECAY_SEGMENTS = {decay:.3g} (log likelihood "
+          f"{loglik(fit, basin, heal_scale, decay):.1f}); without the decay HEAL_SCALE would be "
+          f"{plain:.3g} ({loglik(fit, basin, plain, math.inf):.1f})")
     print(f"- LOST_SHARE = {lost_share:.3g} ({onsets_per_s * 3600:.2f} stalls per hour of "
           f"progress / the model's {reads_per_s:.3f} store reads/s on LRU 10)")
-    print("\n| run | stall at | atoms | lasted | healed | segments | model's mean stall | "
-          "chance it lasts that long |")
+    print("\n| run | stall at | atoms | lasted | healed | segments | model: chance it never heals | "
+          "chance it lasts that long (without the decay) |")
     print("|---|---:|---:|---:|---|---:|---:|---:|")
     judged = {}
     for name, run, _ in (FIT,) + JUDGED:
         rows = measure(a.shared, run)
         judged[name] = rows
         for s, e, h, atoms, segs in rows:
-            per_seg = heal_scale / basin(atoms)
-            rate = per_seg * segs / max(e - s, 1.0)
-            mean = 1 / rate if rate > 0 else math.inf
-            survive = math.exp(-per_seg * segs)
+            never = math.exp(-heal_scale * decay / basin(atoms))
+            survive = survival(segs, basin(atoms), heal_scale, decay)
+            before = survival(segs, basin(atoms), plain, math.inf)
             print(f"| {name} | {s:,.0f} s | {atoms:.1f} | {e - s:,.0f} s{'' if h else '+'} | "
-                  f"{'yes' if h else 'no'} | {segs:,.0f} | {mean:,.0f} s | {survive:.2f} |")
+                  f"{'yes' if h else 'no'} | {segs:,.0f} | {never:.2f} | {survive:.2f} ({before:.2f}) |")
+    held = [r for n, _, _ in JUDGED for r in judged[n]]
+    print(f"\nLog likelihood of the judged runs' {len(held)} stalls: "
+          f"{loglik(held, basin, heal_scale, decay):.1f} with the decay, "
+          f"{loglik(held, basin, plain, math.inf):.1f} without.")
     print("\nWhen the first stall comes once the cache is limited: the model's mean wait "
           "(1 / (LOST_SHARE × its store reads per second from then on, no-stall run)) against "
           "the measured:\n")
@@ -194,18 +204,62 @@ def main():
         result(seeds)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"heal_scale": heal_scale, "lost_share": lost_share, "seeds": seeds,
+            json.dump({"heal_scale": heal_scale, "heal_decay_segments": decay, "lost_share": lost_share, "seeds": seeds,
                        "store_reads": {n: model[n]["model_store_reads"] for n, _, _ in (FIT,) + JUDGED},
                        "stalls": judged}, f, indent=1)
     if a.check:
         bad = []
-        for name, value in (("LOST_SHARE", lost_share), ("HEAL_SCALE", heal_scale)):
+        for name, value in (("LOST_SHARE", lost_share), ("HEAL_SCALE", heal_scale),
+                            ("HEAL_DECAY_SEGMENTS", decay)):
             have = const(text, name)
             if f"{have:.2g}" != f"{value:.2g}":
                 bad.append(f"{name} = {have} (fit: {value:.2g})")
         if bad:
             sys.exit(f"{MODEL_RS} does not hold the fit: " + "; ".join(bad))
         print("\nmodel.rs holds the fit.")
+
+
+def survival(segs, basin, scale, decay):
+    """Chance a stall at `basin` states lasts `segs` segments unhealed."""
+    if math.isinf(decay):
+        return math.exp(-scale * segs / basin)
+    return math.exp(-scale * decay / basin * (1 - math.exp(-segs / decay)))
+
+
+def loglik(rows, basin, scale, decay):
+    """Log likelihood of `rows` (measure's stalls): each lasts its segments, and a healed one then
+    heals."""
+    total = 0.0
+    for _, _, healed, atoms, segs in rows:
+        b = basin(atoms)
+        total += math.log(survival(segs, b, scale, decay))
+        if healed:
+            total += math.log(scale / b * (1.0 if math.isinf(decay) else math.exp(-segs / decay)))
+    return total
+
+
+def heal_fit(rows, basin):
+    """(HEAL_SCALE, HEAL_DECAY_SEGMENTS) of most likelihood for `rows`."""
+    healed = sum(1 for r in rows if r[2])
+
+    def scale(decay):
+        return healed / sum(decay * (1 - math.exp(-segs / decay)) / basin(atoms)
+                            for _, _, _, atoms, segs in rows)
+
+    def cost(log_d):
+        d = 10 ** log_d
+        return -loglik(rows, basin, scale(d), d)
+
+    lo, hi = 3.0, 9.0
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(200):
+        x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+        if cost(x1) < cost(x2):
+            hi = x2
+        else:
+            lo = x1
+    d = 10 ** ((lo + hi) / 2)
+    return scale(d), d
 
 
 def result(seeds):

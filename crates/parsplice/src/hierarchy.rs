@@ -375,6 +375,8 @@ struct Sim<'a, 'w> {
     now: f64,
     /// The state the trajectory waits for, if it is stalled.
     stalled_on: Option<u64>,
+    /// Segments completed since the trajectory stalled ([`heal_chance`] falls with them).
+    stalled_segments: u64,
     stalls: Vec<Stall>,
     /// States the splicer stored itself (each superbasin's first): never lost.
     seeds: std::collections::HashSet<u64, foldhash::fast::FixedState>,
@@ -439,6 +441,7 @@ impl<'a, 'w> Sim<'a, 'w> {
             last_progress: 0.0,
             now: 0.0,
             stalled_on: None,
+            stalled_segments: 0,
             stalls: Vec::new(),
             seeds: std::collections::HashSet::with_hasher(foldhash::fast::FixedState::with_seed(7)),
             heal: Pcg64Mcg::seed_from_u64(w.seed ^ 0x5EA1),
@@ -517,10 +520,9 @@ impl<'a, 'w> Sim<'a, 'w> {
             return Ok(());
         };
         if self.stalled_on.is_some() {
-            if self
-                .heal
-                .random_bool(heal_chance(p.atoms, &self.spec.workload))
-            {
+            self.stalled_segments += 1;
+            let chance = heal_chance(p.atoms, self.stalled_segments, &self.spec.workload);
+            if self.heal.random_bool(chance) {
                 self.stalled_on = None;
                 self.process.set_stalled(false);
                 if let Some(s) = self.stalls.last_mut() {
@@ -677,6 +679,7 @@ impl<'a, 'w> Sim<'a, 'w> {
             return;
         }
         self.stalled_on = Some(key);
+        self.stalled_segments = 0;
         self.process.set_stalled(true);
         self.stalls.push(Stall {
             start: t,

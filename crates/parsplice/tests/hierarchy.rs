@@ -338,9 +338,15 @@ fn a_policy_sees_the_trajectory_as_progress_and_the_store_traffic() {
 /// A run of `policy` with every state a worker finds lost to the store (`lost_share` 1) and
 /// `heal_scale` as given.
 fn lossy(policy: PolicyKind, heal_scale: f64) -> RunReport {
+    lossy_decaying(policy, heal_scale, f64::INFINITY)
+}
+
+/// [`lossy`], with the heal's chance falling by `e` every `decay` segments of a stall.
+fn lossy_decaying(policy: PolicyKind, heal_scale: f64, decay: f64) -> RunReport {
     let mut s = spec(policy, 27, 1, 0.3);
     s.workload.lost_share = 1.0;
     s.workload.heal_scale = heal_scale;
+    s.workload.heal_decay_segments = decay;
     model_run(&s)
 }
 
@@ -379,6 +385,26 @@ fn a_stall_heals_when_a_segment_finds_the_state_again() {
     let never = lossy(PolicyKind::Lru(1), 0.0);
     let end = 0.3 * 3600.0;
     assert!(healing.trajectory_at(end) > 2.0 * never.trajectory_at(end));
+}
+
+/// The heal's chance falls as a stall lasts: with a chance of 1/2 at a stall's first segment,
+/// falling by `e` with each segment after, a stall is left for good with chance about 0.37, so
+/// the run stops for good where the same first chance without the decay heals every stall.
+#[test]
+fn a_stall_that_outlasts_its_first_segments_stops_the_trajectory_for_good() {
+    let end = 0.3 * 3600.0;
+    // A basin of one state at 27 workers and this few atoms: the chance is heal_scale * e^-n.
+    let scale = 0.5 * std::f64::consts::E;
+    let steady = lossy(PolicyKind::Lru(1), scale);
+    let fading = lossy_decaying(PolicyKind::Lru(1), scale, 1.0);
+    assert!(steady.stalls.iter().rev().skip(1).all(|s| s.end.is_some()));
+    assert!(steady.stalls.len() > 10, "{}", steady.stalls.len());
+    assert!(steady.stop(end, 60.0).is_none(), "steady heals");
+    let last = fading.stalls.last().expect("stalls");
+    assert!(last.end.is_none(), "{last:?}");
+    assert!(fading.stalls.iter().rev().skip(1).all(|s| s.end.is_some()));
+    assert_eq!(fading.stop(end, 60.0), Some(last.start));
+    assert!(fading.trajectory_at(end) < steady.trajectory_at(end));
 }
 
 /// The model's reads are as local as d100K's (`tools/fit/parsplice_locality.py` fits them to

@@ -73,7 +73,8 @@ pub struct CompareArgs {
     #[arg(long, default_value = "../shared/results/parsplice-8node-policies")]
     results: PathBuf,
     /// Runs the model with one of its constants changed, to see how the comparison moves with
-    /// it: NAME=VALUE, repeatable; NAME one of p_current, p_move, lost_share, heal_scale, p_hop,
+    /// it: NAME=VALUE, repeatable; NAME one of p_current, p_move, lost_share, heal_scale,
+    /// heal_decay_segments, p_hop,
     /// recency_shape, miss_penalty, store_network_seconds, store_reads_per_s, store_puts_per_s,
     /// store_stall_seconds.
     #[arg(long = "set", value_name = "NAME=VALUE", value_parser = knob)]
