@@ -2,14 +2,18 @@
 """How the model-vs-measured comparison moves when one of the model's unsourced constants is set
 to half and one and a half times its value (issue 36: "the result's sensitivity to ±50%").
 
-    python3 tools/fit/parsplice_sensitivity.py [--binary PATH] [--json FILE]
+    python3 tools/fit/parsplice_sensitivity.py [--binary PATH] [--json FILE] [--knobs A,B,...]
 
 Runs `pliant parsplice compare --json` once as it is and once per knob and factor (`--set
 NAME=VALUE`; a chance above 1 is set to 1), and prints, per knob, how many points each policy's
 modelled efficiency moves at 2.5 h and 4.2 h: the largest move over the seven limited policies,
 and LRU 10's and two-phase 100K → 10's. The knobs' values are read from
 crates/parsplice/src/model.rs (`p_hop`, fitted to 0, is left out: half and one and a half times 0
-are 0). About 27 minutes on a 2-core machine (23 model comparisons).
+are 0). The rates and sizes fitted to the measured runs are varied by their scales and offsets
+(`R0`, `A0`, `P0`, `SEGMENT_MD_PS`, `K0`, `DISCOVERY_SEGMENTS`, `VALUE_BYTES_*`): an exponent
+at ±50% changes its function by orders of magnitude at the runs' 30–60 atoms, and the scale
+fitted with it carries the fit's uncertainty there. About 45 minutes on a 2-core machine (39
+model comparisons); `--knobs` runs only those named (and the base run).
 Needs ../shared/results/parsplice-8node-policies (the comparison's measured runs).
 """
 
@@ -35,6 +39,15 @@ KNOBS = {
     "store_reads_per_s": r"reads_per_s: ([0-9.]+),",
     "store_puts_per_s": r"puts_per_s: ([0-9.]+),",
     "store_stall_seconds": r"stall_seconds: ([0-9.]+),",
+    # The rates and sizes fitted to the measured runs: their scales and offsets (`model::Fitted`).
+    "r0": r"pub const R0: f64 = ([0-9._]+);",
+    "a0": r"pub const A0: f64 = ([0-9._]+);",
+    "p0": r"pub const P0: f64 = ([0-9._]+);",
+    "segment_md_ps": r"pub const SEGMENT_MD_PS: f64 = ([0-9._]+);",
+    "k0": r"pub const K0: f64 = ([0-9._]+);",
+    "discovery_segments": r"pub const DISCOVERY_SEGMENTS: f64 = ([0-9._]+);",
+    "value_bytes_base": r"pub const VALUE_BYTES_BASE: f64 = ([0-9._]+);",
+    "value_bytes_per_atom": r"pub const VALUE_BYTES_PER_ATOM: f64 = ([0-9._]+);",
 }
 CHANCES = ("p_current", "p_move", "lost_share")
 FACTORS = (0.5, 1.5)
@@ -54,11 +67,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "pliant"))
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--knobs", help="comma-separated knobs to vary (default: all)")
     a = ap.parse_args()
+    only = a.knobs.split(",") if a.knobs else list(KNOBS)
+    unknown = [k for k in only if k not in KNOBS]
+    if unknown:
+        sys.exit(f"--knobs: unknown {', '.join(unknown)}; one of {', '.join(KNOBS)}")
     with open(MODEL_RS, encoding="utf-8") as f:
         text = f.read()
     values = {}
-    for k, pattern in KNOBS.items():
+    for k, pattern in ((k, KNOBS[k]) for k in only):
         m = re.search(pattern, text)
         if not m:
             sys.exit(f"{MODEL_RS}: no value for {k} ({pattern})")

@@ -575,7 +575,7 @@ impl<'a, 'w> Sim<'a, 'w> {
         let node = self.node_of(worker);
         let latency = self.read_latency(node, &seg, tn, t)?;
         self.trace.read(node, t, seg.start)?;
-        let compute = compute.unwrap_or_else(|| segment_seconds(seg.atoms));
+        let compute = compute.unwrap_or_else(|| segment_seconds(seg.atoms, &self.spec.workload));
         let finish = t + latency + compute;
         self.pending[worker as usize] = Some(Pending {
             new_state: seg.new_state,

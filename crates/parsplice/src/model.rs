@@ -47,6 +47,48 @@ pub struct WorkloadParams {
     pub heal_scale: f64,
     /// Segments over which that chance falls by `e` as a stall lasts ([`HEAL_DECAY_SEGMENTS`]).
     pub heal_decay_segments: f64,
+    /// The rates and sizes fitted to the measured runs ([`Fitted`]).
+    pub fitted: Fitted,
+}
+
+/// The model's rates and sizes fitted to the measured runs (`tools/fit/parsplice_model.py`; each
+/// constant's doc names its data), as values a run may change to see how a result moves with
+/// them (`pliant parsplice compare --set r0=…`). Only the scales and offsets are here: an
+/// exponent at ±50% changes its function by orders of magnitude at the runs' 30–60 atoms, and the
+/// scale fitted with it carries the fit's uncertainty at those atoms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Fitted {
+    /// [`R0`].
+    pub r0: f64,
+    /// [`A0`].
+    pub a0: f64,
+    /// [`P0`].
+    pub p0: f64,
+    /// [`SEGMENT_MD_PS`].
+    pub segment_md_ps: f64,
+    /// [`K0`].
+    pub k0: f64,
+    /// [`DISCOVERY_SEGMENTS`].
+    pub discovery_segments: f64,
+    /// [`VALUE_BYTES_BASE`].
+    pub value_bytes_base: f64,
+    /// [`VALUE_BYTES_PER_ATOM`].
+    pub value_bytes_per_atom: f64,
+}
+
+impl Default for Fitted {
+    fn default() -> Self {
+        Self {
+            r0: R0,
+            a0: A0,
+            p0: P0,
+            segment_md_ps: SEGMENT_MD_PS,
+            k0: K0,
+            discovery_segments: DISCOVERY_SEGMENTS,
+            value_bytes_base: VALUE_BYTES_BASE,
+            value_bytes_per_atom: VALUE_BYTES_PER_ATOM,
+        }
+    }
 }
 
 /// Workers under the WorkManager of the two one-node traces (`d100K`, `d1M`: ranks 5–31): what
@@ -69,6 +111,7 @@ impl Default for WorkloadParams {
             lost_share: LOST_SHARE,
             heal_scale: HEAL_SCALE,
             heal_decay_segments: HEAL_DECAY_SEGMENTS,
+            fitted: Fitted::default(),
         }
     }
 }
@@ -107,21 +150,24 @@ pub const P_A: f64 = 11.62;
 pub const P_GAMMA: f64 = 1.729;
 
 /// MD ps per worker per second at `atoms` atoms.
-pub fn production(atoms: f64) -> f64 {
-    P0 / (1.0 + (atoms / P_A).powf(P_GAMMA))
+pub fn production(atoms: f64, p: &WorkloadParams) -> f64 {
+    p.fitted.p0 / (1.0 + (atoms / P_A).powf(P_GAMMA))
 }
 
 /// Trajectory ps per second of a whole run at `atoms` atoms (the fit above).
-pub fn trajectory_rate(atoms: f64) -> f64 {
-    R0 / (1.0 + (atoms / A_C).powf(GAMMA))
+pub fn trajectory_rate(atoms: f64, p: &WorkloadParams) -> f64 {
+    p.fitted.r0 / (1.0 + (atoms / A_C).powf(GAMMA))
 }
 
 /// Bytes of a state's coordinates at `atoms` atoms: `VALUE_BYTES_BASE + VALUE_BYTES_PER_ATOM ·
 /// ⌊atoms⌋`, fitted (linear least squares) to the bytes the unlimited run's WorkManager held
 /// against its keys and the atoms each was created at (perf.1 DBMemorySize and DBMemoryMapSize,
 /// every sample from 600 s: 0.1% rms; 0.2–0.3% on the other runs before their first eviction).
-pub fn value_size(atoms: f64) -> u32 {
-    (VALUE_BYTES_BASE + VALUE_BYTES_PER_ATOM * atoms.floor()).round() as u32
+pub fn value_size(atoms: f64, p: &WorkloadParams) -> u32 {
+    let f = &p.fitted;
+    (f.value_bytes_base + f.value_bytes_per_atom * atoms.floor())
+        .round()
+        .max(0.0) as u32
 }
 
 /// Bytes of a state's coordinates besides its atoms' (fit, [`value_size`]).
@@ -131,13 +177,13 @@ pub const VALUE_BYTES_PER_ATOM: f64 = 70.8;
 
 /// Atoms after `trajectory` ps.
 pub fn atoms(trajectory: f64, p: &WorkloadParams) -> f64 {
-    A0 + trajectory / p.growth_delay
+    p.fitted.a0 + trajectory / p.growth_delay
 }
 
 /// Wall seconds a worker computes one segment at `atoms` atoms: a segment's MD at the measured
 /// production rate, whatever the cache does.
-pub fn segment_seconds(atoms: f64) -> f64 {
-    (SEGMENT_MD_PS / production(atoms) - CACHE_HIT_SECONDS).max(1e-6)
+pub fn segment_seconds(atoms: f64, p: &WorkloadParams) -> f64 {
+    (p.fitted.segment_md_ps / production(atoms, p) - CACHE_HIT_SECONDS).max(1e-6)
 }
 
 /// Trajectory one segment adds at `atoms` atoms, ps: the share of the workers' MD the splicer
@@ -146,8 +192,8 @@ pub fn segment_seconds(atoms: f64) -> f64 {
 /// splice about as much as one: 10% of their MD against 63%).
 pub fn segment_trajectory(atoms: f64, p: &WorkloadParams) -> f64 {
     let workers = f64::from(p.workers * p.nodes);
-    let spliced = trajectory_rate(atoms) / (workers * production(atoms));
-    SEGMENT_MD_PS * spliced.min(1.0)
+    let spliced = trajectory_rate(atoms, p) / (workers * production(atoms, p));
+    p.fitted.segment_md_ps * spliced.min(1.0)
 }
 
 /// States a superbasin yields at `atoms` atoms, with `W` workers in all:
@@ -161,14 +207,14 @@ pub fn segment_trajectory(atoms: f64, p: &WorkloadParams) -> f64 {
 /// unlimited run's whole superbasins +5.3%, the traces' −23% and −24%; held out, the eight-node
 /// runs before their policy acts −8% to −9%.
 pub fn basin_states(atoms: f64, p: &WorkloadParams) -> f64 {
-    (K0 * atoms.powf(KAPPA) * workers_scale(p).powf(OMEGA) * p.temperature).max(1.0)
+    (p.fitted.k0 * atoms.powf(KAPPA) * workers_scale(p).powf(OMEGA) * p.temperature).max(1.0)
 }
 
 /// Segments over which a superbasin's states are found, with `W` workers in all:
 /// `DISCOVERY_SEGMENTS · (W / 27)^DISCOVERY_DELTA` (fit, [`basin_states`]): more workers
 /// speculate on the same states, so each segment finds fewer.
 pub fn discovery_segments(p: &WorkloadParams) -> f64 {
-    DISCOVERY_SEGMENTS * workers_scale(p).powf(DISCOVERY_DELTA)
+    p.fitted.discovery_segments * workers_scale(p).powf(DISCOVERY_DELTA)
 }
 
 /// The chance a segment finds a new state when `found` of the superbasin's `size` states are
@@ -307,7 +353,7 @@ impl Default for StoreParams {
 
 /// The model's constants a run can be given other values of (`pliant parsplice compare --set
 /// NAME=VALUE`), to see how a result moves with them: the names.
-pub const KNOBS: [&str; 12] = [
+pub const KNOBS: [&str; 20] = [
     "p_current",
     "p_move",
     "lost_share",
@@ -320,6 +366,14 @@ pub const KNOBS: [&str; 12] = [
     "store_reads_per_s",
     "store_puts_per_s",
     "store_stall_seconds",
+    "r0",
+    "a0",
+    "p0",
+    "segment_md_ps",
+    "k0",
+    "discovery_segments",
+    "value_bytes_base",
+    "value_bytes_per_atom",
 ];
 
 /// Sets knob `name` (one of [`KNOBS`]) to `value` in `w` or `s`.
@@ -343,6 +397,14 @@ pub fn set_knob(
         "store_reads_per_s" => (&mut s.reads_per_s, value > 0.0),
         "store_puts_per_s" => (&mut s.puts_per_s, value > 0.0),
         "store_stall_seconds" => (&mut s.stall_seconds, value >= 0.0),
+        "r0" => (&mut w.fitted.r0, value > 0.0),
+        "a0" => (&mut w.fitted.a0, value >= 0.0),
+        "p0" => (&mut w.fitted.p0, value > 0.0),
+        "segment_md_ps" => (&mut w.fitted.segment_md_ps, value > 0.0),
+        "k0" => (&mut w.fitted.k0, value > 0.0),
+        "discovery_segments" => (&mut w.fitted.discovery_segments, value > 0.0),
+        "value_bytes_base" => (&mut w.fitted.value_bytes_base, value >= 0.0),
+        "value_bytes_per_atom" => (&mut w.fitted.value_bytes_per_atom, value >= 0.0),
         _ => {
             return Err(format!(
                 "unknown knob {name:?}: one of {}",
@@ -414,5 +476,26 @@ mod tests {
             assert!(e.contains(name), "{e}");
         }
         assert_eq!(w.p_current, P_CURRENT, "a refused value changes nothing");
+    }
+
+    /// Every knob named in [`KNOBS`] sets something, and a fitted one moves what it scales.
+    #[test]
+    fn every_knob_sets_its_value_and_the_fitted_ones_move_the_model() {
+        let base = (WorkloadParams::default(), StoreParams::default());
+        for name in KNOBS {
+            let (mut w, mut s) = base;
+            set_knob(&mut w, &mut s, name, 0.5).expect(name);
+            assert!(w != base.0 || s != base.1, "{name} changed nothing");
+        }
+        let (mut w, mut s) = base;
+        set_knob(&mut w, &mut s, "k0", 2.0 * K0).expect("k0");
+        set_knob(&mut w, &mut s, "value_bytes_per_atom", 0.0).expect("bytes");
+        set_knob(&mut w, &mut s, "a0", 0.0).expect("a0");
+        let p = &base.0;
+        assert!((basin_states(50.0, &w) / basin_states(50.0, p) - 2.0).abs() < 1e-9);
+        assert_eq!(value_size(50.0, &w), VALUE_BYTES_BASE as u32);
+        assert_eq!(atoms(100_000.0, &w), 1.0);
+        set_knob(&mut w, &mut s, "r0", 1.5 * R0).expect("r0");
+        assert!(trajectory_rate(40.0, &w) > trajectory_rate(40.0, p));
     }
 }

@@ -271,7 +271,7 @@ impl Replay {
         let mut preload: Vec<(u64, u32)> = Vec::new();
         for &(t, is_read, key) in covered {
             let a = atoms(trajectory, w);
-            let size = *sizes.entry(key).or_insert_with(|| value_size(a));
+            let size = *sizes.entry(key).or_insert_with(|| value_size(a, w));
             let known = !seen.insert(key);
             if is_read {
                 reads += 1;

@@ -78,7 +78,7 @@ impl StateProcess {
         loop {
             let k: u64 = self.rng.random();
             if k != 0 && !self.sizes.contains_key(&k) {
-                self.sizes.insert(k, value_size(atoms));
+                self.sizes.insert(k, value_size(atoms, &self.params));
                 return k;
             }
         }

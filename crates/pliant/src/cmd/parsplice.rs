@@ -73,10 +73,12 @@ pub struct CompareArgs {
     #[arg(long, default_value = "../shared/results/parsplice-8node-policies")]
     results: PathBuf,
     /// Runs the model with one of its constants changed, to see how the comparison moves with
-    /// it: NAME=VALUE, repeatable; NAME one of p_current, p_move, lost_share, heal_scale,
-    /// heal_decay_segments, p_hop,
-    /// recency_shape, miss_penalty, store_network_seconds, store_reads_per_s, store_puts_per_s,
-    /// store_stall_seconds.
+    /// it: NAME=VALUE, repeatable. Where segments start and the stall: p_current, p_move,
+    /// recency_shape, p_hop, lost_share, heal_scale, heal_decay_segments; the store:
+    /// miss_penalty, store_network_seconds, store_reads_per_s, store_puts_per_s,
+    /// store_stall_seconds; the rates and sizes fitted to the measured runs: r0, a0, p0,
+    /// segment_md_ps, k0, discovery_segments, value_bytes_base, value_bytes_per_atom (each the
+    /// constant of that name in docs/parsplice.md's table).
     #[arg(long = "set", value_name = "NAME=VALUE", value_parser = knob)]
     knobs: Vec<(String, f64)>,
     /// Seed of the model's runs (the stalls are chance events: compare several seeds).
