@@ -387,7 +387,7 @@ impl Embedded {
             let next = expected.checked_add(1).ok_or_else(|| {
                 CoordError::Refused("the map version cannot grow any further".into())
             })?;
-            let map = map.with_version(next);
+            let map = map.with_moves_begun(&current, next).with_version(next);
             self.save(&map)?;
             *current = map;
         }

@@ -294,7 +294,13 @@ impl Coord for Arc<Etcd> {
             let next = expected.checked_add(1).ok_or_else(|| {
                 CoordError::Refused("the map version cannot grow any further".into())
             })?;
-            let map = map.with_version(next);
+            // The moves the map goes on with keep the version they began at: read against the
+            // map it replaces, which the transaction's guard below keeps current.
+            let current = self.read().await?.map;
+            if current.version() != expected {
+                return Ok(false);
+            }
+            let map = map.with_moves_begun(&current, next).with_version(next);
             // Version 0 is no map at all: the key must not exist yet.
             let guard = if expected == 0 {
                 Compare::create_revision(VERSION, CompareOp::Equal, 0)

@@ -26,6 +26,14 @@ pub struct Migration {
     pub from: u16,
     /// The node it moves to, index into [`SlotMap::nodes`].
     pub to: u16,
+    /// The map version this move of the slot began at: which move it is. The coordination store
+    /// sets it ([`SlotMap::with_moves_begun`]), so both ends of a move read the same number, and
+    /// a later move of the slot (after this one ended or was given up) has a larger one. A
+    /// move's copies name the map version their source checked the move at, and the target
+    /// refuses copies checked before its current move of the slot began: those are of a move
+    /// that is over, held up on their way (`PLIANT.RESTORE`). 0 in a map saved before moves
+    /// had it: such a move accepts every copy, as before.
+    pub since: u64,
 }
 
 /// No owner (the slot is unassigned).
@@ -121,6 +129,9 @@ struct MigrationJson {
     slot: u32,
     from: String,
     to: String,
+    /// Absent in maps saved before moves had it.
+    #[serde(default)]
+    since: u64,
 }
 
 /// Whether `id` has the form of a Redis Cluster node id (clients parse it).
@@ -279,7 +290,9 @@ impl SlotMap {
         Ok(self)
     }
 
-    /// This map with `slot` moving from its owner to node `to`.
+    /// This map with `slot` moving from its owner to node `to`, a move that begins at the
+    /// version after this map's (the one the coordination store gives the map it accepts as
+    /// this one's successor; it sets [`Migration::since`] itself, whatever this says).
     pub fn with_migration(mut self, slot: u16, to: u16) -> Result<Self, MapError> {
         let bad = |why: &str| MapError::Migration {
             slot: u32::from(slot),
@@ -294,8 +307,37 @@ impl SlotMap {
         if from == to {
             return Err(bad("source and target are one node"));
         }
-        self.migrations.insert(slot, Migration { from, to });
+        let since = self.version.saturating_add(1);
+        self.migrations.insert(slot, Migration { from, to, since });
         Ok(self)
+    }
+
+    /// This map as the coordination store accepts it at `version`, the successor of `current`:
+    /// a move that `current` has too (the slot moving from and to the same nodes, by id) keeps
+    /// the version it began at; any other begins at `version`. The store, not the writer, says
+    /// when a move began: a writer cannot give a move the identity of another (a forged or
+    /// stale `since` is replaced), and a move given up and begun again, even within one
+    /// update's reading, is a new move.
+    pub fn with_moves_begun(mut self, current: &SlotMap, version: u64) -> Self {
+        fn id(map: &SlotMap, i: u16) -> Option<&str> {
+            map.nodes.get(usize::from(i)).map(|m| m.id.as_str())
+        }
+        let stamps: Vec<(u16, u64)> = self
+            .migrations
+            .iter()
+            .map(|(&slot, m)| {
+                let kept = current.migration(slot).filter(|c| {
+                    id(current, c.from) == id(&self, m.from) && id(current, c.to) == id(&self, m.to)
+                });
+                (slot, kept.map_or(version, |c| c.since))
+            })
+            .collect();
+        for (slot, since) in stamps {
+            if let Some(m) = self.migrations.get_mut(&slot) {
+                m.since = since;
+            }
+        }
+        self
     }
 
     /// This map with `slot` owned by node `to`, and no longer moving.
@@ -328,6 +370,7 @@ impl SlotMap {
                 slot: u32::from(*s),
                 from: self.nodes[usize::from(m.from)].id.clone(),
                 to: self.nodes[usize::from(m.to)].id.clone(),
+                since: m.since,
             })
             .collect();
         serde_json::to_string(&MapJson {
@@ -410,7 +453,14 @@ impl SlotMap {
             }
             if map
                 .migrations
-                .insert(slot, Migration { from, to })
+                .insert(
+                    slot,
+                    Migration {
+                        from,
+                        to,
+                        since: m.since,
+                    },
+                )
                 .is_some()
             {
                 return Err(bad("listed twice".into()));
@@ -472,11 +522,72 @@ mod tests {
         ]);
         let back = SlotMap::from_json(&text.to_string()).expect("a valid map");
         assert_eq!(back.version(), 7);
-        assert_eq!(back.migration(3), Some(Migration { from: 0, to: 1 }));
+        assert_eq!(
+            back.migration(3),
+            Some(Migration {
+                from: 0,
+                to: 1,
+                since: 0
+            }),
+            "a map saved before moves had `since`"
+        );
         assert_eq!(back.migration(4), None);
         assert_eq!(
             SlotMap::from_json(&back.to_json()).expect("a valid map"),
             back
+        );
+    }
+
+    /// The store says when a move began: one that goes on keeps its version through later
+    /// updates (other slots', a node's address), a new one, or one given up and begun again
+    /// within one update, gets the new map's, and a writer cannot choose either.
+    #[test]
+    fn a_move_keeps_the_version_it_began_at_and_a_new_one_gets_the_next() {
+        let (base, _) = SlotMap::even(4, &[member(1)]).with_node(&member(2));
+        let moving = base
+            .clone()
+            .with_migration(3, 1)
+            .expect("a migration")
+            .with_moves_begun(&base, 5)
+            .with_version(5);
+        assert_eq!(moving.migration(3).map(|m| m.since), Some(5));
+        // Later updates: the move goes on, another begins.
+        let more = moving
+            .clone()
+            .with_migration(9, 1)
+            .expect("a migration")
+            .with_moves_begun(&moving, 6)
+            .with_version(6);
+        assert_eq!(more.migration(3).map(|m| m.since), Some(5), "goes on");
+        assert_eq!(more.migration(9).map(|m| m.since), Some(6), "begins");
+        // A writer's own `since` (forged, or copied from an earlier move) is not kept.
+        let mut text: serde_json::Value =
+            serde_json::from_str(&more.to_json()).expect("a valid map");
+        text["migrations"][0]["since"] = 1_000.into();
+        text["migrations"][1]["since"] = 1.into();
+        let forged = SlotMap::from_json(&text.to_string()).expect("a valid map");
+        let stamped = forged.with_moves_begun(&more, 7);
+        assert_eq!(stamped.migration(3).map(|m| m.since), Some(5));
+        assert_eq!(stamped.migration(9).map(|m| m.since), Some(6));
+        // Given up and begun again (or towards another node): a new move.
+        let given_up = base.clone().with_version(7);
+        let again = base
+            .clone()
+            .with_migration(3, 1)
+            .expect("a migration")
+            .with_moves_begun(&given_up, 8);
+        assert_eq!(again.migration(3).map(|m| m.since), Some(8));
+        let (three, _) = more.clone().with_node(&member(3));
+        let elsewhere = three
+            .with_migration(3, 2)
+            .expect("a migration")
+            .with_moves_begun(&more, 7);
+        assert_eq!(elsewhere.migration(3).map(|m| m.since), Some(7));
+        // A node leaving the map shifts indices, not identities.
+        assert_eq!(
+            SlotMap::from_json(&more.to_json()).expect("a valid map"),
+            more,
+            "`since` round-trips"
         );
     }
 
