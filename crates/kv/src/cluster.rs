@@ -55,22 +55,27 @@ pub struct Cluster {
     /// a time anyway.
     streaming: tokio::sync::Mutex<()>,
     /// Keys of slots moving here that a client wrote here (sent with `-ASK`, so after the
-    /// source lost them), by slot, for as long as their slot is moving here: `PLIANT.RESTORE`
-    /// leaves them alone. A copy of such a key can still arrive after the write (a batch held
-    /// up in the network on a connection its source gave up on, which the source then copied
-    /// again, deleted on that second acknowledgement, and so sent the key's writers here), and
-    /// it holds a value older than the write or a deletion, which it would otherwise undo.
-    /// A slot's keys are forgotten as soon as this node sees the slot not moving here (every
-    /// map it hears, [`Cluster::new`]'s task): kept into a later move of the slot here, they
-    /// would refuse that move's copies, which the source then deletes.
+    /// source lost them), by slot, for as long as that move of their slot goes on:
+    /// `PLIANT.RESTORE` leaves them alone. A copy of such a key can still arrive after the
+    /// write (a batch held up in the network on a connection its source gave up on, which the
+    /// source then copied again, deleted on that second acknowledgement, and so sent the key's
+    /// writers here), and it holds a value older than the write or a deletion, which it would
+    /// otherwise undo. A slot's keys belong to one move (the map version it began at,
+    /// `Migration::since`) and count only while that move is the slot's current one here: kept
+    /// into a later move of the slot here, they would refuse that move's copies, which the
+    /// source then deletes. The move, not the slot's state in the last map heard, is what is
+    /// compared: this node may never hear the map between two moves (maps heard while it was
+    /// busy or cut off from the store come as one change, the latest), and a move given up
+    /// and begun again looks the same in two maps but for its `since`. Forgotten at once when
+    /// the node hears the slot's move end ([`Cluster::new`]'s task), or starts moving it away.
     written_here: Arc<std::sync::Mutex<WrittenHere>>,
 }
 
-/// Keys clients wrote at a move's target, by slot (see `Cluster::written_here`), and the bytes of
-/// those keys.
+/// Keys clients wrote at a move's target, by slot, each slot's with the move they were written
+/// during (see `Cluster::written_here`), and the bytes of those keys.
 #[derive(Default)]
 struct WrittenHere {
-    slots: std::collections::HashMap<u16, std::collections::HashSet<Bytes>>,
+    slots: std::collections::HashMap<u16, (u64, std::collections::HashSet<Bytes>)>,
     bytes: usize,
 }
 
@@ -82,11 +87,12 @@ struct WrittenHere {
 pub const WRITTEN_HERE_MAX_BYTES: usize = 64 << 20;
 
 impl WrittenHere {
-    /// Keeps only the slots `keep` says, and their bytes.
-    fn retain(&mut self, mut keep: impl FnMut(u16) -> bool) {
+    /// Keeps only the slots `keep` says (given the slot and the move its keys were written
+    /// during), and their bytes.
+    fn retain(&mut self, mut keep: impl FnMut(u16, u64) -> bool) {
         let mut freed = 0;
-        self.slots.retain(|&slot, keys| {
-            let k = keep(slot);
+        self.slots.retain(|&slot, (since, keys)| {
+            let k = keep(slot, *since);
             if !k {
                 freed += keys.iter().map(Bytes::len).sum::<usize>();
             }
@@ -94,6 +100,18 @@ impl WrittenHere {
         });
         self.bytes -= freed;
     }
+
+    /// Keeps only what was written during the moves to `me` that `map` has.
+    fn retain_current(&mut self, map: &pliant_cluster::SlotMap, me: Option<u16>) {
+        self.retain(|slot, since| import(map, me, slot) == Some(since));
+    }
+}
+
+/// The move of `slot` to node `me` in `map` (the version it began at), if it is moving there.
+fn import(map: &pliant_cluster::SlotMap, me: Option<u16>, slot: u16) -> Option<u64> {
+    map.migration(slot)
+        .filter(|m| Some(m.to) == me)
+        .map(|m| m.since)
 }
 
 impl Cluster {
@@ -102,8 +120,9 @@ impl Cluster {
         let state = membership.state();
         let me = state.map.index_of(&membership.me().id);
         let written_here: Arc<std::sync::Mutex<WrittenHere>> = Arc::default();
-        // Every map this node hears, as it hears it: a slot that stops moving here between two
-        // moves here must not keep the first's keys (see the field).
+        // Every map this node hears, as it hears it: what clients wrote during a move that is
+        // over is forgotten (see the field). The checks that use the record compare moves
+        // themselves; this only frees it early.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (mut maps, written, id) = (
                 membership.watch(),
@@ -115,10 +134,11 @@ impl Cluster {
                     let Some(written) = written.upgrade() else {
                         return;
                     };
-                    let state = maps.borrow_and_update().clone();
-                    let me = state.map.index_of(&id);
+                    // The map is read under the record's lock: one read before it could be
+                    // older than the one a client's write was noted under meanwhile.
                     let mut w = written.lock().unwrap_or_else(|p| p.into_inner());
-                    w.retain(|slot| state.map.migration(slot).is_some_and(|m| Some(m.to) == me));
+                    let state = maps.borrow_and_update().clone();
+                    w.retain_current(&state.map, state.map.index_of(&id));
                 }
             });
         }
@@ -151,33 +171,47 @@ impl Cluster {
 
     /// Whether `slot` is moving here, as this node last heard.
     pub fn importing(&self, slot: u16) -> bool {
+        self.import(slot).is_some()
+    }
+
+    /// The move of `slot` here (the map version it began at), as this node last heard.
+    pub fn import(&self, slot: u16) -> Option<u64> {
         let state = self.state();
-        let me = state.map.index_of(&self.me().id);
-        state.map.migration(slot).is_some_and(|m| Some(m.to) == me)
+        import(&state.map, state.map.index_of(&self.me().id), slot)
     }
 
     /// Notes that a client is writing `keys` here (see `written_here`), those of slots moving
     /// here; called before the write runs, so no copy can land between the two. `false`, noting
     /// nothing, when the record would pass [`WRITTEN_HERE_MAX_BYTES`]: the write must not run.
     pub fn clients_write(&self, keys: impl IntoIterator<Item = Bytes>) -> bool {
+        let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
         let state = self.state();
         let me = state.map.index_of(&self.me().id);
-        let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        let new: Vec<(u16, Bytes)> = keys
+        // What was written during an earlier move of these slots is no longer anyone's.
+        w.retain_current(&state.map, me);
+        let new: Vec<(u16, u64, Bytes)> = keys
             .into_iter()
-            .map(|k| (key_slot(&k), k))
-            .filter(|(slot, k)| {
-                state.map.migration(*slot).is_some_and(|m| Some(m.to) == me)
-                    && !w.slots.get(slot).is_some_and(|keys| keys.contains(k))
+            .filter_map(|k| {
+                let slot = key_slot(&k);
+                let since = import(&state.map, me, slot)?;
+                let noted = w
+                    .slots
+                    .get(&slot)
+                    .is_some_and(|(_, keys)| keys.contains(&k));
+                (!noted).then_some((slot, since, k))
             })
             .collect();
-        let bytes: usize = new.iter().map(|(_, k)| k.len()).sum();
+        let bytes: usize = new.iter().map(|(_, _, k)| k.len()).sum();
         if w.bytes + bytes > WRITTEN_HERE_MAX_BYTES {
             return false;
         }
         w.bytes += bytes;
-        for (slot, k) in new {
-            w.slots.entry(slot).or_default().insert(k);
+        for (slot, since, k) in new {
+            w.slots
+                .entry(slot)
+                .or_insert_with(|| (since, Default::default()))
+                .1
+                .insert(k);
         }
         true
     }
@@ -187,13 +221,13 @@ impl Cluster {
     pub fn written_here(&self, key: &[u8]) -> bool {
         let slot = key_slot(key);
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        if !w.slots.get(&slot).is_some_and(|keys| keys.contains(key)) {
+        let Some((since, keys)) = w.slots.get(&slot) else {
             return false;
+        };
+        if self.import(slot) == Some(*since) {
+            return keys.contains(key);
         }
-        if self.importing(slot) {
-            return true;
-        }
-        w.retain(|s| s != slot);
+        w.retain(|s, _| s != slot);
         false
     }
 
@@ -201,7 +235,7 @@ impl Cluster {
     /// from here, so not here; a later move of them here starts with nothing written.
     pub fn moving_away(&self, slots: &[u16]) {
         let mut w = self.written_here.lock().unwrap_or_else(|p| p.into_inner());
-        w.retain(|s| !slots.contains(&s));
+        w.retain(|s, _| !slots.contains(&s));
     }
 
     /// Whether `key`'s slot was moving away from here when the node started and still is (see
@@ -556,6 +590,51 @@ mod tests {
             two.clients_write([k.clone()]),
             "the bytes came back with the slot"
         );
+    }
+
+    /// Regression: a move given up and begun again, heard as one change (a node busy, or cut
+    /// off from the store, through both updates hears only the latest map; here both are made
+    /// before the node's watch runs), kept what clients wrote at the target during the first
+    /// move: the slot was moving here in both maps the node saw. The second move's copies of
+    /// those keys (newer: written at the source, the owner again, in between) were then
+    /// skipped, and deleted at the source on their acknowledgement: acknowledged writes lost.
+    /// What was written counts only during the move it was written in.
+    #[tokio::test]
+    async fn a_move_given_up_and_begun_again_unheard_forgets_what_clients_wrote_in_the_first() {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        let two = join(member(2), coord.clone(), stop).await;
+        let slot = key_slot(b"{a}");
+        let (base, _) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
+        let moving = base.clone().with_migration(slot, 1).expect("a migration");
+        assert!(coord.update_now(0, moving.clone()).expect("update"));
+        let mut rx = two.membership().watch();
+        while rx.borrow_and_update().map.version() < 1 {
+            rx.changed().await.expect("watch");
+        }
+        let k = Bytes::from_static(b"{a}k");
+        assert!(two.clients_write([k.clone()]));
+        assert!(two.written_here(&k));
+        let first = two.import(slot).expect("moving here");
+        // Given up (a forced decommission of a target taken for dead), then begun again, with
+        // no await in between: the node's tasks hear only the second.
+        assert!(coord.update_now(1, base).expect("update"));
+        assert!(coord.update_now(2, moving).expect("update"));
+        while rx.borrow_and_update().map.version() < 3 {
+            rx.changed().await.expect("watch");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let second = two.import(slot).expect("moving here again");
+        assert!(second > first, "a new move: {first} then {second}");
+        assert!(
+            !two.written_here(&k),
+            "a client's write during the first move must not hold off the second's copies"
+        );
+        // Noted again during the second, it holds (and costs no more than once).
+        assert!(two.clients_write([k.clone()]));
+        assert!(two.written_here(&k));
+        drop(one);
     }
 
     #[tokio::test]
