@@ -74,6 +74,19 @@ pub enum MoveError {
         /// What happened.
         why: String,
     },
+    /// The move's target refused a batch as one of a move that is over there (`-MOVEOVER`):
+    /// the move was given up or begun again under this one (another process changed the
+    /// map). The batch's keys stayed at the source; nothing acknowledged is lost. Running the
+    /// move again finishes whatever move the map now has.
+    #[error(
+        "{addr}: {why} (the move was changed under this one; run it again if it is still wanted)"
+    )]
+    MoveOver {
+        /// The source, which relayed the target's refusal.
+        addr: SocketAddr,
+        /// The refusal.
+        why: String,
+    },
     /// The node named to find the cluster by did not say where its coordination store is.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
@@ -293,7 +306,12 @@ pub async fn move_slots_until(
             args.extend(slot_args.iter().map(|s| s.as_bytes()));
             // A call streams for about half a second, then waits for every batch in flight
             // (each given 30 s by the source).
-            let reply = src.call_within(&args, Duration::from_secs(120)).await?;
+            let reply = match src.call_within(&args, Duration::from_secs(120)).await {
+                Err(MoveError::Node { addr, why }) if why.starts_with("MOVEOVER ") => {
+                    return Err(MoveError::MoveOver { addr, why });
+                }
+                r => r?,
+            };
             let streamed = Streamed::parse(reply).map_err(|e| node(source.addr, e))?;
             found_any |= streamed.copied > 0;
             report.keys += streamed.deleted;

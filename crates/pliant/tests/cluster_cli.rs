@@ -1793,9 +1793,147 @@ fn a_copy_arriving_late_leaves_the_writes_made_at_the_target_since() {
     let reply = relay.replay(0);
     check("after the batch again, the move over", false);
     assert!(
-        reply.starts_with("-ERR PLIANT.RESTORE: slot") && reply.contains("not moving to this node"),
+        reply.starts_with("-MOVEOVER PLIANT.RESTORE: slot")
+            && reply.contains("not moving to this node"),
         "{reply}"
     );
+    drop(relay);
+    cluster.stop();
+}
+
+/// Regression (issue 34): a batch of a slot's copies held up on its way through a whole move
+/// away and back (the slot moves to the target, is given back, and moves to the target again
+/// while the batch is still in the network) reached the target while the slot was moving there
+/// again, and overwrote the newer values that move had copied: the target checked only that
+/// the slot was moving there. A batch now names its move (the map version its source checked
+/// the move at), and the target refuses (`-MOVEOVER`) one checked before its current move of
+/// the slot began. The relay keeps the first move's first batch back (closing its source's
+/// side, so the source copies the keys again); the move ends, the slot comes back, clients
+/// write every key at its owner, the slot moves to the target again and its keys leave the
+/// owner; only then does the first batch arrive, with the values from before those writes.
+#[test]
+fn a_batch_held_up_through_a_move_away_and_back_is_refused_by_the_next_move() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        owner_id,
+        target_id,
+        slot,
+    } = TwoNodes::start(dir.path(), "e", 20);
+    let relay = Relay::start(&target, vec![(Gate::default(), Hold::Capture)]);
+    mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
+    let mut c = client(&owner);
+    let migrate = |c: &mut redis::Connection| {
+        redis::cmd("PLIANT.MIGRATE")
+            .arg(&target_id)
+            .arg(1 << 20)
+            .arg("")
+            .arg(slot)
+            .query::<redis::Value>(c)
+    };
+    let e = migrate(&mut c).expect_err("the first call loses its connection");
+    assert!(e.to_string().contains("target"), "{e}");
+    // The move is run again and ends; the slot moves back to its first owner.
+    finish_move(&owner, &target, &target_id, slot, &keys[0]);
+    drop(finish_move(&target, &owner, &owner_id, slot, &keys[0]));
+    for k in &keys {
+        let _: String = routed(&owner, &["SET", k, "after"]);
+    }
+    // The slot moves to the target again, and its keys leave the owner.
+    mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
+    let again = migrate(&mut c).expect("the second move's call");
+    assert!(
+        matches!(&again, redis::Value::Array(a) if a[1] == redis::Value::Int(keys.len() as i64)),
+        "{again:?}"
+    );
+    let check = |when: &str, asking: bool| {
+        let mut t = client(&target);
+        let wrong: Vec<String> = keys
+            .iter()
+            .filter_map(|k| {
+                if asking {
+                    let _: String = redis::cmd("ASKING").query(&mut t).expect("ASKING");
+                }
+                let got: Option<String> = redis::cmd("GET").arg(k).query(&mut t).expect("GET");
+                (got.as_deref() != Some("after"))
+                    .then(|| format!("{k}: {got:?}, acknowledged \"after\""))
+            })
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{when}: {} of {} keys lost their last acknowledged write: {wrong:?}",
+            wrong.len(),
+            keys.len()
+        );
+    };
+    let reply = relay.deliver(0);
+    check("after the first move's batch arrived", true);
+    assert!(
+        reply.starts_with("-MOVEOVER PLIANT.RESTORE: slot")
+            && reply.contains("began at map version"),
+        "{reply}"
+    );
+    finish_move(&owner, &target, &target_id, slot, &keys[0]);
+    check("once the move is over", false);
+    drop(relay);
+    cluster.stop();
+}
+
+/// A move whose batch the target refuses as one of a move that is over (`-MOVEOVER`: the move
+/// was given up and begun again under it, by another process) stops with that said, keeps the
+/// batch's keys at the source, and running it again finishes it with every key and its value.
+/// The relay holds the move's first batch on its way until the map has changed.
+#[test]
+fn a_move_whose_batch_is_refused_as_over_keeps_its_keys_and_finishes_when_run_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        owner_id,
+        target_id,
+        slot,
+    } = TwoNodes::start(dir.path(), "g", 20);
+    let (sent, release) = (Gate::default(), Gate::default());
+    let relay = Relay::start(&target, vec![(sent.clone(), Hold::Copies(release.clone()))]);
+    mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
+    let s = slot.to_string();
+    let mover = {
+        let (owner, target_id) = (owner.clone(), target_id.clone());
+        std::thread::spawn(move || {
+            pliant(&["cluster", "move", &owner, "--slot", &s, "--to", &target_id])
+        })
+    };
+    assert!(sent.wait(Duration::from_secs(20)), "the move sent no batch");
+    // Given up and begun again while the batch is on its way.
+    mark_migrating_via(&owner, &[], &owner_id, &target_id, Some(&relay.addr));
+    mark_migrating_via(&owner, &[slot], &owner_id, &target_id, Some(&relay.addr));
+    release.open();
+    let out = mover.join().expect("the move");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("MOVEOVER") && err.contains("the move was changed under this one"),
+        "{err}"
+    );
+    let held: i64 = redis::cmd("PLIANT.SLOTCOUNT")
+        .arg(slot)
+        .query(&mut client(&owner))
+        .expect("count");
+    assert_eq!(
+        held,
+        keys.len() as i64,
+        "the refused batch's keys stay at the source"
+    );
+    let mut t = finish_move(&owner, &target, &target_id, slot, &keys[0]);
+    for k in &keys {
+        let got: Option<String> = redis::cmd("GET").arg(k).query(&mut t).expect("GET");
+        assert_eq!(got.as_deref(), Some("before"), "{k}");
+    }
     drop(relay);
     cluster.stop();
 }

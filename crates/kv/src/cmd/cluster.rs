@@ -311,14 +311,29 @@ pub(super) fn slotcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
-/// `PLIANT.RESTORE key value expires_at_ms […]`: a slot move's copies, written here while
-/// their slots are moving here (the move's target receives them before it owns the slots; a
-/// batch with a key of a slot that is not is refused whole). A key a client wrote here since
-/// its slot began moving here is left as it is (`Cluster::written_here`). An expiry already
-/// past drops the key. Synced before the reply whatever the durability: the source deletes its
-/// own copies on it. On a node outside a cluster every copy is written.
+/// `PLIANT.RESTORE [MAPVERSION v] key value expires_at_ms […]`: a slot move's copies, written
+/// here while their slots are moving here (the move's target receives them before it owns the
+/// slots; a batch with a key of a slot that is not is refused whole). `MAPVERSION` names the
+/// move the batch belongs to: the map version at which its source checked that the slots were
+/// moving from it to here; a batch checked before the current move of one of its slots here
+/// began (`Migration::since`) is of a move that is over, and is refused whole too. Both refusals
+/// are `-MOVEOVER`, which a source takes as "this batch's move is over": it keeps the keys.
+/// Without `MAPVERSION` (a source from before it, or a client) only the slot is checked, as
+/// before. A key a client wrote here since its slot began moving here is left as it is
+/// (`Cluster::written_here`). An expiry already past drops the key. Synced before the reply
+/// whatever the durability: the source deletes its own copies on it. On a node outside a
+/// cluster every copy is written, and a batch naming a move is refused (there is none here).
 pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if !args.len().is_multiple_of(3) {
+    let (checked_at, args) = match args {
+        [word, v, rest @ ..] if args.len() % 3 == 2 && word.eq_ignore_ascii_case(b"MAPVERSION") => {
+            let Some(v) = integer(v).and_then(|v| u64::try_from(v).ok()) else {
+                return super::not_an_integer();
+            };
+            (Some(v), rest)
+        }
+        _ => (None, args),
+    };
+    if args.is_empty() || !args.len().is_multiple_of(3) {
         return super::wrong_arity("pliant.restore");
     }
     let mut parsed = Vec::with_capacity(args.len() / 3);
@@ -330,20 +345,37 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     let now = ctx.now;
     let cluster = ctx.node.cluster();
+    if cluster.is_none() && checked_at.is_some() {
+        return Frame::error("ERR This instance has cluster support disabled");
+    }
     // Checked under the keyspace lock, which a client's write needs too: a write that the map
     // or a client's mark let run here comes after the copy, not between the check and it.
     let mut ks = ctx.node.keyspace();
-    if let Some(c) = cluster
-        && let Some(slot) = parsed
-            .iter()
-            .map(|t| key_slot(&t.0))
-            .find(|&s| !c.importing(s))
-    {
-        // A copy that arrives once its slot is no longer moving here (its move ended, or was
-        // given up) is one held up on its way: its key is this node's, or another's, now.
-        return Frame::error(format!(
-            "ERR PLIANT.RESTORE: slot {slot} is not moving to this node"
-        ));
+    if let Some(c) = cluster {
+        let mut slots: Vec<u16> = parsed.iter().map(|t| key_slot(&t.0)).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            match (c.import(slot), checked_at) {
+                // A copy that arrives once its slot is no longer moving here (its move ended,
+                // or was given up) is one held up on its way: its key is this node's, or
+                // another's, now.
+                (None, _) => {
+                    return Frame::error(format!(
+                        "MOVEOVER PLIANT.RESTORE: slot {slot} is not moving to this node"
+                    ));
+                }
+                // One checked before this move began was sent in an earlier move of the slot
+                // here, held up on its way while the slot moved away and back: its values are
+                // older than what this move copies (or what clients wrote here meanwhile).
+                (Some(since), Some(v)) if v < since => {
+                    return Frame::error(format!(
+                        "MOVEOVER PLIANT.RESTORE: slot {slot}'s move to this node began at map version {since}, and this batch is of a move checked at {v}, over since"
+                    ));
+                }
+                _ => {}
+            }
+        }
     }
     ctx.session.sync_writes = true;
     for (k, data, expires_at) in parsed {

@@ -20,6 +20,12 @@
 //! (each must be migrating from this node to it): a client cannot make the node dial anywhere
 //! else. Every batch in flight is waited for before the reply, so a reply's keys are all
 //! either deleted here or kept here (changed during their copy, or refused by the target).
+//!
+//! Each batch names the move it belongs to: the version of the map the call checked the slots
+//! in (`PLIANT.RESTORE MAPVERSION v`). The target refuses a batch of a move that is over there
+//! (`-MOVEOVER`: the slot no longer moves there, or its move there began after `v`, so the batch
+//! was held up on its way through a move away and back), and this call then stops with
+//! `-MOVEOVER`, the batch's keys kept here.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -65,6 +71,16 @@ enum MigrateError {
     /// The target could not be reached or refused a batch.
     #[error("ERR target {addr}: {why} (the slots stay migrating; run the move again to finish it)")]
     Target {
+        addr: std::net::SocketAddr,
+        why: String,
+    },
+    /// The target refused a batch as one of a move that is over there (`-MOVEOVER`): the
+    /// move this call was checked for was given up or begun again since (another process
+    /// changed the map). The batch's keys stay here.
+    #[error(
+        "MOVEOVER target {addr}: {why} (the move this call was checked for is over; its keys stay here)"
+    )]
+    MoveOver {
         addr: std::net::SocketAddr,
         why: String,
     },
@@ -130,8 +146,9 @@ async fn run(
     let mut wanted = slots.clone();
     wanted.sort_unstable();
     wanted.dedup();
-    // The map names the target: the node dials no address a client gives.
-    let addr = {
+    // The map names the target: the node dials no address a client gives. Its version names
+    // the move to the target (`PLIANT.RESTORE MAPVERSION`): the moves of these slots it shows.
+    let (addr, checked_at) = {
         let state = cluster.state();
         let map = &state.map;
         let me = map.index_of(&cluster.me().id);
@@ -146,7 +163,7 @@ async fn run(
                 "slot {s} is not migrating from this node to {target_id}"
             )));
         }
-        map.nodes()[usize::from(to)].addr
+        (map.nodes()[usize::from(to)].addr, map.version().to_string())
     };
     // They are leaving: what clients wrote here while they last came here is forgotten now,
     // whichever maps the watch coalesced, or a later move of them back would lose those keys.
@@ -191,8 +208,12 @@ async fn run(
             tokio::task::yield_now().await;
         }
         if !batch.is_empty() {
-            let mut restore: Vec<&[u8]> = Vec::with_capacity(1 + 3 * batch.len());
-            restore.push(b"PLIANT.RESTORE");
+            let mut restore: Vec<&[u8]> = Vec::with_capacity(3 + 3 * batch.len());
+            restore.extend([
+                b"PLIANT.RESTORE".as_slice(),
+                b"MAPVERSION",
+                checked_at.as_bytes(),
+            ]);
             let ats: Vec<String> = batch.iter().map(|e| e.2.to_string()).collect();
             for ((k, v, _), at) in batch.iter().zip(&ats) {
                 restore.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
@@ -210,6 +231,9 @@ async fn run(
             let acked = in_flight.pop_front().expect("a batch in flight");
             match tokio::time::timeout(Duration::from_secs(30), conn.read()).await {
                 Ok(Ok(Frame::Simple(s))) if s == "OK" => {}
+                Ok(Ok(Frame::Error(e))) if e.starts_with("MOVEOVER ") => {
+                    return Err(MigrateError::MoveOver { addr, why: e });
+                }
                 Ok(Ok(Frame::Error(e))) => return Err(target(e.to_string())),
                 Ok(Ok(other)) => {
                     return Err(target(format!("RESTORE: unexpected reply {other:?}")));

@@ -512,6 +512,12 @@ const MOVED_KEYS: &[Arg] = &[Arg::block(
 )
 .multiple()];
 
+/// `PLIANT.RESTORE`'s: the move its batch belongs to, then [`MOVED_KEYS`].
+const RESTORE_ARGS: &[Arg] = &[
+    Arg::integer("map-version").after("MAPVERSION").optional(),
+    MOVED_KEYS[0],
+];
+
 /// [`COMMANDS`] at one address: what [`lookup`] hands out, so that [`Spec::index`] can tell a
 /// command's place from where it is.
 static TABLE: &[Spec] = COMMANDS;
@@ -1313,11 +1319,12 @@ pub const COMMANDS: &[Spec] = &[
         PLIANT_SINCE,
         "O(N) where N is the number of keys given",
         concat!(
-            "Writes a slot move's copies of keys here, whatever the slot map ",
-            "says."
+            "Writes a slot move's copies of keys here while their slots move ",
+            "here, over no key a client wrote here since; MAPVERSION names the ",
+            "move, and a batch of a move that is over is refused (-MOVEOVER)."
         ),
     )
-    .args(MOVED_KEYS),
+    .args(RESTORE_ARGS),
     cmd("pliant.migrate", -5, &[Write], NO_KEYS, migrate::migrate)
         .with(Fact::Streams)
         .doc(
