@@ -1938,6 +1938,82 @@ fn a_move_whose_batch_is_refused_as_over_keeps_its_keys_and_finishes_when_run_ag
     cluster.stop();
 }
 
+/// What a client can send as `PLIANT.RESTORE` at a move's target: `MAPVERSION` must be an
+/// integer of 0 to 2^63 - 1 (else nothing is written); one checked before the slot's move here
+/// began is refused (`-MOVEOVER`), as is any batch with a key of a slot not moving here; the
+/// move's own version, and a batch without `MAPVERSION` (as before it), are written. The move's
+/// version is the one the coordination store gave it, whatever the map's writer said.
+#[test]
+fn restore_checks_the_move_a_batch_names_and_refuses_malformed_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        owner_id,
+        target_id,
+        slot,
+    } = TwoNodes::start(dir.path(), "m", 1);
+    let before = view(&owner)["state"]["map"]["version"]
+        .as_u64()
+        .expect("version");
+    mark_migrating(&owner, &[slot], &owner_id, &target_id);
+    let since = view(&target)["state"]["map"]["migrations"][0]["since"]
+        .as_u64()
+        .expect("since");
+    assert_eq!(since, before + 1, "the store stamps the version it makes");
+    let mut t = client(&target);
+    let restore = |t: &mut redis::Connection, args: &[&str]| {
+        redis::cmd("PLIANT.RESTORE")
+            .arg(args)
+            .query::<String>(t)
+            .map_err(|e| e.to_string())
+    };
+    let k = "{m}fresh";
+    let (at, earlier, huge) = (
+        since.to_string(),
+        (since - 1).to_string(),
+        u64::MAX.to_string(),
+    );
+    for bad in ["-1", "x", "", huge.as_str()] {
+        let e = restore(&mut t, &["MAPVERSION", bad, k, "v", "0"]).expect_err(bad);
+        assert!(e.contains("not an integer"), "{bad}: {e}");
+    }
+    let e = restore(&mut t, &["MAPVERSION", &earlier, k, "v", "0"]).expect_err("earlier");
+    assert!(
+        e.contains("MOVEOVER") && e.contains("began at map version"),
+        "{e}"
+    );
+    let e = restore(
+        &mut t,
+        &["MAPVERSION", &at, k, "v", "0", "elsewhere", "v", "0"],
+    )
+    .expect_err("a key of a slot not moving here");
+    assert!(
+        e.contains("MOVEOVER") && e.contains("not moving to this node"),
+        "{e}"
+    );
+    let mut asking = |t: &mut redis::Connection| -> Option<String> {
+        let _: String = redis::cmd("ASKING").query(t).expect("ASKING");
+        redis::cmd("GET").arg(k).query(t).expect("GET")
+    };
+    assert_eq!(asking(&mut t), None, "nothing refused was written");
+    assert_eq!(
+        restore(&mut t, &["MAPVERSION", &at, k, "v1", "0"]),
+        Ok("OK".into())
+    );
+    assert_eq!(asking(&mut t).as_deref(), Some("v1"));
+    assert_eq!(
+        restore(&mut t, &[k, "v2", "0"]),
+        Ok("OK".into()),
+        "without MAPVERSION"
+    );
+    assert_eq!(asking(&mut t).as_deref(), Some("v2"));
+    drop(keys);
+    cluster.stop();
+}
+
 /// `--batch-bytes` is refused, naming the flag and the bounds, before any node is asked: 0, over
 /// 64 MiB (what a node accepts), a count of keys, and no size at all.
 #[test]

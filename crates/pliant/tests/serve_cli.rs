@@ -587,6 +587,17 @@ fn a_moves_copies_are_synced_before_they_are_acknowledged_whatever_the_durabilit
         syncs(&mut c) > before,
         "the copy is synced before its reply"
     );
+    // A batch naming a move is refused outside a cluster: there are no moves here.
+    let named = redis::cmd("PLIANT.RESTORE")
+        .arg(&["MAPVERSION", "1", "named", "v", "0"])
+        .query::<String>(&mut c)
+        .expect_err("no move outside a cluster");
+    assert!(
+        named.to_string().contains("cluster support disabled"),
+        "{named}"
+    );
+    let got: Option<String> = cmd(&mut c, &["GET", "named"]);
+    assert_eq!(got, None);
     node.kill();
 }
 

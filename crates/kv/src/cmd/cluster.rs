@@ -370,7 +370,7 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 // older than what this move copies (or what clients wrote here meanwhile).
                 (Some(since), Some(v)) if v < since => {
                     return Frame::error(format!(
-                        "MOVEOVER PLIANT.RESTORE: slot {slot}'s move to this node began at map version {since}, and this batch is of a move checked at {v}, over since"
+                        "MOVEOVER PLIANT.RESTORE: slot {slot}'s move to this node began at map version {since}, after this batch's source checked its move at {v}: the batch is of a move that is over"
                     ));
                 }
                 _ => {}
