@@ -1994,7 +1994,7 @@ fn restore_checks_the_move_a_batch_names_and_refuses_malformed_ones() {
         e.contains("MOVEOVER") && e.contains("not moving to this node"),
         "{e}"
     );
-    let mut asking = |t: &mut redis::Connection| -> Option<String> {
+    let asking = |t: &mut redis::Connection| -> Option<String> {
         let _: String = redis::cmd("ASKING").query(t).expect("ASKING");
         redis::cmd("GET").arg(k).query(t).expect("GET")
     };
