@@ -1938,6 +1938,63 @@ fn a_move_whose_batch_is_refused_as_over_keeps_its_keys_and_finishes_when_run_ag
     cluster.stop();
 }
 
+/// Open (found while closing issue 34's two gaps, not fixed): a move given up while its target
+/// lives on (a forced decommission of a target that was only hung, or cut off from the
+/// coordination store) leaves the keys already copied there, and those clients wrote there, in
+/// its keyspace, in a slot it does not own; the keys are gone from the owner (the forced
+/// decommission reports them lost). Nothing removes them: when the slot later moves to that
+/// node again, a key the owner no longer has (a client wrote and then deleted it there) comes
+/// back with its value from before, undoing an acknowledged deletion. Here the give-up is a map
+/// update made by hand, as the forced decommission makes it, with the target alive.
+#[test]
+#[ignore = "open: keys a given-up move left at its target come back when the slot moves there again"]
+fn keys_a_given_up_move_left_at_its_target_do_not_come_back_with_a_later_move() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        owner_id,
+        target_id,
+        slot,
+    } = TwoNodes::start(dir.path(), "o", 5);
+    mark_migrating(&owner, &[slot], &owner_id, &target_id);
+    let copied: redis::Value = redis::cmd("PLIANT.MIGRATE")
+        .arg(&target_id)
+        .arg(1 << 20)
+        .arg("")
+        .arg(slot)
+        .query(&mut client(&owner))
+        .expect("the copy");
+    assert!(
+        matches!(&copied, redis::Value::Array(a) if a[1] == redis::Value::Int(keys.len() as i64)),
+        "{copied:?}"
+    );
+    // Given up: the slot stays its owner's, moving nowhere.
+    mark_migrating(&owner, &[], &owner_id, &target_id);
+    for k in &keys {
+        let _: String = routed(&owner, &["SET", k, "after"]);
+        let n: i64 = routed(&owner, &["DEL", k]);
+        assert_eq!(n, 1, "{k}");
+    }
+    let mut t = finish_move(&owner, &target, &target_id, slot, &keys[0]);
+    let back: Vec<String> = keys
+        .iter()
+        .filter_map(|k| {
+            let got: Option<String> = redis::cmd("GET").arg(k).query(&mut t).expect("GET");
+            got.map(|v| format!("{k}: {v:?}"))
+        })
+        .collect();
+    assert!(
+        back.is_empty(),
+        "{} of {} keys deleted (acknowledged) came back: {back:?}",
+        back.len(),
+        keys.len()
+    );
+    cluster.stop();
+}
+
 /// What a client can send as `PLIANT.RESTORE` at a move's target: `MAPVERSION` must be an
 /// integer of 0 to 2^63 - 1 (else nothing is written); one checked before the slot's move here
 /// began is refused (`-MOVEOVER`), as is any batch with a key of a slot not moving here; the
