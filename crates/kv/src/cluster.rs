@@ -195,11 +195,17 @@ impl Cluster {
         let state = self.state();
         let me = state.map.index_of(&self.me().id);
         let mut new: Vec<(u16, u64, Bytes)> = Vec::new();
+        // A key twice in one command (MSET k a k b) is counted once: bytes counted and never
+        // inserted would never be given back.
+        let mut seen = std::collections::HashSet::new();
         for k in keys {
             let slot = key_slot(&k);
             let Some(since) = import(&state.map, me, slot) else {
                 continue;
             };
+            if !seen.insert(k.clone()) {
+                continue;
+            }
             match w.slots.get(&slot) {
                 // What was written during an earlier move of the slot is no longer anyone's:
                 // neither its keys nor its bytes count in this move.
@@ -589,6 +595,11 @@ mod tests {
         let mut huge = b"{a}".to_vec();
         huge.resize(WRITTEN_HERE_MAX_BYTES, b'x');
         let huge = Bytes::from(huge);
+        assert!(
+            two.clients_write([k.clone(), k.clone()]),
+            "one key twice in one write"
+        );
+        two.moving_away(&[slot]);
         assert!(two.clients_write([huge.clone()]), "exactly the bound");
         assert!(two.clients_write([huge.clone()]), "already noted");
         assert!(!two.clients_write([k.clone()]), "one byte past it");
