@@ -69,6 +69,43 @@ pub struct Cluster {
     /// and begun again looks the same in two maps but for its `since`. Forgotten at once when
     /// the node hears the slot's move end ([`Cluster::new`]'s task), or starts moving it away.
     written_here: Arc<std::sync::Mutex<WrittenHere>>,
+    /// Per slot moving here, the move (`Migration::since`) for which this node's keys of the
+    /// slot are known to be that move's alone: what an earlier move of it here left (one given
+    /// up while this node lived on: a forced decommission of a target that was only hung) has
+    /// been dropped. Until then the slot's copies (`PLIANT.RESTORE`) and its `ASKING` clients
+    /// wait: served, those keys would come back (a key the owner deleted since, with its old
+    /// value), and kept, they would outlive the move as the slot's keys. Set only under
+    /// [`gate_exclusive`](Self::gate_exclusive) and the keyspace lock ([`Cluster::drop_strays`]),
+    /// so no command routed under an earlier move is between its routing and its end when
+    /// it is. At start, every move under way here counts as settled: its copies may already
+    /// be here, acknowledged and deleted at the source, and nothing tells them from an earlier
+    /// move's (see docs/cluster.md).
+    settled: std::sync::Mutex<std::collections::HashMap<u16, u64>>,
+    /// Wakes the task that drops keys of slots this node no longer owns or imports
+    /// ([`settle`]): a copy or a client found a slot moving here not settled yet.
+    unsettled: Arc<tokio::sync::Notify>,
+}
+
+/// Keys one hold of the keyspace lock drops at most, in [`settle`]'s task: each hold is short,
+/// so commands run between.
+const STRAY_BATCH: usize = 256;
+
+/// Keys a move's first batch (`PLIANT.RESTORE`) drops at most before it is written, if the
+/// slot still holds an earlier move's keys (the task had not dropped them yet): about what the
+/// batch itself writes under the same hold (a source sends at most 8,192 keys a batch). Past
+/// it the batch is refused with `-TRYAGAIN` and the task goes on.
+pub const RESTORE_DROPS_MAX: usize = 8192;
+
+/// What this node does with its keys of a slot, as the map it last heard has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// They are its own: it owns the slot (a move out of it included; its keys leave only by
+    /// that move's deletions), or the slot moves here under the move they came with, or the
+    /// map names no owner, or no node as this one (nothing to go by: kept).
+    Keep,
+    /// Not its own: the map names another owner, and the slot is not moving here, or moves
+    /// here under a move (`settles`) not settled yet; once none is left, that move is.
+    Drop { settles: Option<u64> },
 }
 
 /// Keys clients wrote at a move's target, by slot, each slot's with the move they were written
@@ -155,7 +192,16 @@ impl Cluster {
             .filter(|(_, m)| Some(m.from) == me)
             .map(|(slot, _)| slot)
             .collect();
+        // Moves under way here at start are taken as settled (see the field).
+        let settled = state
+            .map
+            .migrations()
+            .filter(|(_, m)| Some(m.to) == me)
+            .map(|(slot, m)| (slot, m.since))
+            .collect();
         Self {
+            settled: std::sync::Mutex::new(settled),
+            unsettled: Arc::default(),
             unsure_any: std::sync::atomic::AtomicBool::new(!unsure.is_empty()),
             unsure: std::sync::Mutex::new(unsure),
             membership,
@@ -185,6 +231,114 @@ impl Cluster {
     pub fn import(&self, slot: u16) -> Option<u64> {
         let state = self.state();
         import(&state.map, state.map.index_of(&self.me().id), slot)
+    }
+
+    /// Whether `slot`'s copies and `ASKING` clients may be served here: it does not move here,
+    /// or its move here is settled (see `settled`). If not, the settling task is woken.
+    pub fn import_settled(&self, slot: u16) -> bool {
+        let Some(since) = self.import(slot) else {
+            return true;
+        };
+        self.settled_for(slot, since)
+    }
+
+    /// Whether `slot`'s move here that began at `since` is settled (see `settled`); wakes the
+    /// settling task if not.
+    pub fn settled_for(&self, slot: u16, since: u64) -> bool {
+        let settled = self
+            .settled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&slot)
+            == Some(&since);
+        if !settled {
+            self.unsettled.notify_one();
+        }
+        settled
+    }
+
+    /// The latest map version this node serves in full: the map's, or, while a move to it is
+    /// not settled (see `settled`), the one before that move began (wakes the task then).
+    /// What `CLUSTER INFO` says as `pliant_map_version`, and what a move waits for at both of
+    /// its ends before it copies anything and before it gives the slot away: so the keys an
+    /// earlier move left at the target are gone before the target can own the slot (a move
+    /// with nothing to copy would otherwise give it away before the task came to it).
+    pub fn served_version(&self, state: &ClusterState) -> u64 {
+        let map = &state.map;
+        let me = map.index_of(&self.me().id);
+        let settled = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        let served = map
+            .migrations()
+            .filter(|(s, m)| Some(m.to) == me && settled.get(s) != Some(&m.since))
+            .map(|(_, m)| m.since.saturating_sub(1))
+            .fold(map.version(), u64::min);
+        if served < map.version() {
+            self.unsettled.notify_one();
+        }
+        served
+    }
+
+    /// What this node does with its keys of `slot` (see [`Fate`]), by the map it last heard.
+    fn fate(&self, slot: u16) -> Fate {
+        let state = self.state();
+        let map = &state.map;
+        let Some(me) = map.index_of(&self.me().id) else {
+            return Fate::Keep;
+        };
+        if let Some(since) = import(map, Some(me), slot) {
+            let settled = self
+                .settled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&slot)
+                == Some(&since);
+            return if settled {
+                Fate::Keep
+            } else {
+                Fate::Drop {
+                    settles: Some(since),
+                }
+            };
+        }
+        match map.owner_index(slot) {
+            Some(owner) if owner != me => Fate::Drop { settles: None },
+            _ => Fate::Keep,
+        }
+    }
+
+    /// Drops up to `max` of this node's keys of `slot` if they are not its own (see [`Fate`]),
+    /// from memory and store; `true` once none is left to drop (the slot's move here, if it
+    /// has one, is then settled). Called with the move gate held alone (`_gate`: no command
+    /// routed by an earlier map is between its routing and its end, so none adds a key after
+    /// the count) and the keyspace lock (`ks`: no copy lands meanwhile); the map is read
+    /// under both, so a slot that became this node's is never touched.
+    pub fn drop_strays(
+        &self,
+        _gate: &std::sync::RwLockWriteGuard<'_, ()>,
+        ks: &mut crate::keyspace::Keyspace,
+        slot: u16,
+        max: usize,
+        now: u64,
+    ) -> Result<bool, crate::keyspace::KvError> {
+        let Fate::Drop { settles } = self.fate(slot) else {
+            return Ok(true);
+        };
+        if let Some((keys, _)) = ks.slot_keys(&[slot], None, max, now)? {
+            for k in keys {
+                ks.delete(&k, now)?;
+            }
+        }
+        // Counted after: what expired is deleted by the count itself.
+        if ks.slot_count(&[slot], now)? > 0 {
+            return Ok(false);
+        }
+        if let Some(since) = settles {
+            self.settled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(slot, since);
+        }
+        Ok(true)
     }
 
     /// Notes that a client is writing `keys` here (see `written_here`), those of slots moving
@@ -372,6 +526,113 @@ impl Cluster {
     pub fn state(&self) -> Arc<ClusterState> {
         self.membership.state()
     }
+}
+
+/// Keeps the invariant *a node holds keys only of slots it owns, or imports under the move
+/// they came with*, off the clients' path: a task that, at start and on every map this node
+/// hears (and when a copy or a client finds a slot moving here not settled), drops its keys of
+/// slots whose fate is [`Fate::Drop`], [`STRAY_BATCH`] keys a hold of the locks, and settles
+/// the slots moving here. A move given up while its target lived on left its copies there;
+/// kept, they came back when the slot moved there again (see docs/cluster.md).
+pub fn settle(node: &Arc<Node>) {
+    let Some(cluster) = node.cluster() else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (mut maps, woken, weak) = (
+        cluster.membership().watch(),
+        cluster.unsettled.clone(),
+        Arc::downgrade(node),
+    );
+    rt.spawn(async move {
+        loop {
+            // What this pass reads is the latest map: only a later one wakes the next.
+            drop(maps.borrow_and_update());
+            let failed = match weak.upgrade() {
+                None => return,
+                Some(node) => match settle_once(&node).await {
+                    Ok(()) => false,
+                    Err(e) => {
+                        tracing::warn!("dropping keys of slots this node does not own: {e}");
+                        true
+                    }
+                },
+            };
+            // A failure (the store's) is tried again a second later, else on the next map or
+            // call; what is not dropped yet keeps its slot's move waiting, never served.
+            let retry = async {
+                if failed {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                changed = maps.changed() => if changed.is_err() { return },
+                () = woken.notified(), if !failed => {}
+                () = retry => {}
+            }
+        }
+    });
+}
+
+/// One pass of [`settle`]'s task over every slot this node holds keys of or imports.
+async fn settle_once(node: &Node) -> Result<(), crate::keyspace::KvError> {
+    let Some(cluster) = node.cluster() else {
+        return Ok(());
+    };
+    let held = node.keyspace().slots_held()?;
+    let mut slots = held.clone();
+    {
+        // What was settled for moves no longer under way here is of no use. The map is read
+        // under the lock: one read before could be older than the one a move was settled by
+        // meanwhile, which this would then forget, and its copies would be dropped as strays.
+        let mut settled = cluster.settled.lock().unwrap_or_else(|p| p.into_inner());
+        let state = cluster.state();
+        let me = state.map.index_of(&cluster.me().id);
+        settled.retain(|&s, since| import(&state.map, me, s) == Some(*since));
+        slots.extend(
+            state
+                .map
+                .migrations()
+                .filter(|(_, m)| Some(m.to) == me)
+                .map(|(s, _)| s),
+        );
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    for slot in slots {
+        if cluster.fate(slot) == Fate::Keep {
+            continue;
+        }
+        // Bounded in holds too: a slot gaining keys as fast as they go is one whose fate
+        // changed (it became this node's, and then it is kept), so this ends.
+        for _ in 0..1_000_000 {
+            let done = {
+                // Outside any transaction, as every command is, then the locks in the order
+                // commands take them.
+                let _outside_exec = node.exec_shared();
+                let gate = cluster.gate_exclusive();
+                let mut ks = node.keyspace();
+                cluster.drop_strays(&gate, &mut ks, slot, STRAY_BATCH, crate::node::now_ms())?
+            };
+            // Into the store's journal, with what else is pending, a hold at a time.
+            node.write_pending().await?;
+            if done {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        // And synced, whatever the durability: a restart must not find them again, least of
+        // all in a slot moving here, where it would take them for the move's (see `settled`).
+        // The copies a settled move brings are synced after them anyway (the journal's order).
+        if held.binary_search(&slot).is_ok() {
+            node.sync().await?;
+        }
+    }
+    Ok(())
 }
 
 /// What the balancer sees of a node: its membership, its per-slot counts, its stop signal.
@@ -663,6 +924,103 @@ mod tests {
         assert_eq!(two.state().map.version(), 5);
         assert!(two.clients_write([k.clone()]));
         assert!(two.written_here(&k), "written during the third move");
+        drop(one);
+    }
+
+    /// The invariant `settle` keeps: a move given up and begun again unheard (as in the test
+    /// above) leaves the first move's copies at the target; they are dropped before the
+    /// second move here counts as settled (until then its copies and `ASKING` clients wait),
+    /// a few keys a hold of the locks. Keys of a slot given up and not moving here go too, a
+    /// slot this node owns keeps its keys, and the task does the same on a map it hears.
+    #[tokio::test]
+    async fn keys_an_earlier_move_left_here_go_before_a_later_move_here_is_served() {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        let mut ks = crate::keyspace::Keyspace::new("lru", pliant_cache::Capacity::Keys(100), None)
+            .expect("keyspace");
+        ks.index_slots().expect("index");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        node.set_cluster(join(member(2), coord.clone(), stop).await);
+        let two = node.cluster().expect("a cluster node");
+        let (slot, mine) = (key_slot(b"{a}"), key_slot(b"b"));
+        let (base, _) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
+        let base = base.with_owner(mine, 1);
+        let moving = base.clone().with_migration(slot, 1).expect("a migration");
+        let seen = |v: u64| {
+            let mut rx = two.membership().watch();
+            async move {
+                while rx.borrow_and_update().map.version() < v {
+                    rx.changed().await.expect("watch");
+                }
+            }
+        };
+        let drop_strays = |max: usize| {
+            let gate = two.gate_exclusive();
+            let mut ks = node.keyspace();
+            two.drop_strays(&gate, &mut ks, slot, max, crate::node::now_ms())
+                .expect("drop")
+        };
+        let held = |k: &str| {
+            node.keyspace()
+                .exists(k.as_bytes(), crate::node::now_ms())
+                .expect("exists")
+        };
+        let put = |k: &'static str| {
+            node.keyspace()
+                .set(
+                    Bytes::from_static(k.as_bytes()),
+                    crate::keyspace::Value::new("v"),
+                )
+                .expect("set")
+        };
+        assert!(coord.update_now(0, moving.clone()).expect("update"));
+        seen(1).await;
+        assert!(
+            !two.import_settled(slot),
+            "a move begun here is not settled at once"
+        );
+        let served = || two.served_version(&two.state());
+        assert_eq!(served(), 0, "nor is the map that began it served in full");
+        assert!(drop_strays(2), "nothing to drop");
+        assert!(two.import_settled(slot));
+        assert_eq!(served(), 1);
+        // The first move's copies, and a key of the node's own slot.
+        for k in ["{a}1", "{a}2", "{a}3", "b"] {
+            put(k);
+        }
+        // Given up and begun again, unheard.
+        assert!(coord.update_now(1, base.clone()).expect("update"));
+        assert!(coord.update_now(2, moving).expect("update"));
+        seen(3).await;
+        assert!(!two.import_settled(slot), "the second move is another");
+        assert_eq!(served(), 2, "a move waits for its target to drop them");
+        assert!(!drop_strays(2), "three keys, two a hold");
+        assert!(!two.import_settled(slot));
+        assert!(drop_strays(2));
+        assert!(two.import_settled(slot));
+        assert_eq!(served(), 3);
+        assert!(!held("{a}1") && !held("{a}2") && !held("{a}3"));
+        assert!(held("b"), "the node's own slot keeps its keys");
+        // Its copies now stay.
+        put("{a}4");
+        assert!(drop_strays(2) && held("{a}4"));
+        // Given up, heard: its keys are not this node's.
+        assert!(coord.update_now(3, base.clone()).expect("update"));
+        seen(4).await;
+        assert!(drop_strays(2) && !held("{a}4"));
+        // The task does it on a map it hears.
+        put("{a}5");
+        settle(&node);
+        let moving = base.with_migration(slot, 1).expect("a migration");
+        assert!(coord.update_now(4, moving).expect("update"));
+        seen(5).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !two.import_settled(slot) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(two.import_settled(slot), "settled by the task");
+        assert!(!held("{a}5") && held("b"));
         drop(one);
     }
 

@@ -225,6 +225,8 @@ impl Server {
             };
             let membership = join.await.map_err(ServeError::Cluster)?;
             node.set_cluster(crate::cluster::Cluster::new(membership));
+            // Keys of slots this node does not own or import go (see `cluster::settle`).
+            crate::cluster::settle(&node);
             if let Some(b) = &config.balancer {
                 let started = pliant_cluster::Balancer::start(node.clone(), b.clone())
                     .map_err(ServeError::Balancer)?;

@@ -30,6 +30,20 @@ pub(super) fn route(ctx: &Ctx<'_>, spec: &Spec, args: &[Bytes], asking: bool) ->
     let redirect = crate::cluster::route(cluster, spec.keys_of(args), asking, |k| {
         node.keyspace().exists(k, now).unwrap_or(false)
     });
+    // At a move's target, the slot's keys an earlier move of it left here are dropped before
+    // any client is served there (`Cluster::settled`): served, a key the owner deleted since
+    // would come back. The task doing it was woken; clients retry.
+    if redirect.is_none()
+        && asking
+        && spec
+            .keys_of(args)
+            .next()
+            .is_some_and(|k| !cluster.import_settled(key_slot(k)))
+    {
+        return Some(Frame::error(
+            "TRYAGAIN this slot's move here is dropping keys an earlier move left; try again",
+        ));
+    }
     // Runs here, at a move's target if it was sent here: a copy arriving later is older.
     if redirect.is_none()
         && asking
@@ -98,7 +112,7 @@ pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     match (sub.as_slice(), rest) {
         (b"MYID" | b"MYSHARDID", []) => Frame::bulk(me),
-        (b"INFO", []) => Frame::Verbatim(info(&state, &me).into()),
+        (b"INFO", []) => Frame::Verbatim(info(&state, &me, cluster.served_version(&state)).into()),
         (b"SLOTS", []) => slots(&state),
         (b"SHARDS", []) => shards(&state),
         (b"NODES", []) => Frame::Verbatim(nodes(&state, &me).into()),
@@ -348,14 +362,20 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if cluster.is_none() && checked_at.is_some() {
         return Frame::error("ERR This instance has cluster support disabled");
     }
+    let mut slots: Vec<u16> = parsed.iter().map(|t| key_slot(&t.0)).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    // A slot moving here whose keys from an earlier move are not dropped yet (the task that
+    // does it had not come to it) has them dropped first, here, under the move gate held alone
+    // (see `Cluster::drop_strays`): taken before the keyspace, as every holder takes them.
+    let gate = cluster
+        .filter(|c| slots.iter().any(|&s| !c.import_settled(s)))
+        .map(|c| c.gate_exclusive());
     // Checked under the keyspace lock, which a client's write needs too: a write that the map
     // or a client's mark let run here comes after the copy, not between the check and it.
     let mut ks = ctx.node.keyspace();
     if let Some(c) = cluster {
-        let mut slots: Vec<u16> = parsed.iter().map(|t| key_slot(&t.0)).collect();
-        slots.sort_unstable();
-        slots.dedup();
-        for slot in slots {
+        for &slot in &slots {
             match (c.import(slot), checked_at) {
                 // A copy that arrives once its slot is no longer moving here (its move ended,
                 // or was given up) is one held up on its way: its key is this node's, or
@@ -374,6 +394,26 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                     ));
                 }
                 _ => {}
+            }
+        }
+        // Nothing is written until every slot of the batch is settled.
+        for &slot in &slots {
+            if c.import_settled(slot) {
+                continue;
+            }
+            let dropped = match &gate {
+                Some(g) => c.drop_strays(g, &mut ks, slot, crate::cluster::RESTORE_DROPS_MAX, now),
+                // Its move changed between the look without the lock and the one with it.
+                None => Ok(false),
+            };
+            match dropped {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Frame::error(format!(
+                        "TRYAGAIN PLIANT.RESTORE: slot {slot} still holds keys an earlier move of it left here, being dropped; try again"
+                    ));
+                }
+                Err(e) => return store_error(&e),
             }
         }
     }
@@ -459,7 +499,9 @@ pub(super) fn delete_unchanged(
 }
 
 /// `CLUSTER INFO`: the fields clients and redis-cli read.
-fn info(state: &ClusterState, me: &str) -> String {
+/// `served`: the map version this node serves in full (`Cluster::served_version`), what a move
+/// waits for; the epochs are the map's.
+fn info(state: &ClusterState, me: &str, served: u64) -> String {
     let map = &state.map;
     let assigned = map.assigned();
     let ok = (0..SLOTS)
@@ -478,7 +520,7 @@ fn info(state: &ClusterState, me: &str) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{v}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
+        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{served}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
         if healthy { "ok" } else { "fail" },
         assigned - ok,
         map.migrations().count(),
