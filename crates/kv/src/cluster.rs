@@ -306,7 +306,7 @@ impl Cluster {
         }
     }
 
-    /// Drops up to `max` of this node's keys of `slot` if they are not its own (see [`Fate`]),
+    /// Drops up to `max` of this node's keys of `slot` if they are not its own (see `Fate`),
     /// from memory and store; `true` once none is left to drop (the slot's move here, if it
     /// has one, is then settled). Called with the move gate held alone (`_gate`: no command
     /// routed by an earlier map is between its routing and its end, so none adds a key after
@@ -531,7 +531,7 @@ impl Cluster {
 /// Keeps the invariant *a node holds keys only of slots it owns, or imports under the move
 /// they came with*, off the clients' path: a task that, at start and on every map this node
 /// hears (and when a copy or a client finds a slot moving here not settled), drops its keys of
-/// slots whose fate is [`Fate::Drop`], [`STRAY_BATCH`] keys a hold of the locks, and settles
+/// slots whose fate is `Fate::Drop`, `STRAY_BATCH` keys a hold of the locks, and settles
 /// the slots moving here. A move given up while its target lived on left its copies there;
 /// kept, they came back when the slot moved there again (see docs/cluster.md).
 pub fn settle(node: &Arc<Node>) {
