@@ -64,6 +64,9 @@ if [ ! -e /dev/fuse ]; then
   echo "tools/test.sh: no /dev/fuse here: the pliant fs mount tests will skip" >&2
 fi
 
+# The rescale test (crates/pliant/tests/rescale_scale_cli.rs) runs tools/bench/rescale_scale.sh,
+# which measures a real Redis beside the cluster: redis-server (redis-tools has only the clients).
+need redis-server command -v redis-server
 # The serve tests drive a node with real clients: redis-cli, and redis-py in target/compat-venv
 # (the same environment tools/compat/*.sh use), made here so a clean clone's first run has it.
 # shellcheck source=tools/lib/clients.sh
