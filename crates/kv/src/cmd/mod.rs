@@ -1233,7 +1233,7 @@ pub const COMMANDS: &[Spec] = &[
     cmd(
         "pliant.slotkeys",
         -4,
-        &[Readonly],
+        &[Readonly, NoMulti],
         NO_KEYS,
         cluster::slotkeys,
     )
@@ -1310,7 +1310,7 @@ pub const COMMANDS: &[Spec] = &[
     cmd(
         "pliant.restore",
         -4,
-        &[Write, Denyoom],
+        &[Write, Denyoom, NoMulti],
         NO_KEYS,
         cluster::restore,
     )
@@ -1325,7 +1325,7 @@ pub const COMMANDS: &[Spec] = &[
         ),
     )
     .args(RESTORE_ARGS),
-    cmd("pliant.migrate", -5, &[Write], NO_KEYS, migrate::migrate)
+    cmd("pliant.migrate", -5, &[Write, NoMulti], NO_KEYS, migrate::migrate)
         .with(Fact::Streams)
         .doc(
             PLIANT,
@@ -1344,7 +1344,7 @@ pub const COMMANDS: &[Spec] = &[
             Arg::string("after"),
             Arg::integer("slot").multiple(),
         ]),
-    cmd("pliant.delifeq", -4, &[Write], NO_KEYS, cluster::delifeq)
+    cmd("pliant.delifeq", -4, &[Write, NoMulti], NO_KEYS, cluster::delifeq)
         .doc(
             PLIANT,
             PLIANT_SINCE,
@@ -1844,6 +1844,20 @@ mod tests {
             ["ping", "quit", "subscribe", "unsubscribe"]
         );
         assert_eq!(with(|f| f.gate_itself), ["exec"]);
+        // These take the move gate exclusively, which EXEC holds shared while its commands
+        // run: queued in a transaction, one would wait on its own connection's lock forever.
+        for name in [
+            "pliant.delifeq",
+            "pliant.migrate",
+            "pliant.restore",
+            "pliant.slotkeys",
+        ] {
+            let spec = lookup(name.as_bytes()).expect(name);
+            assert!(
+                spec.flags.has(Flag::NoMulti),
+                "{name} may be queued in MULTI"
+            );
+        }
         assert_eq!(with(|f| f.streams), ["pliant.migrate"]);
         assert_eq!(
             with(|f| f.walks != Walks::No),
