@@ -1164,7 +1164,11 @@ fn migrate_streams(serve: &[&str]) {
     let e = redis::cmd("EXEC")
         .query::<Vec<redis::Value>>(&mut c)
         .expect_err("the transaction is aborted");
-    assert!(e.to_string().contains("discarded because of previous errors"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("discarded because of previous errors"),
+        "{e}"
+    );
     let held: i64 = redis::cmd("PLIANT.SLOTCOUNT")
         .arg(slot)
         .query(&mut c)
