@@ -116,12 +116,22 @@ struct WrittenHere {
     bytes: usize,
 }
 
-/// The most key bytes [`Cluster::clients_write`] notes; past it, writes sent to a move's target
-/// answer `-TRYAGAIN` until the move ends. Without it a client could make the record grow
+/// The most bytes of keys (with [`NOTE_OVERHEAD`] each) [`Cluster::clients_write`] notes; past
+/// it, writes sent to a move's target answer `-TRYAGAIN` until the move ends. Without it a client could make the record grow
 /// without storing anything (ASKING, then DEL of keys the target lacks, as many as it likes).
 /// 64 MiB is a million keys of 64 bytes, more than a slot move of the benchmarks' 2 M keys
 /// spread over 16,384 slots sees written at its target.
 pub const WRITTEN_HERE_MAX_BYTES: usize = 64 << 20;
+
+/// What one noted key costs the record besides its bytes: its `Bytes` handle (32 bytes), the
+/// hash set's slot and control byte, and the key's own allocation, rounded up. Without it, keys
+/// of a few bytes would hold several times the bound.
+const NOTE_OVERHEAD: usize = 64;
+
+/// The record's cost of noting `k` ([`WRITTEN_HERE_MAX_BYTES`]).
+fn note_cost(k: &Bytes) -> usize {
+    k.len() + NOTE_OVERHEAD
+}
 
 impl WrittenHere {
     /// Keeps only the slots `keep` says (given the slot and the move its keys were written
@@ -131,7 +141,7 @@ impl WrittenHere {
         self.slots.retain(|&slot, (since, keys)| {
             let k = keep(slot, *since);
             if !k {
-                freed += keys.iter().map(Bytes::len).sum::<usize>();
+                freed += keys.iter().map(note_cost).sum::<usize>();
             }
             k
         });
@@ -141,7 +151,7 @@ impl WrittenHere {
     /// Forgets what was written to `slot`.
     fn forget(&mut self, slot: u16) {
         if let Some((_, keys)) = self.slots.remove(&slot) {
-            self.bytes -= keys.iter().map(Bytes::len).sum::<usize>();
+            self.bytes -= keys.iter().map(note_cost).sum::<usize>();
         }
     }
 
@@ -369,7 +379,7 @@ impl Cluster {
             }
             new.push((slot, since, k));
         }
-        let bytes: usize = new.iter().map(|(_, _, k)| k.len()).sum();
+        let bytes: usize = new.iter().map(|(_, _, k)| note_cost(k)).sum();
         if w.bytes + bytes > WRITTEN_HERE_MAX_BYTES {
             return false;
         }
@@ -854,7 +864,7 @@ mod tests {
         // caller answers -TRYAGAIN); one within it still is, and a key noted once costs nothing
         // more.
         let mut huge = b"{a}".to_vec();
-        huge.resize(WRITTEN_HERE_MAX_BYTES, b'x');
+        huge.resize(WRITTEN_HERE_MAX_BYTES - NOTE_OVERHEAD, b'x');
         let huge = Bytes::from(huge);
         assert!(
             two.clients_write([k.clone(), k.clone()]),
