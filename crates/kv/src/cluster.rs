@@ -116,7 +116,7 @@ struct WrittenHere {
     bytes: usize,
 }
 
-/// The most bytes of keys (with [`NOTE_OVERHEAD`] each) [`Cluster::clients_write`] notes; past
+/// The most bytes of keys (with 64 bytes of overhead each) [`Cluster::clients_write`] notes; past
 /// it, writes sent to a move's target answer `-TRYAGAIN` until the move ends. Without it a client could make the record grow
 /// without storing anything (ASKING, then DEL of keys the target lacks, as many as it likes).
 /// 64 MiB is a million keys of 64 bytes, more than a slot move of the benchmarks' 2 M keys
