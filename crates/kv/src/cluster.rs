@@ -90,10 +90,10 @@ pub struct Cluster {
 /// so commands run between.
 const STRAY_BATCH: usize = 256;
 
-/// Keys a move's first batch (`PLIANT.RESTORE`) drops at most before it is written, over all
-/// its slots that still hold an earlier move's keys (the task had not dropped them yet): about
-/// what the batch itself writes under the same hold (a source sends at most 8,192 keys a
-/// batch). Past it the batch is refused with `-TRYAGAIN` and the task goes on.
+/// Keys a move's first batch (`PLIANT.RESTORE`) drops at most before it is written, if the
+/// slot still holds an earlier move's keys (the task had not dropped them yet): about what the
+/// batch itself writes under the same hold (a source sends at most 8,192 keys a batch). Past
+/// it the batch is refused with `-TRYAGAIN` and the task goes on.
 pub const RESTORE_DROPS_MAX: usize = 8192;
 
 /// What this node does with its keys of a slot, as the map it last heard has it.

@@ -396,16 +396,13 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 _ => {}
             }
         }
-        // Nothing is written until every slot of the batch is settled. The drops are one
-        // budget for the whole call, shared by its slots: the hold stays about a batch's size
-        // whatever slots the batch names.
-        let share = (crate::cluster::RESTORE_DROPS_MAX / slots.len().max(1)).max(1);
+        // Nothing is written until every slot of the batch is settled.
         for &slot in &slots {
             if c.import_settled(slot) {
                 continue;
             }
             let dropped = match &gate {
-                Some(g) => c.drop_strays(g, &mut ks, slot, share, now),
+                Some(g) => c.drop_strays(g, &mut ks, slot, crate::cluster::RESTORE_DROPS_MAX, now),
                 // Its move changed between the look without the lock and the one with it.
                 None => Ok(false),
             };
