@@ -22,8 +22,10 @@
 #   duration / T_t with the report's seconds. T_t is the planner's own transfer-time target
 #   (`planned.t_t` of the report, Pufferscale's T_t: for a commission the new node's share of
 #   the data, for a decommission the leaving node's data, over `bandwidth_bytes_per_s`, which
-#   the command measures between itself and a node: one way, half an ECHO round trip of 4 MiB); the JSON also
-#   has the plan's `t_max` (its longest per-node transfer time) and `planned_bytes`.
+#   one node measures to another (`PLIANT.NETPROBE`: one way, half an ECHO round trip of 4 MiB;
+#   `bandwidth_between` names them); the JSON also has the plan's `t_max` (its longest
+#   per-node transfer time), `planned_bytes`, each link the moves used as its source measured
+#   it (`links`) and the plan's transfer time by those links (`links_t_max`).
 #   The load: `redis-benchmark --cluster` as two concurrent processes pointed at the first
 #   node, GET_CLIENTS (40) clients of GET and SET_CLIENTS (10) of SET (80% / 20% of the 50
 #   clients: redis-benchmark runs one command mix per process), -d VALUE, -r 100000, each in a
@@ -399,6 +401,8 @@ rec = {"system": "pliant", "phase": phase, "seconds": r["seconds"], "wall_second
        "bytes_moved": r["bytes_moved"], "keys_moved": r["keys_moved"],
        "planned_bytes": r["planned_bytes"], "t_t": pl["t_t"], "t_max": pl["t_max"],
        "bandwidth_bytes_per_s": r["bandwidth_bytes_per_s"],
+       "bandwidth_between": r.get("bandwidth_between"),
+       "links": r.get("links"), "links_t_max": r.get("links_t_max"),
        "duration_over_t_t": r["seconds"] / pl["t_t"] if pl["t_t"] > 0 else None,
        "wall_over_t_t": float(wall) / pl["t_t"] if pl["t_t"] > 0 else None,
        "report": r}

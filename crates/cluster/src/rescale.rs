@@ -7,11 +7,15 @@
 //!   `PlanOptions::slots`: a node's next keys follow the slots it owns, most of which hold
 //!   nothing in a young cluster, so every node's slot count is balanced too and runs of slots
 //!   move together (the planner's doc, "Slots", says how).
-//! - The transfer model is the network one with `s_net` measured here and now: bytes per second
-//!   one way, from ECHO round trips of 4 MiB between this process and a node (each way half a
-//!   round trip), as a slot move's copy moves each byte once, source node to target node
-//!   (`PLIANT.MIGRATE`). This process stands in for the nodes: on one machine, or nodes and
-//!   rescaler on one network, the links are alike.
+//! - The transfer model is the network one with `s_net` measured here and now, between two of
+//!   the nodes: bytes per second one way, from ECHO round trips of 4 MiB that one node sends
+//!   another (`PLIANT.NETPROBE`; each way half a round trip), as a slot move's copy moves each
+//!   byte once, source node to target node (`PLIANT.MIGRATE`). The process that runs the
+//!   rescale (on a login node, say) may reach the nodes over another network than theirs, so it
+//!   measures its own link only when the cluster has one node, or a node cannot probe (a
+//!   version without the command). Once the new nodes are up, the source of each pair of
+//!   nodes the plan moves slots between measures that link, and the report gives the plan's
+//!   transfer time by those links ([`Report::links_t_max`]) beside the planner's.
 //! - Moves run as the planner hands them over, at most `parallel` at once and at most one out
 //!   of and one into any node at a time (the model's full-duplex node).
 
@@ -81,8 +85,17 @@ pub struct Report {
     /// Removed nodes whose process this command could not stop (no supervisor runs them, or
     /// stopping failed): they hold nothing; stop them by hand.
     pub not_stopped: Vec<String>,
-    /// Measured `s_net`, bytes per second.
+    /// Measured `s_net`, bytes per second: what the plan was made with.
     pub bandwidth_bytes_per_s: f64,
+    /// Between what it was measured: `"NODE -> NODE"`, or `"this process -> NODE"`.
+    pub bandwidth_between: String,
+    /// Each pair of nodes the moves ran between, its bandwidth as its source measured it just
+    /// before the moves, and the bytes the plan moves over it.
+    pub links: Vec<Link>,
+    /// The plan's `T_max` (s) by the measured links: the longest any node's link is busy,
+    /// sending or receiving, with each link at its own bandwidth (`None` if a link could not
+    /// be measured, or nothing moved). The planner's `T_t` and `T_max` use one `s_net`.
+    pub links_t_max: Option<f64>,
     /// The planner's targets and the planned placement's objectives.
     pub planned: pliant_scale::Outcome,
     /// How long planning took, ms.
@@ -103,6 +116,19 @@ pub struct Report {
     pub resumed_slots: usize,
     /// What `--force` gave up: the slots of nodes that were down.
     pub lost: Vec<Lost>,
+}
+
+/// One pair of nodes a rescale moved slots between ([`Report::links`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Link {
+    /// The source node.
+    pub from: String,
+    /// The target node.
+    pub to: String,
+    /// One way, bytes per second, as the source measured it (`PLIANT.NETPROBE`).
+    pub bytes_per_s: f64,
+    /// Bytes the plan moves from one to the other.
+    pub planned_bytes: f64,
 }
 
 /// Slots a forced decommission gave to other nodes without their keys.
@@ -263,7 +289,28 @@ async fn run(
             "no node owns any slot: nothing to rescale (is the cluster up?)".into(),
         ));
     };
-    let bandwidth = measure_bandwidth(dialer, map.nodes()[first].addr).await?;
+    let (bandwidth, bandwidth_between) = match owners.get(1) {
+        Some(&second) => {
+            let (from, to) = (&map.nodes()[first], &map.nodes()[second]);
+            match probe(dialer, from.addr, &to.id).await {
+                Ok(b) => (b, format!("{} -> {}", from.id, to.id)),
+                Err(e) => {
+                    tracing::warn!(
+                        "node {} could not measure its link to {} ({e}): measuring this process's link instead",
+                        from.id,
+                        to.id
+                    );
+                    let b = measure_bandwidth(dialer, from.addr).await?;
+                    (b, format!("this process -> {}", from.id))
+                }
+            }
+        }
+        None => {
+            let only = &map.nodes()[first];
+            let b = measure_bandwidth(dialer, only.addr).await?;
+            (b, format!("this process -> {}", only.id))
+        }
+    };
     let servers: Vec<pliant_scale::ServerId> = (0..owners.len() as u32).collect();
     let server_of: HashMap<u16, u32> = owners
         .iter()
@@ -320,6 +367,9 @@ async fn run(
         removed: Vec::new(),
         not_stopped: Vec::new(),
         bandwidth_bytes_per_s: bandwidth,
+        bandwidth_between,
+        links: Vec::new(),
+        links_t_max: None,
         planned,
         plan_ms,
         moves: moves.len(),
@@ -347,6 +397,38 @@ async fn run(
             id_of.insert(*s, id.clone());
         }
         report.added = ids;
+    }
+
+    // Each link the moves use, measured by its source now that every node is up.
+    let mut by_pair: Vec<((String, String), f64)> = Vec::new();
+    for m in &moves {
+        let pair = (id_of[&m.from].clone(), id_of[&m.to].clone());
+        match by_pair.iter_mut().find(|(p, _)| *p == pair) {
+            Some((_, b)) => *b += m.bytes,
+            None => by_pair.push((pair, m.bytes)),
+        }
+    }
+    let mut unmeasured = false;
+    for ((from, to), planned_bytes) in by_pair {
+        let Some(addr) = map.nodes().iter().find(|n| n.id == from).map(|n| n.addr) else {
+            unmeasured = true;
+            continue;
+        };
+        match probe_member(dialer, addr, &to).await {
+            Ok(bytes_per_s) => report.links.push(Link {
+                from,
+                to,
+                bytes_per_s,
+                planned_bytes,
+            }),
+            Err(e) => {
+                tracing::warn!("node {from} could not measure its link to {to}: {e}");
+                unmeasured = true;
+            }
+        }
+    }
+    if !unmeasured {
+        report.links_t_max = links_t_max(&report.links);
     }
 
     // The moves, several at once.
@@ -700,11 +782,61 @@ async fn read_stats(c: &mut Conn) -> Result<HashMap<u16, (u64, u64, u64)>, Resca
     Ok(out)
 }
 
+/// Payload of a link's measurement: what [`measure_bandwidth`] sends too.
+const PROBE_BYTES: usize = 4 * 1024 * 1024;
+
+/// One way, bytes per second, from the node at `from` to node `to` of its cluster, as the node
+/// at `from` measures it (`PLIANT.NETPROBE`).
+async fn probe(dialer: &Dialer, from: SocketAddr, to: &str) -> Result<f64, MoveError> {
+    let mut c = Conn::open(dialer, from).await?;
+    let size = PROBE_BYTES.to_string();
+    match c
+        .call(&[b"PLIANT.NETPROBE", to.as_bytes(), size.as_bytes()])
+        .await?
+    {
+        Frame::Integer(n) if n > 0 => Ok(n as f64),
+        other => Err(MoveError::Node {
+            addr: from,
+            why: format!("PLIANT.NETPROBE {to} answered {other:?}"),
+        }),
+    }
+}
+
+/// [`probe`] to a node that may have joined a moment ago: the source may not have heard of it
+/// yet (its view of the members comes with the coordination store's next change), so it is
+/// asked again, for up to 5 s.
+async fn probe_member(dialer: &Dialer, from: SocketAddr, to: &str) -> Result<f64, MoveError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match probe(dialer, from, to).await {
+            Err(MoveError::Node { why, .. })
+                if why.contains("is not in this cluster") && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// A plan's `T_max` over measured links: each node's link is busy for the bytes it sends over
+/// each of its links at that link's bandwidth, and as long receiving; `T_max` is the longest of
+/// these. `None` with no link (nothing moves).
+fn links_t_max(links: &[Link]) -> Option<f64> {
+    let mut busy: HashMap<(&str, bool), f64> = HashMap::new();
+    for l in links {
+        let t = l.planned_bytes / l.bytes_per_s.max(1.0);
+        *busy.entry((l.from.as_str(), true)).or_default() += t;
+        *busy.entry((l.to.as_str(), false)).or_default() += t;
+    }
+    busy.into_values().reduce(f64::max)
+}
+
 /// `s_net`: bytes per second one way, from ECHO round trips of a 4 MiB payload to `addr` (the
 /// median of five): a round trip moves the payload out, then (once it is all in) back, so each
 /// way took about half of it, and a slot move's copy moves each byte once, source to target.
 async fn measure_bandwidth(dialer: &Dialer, addr: SocketAddr) -> Result<f64, RescaleError> {
-    const PAYLOAD: usize = 4 * 1024 * 1024;
+    const PAYLOAD: usize = PROBE_BYTES;
     let mut c = Conn::open(dialer, addr).await?;
     let payload = Bytes::from(vec![b'x'; PAYLOAD]);
     let mut rates = Vec::new();
@@ -723,4 +855,35 @@ async fn measure_bandwidth(dialer: &Dialer, addr: SocketAddr) -> Result<f64, Res
     }
     rates.sort_by(f64::total_cmp);
     Ok(rates[rates.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(from: &str, to: &str, bytes_per_s: f64, planned_bytes: f64) -> Link {
+        Link {
+            from: from.into(),
+            to: to.into(),
+            bytes_per_s,
+            planned_bytes,
+        }
+    }
+
+    /// A node's link is busy for the sum over its links of bytes over that link's bandwidth,
+    /// one sum sending and one receiving (full duplex); the slowest link decides, not the
+    /// average of the bandwidths.
+    #[test]
+    fn links_t_max_is_the_busiest_direction_of_any_node_at_each_links_own_speed() {
+        assert_eq!(links_t_max(&[]), None);
+        // Two sources into one new node: it receives 3 s + 1 s.
+        let into_new = [link("a", "n", 100.0, 300.0), link("b", "n", 200.0, 200.0)];
+        assert_eq!(links_t_max(&into_new), Some(4.0));
+        // One leaving node sends to two: 2 s + 5 s; the targets receive 2 s and 5 s.
+        let out_of_old = [link("x", "a", 50.0, 100.0), link("x", "b", 10.0, 50.0)];
+        assert_eq!(links_t_max(&out_of_old), Some(7.0));
+        // Sending and receiving are apart: a node that sends 3 s and receives 3 s is busy 3 s.
+        let both = [link("a", "b", 1.0, 3.0), link("b", "a", 1.0, 3.0)];
+        assert_eq!(links_t_max(&both), Some(3.0));
+    }
 }

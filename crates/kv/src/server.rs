@@ -488,12 +488,12 @@ pub(crate) async fn run_here(
         // Queued by `execute`, not run: nothing to do ahead of it.
         Some(_) => None,
     };
-    // PLIANT.MIGRATE waits on another node, which the command table's synchronous run cannot.
+    // PLIANT.MIGRATE and PLIANT.NETPROBE wait on another node, which the command table's synchronous run cannot.
     if let Some(spec) = spec
-        && spec.facts.streams
+        && let Some(kind) = spec.facts.streams
         && !session.refuses_while_subscribed(spec)
     {
-        let reply = crate::cmd::stream(node, session, args, now).await;
+        let reply = crate::cmd::stream(kind, node, session, args, now).await;
         let mut ctx = Ctx::new(node, session, now);
         ctx.checked = Some(spec);
         ctx.walked = Some(crate::cmd::Walked::Streamed(reply));
@@ -603,8 +603,8 @@ async fn serve(
                         None if !node.has_store() => {
                             let at = now(session);
                             match crate::cmd::check(session, &args) {
-                                // The one command a node without a store runs asynchronously.
-                                Ok(spec) if spec.facts.streams => {
+                                // The commands a node without a store runs asynchronously.
+                                Ok(spec) if spec.facts.streams.is_some() => {
                                     run_here(node, session, &args, at).await
                                 }
                                 checked => {

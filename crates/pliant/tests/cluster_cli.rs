@@ -649,6 +649,53 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
         .as_str()
         .expect("the new node")
         .to_string();
+    // The plan's network was measured between two nodes, and each link the moves used by its
+    // source, into the new node.
+    let ids: Vec<&str> = cluster.up["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(
+        added["bandwidth_between"],
+        format!("{} -> {}", ids[0], ids[1]).as_str(),
+        "{added}"
+    );
+    let links = added["links"].as_array().expect("links");
+    assert!(!links.is_empty(), "{added}");
+    for l in links {
+        assert_eq!(l["to"], new_id.as_str(), "{added}");
+        assert!(l["bytes_per_s"].as_f64() > Some(0.0), "{added}");
+        assert!(l["planned_bytes"].as_f64() > Some(0.0), "{added}");
+    }
+    assert!(added["links_t_max"].as_f64() > Some(0.0), "{added}");
+    // The probe itself: to a node the cluster names, within its bounds.
+    let probe = |id: &str, bytes: &str| {
+        redis::cmd("PLIANT.NETPROBE")
+            .arg(id)
+            .arg(bytes)
+            .query::<i64>(&mut client(c))
+    };
+    assert!(probe(&new_id, "1048576").expect("a probe") > 0);
+    for (id, bytes, why) in [
+        (
+            "0123456789012345678901234567890123456789",
+            "1048576",
+            "is not in this cluster",
+        ),
+        (ids[0], "1048576", "is this node"),
+        (new_id.as_str(), "1024", "bytes must be 65536 to 16777216"),
+        (
+            new_id.as_str(),
+            "16777217",
+            "bytes must be 65536 to 16777216",
+        ),
+        ("127.0.0.1:1", "1048576", "is not in this cluster"),
+    ] {
+        let e = probe(id, bytes).expect_err(why);
+        assert!(e.to_string().contains(why), "{id} {bytes}: {e}");
+    }
     // The first node leaves; the client started there is sent on by the others' answers.
     let first_id = cluster.up["nodes"][0]["id"]
         .as_str()

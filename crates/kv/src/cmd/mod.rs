@@ -7,6 +7,7 @@ mod docs;
 mod keys;
 mod migrate;
 mod multi;
+mod netprobe;
 mod pliant;
 mod server;
 mod strings;
@@ -17,7 +18,6 @@ pub use docs::{Arg, Docs, Flag, Flags};
 
 use crate::keyspace::{Keyspace, Lent};
 use crate::node::Node;
-pub(crate) use migrate::stream;
 pub(crate) use pliant::{check_write, written};
 use pliant_proto::frame::{Frame, Protocol};
 
@@ -263,9 +263,34 @@ pub struct Facts {
     /// server walks it first, off the keyspace lock, and hands it what it found
     /// (`Ctx::walked`).
     pub walks: Walks,
-    /// It streams slots' keys to another node (PLIANT.MIGRATE): the server runs the stream
-    /// first, asynchronously, and the command replies with its outcome (`Ctx::walked`).
-    pub streams: bool,
+    /// It waits on another node (PLIANT.MIGRATE streams slots' keys to one, PLIANT.NETPROBE
+    /// times an echo): the server runs that first, asynchronously, and the command replies with
+    /// its outcome (`Ctx::walked`).
+    pub streams: Option<Stream>,
+}
+
+/// What a command that waits on another node runs first ([`Facts::streams`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stream {
+    /// `PLIANT.MIGRATE`'s copy of slots to their target.
+    Migrate,
+    /// `PLIANT.NETPROBE`'s echo.
+    NetProbe,
+}
+
+/// Runs a command's [`Stream`], off the command table's synchronous path.
+pub(crate) async fn stream(
+    kind: Stream,
+    node: &Node,
+    session: &mut Session,
+    args: &[Bytes],
+    now: u64,
+) -> Frame {
+    match kind {
+        Stream::Migrate => migrate::stream(node, session, args, now).await,
+        Stream::NetProbe => netprobe::stream(node, session, args, now).await,
+    }
 }
 
 /// What a command walks of the store ([`Facts::walks`]).
@@ -306,7 +331,7 @@ enum Fact {
     WhileSubscribed,
     GateItself,
     ReadsCounts,
-    Streams,
+    Streams(Stream),
 }
 
 impl Facts {
@@ -319,7 +344,7 @@ impl Facts {
         reads_counts: false,
         overwrites: Overwrites::No,
         walks: Walks::No,
-        streams: false,
+        streams: None,
     };
 }
 
@@ -428,7 +453,7 @@ impl Spec {
             Fact::WhileSubscribed => self.facts.while_subscribed = true,
             Fact::GateItself => self.facts.gate_itself = true,
             Fact::ReadsCounts => self.facts.reads_counts = true,
-            Fact::Streams => self.facts.streams = true,
+            Fact::Streams(kind) => self.facts.streams = Some(kind),
         }
         self
     }
@@ -1326,7 +1351,7 @@ pub const COMMANDS: &[Spec] = &[
     )
     .args(RESTORE_ARGS),
     cmd("pliant.migrate", -5, &[Write, NoMulti], NO_KEYS, migrate::migrate)
-        .with(Fact::Streams)
+        .with(Fact::Streams(Stream::Migrate))
         .doc(
             PLIANT,
             PLIANT_SINCE,
@@ -1344,6 +1369,25 @@ pub const COMMANDS: &[Spec] = &[
             Arg::string("after"),
             Arg::integer("slot").multiple(),
         ]),
+    cmd(
+        "pliant.netprobe",
+        3,
+        &[Admin, NoMulti],
+        NO_KEYS,
+        netprobe::netprobe,
+    )
+    .with(Fact::Streams(Stream::NetProbe))
+    .doc(
+        PLIANT,
+        PLIANT_SINCE,
+        "O(N) where N is the number of bytes",
+        concat!(
+            "Returns how many bytes a second this node sends another node of its ",
+            "cluster, one way: the median of three echoes of the given size (64 KiB ",
+            "to 16 MiB). What a rescale's transfer time is planned with."
+        ),
+    )
+    .args(&[Arg::string("node"), Arg::integer("bytes")]),
     cmd("pliant.delifeq", -4, &[Write, NoMulti], NO_KEYS, cluster::delifeq)
         .doc(
             PLIANT,
@@ -1858,7 +1902,18 @@ mod tests {
                 "{name} may be queued in MULTI"
             );
         }
-        assert_eq!(with(|f| f.streams), ["pliant.migrate"]);
+        assert_eq!(
+            with(|f| f.streams.is_some()),
+            ["pliant.migrate", "pliant.netprobe"]
+        );
+        // What waits on another node runs before the command, which a queued one never does.
+        for name in ["pliant.migrate", "pliant.netprobe"] {
+            let spec = lookup(name.as_bytes()).expect(name);
+            assert!(
+                spec.flags.has(Flag::NoMulti),
+                "{name} may be queued in MULTI"
+            );
+        }
         assert_eq!(
             with(|f| f.walks != Walks::No),
             ["dbsize", "info", "keys", "pliant.stats", "scan"]

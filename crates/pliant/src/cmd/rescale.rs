@@ -201,13 +201,14 @@ fn print(r: &Report) {
     }
     let o = &r.planned;
     println!(
-        "{} → {} nodes: {} slot moves, {:.1} MB planned in {:.1} ms (network measured at {:.0} MB/s)",
+        "{} → {} nodes: {} slot moves, {:.1} MB planned in {:.1} ms (network measured at {:.0} MB/s, {})",
         r.nodes_before,
         r.nodes_after,
         r.moves,
         r.planned_bytes / 1e6,
         r.plan_ms,
-        r.bandwidth_bytes_per_s / 1e6
+        r.bandwidth_bytes_per_s / 1e6,
+        r.bandwidth_between
     );
     // No command ran in the window: there is no load to balance, and no ratio to show.
     let load = if o.l_t > 0.0 {
@@ -229,6 +230,21 @@ fn print(r: &Report) {
             r.seconds,
             if o.t_t > 0.0 { r.seconds / o.t_t } else { 0.0 }
         );
+        for l in &r.links {
+            println!(
+                "link {} -> {}: {:.0} MB/s, {:.1} MB planned",
+                l.from,
+                l.to,
+                l.bytes_per_s / 1e6,
+                l.planned_bytes / 1e6
+            );
+        }
+        if let Some(t) = r.links_t_max {
+            println!(
+                "T_max by the measured links: {t:.3} s (the moves took {:.2}× it)",
+                if t > 0.0 { r.seconds / t } else { 0.0 }
+            );
+        }
         for id in &r.added {
             println!("added   {id}");
         }
