@@ -84,6 +84,18 @@ pub struct Cluster {
     /// Wakes the task that drops keys of slots this node no longer owns or imports
     /// ([`settle`]): a copy or a client found a slot moving here not settled yet.
     unsettled: Arc<tokio::sync::Notify>,
+    /// The newest map version this node has heard and acted on, kept across restarts: a map
+    /// older than it (a coordination store that lost its state) is not acted on
+    /// ([`Cluster::act_on`]).
+    record: Arc<MapRecord>,
+    /// Set when the node started on a map older than its record: what it takes at start (the
+    /// moves under way here as settled, the slots moving away as unsure) is taken from the
+    /// first map it acts on instead. Taken from the older map, a move under way here in the
+    /// newer one would have its copies dropped as strays once the store's state came back.
+    adopt: std::sync::atomic::AtomicBool,
+    /// When the error about an older map was last logged, and for which version: once per
+    /// version heard, and again at most once a minute (clients can wake the task often).
+    behind_logged: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 /// Keys one hold of the keyspace lock drops at most, in [`settle`]'s task: each hold is short,
@@ -95,6 +107,124 @@ const STRAY_BATCH: usize = 256;
 /// batch itself writes under the same hold (a source sends at most 8,192 keys a batch). Past
 /// it the batch is refused with `-TRYAGAIN` and the task goes on.
 pub const RESTORE_DROPS_MAX: usize = 8192;
+
+/// The file, in a cluster node's store directory, that holds the newest slot map version the
+/// node has heard and acted on (see [`Cluster::act_on`]): one decimal number and a newline.
+pub const MAP_RECORD_FILE: &str = "cluster-map-version";
+
+/// Why a node does not act on the map it hears, or could not drop keys it does not own.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// The keyspace (its store) failed.
+    #[error(transparent)]
+    Keyspace(#[from] crate::keyspace::KvError),
+    /// The map heard is older than one this node acted on: the coordination store lost its
+    /// state, most likely. Acting on it could delete the only copy of acknowledged writes.
+    #[error(
+        "the slot map this node hears is version {heard}, older than version {acted} it has already acted on: did the coordination store lose its state (a lost cluster.json, a wiped etcd prefix)? This node drops no key and takes part in no slot move until the store holds a map of version {acted} or later again: restore the store's state (see docs/cluster.md, \"How do I recover from a lost coordination store?\")"
+    )]
+    Behind {
+        /// The version of the map heard.
+        heard: u64,
+        /// The newest version this node acted on (its record).
+        acted: u64,
+    },
+    /// The record of the newest map version acted on could not be written or read.
+    #[error("the record of the newest slot map version this node acted on, {}: {why}", path.display())]
+    Record {
+        /// The record's file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// The newest map version this node has heard and acted on (see [`Cluster::act_on`]), kept in
+/// a file of its store's directory ([`MAP_RECORD_FILE`]) so that a restart remembers it; a node
+/// without a store keeps it in memory only (it keeps no key across a restart either).
+struct MapRecord {
+    /// The file; held while it is written (one writer at a time: they share the temporary).
+    path: std::sync::Mutex<Option<std::path::PathBuf>>,
+    /// The version the file holds: read without the lock, on the clients' path too.
+    acted: std::sync::atomic::AtomicU64,
+}
+
+impl MapRecord {
+    /// What `path` holds (0 if it does not exist yet).
+    fn open(path: Option<std::path::PathBuf>) -> Result<Self, SettleError> {
+        let acted = match &path {
+            None => 0,
+            Some(p) => match std::fs::read_to_string(p) {
+                Ok(text) => text.trim().parse::<u64>().map_err(|_| SettleError::Record {
+                    path: p.clone(),
+                    why: format!(
+                        "it holds {:?}, not a map version; delete it only if the coordination store's map is the cluster's own (see docs/cluster.md)",
+                        text.chars().take(40).collect::<String>()
+                    ),
+                })?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => {
+                    return Err(SettleError::Record {
+                        path: p.clone(),
+                        why: e.to_string(),
+                    });
+                }
+            },
+        };
+        Ok(Self {
+            path: std::sync::Mutex::new(path),
+            acted: std::sync::atomic::AtomicU64::new(acted),
+        })
+    }
+
+    fn acted(&self) -> u64 {
+        self.acted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records `version` if it is newer, durably before it counts: a temporary, synced, renamed
+    /// over the file, the rename synced through the directory (either version survives a
+    /// crash, never half of one).
+    fn raise(&self, version: u64) -> Result<(), SettleError> {
+        let path = self.path.lock().unwrap_or_else(|p| p.into_inner());
+        if version <= self.acted() {
+            return Ok(());
+        }
+        if let Some(p) = path.as_ref() {
+            write_record(p, version).map_err(|e| SettleError::Record {
+                path: p.clone(),
+                why: format!("writing version {version}: {e}"),
+            })?;
+        }
+        self.acted
+            .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+/// Writes `version` to `path` (see [`MapRecord::raise`]).
+fn write_record(path: &std::path::Path, version: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{version}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    #[cfg(unix)]
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// What [`Cluster::drop_strays`] did: the keys it dropped, and whether none is left to drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strays {
+    /// Keys dropped (from memory and store).
+    pub dropped: usize,
+    /// Whether the slot holds none this node should not (its move here, if any, is settled).
+    pub done: bool,
+}
 
 /// What this node does with its keys of a slot, as the map it last heard has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,9 +298,48 @@ fn import(map: &pliant_cluster::SlotMap, me: Option<u16>, slot: u16) -> Option<u
         .map(|m| m.since)
 }
 
+/// What a node takes from the first map it acts on after it starts: the slots moving away from
+/// it (`unsure`: which of their keys a move copied out is not known) and the moves under way to
+/// it, taken as settled (see `Cluster::settled`).
+fn at_start(
+    map: &pliant_cluster::SlotMap,
+    me: Option<u16>,
+) -> (
+    std::collections::HashSet<u16>,
+    std::collections::HashMap<u16, u64>,
+) {
+    let unsure = map
+        .migrations()
+        .filter(|(_, m)| Some(m.from) == me)
+        .map(|(slot, _)| slot)
+        .collect();
+    let settled = map
+        .migrations()
+        .filter(|(_, m)| Some(m.to) == me)
+        .map(|(slot, m)| (slot, m.since))
+        .collect();
+    (unsure, settled)
+}
+
 impl Cluster {
-    /// Routing over `membership` (a node that has joined its cluster).
+    /// Routing over `membership` (a node that has joined its cluster), with the newest map
+    /// version it acts on kept in memory only (a node without a store).
     pub fn new(membership: Membership) -> Self {
+        let record = MapRecord::open(None).expect("no file to read");
+        Self::build(membership, record)
+    }
+
+    /// [`Cluster::new`], with the newest map version it acts on kept in `record` (in its store's
+    /// directory: [`MAP_RECORD_FILE`]), read now. Refused if the file holds something else.
+    pub fn with_record(
+        membership: Membership,
+        record: std::path::PathBuf,
+    ) -> Result<Self, SettleError> {
+        Ok(Self::build(membership, MapRecord::open(Some(record))?))
+    }
+
+    fn build(membership: Membership, record: MapRecord) -> Self {
+        let record = Arc::new(record);
         let state = membership.state();
         let me = state.map.index_of(&membership.me().id);
         let written_here: Arc<std::sync::Mutex<WrittenHere>> = Arc::default();
@@ -178,10 +347,11 @@ impl Cluster {
         // over is forgotten (see the field). The checks that use the record compare moves
         // themselves; this only frees it early.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (mut maps, written, id) = (
+            let (mut maps, written, id, newest) = (
                 membership.watch(),
                 Arc::downgrade(&written_here),
                 membership.me().id.clone(),
+                record.clone(),
             );
             rt.spawn(async move {
                 while maps.changed().await.is_ok() {
@@ -192,24 +362,27 @@ impl Cluster {
                     // older than the one a client's write was noted under meanwhile.
                     let mut w = written.lock().unwrap_or_else(|p| p.into_inner());
                     let state = maps.borrow_and_update().clone();
+                    // A map older than one acted on (a store that lost its state) is not the
+                    // cluster's: what it says is over may come back with the store's state.
+                    if state.map.version() < newest.acted() {
+                        continue;
+                    }
                     w.retain_current(&state.map, state.map.index_of(&id));
                 }
             });
         }
-        let unsure: std::collections::HashSet<u16> = state
-            .map
-            .migrations()
-            .filter(|(_, m)| Some(m.from) == me)
-            .map(|(slot, _)| slot)
-            .collect();
-        // Moves under way here at start are taken as settled (see the field).
-        let settled = state
-            .map
-            .migrations()
-            .filter(|(_, m)| Some(m.to) == me)
-            .map(|(slot, m)| (slot, m.since))
-            .collect();
+        // Started on a map older than one acted on: what follows is taken from the first map
+        // acted on (see `adopt`).
+        let adopt = state.map.version() < record.acted();
+        let (unsure, settled) = if adopt {
+            Default::default()
+        } else {
+            at_start(&state.map, me)
+        };
         Self {
+            record,
+            adopt: std::sync::atomic::AtomicBool::new(adopt),
+            behind_logged: std::sync::Mutex::new(None),
             settled: std::sync::Mutex::new(settled),
             unsettled: Arc::default(),
             unsure_any: std::sync::atomic::AtomicBool::new(!unsure.is_empty()),
@@ -223,6 +396,68 @@ impl Cluster {
             balancer: std::sync::OnceLock::new(),
             streaming: tokio::sync::Mutex::new(()),
             written_here,
+        }
+    }
+
+    /// The newest map version this node has heard and acted on (its record, kept across
+    /// restarts where it has a store).
+    pub fn acted_version(&self) -> u64 {
+        self.record.acted()
+    }
+
+    /// Whether `state`'s map is older than one this node acted on (see [`Cluster::act_on`]):
+    /// what `CLUSTER INFO` says as `pliant_map_behind`.
+    pub fn behind(&self, state: &ClusterState) -> bool {
+        state.map.version() < self.record.acted()
+    }
+
+    /// Checks that this node may act on `state`'s map: refused ([`SettleError::Behind`],
+    /// logged) if it is older than the newest map the node acted on, which is what a node
+    /// hears from a coordination store that lost its state (a fresh map gives its slots to
+    /// others, and dropping their keys would delete the only copy of acknowledged writes);
+    /// else the map's version is recorded, durably (a restart must remember it), before
+    /// anything is done on it. Called before every destructive act a map decides: dropping
+    /// keys of slots the map gives others, a move's copies written here, a move's copies sent
+    /// from here (and deleted here). Writes a small file when the version grows: once a map.
+    pub fn act_on(&self, state: &ClusterState) -> Result<(), SettleError> {
+        let (heard, acted) = (state.map.version(), self.record.acted());
+        if heard < acted {
+            let e = SettleError::Behind { heard, acted };
+            self.log_behind(heard, &e);
+            return Err(e);
+        }
+        self.record.raise(heard)?;
+        if self.adopt.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            let me = state.map.index_of(&self.me().id);
+            let (unsure, settled) = at_start(&state.map, me);
+            tracing::info!(
+                "the slot map is version {heard} again, not older than version {acted} this node acted on: acting on it"
+            );
+            let mut u = self.unsure.lock().unwrap_or_else(|p| p.into_inner());
+            if !unsure.is_empty() {
+                self.unsure_any
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
+            u.extend(unsure);
+            self.settled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(settled);
+        }
+        Ok(())
+    }
+
+    /// Logs that the map heard is older than the record: once per version heard, and again
+    /// at most once a minute.
+    fn log_behind(&self, heard: u64, e: &SettleError) {
+        let mut last = self.behind_logged.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let due = last.is_none_or(|(v, at)| {
+            v != heard || now.duration_since(at) >= std::time::Duration::from_secs(60)
+        });
+        if due {
+            *last = Some((heard, now));
+            tracing::error!("{e}");
         }
     }
 
@@ -288,9 +523,8 @@ impl Cluster {
         served
     }
 
-    /// What this node does with its keys of `slot` (see [`Fate`]), by the map it last heard.
-    fn fate(&self, slot: u16) -> Fate {
-        let state = self.state();
+    /// What this node does with its keys of `slot` (see [`Fate`]), by `state`'s map.
+    fn fate(&self, state: &ClusterState, slot: u16) -> Fate {
         let map = &state.map;
         let Some(me) = map.index_of(&self.me().id) else {
             return Fate::Keep;
@@ -317,11 +551,13 @@ impl Cluster {
     }
 
     /// Drops up to `max` of this node's keys of `slot` if they are not its own (see `Fate`),
-    /// from memory and store; `true` once none is left to drop (the slot's move here, if it
-    /// has one, is then settled). Called with the move gate held alone (`_gate`: no command
-    /// routed by an earlier map is between its routing and its end, so none adds a key after
-    /// the count) and the keyspace lock (`ks`: no copy lands meanwhile); the map is read
-    /// under both, so a slot that became this node's is never touched.
+    /// from memory and store; says how many, and whether none is left to drop (the slot's move
+    /// here, if it has one, is then settled). Called with the move gate held alone (`_gate`: no
+    /// command routed by an earlier map is between its routing and its end, so none adds a key
+    /// after the count) and the keyspace lock (`ks`: no copy lands meanwhile); the map is read
+    /// under both, so a slot that became this node's is never touched. Nothing is dropped on
+    /// a map older than one this node acted on ([`SettleError::Behind`]: see
+    /// [`Cluster::act_on`]).
     pub fn drop_strays(
         &self,
         _gate: &std::sync::RwLockWriteGuard<'_, ()>,
@@ -329,18 +565,27 @@ impl Cluster {
         slot: u16,
         max: usize,
         now: u64,
-    ) -> Result<bool, crate::keyspace::KvError> {
-        let Fate::Drop { settles } = self.fate(slot) else {
-            return Ok(true);
+    ) -> Result<Strays, SettleError> {
+        let state = self.state();
+        self.act_on(&state)?;
+        let Fate::Drop { settles } = self.fate(&state, slot) else {
+            return Ok(Strays {
+                dropped: 0,
+                done: true,
+            });
         };
+        let mut dropped = 0;
         if let Some((keys, _)) = ks.slot_keys(&[slot], None, max, now)? {
             for k in keys {
-                ks.delete(&k, now)?;
+                dropped += usize::from(ks.delete(&k, now)?);
             }
         }
         // Counted after: what expired is deleted by the count itself.
         if ks.slot_count(&[slot], now)? > 0 {
-            return Ok(false);
+            return Ok(Strays {
+                dropped,
+                done: false,
+            });
         }
         if let Some(since) = settles {
             self.settled
@@ -348,7 +593,10 @@ impl Cluster {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(slot, since);
         }
-        Ok(true)
+        Ok(Strays {
+            dropped,
+            done: true,
+        })
     }
 
     /// Notes that a client is writing `keys` here (see `written_here`), those of slots moving
@@ -402,10 +650,15 @@ impl Cluster {
         let Some((since, keys)) = w.slots.get(&slot) else {
             return false;
         };
-        if self.import(slot) == Some(*since) {
+        let state = self.state();
+        if import(&state.map, state.map.index_of(&self.me().id), slot) == Some(*since) {
             return keys.contains(key);
         }
-        w.forget(slot);
+        // Not forgotten on a map older than one acted on: the move may come back with the
+        // store's state.
+        if !self.behind(&state) {
+            w.forget(slot);
+        }
         false
     }
 
@@ -421,6 +674,10 @@ impl Cluster {
     fn unsure(&self, key: &[u8]) -> bool {
         let mut u = self.unsure.lock().unwrap_or_else(|p| p.into_inner());
         let state = self.state();
+        // A map older than one acted on ends no move (see `act_on`): they are all kept.
+        if self.behind(&state) {
+            return u.contains(&key_slot(key));
+        }
         let me = state.map.index_of(&self.me().id);
         u.retain(|&s| state.map.migration(s).is_some_and(|g| Some(g.from) == me));
         if u.is_empty() {
@@ -478,7 +735,8 @@ impl Cluster {
                 .migration(key_slot(k))
                 .is_some_and(|g| Some(g.from) == me)
         };
-        if moving_out(key) {
+        // On a map older than one acted on, every mark holds (its move may come back).
+        if moving_out(key) || self.behind(&state) {
             return true;
         }
         m.retain(|k| moving_out(k));
@@ -588,11 +846,17 @@ pub fn settle(node: &Arc<Node>) {
     });
 }
 
-/// One pass of [`settle`]'s task over every slot this node holds keys of or imports.
-async fn settle_once(node: &Node) -> Result<(), crate::keyspace::KvError> {
+/// One pass of [`settle`]'s task over every slot this node holds keys of or imports. Nothing
+/// on a map older than one this node acted on (see [`Cluster::act_on`]: logged there).
+async fn settle_once(node: &Node) -> Result<(), SettleError> {
     let Some(cluster) = node.cluster() else {
         return Ok(());
     };
+    // Recorded before anything is dropped on it; an older map waits for a newer one.
+    match cluster.act_on(&cluster.state()) {
+        Err(SettleError::Behind { .. }) => return Ok(()),
+        r => r?,
+    }
     let held = node.keyspace().slots_held()?;
     let mut slots = held.clone();
     {
@@ -601,6 +865,9 @@ async fn settle_once(node: &Node) -> Result<(), crate::keyspace::KvError> {
         // meanwhile, which this would then forget, and its copies would be dropped as strays.
         let mut settled = cluster.settled.lock().unwrap_or_else(|p| p.into_inner());
         let state = cluster.state();
+        if cluster.behind(&state) {
+            return Ok(());
+        }
         let me = state.map.index_of(&cluster.me().id);
         settled.retain(|&s, since| import(&state.map, me, s) == Some(*since));
         slots.extend(
@@ -614,27 +881,39 @@ async fn settle_once(node: &Node) -> Result<(), crate::keyspace::KvError> {
     slots.sort_unstable();
     slots.dedup();
     for slot in slots {
-        if cluster.fate(slot) == Fate::Keep {
+        let state = cluster.state();
+        if cluster.fate(&state, slot) == Fate::Keep {
             continue;
         }
+        let mut dropped = 0;
         // Bounded in holds too: a slot gaining keys as fast as they go is one whose fate
         // changed (it became this node's, and then it is kept), so this ends.
         for _ in 0..1_000_000 {
-            let done = {
+            let strays = {
                 // Outside any transaction, as every command is, then the locks in the order
                 // commands take them.
                 let _outside_exec = node.exec_shared();
                 let gate = cluster.gate_exclusive();
                 let mut ks = node.keyspace();
-                cluster.drop_strays(&gate, &mut ks, slot, STRAY_BATCH, crate::node::now_ms())?
+                cluster.drop_strays(&gate, &mut ks, slot, STRAY_BATCH, crate::node::now_ms())
             };
+            let strays = match strays {
+                Ok(s) => s,
+                // The map went back in the middle of the slot: what was dropped is said.
+                Err(e) => {
+                    log_dropped(slot, dropped, &state);
+                    return Err(e);
+                }
+            };
+            dropped += strays.dropped;
             // Into the store's journal, with what else is pending, a hold at a time.
             node.write_pending().await?;
-            if done {
+            if strays.done {
                 break;
             }
             tokio::task::yield_now().await;
         }
+        log_dropped(slot, dropped, &state);
         // And synced, whatever the durability: a restart must not find them again, least of
         // all in a slot moving here, where it would take them for the move's (see `settled`).
         // The copies a settled move brings are synced after them anyway (the journal's order).
@@ -643,6 +922,22 @@ async fn settle_once(node: &Node) -> Result<(), crate::keyspace::KvError> {
         }
     }
     Ok(())
+}
+
+/// Says how many keys of `slot` this node dropped as not its own (none: nothing said):
+/// deletions are never silent.
+fn log_dropped(slot: u16, dropped: usize, state: &ClusterState) {
+    if dropped == 0 {
+        return;
+    }
+    let owner = state.map.owner(slot).map_or_else(
+        || "no node".to_string(),
+        |o| format!("{} ({})", o.id, o.addr),
+    );
+    tracing::warn!(
+        "dropped {dropped} keys of slot {slot} from memory and store: the slot map (version {}) gives the slot to {owner} and does not move it here with these keys (left here by a move given up)",
+        state.map.version()
+    );
 }
 
 /// What the balancer sees of a node: its membership, its per-slot counts, its stop signal.
@@ -970,6 +1265,7 @@ mod tests {
             let mut ks = node.keyspace();
             two.drop_strays(&gate, &mut ks, slot, max, crate::node::now_ms())
                 .expect("drop")
+                .done
         };
         let held = |k: &str| {
             node.keyspace()
@@ -1032,6 +1328,238 @@ mod tests {
         assert!(two.import_settled(slot), "settled by the task");
         assert!(!held("{a}5") && held("b"));
         drop(one);
+    }
+
+    /// A coordination store whose state the test sets, a map older than the last included:
+    /// what a node hears from a store that lost its state (a wiped etcd prefix, a lost
+    /// `cluster.json`). It keeps every lease and refuses every update.
+    struct Staged(watch::Sender<Arc<ClusterState>>);
+
+    impl Staged {
+        fn publish(&self, map: SlotMap) {
+            self.0.send_replace(Arc::new(ClusterState {
+                map,
+                members: vec![member(1), member(2)],
+                balancer: None,
+            }));
+        }
+    }
+
+    impl pliant_cluster::Coord for Staged {
+        fn join(
+            &self,
+            _: Member,
+            _: std::time::Duration,
+        ) -> pliant_cluster::coord::BoxFuture<'_, Result<(), pliant_cluster::CoordError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn keepalive<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> pliant_cluster::coord::BoxFuture<'a, Result<(), pliant_cluster::CoordError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn leave<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> pliant_cluster::coord::BoxFuture<'a, Result<(), pliant_cluster::CoordError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn state(
+            &self,
+        ) -> pliant_cluster::coord::BoxFuture<'_, Result<ClusterState, pliant_cluster::CoordError>>
+        {
+            let s = (**self.0.borrow()).clone();
+            Box::pin(async move { Ok(s) })
+        }
+        fn update(
+            &self,
+            _: u64,
+            _: SlotMap,
+        ) -> pliant_cluster::coord::BoxFuture<'_, Result<bool, pliant_cluster::CoordError>>
+        {
+            Box::pin(async { Err(pliant_cluster::CoordError::Refused("staged".into())) })
+        }
+        fn watch(
+            &self,
+        ) -> pliant_cluster::coord::BoxFuture<
+            '_,
+            Result<watch::Receiver<Arc<ClusterState>>, pliant_cluster::CoordError>,
+        > {
+            let rx = self.0.subscribe();
+            Box::pin(async move { Ok(rx) })
+        }
+        fn set_balancer(
+            &self,
+            _: pliant_cluster::coord::BalancerRecord,
+        ) -> pliant_cluster::coord::BoxFuture<'_, Result<u64, pliant_cluster::CoordError>> {
+            Box::pin(async { Err(pliant_cluster::CoordError::Refused("staged".into())) })
+        }
+    }
+
+    /// Regression (data loss): a coordination store that lost its state gives a fresh map
+    /// (version 1 here) that gives the node's slot to another node; the settling task took it
+    /// as the cluster's and deleted the slot's keys from memory and store, the only copy of
+    /// acknowledged writes. A map older than the newest the node acted on is not acted on,
+    /// live or after a restart (the version is kept in a file beside the store), until the
+    /// store's state comes back.
+    #[tokio::test]
+    async fn a_map_older_than_one_acted_on_drops_no_key_even_after_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let record = dir.path().join(MAP_RECORD_FILE);
+        let store = Arc::new(pliant_store::MemStore::new());
+        let staged = Arc::new(Staged(watch::channel(Arc::new(ClusterState::empty())).0));
+        let stop = watch::channel(false).1;
+        let slot = key_slot(b"{a}");
+        let (base, two) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
+        let mine = base.clone().with_owner(slot, two).with_version(5);
+        let fresh = SlotMap::even(0, &[member(1), member(2)])
+            .with_owner(slot, 0)
+            .with_version(1);
+        staged.publish(mine.clone());
+        let start = || async {
+            let mut ks = crate::keyspace::Keyspace::new(
+                "lru",
+                pliant_cache::Capacity::Keys(100),
+                Some(store.clone() as Arc<dyn pliant_store::Store>),
+            )
+            .expect("keyspace");
+            ks.index_slots().expect("index");
+            let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+            let m = Membership::join(
+                member(2),
+                "staged".into(),
+                staged.clone(),
+                Dialer::default(),
+                stop.clone(),
+            )
+            .await
+            .expect("join");
+            node.set_cluster(Cluster::with_record(m, record.clone()).expect("record"));
+            settle(&node);
+            node
+        };
+        let heard = |node: &Arc<Node>, v: u64| {
+            let mut rx = node.cluster().expect("cluster").membership().watch();
+            async move {
+                while rx.borrow_and_update().map.version() != v {
+                    rx.changed().await.expect("watch");
+                }
+                // The settling task hears it as this does, and a pass is short.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        };
+        let keys = ["{a}1", "{a}2", "{a}3"];
+        let all_there = |node: &Arc<Node>| {
+            keys.iter().all(|k| {
+                node.keyspace()
+                    .exists(k.as_bytes(), crate::node::now_ms())
+                    .expect("exists")
+            }) && keys.iter().all(|k| {
+                pliant_store::Store::get(&*store, k.as_bytes())
+                    .expect("store")
+                    .is_some()
+            })
+        };
+        let run = |node: &Node, args: &[&str]| {
+            let mut session = crate::cmd::Session {
+                authenticated: true,
+                ..Default::default()
+            };
+            let args: Vec<Bytes> = args
+                .iter()
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            let mut ctx = crate::cmd::Ctx::new(node, &mut session, crate::node::now_ms());
+            crate::cmd::execute(&mut ctx, &args)
+        };
+        let drop_now = |node: &Arc<Node>| {
+            let c = node.cluster().expect("cluster");
+            let gate = c.gate_exclusive();
+            let mut ks = node.keyspace();
+            c.drop_strays(&gate, &mut ks, slot, 100, crate::node::now_ms())
+        };
+
+        let node = start().await;
+        heard(&node, 5).await;
+        assert_eq!(node.cluster().expect("cluster").acted_version(), 5);
+        for k in keys {
+            node.keyspace()
+                .set(
+                    Bytes::from_static(k.as_bytes()),
+                    crate::keyspace::Value::new("acknowledged"),
+                )
+                .expect("set");
+        }
+        node.write_pending().await.expect("write");
+        node.sync().await.expect("sync");
+        assert!(all_there(&node), "in memory and store");
+
+        // The store loses its state; the node, live, hears a fresh map.
+        staged.publish(fresh.clone());
+        heard(&node, 1).await;
+        assert!(all_there(&node), "a live node dropped keys on an older map");
+        let c = node.cluster().expect("cluster");
+        assert!(c.behind(&c.state()));
+        assert!(matches!(
+            drop_now(&node),
+            Err(SettleError::Behind { heard: 1, acted: 5 })
+        ));
+        settle_once(&node).await.expect("a pass that does nothing");
+        assert!(all_there(&node));
+        // Operators see it; a move's copies are refused with both versions named.
+        let info = format!("{:?}", run(&node, &["CLUSTER", "INFO"]));
+        assert!(
+            info.contains("pliant_map_behind:1") && info.contains("pliant_map_newest_acted:5"),
+            "{info}"
+        );
+        match run(&node, &["PLIANT.RESTORE", "{a}1", "older", "0"]) {
+            Frame::Error(e) => assert!(
+                e.starts_with("MAPBEHIND") && e.contains("version 1") && e.contains("version 5"),
+                "{e}"
+            ),
+            other => panic!("a copy written on an older map: {other:?}"),
+        }
+
+        // Restarted, on the same store, the fresh map still there: the record remembers.
+        drop(node);
+        let node = start().await;
+        heard(&node, 1).await;
+        assert!(
+            all_there(&node),
+            "a restarted node dropped keys on an older map"
+        );
+        let c = node.cluster().expect("cluster");
+        assert_eq!(c.acted_version(), 5, "read back from {}", record.display());
+        assert!(c.behind(&c.state()));
+        assert!(matches!(
+            drop_now(&node),
+            Err(SettleError::Behind { heard: 1, acted: 5 })
+        ));
+        assert!(all_there(&node));
+
+        // The store's state comes back: the node acts again, and keeps its own slot's keys.
+        staged.publish(mine.with_version(6));
+        heard(&node, 6).await;
+        let c = node.cluster().expect("cluster");
+        assert!(!c.behind(&c.state()));
+        assert_eq!(c.acted_version(), 6);
+        assert!(all_there(&node));
+        let info = format!("{:?}", run(&node, &["CLUSTER", "INFO"]));
+        assert!(info.contains("pliant_map_behind:0"), "{info}");
+        // A newer map that gives the slot away is acted on, as before.
+        staged.publish(fresh.with_version(7));
+        heard(&node, 7).await;
+        assert!(drop_now(&node).expect("drop").done);
+        node.write_pending().await.expect("write");
+        assert!(
+            keys.iter().all(|k| {
+                pliant_store::Store::get(&*store, k.as_bytes())
+                    .expect("store")
+                    .is_none()
+            }),
+            "a newer map giving the slot away drops its keys"
+        );
     }
 
     #[tokio::test]

@@ -75,6 +75,10 @@ pub enum ServeError {
     /// The cluster's coordination store (`--coord`, `--etcd`) could not be joined.
     #[error("joining the cluster")]
     Cluster(#[source] pliant_cluster::CoordError),
+    /// The record of the newest slot map version this cluster node acted on could not be read
+    /// (`Cluster::with_record`).
+    #[error("the cluster's map record")]
+    MapRecord(#[source] crate::cluster::SettleError),
     /// The policy given at start (`--policy`) did not install.
     #[error("policy")]
     Policy(#[source] crate::policy::LivePolicyError),
@@ -224,7 +228,17 @@ impl Server {
                 .await
             };
             let membership = join.await.map_err(ServeError::Cluster)?;
-            node.set_cluster(crate::cluster::Cluster::new(membership));
+            // The newest map version acted on is kept beside the keys it protects: a node
+            // without a store keeps neither across a restart.
+            let cluster = match &config.store {
+                Some(dir) => crate::cluster::Cluster::with_record(
+                    membership,
+                    dir.join(crate::cluster::MAP_RECORD_FILE),
+                )
+                .map_err(ServeError::MapRecord)?,
+                None => crate::cluster::Cluster::new(membership),
+            };
+            node.set_cluster(cluster);
             // Keys of slots this node does not own or import go (see `cluster::settle`).
             crate::cluster::settle(&node);
             if let Some(b) = &config.balancer {

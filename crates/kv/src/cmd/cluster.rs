@@ -112,7 +112,15 @@ pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     match (sub.as_slice(), rest) {
         (b"MYID" | b"MYSHARDID", []) => Frame::bulk(me),
-        (b"INFO", []) => Frame::Verbatim(info(&state, &me, cluster.served_version(&state)).into()),
+        (b"INFO", []) => Frame::Verbatim(
+            info(
+                &state,
+                &me,
+                cluster.served_version(&state),
+                cluster.acted_version(),
+            )
+            .into(),
+        ),
         (b"SLOTS", []) => slots(&state),
         (b"SHARDS", []) => shards(&state),
         (b"NODES", []) => Frame::Verbatim(nodes(&state, &me).into()),
@@ -362,6 +370,11 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if cluster.is_none() && checked_at.is_some() {
         return Frame::error("ERR This instance has cluster support disabled");
     }
+    // Nothing is written on a map older than one this node acted on (a coordination store
+    // that lost its state): the map recorded first, so a restart remembers it.
+    if let Some(Err(e)) = cluster.map(|c| c.act_on(&c.state())) {
+        return settle_error(&e);
+    }
     let mut slots: Vec<u16> = parsed.iter().map(|t| key_slot(&t.0)).collect();
     slots.sort_unstable();
     slots.dedup();
@@ -404,16 +417,25 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             let dropped = match &gate {
                 Some(g) => c.drop_strays(g, &mut ks, slot, crate::cluster::RESTORE_DROPS_MAX, now),
                 // Its move changed between the look without the lock and the one with it.
-                None => Ok(false),
+                None => Ok(crate::cluster::Strays {
+                    dropped: 0,
+                    done: false,
+                }),
             };
-            match dropped {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Frame::error(format!(
-                        "TRYAGAIN PLIANT.RESTORE: slot {slot} still holds keys an earlier move of it left here, being dropped; try again"
-                    ));
-                }
-                Err(e) => return store_error(&e),
+            let strays = match dropped {
+                Ok(s) => s,
+                Err(e) => return settle_error(&e),
+            };
+            if strays.dropped > 0 {
+                tracing::warn!(
+                    "PLIANT.RESTORE dropped {} keys of slot {slot} from memory and store first: an earlier move of the slot here, given up, left them",
+                    strays.dropped
+                );
+            }
+            if !strays.done {
+                return Frame::error(format!(
+                    "TRYAGAIN PLIANT.RESTORE: slot {slot} still holds keys an earlier move of it left here, being dropped; try again"
+                ));
             }
         }
     }
@@ -437,6 +459,16 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         }
     }
     Frame::ok()
+}
+
+/// The reply for a [`crate::cluster::SettleError`]: `-MAPBEHIND` for a map older than one this
+/// node acted on (the refusal a move's source relays, naming both versions).
+pub(super) fn settle_error(e: &crate::cluster::SettleError) -> Frame {
+    match e {
+        crate::cluster::SettleError::Keyspace(e) => store_error(e),
+        crate::cluster::SettleError::Behind { .. } => Frame::error(format!("MAPBEHIND {e}")),
+        other => Frame::error(format!("ERR {other}")),
+    }
 }
 
 /// `PLIANT.DELIFEQ key value expires_at_ms […]`: the end of a slot move's batch at its
@@ -500,8 +532,9 @@ pub(super) fn delete_unchanged(
 
 /// `CLUSTER INFO`: the fields clients and redis-cli read.
 /// `served`: the map version this node serves in full (`Cluster::served_version`), what a move
-/// waits for; the epochs are the map's.
-fn info(state: &ClusterState, me: &str, served: u64) -> String {
+/// waits for; the epochs are the map's. `acted`: the newest map version this node acted on
+/// (`Cluster::act_on`); a map older than it is not acted on, which `pliant_map_behind:1` says.
+fn info(state: &ClusterState, me: &str, served: u64, acted: u64) -> String {
     let map = &state.map;
     let assigned = map.assigned();
     let ok = (0..SLOTS)
@@ -520,9 +553,10 @@ fn info(state: &ClusterState, me: &str, served: u64) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{served}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
+        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{served}\r\npliant_map_behind:{}\r\npliant_map_newest_acted:{acted}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
         if healthy { "ok" } else { "fail" },
         assigned - ok,
+        u8::from(map.version() < acted),
         map.migrations().count(),
         u8::from(map.index_of(me).is_some()),
         v = map.version(),

@@ -87,6 +87,9 @@ enum MigrateError {
     /// This node's keyspace failed.
     #[error(transparent)]
     Keyspace(#[from] KvError),
+    /// The map is older than one this node acted on (`Cluster::act_on`): nothing moves.
+    #[error("MAPBEHIND {0}")]
+    Behind(crate::cluster::SettleError),
 }
 
 /// What the server runs, off the command table's synchronous path, before the command itself
@@ -150,6 +153,16 @@ async fn run(
     // the move to the target (`PLIANT.RESTORE MAPVERSION`): the moves of these slots it shows.
     let (addr, checked_at) = {
         let state = cluster.state();
+        // A move's copies leave here and are deleted here: not on a map older than one this
+        // node acted on (a coordination store that lost its state), and the map recorded
+        // first, so a restart remembers it.
+        match cluster.act_on(&state) {
+            Ok(()) => {}
+            Err(e @ crate::cluster::SettleError::Behind { .. }) => {
+                return Err(MigrateError::Behind(e));
+            }
+            Err(e) => return Err(refused(e.to_string())),
+        }
         let map = &state.map;
         let me = map.index_of(&cluster.me().id);
         let to = map
