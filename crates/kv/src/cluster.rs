@@ -130,6 +130,29 @@ pub enum SettleError {
         /// The newest version this node acted on (its record).
         acted: u64,
     },
+    /// Keys of a slot were still left to drop after [`HOLDS_PER_SLOT`] holds of the locks.
+    #[error(
+        "slot {slot}: keys still left to drop after {holds} holds of the locks ({dropped} dropped); left for the next pass"
+    )]
+    Unfinished {
+        /// The slot.
+        slot: u16,
+        /// The holds spent on it.
+        holds: usize,
+        /// The keys dropped in them.
+        dropped: usize,
+    },
+    /// Some slots of a settling pass failed (the others were settled): how many, and the
+    /// first.
+    #[error("{failures} slots could not be settled; the first, slot {slot}: {first}")]
+    Slots {
+        /// How many failed.
+        failures: usize,
+        /// The first that did.
+        slot: u16,
+        /// Why.
+        first: Box<SettleError>,
+    },
     /// The record of the newest map version acted on could not be written or read.
     #[error("the record of the newest slot map version this node acted on, {}: {why}", path.display())]
     Record {
@@ -523,6 +546,17 @@ impl Cluster {
         served
     }
 
+    /// The slots moving here under a move not settled yet (see `settled`): what `CLUSTER INFO`
+    /// says as `pliant_unsettled_imports`; their moves wait for them.
+    pub fn unsettled_imports(&self, state: &ClusterState) -> usize {
+        let map = &state.map;
+        let me = map.index_of(&self.me().id);
+        let settled = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        map.migrations()
+            .filter(|(s, m)| Some(m.to) == me && settled.get(s) != Some(&m.since))
+            .count()
+    }
+
     /// What this node does with its keys of `slot` (see [`Fate`]), by `state`'s map.
     fn fate(&self, state: &ClusterState, slot: u16) -> Fate {
         let map = &state.map;
@@ -846,8 +880,35 @@ pub fn settle(node: &Arc<Node>) {
     });
 }
 
-/// One pass of [`settle`]'s task over every slot this node holds keys of or imports. Nothing
-/// on a map older than one this node acted on (see [`Cluster::act_on`]: logged there).
+/// Holds of the locks [`settle_once`] spends on one slot at most in a pass ([`STRAY_BATCH`] keys
+/// each): a slot gaining keys as fast as they go is one whose fate changed (it became this
+/// node's, and then it is kept), so the bound is not reached but by a fault; then the slot is
+/// left for the next pass, and said.
+const HOLDS_PER_SLOT: usize = 1_000_000;
+
+/// The order [`settle_once`] goes through the slots in: those moving here first (`imports`:
+/// their moves wait for them, copies and `ASKING` clients refused until they are settled), then
+/// the others this node holds keys of (`held`), each in slot order, each once.
+fn settle_order(held: &[u16], imports: &[u16]) -> Vec<u16> {
+    let mut first = imports.to_vec();
+    first.sort_unstable();
+    first.dedup();
+    let mut rest: Vec<u16> = held
+        .iter()
+        .copied()
+        .filter(|s| first.binary_search(s).is_err())
+        .collect();
+    rest.sort_unstable();
+    rest.dedup();
+    first.extend(rest);
+    first
+}
+
+/// One pass of [`settle`]'s task over every slot this node holds keys of or imports, those
+/// moving here first ([`settle_order`]). A slot that fails is said and left for the next pass,
+/// the others go on; the pass then fails with the first failure (the task tries again a second
+/// later). Nothing on a map older than one this node acted on (see [`Cluster::act_on`]: logged
+/// there).
 async fn settle_once(node: &Node) -> Result<(), SettleError> {
     let Some(cluster) = node.cluster() else {
         return Ok(());
@@ -858,8 +919,7 @@ async fn settle_once(node: &Node) -> Result<(), SettleError> {
         r => r?,
     }
     let held = node.keyspace().slots_held()?;
-    let mut slots = held.clone();
-    {
+    let imports: Vec<u16> = {
         // What was settled for moves no longer under way here is of no use. The map is read
         // under the lock: one read before could be older than the one a move was settled by
         // meanwhile, which this would then forget, and its copies would be dropped as strays.
@@ -870,56 +930,95 @@ async fn settle_once(node: &Node) -> Result<(), SettleError> {
         }
         let me = state.map.index_of(&cluster.me().id);
         settled.retain(|&s, since| import(&state.map, me, s) == Some(*since));
-        slots.extend(
-            state
-                .map
-                .migrations()
-                .filter(|(_, m)| Some(m.to) == me)
-                .map(|(s, _)| s),
-        );
-    }
-    slots.sort_unstable();
-    slots.dedup();
-    for slot in slots {
-        let state = cluster.state();
-        if cluster.fate(&state, slot) == Fate::Keep {
-            continue;
-        }
-        let mut dropped = 0;
-        // Bounded in holds too: a slot gaining keys as fast as they go is one whose fate
-        // changed (it became this node's, and then it is kept), so this ends.
-        for _ in 0..1_000_000 {
-            let strays = {
-                // Outside any transaction, as every command is, then the locks in the order
-                // commands take them.
-                let _outside_exec = node.exec_shared();
-                let gate = cluster.gate_exclusive();
-                let mut ks = node.keyspace();
-                cluster.drop_strays(&gate, &mut ks, slot, STRAY_BATCH, crate::node::now_ms())
-            };
-            let strays = match strays {
-                Ok(s) => s,
-                // The map went back in the middle of the slot: what was dropped is said.
-                Err(e) => {
-                    log_dropped(slot, dropped, &state);
-                    return Err(e);
-                }
-            };
-            dropped += strays.dropped;
-            // Into the store's journal, with what else is pending, a hold at a time.
-            node.write_pending().await?;
-            if strays.done {
-                break;
+        state
+            .map
+            .migrations()
+            .filter(|(_, m)| Some(m.to) == me)
+            .map(|(s, _)| s)
+            .collect()
+    };
+    let mut failed: Option<(u16, SettleError)> = None;
+    let mut failures = 0usize;
+    for slot in settle_order(&held, &imports) {
+        match settle_slot(node, cluster, slot, held.binary_search(&slot).is_ok()).await {
+            Ok(()) => {}
+            // The map went back during the pass: nothing more on it (logged by `act_on`).
+            Err(SettleError::Behind { .. }) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(
+                    "slot {slot}: dropping the keys this node does not own failed, going on with the other slots (this one is tried again): {e}"
+                );
+                failures += 1;
+                failed.get_or_insert((slot, e));
             }
-            tokio::task::yield_now().await;
         }
-        log_dropped(slot, dropped, &state);
-        // And synced, whatever the durability: a restart must not find them again, least of
-        // all in a slot moving here, where it would take them for the move's (see `settled`).
-        // The copies a settled move brings are synced after them anyway (the journal's order).
-        if held.binary_search(&slot).is_ok() {
-            node.sync().await?;
+    }
+    match failed {
+        None => Ok(()),
+        Some((slot, first)) => Err(SettleError::Slots {
+            failures,
+            slot,
+            first: Box::new(first),
+        }),
+    }
+}
+
+/// Drops this node's keys of `slot` that are not its own, [`STRAY_BATCH`] a hold of the locks,
+/// and syncs the deletions if it held any (`held`).
+async fn settle_slot(
+    node: &Node,
+    cluster: &Cluster,
+    slot: u16,
+    held: bool,
+) -> Result<(), SettleError> {
+    let state = cluster.state();
+    if cluster.fate(&state, slot) == Fate::Keep {
+        return Ok(());
+    }
+    let mut dropped = 0;
+    let mut done = false;
+    for _ in 0..HOLDS_PER_SLOT {
+        let strays = {
+            // Outside any transaction, as every command is, then the locks in the order
+            // commands take them.
+            let _outside_exec = node.exec_shared();
+            let gate = cluster.gate_exclusive();
+            let mut ks = node.keyspace();
+            cluster.drop_strays(&gate, &mut ks, slot, STRAY_BATCH, crate::node::now_ms())
+        };
+        let strays = match strays {
+            Ok(s) => s,
+            // What was dropped before is said all the same.
+            Err(e) => {
+                log_dropped(slot, dropped, &state);
+                return Err(e);
+            }
+        };
+        dropped += strays.dropped;
+        // Into the store's journal, with what else is pending, a hold at a time.
+        if let Err(e) = node.write_pending().await {
+            log_dropped(slot, dropped, &state);
+            return Err(e.into());
         }
+        if strays.done {
+            done = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    log_dropped(slot, dropped, &state);
+    // And synced, whatever the durability: a restart must not find them again, least of all in
+    // a slot moving here, where it would take them for the move's (see `settled`). The copies
+    // a settled move brings are synced after them anyway (the journal's order).
+    if held {
+        node.sync().await?;
+    }
+    if !done {
+        return Err(SettleError::Unfinished {
+            slot,
+            holds: HOLDS_PER_SLOT,
+            dropped,
+        });
     }
     Ok(())
 }
@@ -1560,6 +1659,134 @@ mod tests {
             }),
             "a newer map giving the slot away drops its keys"
         );
+    }
+
+    /// A store whose value of one key does not decode: what a damaged store gives, a fault of
+    /// one slot.
+    #[derive(Debug)]
+    struct OneBadValue {
+        inner: Arc<pliant_store::MemStore>,
+        bad: &'static [u8],
+    }
+
+    impl pliant_store::Store for OneBadValue {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, pliant_store::StoreError> {
+            if key == self.bad {
+                return Ok(Some(vec![0xff; 3]));
+            }
+            pliant_store::Store::get(&*self.inner, key)
+        }
+        fn put(&self, key: &[u8], value: &[u8]) -> Result<(), pliant_store::StoreError> {
+            self.inner.put(key, value)
+        }
+        fn delete(&self, key: &[u8]) -> Result<(), pliant_store::StoreError> {
+            self.inner.delete(key)
+        }
+        fn batch(&self, batch: &pliant_store::Batch) -> Result<(), pliant_store::StoreError> {
+            self.inner.batch(batch)
+        }
+        fn sync(&self) -> Result<(), pliant_store::StoreError> {
+            self.inner.sync()
+        }
+        fn range(&self, range: pliant_store::KeyRange<'_>) -> pliant_store::Entries<'_> {
+            self.inner.range(range)
+        }
+    }
+
+    /// The settling pass goes on past a slot that fails (it stopped at the first, and every
+    /// slot after it, a slot moving here included, waited for the retry, which failed there
+    /// again: the moves here waited for good), and it settles the slots moving here first.
+    #[tokio::test]
+    async fn a_settling_pass_goes_on_past_a_slot_that_fails() {
+        assert_eq!(
+            settle_order(&[9, 3, 7, 5], &[7, 1, 7]),
+            [1, 7, 3, 5, 9],
+            "slots moving here first, then the others, each once"
+        );
+        let (bad, other, moving) = (key_slot(b"{b}"), key_slot(b"{c}"), key_slot(b"{a}"));
+        assert!(
+            bad < other && bad < moving,
+            "the failing slot comes first in slot order"
+        );
+        let inner = Arc::new(pliant_store::MemStore::new());
+        {
+            // The keys, written through a node of their own (the store is what survives).
+            let ks = crate::keyspace::Keyspace::new(
+                "lru",
+                pliant_cache::Capacity::Keys(100),
+                Some(inner.clone() as Arc<dyn pliant_store::Store>),
+            )
+            .expect("keyspace");
+            let node = Node::new(ks, &crate::config::Config::default());
+            for k in ["{b}x", "{c}1", "{a}1"] {
+                node.keyspace()
+                    .set(
+                        Bytes::from_static(k.as_bytes()),
+                        crate::keyspace::Value::new("left"),
+                    )
+                    .expect("set");
+            }
+            node.write_pending().await.expect("write");
+        }
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        let store = OneBadValue {
+            inner: inner.clone(),
+            bad: b"{b}x",
+        };
+        let mut ks = crate::keyspace::Keyspace::new(
+            "lru",
+            pliant_cache::Capacity::Keys(100),
+            Some(Arc::new(store) as Arc<dyn pliant_store::Store>),
+        )
+        .expect("keyspace");
+        ks.index_slots().expect("index");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        node.set_cluster(join(member(2), coord.clone(), stop).await);
+        let two = node.cluster().expect("a cluster node");
+        let map = SlotMap::even(0, &[member(1)])
+            .with_node(&member(2))
+            .0
+            .with_migration(moving, 1)
+            .expect("a migration");
+        assert!(coord.update_now(0, map).expect("update"));
+        let mut rx = two.membership().watch();
+        while rx.borrow_and_update().map.version() < 1 {
+            rx.changed().await.expect("watch");
+        }
+        assert_eq!(two.unsettled_imports(&two.state()), 1);
+        let mut session = crate::cmd::Session {
+            authenticated: true,
+            ..Default::default()
+        };
+        let args = [Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"INFO")];
+        let mut ctx = crate::cmd::Ctx::new(&node, &mut session, crate::node::now_ms());
+        let info = format!("{:?}", crate::cmd::execute(&mut ctx, &args));
+        assert!(info.contains("pliant_unsettled_imports:1"), "{info}");
+
+        match settle_once(&node).await {
+            Err(SettleError::Slots {
+                failures: 1, slot, ..
+            }) => assert_eq!(slot, bad),
+            other => panic!("the bad slot's failure is reported: {other:?}"),
+        }
+        assert!(
+            two.import_settled(moving),
+            "the slot moving here is settled all the same"
+        );
+        assert_eq!(two.unsettled_imports(&two.state()), 0);
+        let held = |k: &str| {
+            pliant_store::Store::get(&*inner, k.as_bytes())
+                .expect("store")
+                .is_some()
+        };
+        assert!(
+            !held("{a}1") && !held("{c}1"),
+            "the other slots' keys dropped"
+        );
+        assert!(held("{b}x"), "the failing slot's key is left for the retry");
+        drop(one);
     }
 
     #[tokio::test]

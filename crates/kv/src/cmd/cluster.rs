@@ -117,6 +117,7 @@ pub(super) fn cluster(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 &state,
                 &me,
                 cluster.served_version(&state),
+                cluster.unsettled_imports(&state),
                 cluster.acted_version(),
             )
             .into(),
@@ -534,7 +535,9 @@ pub(super) fn delete_unchanged(
 /// `served`: the map version this node serves in full (`Cluster::served_version`), what a move
 /// waits for; the epochs are the map's. `acted`: the newest map version this node acted on
 /// (`Cluster::act_on`); a map older than it is not acted on, which `pliant_map_behind:1` says.
-fn info(state: &ClusterState, me: &str, served: u64, acted: u64) -> String {
+/// `unsettled`: the slots moving here whose moves wait for this node to drop the keys an
+/// earlier move left (`Cluster::unsettled_imports`).
+fn info(state: &ClusterState, me: &str, served: u64, unsettled: usize, acted: u64) -> String {
     let map = &state.map;
     let assigned = map.assigned();
     let ok = (0..SLOTS)
@@ -553,7 +556,7 @@ fn info(state: &ClusterState, me: &str, served: u64, acted: u64) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{served}\r\npliant_map_behind:{}\r\npliant_map_newest_acted:{acted}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
+        "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{v}\r\ncluster_my_epoch:{v}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\npliant_map_version:{served}\r\npliant_unsettled_imports:{unsettled}\r\npliant_map_behind:{}\r\npliant_map_newest_acted:{acted}\r\npliant_migrating_slots:{}\r\npliant_myself_in_map:{}\r\n",
         if healthy { "ok" } else { "fail" },
         assigned - ok,
         u8::from(map.version() < acted),

@@ -59,6 +59,49 @@ const BATCH_KEYS: usize = 8192;
 /// fills: a batch of small keys is taken in a few holds, each short, so commands run between.
 const SCANS_PER_HOLD: usize = 4;
 
+/// How long a call goes on sending a batch again that its target answered `-TRYAGAIN` (the
+/// slot's move there is not settled yet: it is still dropping keys an earlier move left), from
+/// the first such answer, and how many times at most, pausing [`RETRY_PAUSE`] doubled each time
+/// up to [`RETRY_PAUSE_MAX`]. Past either the call fails as before (the move stops; run again,
+/// it finishes).
+const RETRY_TIME: Duration = Duration::from_secs(10);
+const RETRY_COUNT: u32 = 64;
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// A call's budget of batches sent again after a `-TRYAGAIN` (see [`RETRY_TIME`]).
+struct Retries {
+    count: u32,
+    first: Option<Instant>,
+    pause: Duration,
+}
+
+impl Retries {
+    fn new() -> Self {
+        Self {
+            count: 0,
+            first: None,
+            pause: RETRY_PAUSE,
+        }
+    }
+
+    /// How long to pause before sending again, or why not (`refusal`, and how long it lasted).
+    fn next(&mut self, refusal: &str) -> Result<Duration, String> {
+        let first = *self.first.get_or_insert_with(Instant::now);
+        self.count += 1;
+        if self.count > RETRY_COUNT || first.elapsed() >= RETRY_TIME {
+            return Err(format!(
+                "{refusal} (still after {} batches sent again over {:.1} s)",
+                self.count - 1,
+                first.elapsed().as_secs_f64()
+            ));
+        }
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(RETRY_PAUSE_MAX);
+        Ok(pause)
+    }
+}
+
 /// A key copied: the key, its value, and its expiry (unix ms; 0: none).
 type Entry = (Bytes, Bytes, u64);
 
@@ -195,6 +238,7 @@ async fn run(
     let started = Instant::now();
     let (mut deleted, mut bytes, mut copied) = (0u64, 0u64, 0u64);
     let mut in_flight: VecDeque<Vec<Entry>> = VecDeque::new();
+    let mut retries = Retries::new();
     let mut walk_over;
     loop {
         // Fill the next batch, a few scans a hold of the lock.
@@ -221,17 +265,7 @@ async fn run(
             tokio::task::yield_now().await;
         }
         if !batch.is_empty() {
-            let mut restore: Vec<&[u8]> = Vec::with_capacity(3 + 3 * batch.len());
-            restore.extend([
-                b"PLIANT.RESTORE".as_slice(),
-                b"MAPVERSION",
-                checked_at.as_bytes(),
-            ]);
-            let ats: Vec<String> = batch.iter().map(|e| e.2.to_string()).collect();
-            for ((k, v, _), at) in batch.iter().zip(&ats) {
-                restore.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
-            }
-            let sent = conn.send(&restore).await;
+            let sent = send(&mut conn, &checked_at, &batch).await;
             copied += batch.len() as u64;
             bytes += batch_size;
             // Queued before the send's outcome is looked at: a batch whose send failed is
@@ -247,6 +281,17 @@ async fn run(
                 Ok(Ok(Frame::Error(e))) if e.starts_with("MOVEOVER ") => {
                     return Err(MigrateError::MoveOver { addr, why: e });
                 }
+                // Not settled there yet: the same batch again, after a pause, its keys still
+                // marked here (their writes wait); behind whatever else is on its way, as its
+                // acknowledgement then comes (no two batches hold one key).
+                Ok(Ok(Frame::Error(e))) if e.starts_with("TRYAGAIN") => {
+                    let pause = retries.next(&e).map_err(target)?;
+                    tokio::time::sleep(pause).await;
+                    let sent = send(&mut conn, &checked_at, &acked).await;
+                    in_flight.push_back(acked);
+                    sent.map_err(|e| target(e.reason()))?;
+                    continue;
+                }
                 Ok(Ok(Frame::Error(e))) => return Err(target(e.to_string())),
                 Ok(Ok(other)) => {
                     return Err(target(format!("RESTORE: unexpected reply {other:?}")));
@@ -261,6 +306,26 @@ async fn run(
             return Ok((after, deleted, bytes, copied));
         }
     }
+}
+
+/// Sends `batch` to the target as one `PLIANT.RESTORE MAPVERSION checked_at …` (its reply is
+/// read later).
+async fn send(
+    conn: &mut pliant_proto::AsyncClient,
+    checked_at: &str,
+    batch: &[Entry],
+) -> Result<(), pliant_proto::ClientError> {
+    let mut restore: Vec<&[u8]> = Vec::with_capacity(3 + 3 * batch.len());
+    restore.extend([
+        b"PLIANT.RESTORE".as_slice(),
+        b"MAPVERSION",
+        checked_at.as_bytes(),
+    ]);
+    let ats: Vec<String> = batch.iter().map(|e| e.2.to_string()).collect();
+    for ((k, v, _), at) in batch.iter().zip(&ats) {
+        restore.extend([k.as_ref(), v.as_ref(), at.as_bytes()]);
+    }
+    conn.send(&restore).await
 }
 
 /// Adds to `batch`, under one hold of the move's gate and the keyspace, the keys of the slots
@@ -307,4 +372,164 @@ fn take(
         c.copying(batch[first..].iter().map(|e| e.0.clone()));
     }
     Ok((after, added))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pliant_cluster::{Embedded, Member, Membership, SlotMap};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn member(i: u8, addr: std::net::SocketAddr) -> Member {
+        Member {
+            id: format!("{i:040x}"),
+            addr,
+        }
+    }
+
+    /// A move's target on a loopback port chosen now that answers the first `tryagain`
+    /// `PLIANT.RESTORE`s it gets `-TRYAGAIN` (its slot is not settled yet), and the later ones
+    /// `+OK`: the batches it received.
+    async fn target(tryagain: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let restores = Arc::new(AtomicUsize::new(0));
+        let seen = restores.clone();
+        tokio::spawn(async move {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 1 << 16]);
+            loop {
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                while let Ok((f, used)) =
+                    Frame::parse_request(&buf, &pliant_proto::Limits::default())
+                {
+                    buf.drain(..used);
+                    let restore = matches!(&f, Frame::Array(a)
+                        if matches!(a.first(), Some(Frame::Bulk(b)) if b.as_ref() == b"PLIANT.RESTORE"));
+                    let reply: &[u8] = if restore && seen.fetch_add(1, Ordering::SeqCst) < tryagain
+                    {
+                        b"-TRYAGAIN PLIANT.RESTORE: slot still holds keys an earlier move of it left here, being dropped; try again\r\n"
+                    } else {
+                        b"+OK\r\n"
+                    };
+                    if s.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        (addr, restores)
+    }
+
+    /// A source node holding two keys of `{a}`'s slot, moving to `to` (the target at `addr`).
+    async fn source(addr: std::net::SocketAddr) -> (Arc<Node>, String, u16) {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let me = member(1, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
+        let to = member(2, addr);
+        let slot = crate::cluster::key_slot(b"{a}");
+        let map = SlotMap::even(0, std::slice::from_ref(&me))
+            .with_node(&to)
+            .0
+            .with_migration(slot, 1)
+            .expect("a migration");
+        assert!(coord.update_now(0, map).expect("update"));
+        let m = Membership::join(
+            me,
+            "embedded".into(),
+            coord,
+            pliant_proto::Dialer::default(),
+            tokio::sync::watch::channel(false).1,
+        )
+        .await
+        .expect("join");
+        let mut ks = crate::keyspace::Keyspace::new("lru", pliant_cache::Capacity::Keys(100), None)
+            .expect("keyspace");
+        ks.index_slots().expect("index");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        node.set_cluster(crate::cluster::Cluster::new(m));
+        for k in ["{a}1", "{a}2"] {
+            node.keyspace()
+                .set(
+                    Bytes::from_static(k.as_bytes()),
+                    crate::keyspace::Value::new("v"),
+                )
+                .expect("set");
+        }
+        (node, to.id, slot)
+    }
+
+    async fn migrate(node: &Node, to: &str, slot: u16) -> Frame {
+        let args: Vec<Bytes> = [
+            "PLIANT.MIGRATE",
+            to,
+            "1048576",
+            "",
+            slot.to_string().as_str(),
+        ]
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+        let mut session = Session::default();
+        stream(node, &mut session, &args, crate::node::now_ms()).await
+    }
+
+    fn held(node: &Node, k: &str) -> bool {
+        node.keyspace()
+            .exists(k.as_bytes(), crate::node::now_ms())
+            .expect("exists")
+    }
+
+    /// Regression: a target still dropping keys an earlier move left in the slot answers a
+    /// batch `-TRYAGAIN`, and the source failed the whole move on it (run again, it met the
+    /// same answer while the target was still at it). The batch is sent again after a pause,
+    /// and the move goes on.
+    #[tokio::test]
+    async fn a_batch_answered_tryagain_is_sent_again_and_the_move_goes_on() {
+        let (addr, restores) = target(2).await;
+        let (node, to, slot) = source(addr).await;
+        let reply = migrate(&node, &to, slot).await;
+        assert_eq!(
+            reply,
+            Frame::Array(vec![
+                Frame::Null,
+                Frame::Integer(2),
+                Frame::Integer(10),
+                Frame::Integer(2),
+            ]),
+            "both keys moved, counted once"
+        );
+        assert_eq!(restores.load(Ordering::SeqCst), 3, "sent three times");
+        assert!(!held(&node, "{a}1") && !held(&node, "{a}2"));
+    }
+
+    /// The retries are bounded: a target that keeps answering `-TRYAGAIN` fails the call after
+    /// about [`RETRY_TIME`], the keys kept here.
+    #[tokio::test]
+    async fn a_target_that_keeps_answering_tryagain_fails_the_move_within_its_bound() {
+        let (addr, restores) = target(usize::MAX).await;
+        let (node, to, slot) = source(addr).await;
+        let began = Instant::now();
+        let reply = migrate(&node, &to, slot).await;
+        let took = began.elapsed();
+        match reply {
+            Frame::Error(e) => assert!(e.contains("TRYAGAIN") && e.contains("still after"), "{e}"),
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(
+            took >= RETRY_TIME && took < RETRY_TIME + Duration::from_secs(5),
+            "{took:?}"
+        );
+        let sent = restores.load(Ordering::SeqCst) as u32;
+        assert!((2..=RETRY_COUNT + 1).contains(&sent), "{sent}");
+        assert!(held(&node, "{a}1") && held(&node, "{a}2"), "kept here");
+    }
 }
