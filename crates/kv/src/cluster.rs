@@ -1789,6 +1789,85 @@ mod tests {
         drop(one);
     }
 
+    /// A slot whose keys have all expired is settled in one call: the walk for keys to drop
+    /// finds none live, and the count after it deletes the expired ones (memory and store) as
+    /// it walks the slot, so it is zero at once, however many there were.
+    #[tokio::test]
+    async fn a_slot_whose_keys_all_expired_is_settled_in_one_go() {
+        let store = Arc::new(pliant_store::MemStore::new());
+        let mut ks = crate::keyspace::Keyspace::new(
+            "lru",
+            pliant_cache::Capacity::Keys(100),
+            Some(store.clone() as Arc<dyn pliant_store::Store>),
+        )
+        .expect("keyspace");
+        ks.index_slots().expect("index");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        node.set_cluster(join(member(2), coord.clone(), stop).await);
+        let two = node.cluster().expect("a cluster node");
+        let (moving, away) = (key_slot(b"{a}"), key_slot(b"{c}"));
+        let keys = ["{a}1", "{a}2", "{a}3", "{c}1", "{c}2", "{c}3"];
+        let at = crate::node::now_ms() + 100;
+        for k in keys {
+            node.keyspace()
+                .set(
+                    Bytes::from_static(k.as_bytes()),
+                    crate::keyspace::Value {
+                        data: Bytes::from_static(b"v"),
+                        expires_at: Some(at),
+                    },
+                )
+                .expect("set");
+        }
+        node.write_pending().await.expect("write");
+        let map = SlotMap::even(0, &[member(1)])
+            .with_node(&member(2))
+            .0
+            .with_migration(moving, 1)
+            .expect("a migration");
+        assert!(coord.update_now(0, map).expect("update"));
+        let mut rx = two.membership().watch();
+        while rx.borrow_and_update().map.version() < 1 {
+            rx.changed().await.expect("watch");
+        }
+        while crate::node::now_ms() <= at + 10 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(!two.import_settled(moving));
+        for slot in [moving, away] {
+            let strays = {
+                let gate = two.gate_exclusive();
+                let mut ks = node.keyspace();
+                // One key a call at most: three expired keys need no more than one.
+                two.drop_strays(&gate, &mut ks, slot, 1, crate::node::now_ms())
+                    .expect("drop")
+            };
+            assert_eq!(
+                strays,
+                Strays {
+                    dropped: 0,
+                    done: true
+                },
+                "slot {slot}"
+            );
+        }
+        assert!(two.import_settled(moving), "settled in one call");
+        node.write_pending().await.expect("write");
+        for k in keys {
+            assert!(
+                pliant_store::Store::get(&*store, k.as_bytes())
+                    .expect("store")
+                    .is_none(),
+                "{k} left in the store"
+            );
+        }
+        assert!(node.keyspace().slots_held().expect("held").is_empty());
+        drop(one);
+    }
+
     #[tokio::test]
     async fn a_slot_without_an_owner_is_clusterdown() {
         let coord: Arc<Embedded> = Arc::new(Embedded::new());
