@@ -86,6 +86,21 @@ pub async fn open_coord(desc: &str, dialer: &Dialer) -> Result<Arc<dyn Coord>, C
 
 /// The map version node `addr` serves, if it answers.
 pub(crate) async fn serves(dialer: &Dialer, addr: std::net::SocketAddr) -> Option<u64> {
+    serving(dialer, addr).await.map(|s| s.version)
+}
+
+/// What a node says of the map it serves (`CLUSTER INFO`).
+pub(crate) struct Serving {
+    /// The version it serves in full (`pliant_map_version`).
+    pub(crate) version: u64,
+    /// If the map it hears is older than one it acted on (`pliant_map_behind:1`: the
+    /// coordination store lost its state), the newest it acted on (`pliant_map_newest_acted`):
+    /// it takes part in no move then.
+    pub(crate) behind: Option<u64>,
+}
+
+/// What node `addr` says of the map it serves, if it answers.
+pub(crate) async fn serving(dialer: &Dialer, addr: std::net::SocketAddr) -> Option<Serving> {
     let ask = async {
         // The whole exchange is bounded below; the dialer's own timeouts need not be.
         let mut c = dialer
@@ -98,12 +113,19 @@ pub(crate) async fn serves(dialer: &Dialer, addr: std::net::SocketAddr) -> Optio
             Frame::Bulk(b) | Frame::Verbatim(b) => b,
             _ => return None,
         };
-        String::from_utf8_lossy(&text)
-            .lines()
-            .find_map(|l| l.strip_prefix("pliant_map_version:"))?
-            .trim()
-            .parse()
-            .ok()
+        let text = String::from_utf8_lossy(&text);
+        let field = |name: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Serving {
+            version: field("pliant_map_version:")?,
+            behind: (field("pliant_map_behind:") == Some(1))
+                .then(|| field("pliant_map_newest_acted:").unwrap_or(0)),
+        })
     };
     tokio::time::timeout(Duration::from_secs(2), ask)
         .await

@@ -383,8 +383,21 @@ async fn wait_for_version(
     // and waiting took 6-37 ms a group with a fixed 20 ms pause), later ones back off to 20 ms.
     let mut pause = Duration::from_millis(1);
     loop {
-        if crate::serves(dialer, addr).await >= Some(version) {
-            return Ok(());
+        match crate::serving(dialer, addr).await {
+            Some(s) if s.version >= version => return Ok(()),
+            // It will not serve it: it acted on a newer map than the store holds.
+            Some(crate::Serving {
+                behind: Some(acted),
+                ..
+            }) => {
+                return Err(node(
+                    addr,
+                    format!(
+                        "MAPBEHIND the node has acted on slot map version {acted}, newer than the coordination store's (this move's is {version}): did the store lose its state? The node takes part in no move until the store's state is back (see docs/cluster.md, \"How do I recover from a lost coordination store?\")"
+                    ),
+                ));
+            }
+            _ => {}
         }
         if Instant::now() >= deadline {
             return Err(node(

@@ -2065,6 +2065,132 @@ fn keys_a_given_up_move_left_at_its_target_do_not_come_back_with_a_later_move() 
     cluster.stop();
 }
 
+/// Regression (data loss): a local cluster started again after its `cluster.json` was lost
+/// gets a fresh map, which gives slots to other nodes than those holding their keys (a slot
+/// moved by hand goes back to its first owner, or, if the nodes joined in the other order this
+/// time, every slot changes hands); the nodes deleted those keys (memory and store), the only
+/// copy of acknowledged writes. A node keeps the newest map version it acted on beside its
+/// store and acts on no older map: it keeps the keys, says so in `CLUSTER INFO`, refuses to
+/// take part in a move, and once the saved map is put back (the operator's recovery) every
+/// key is served again.
+#[test]
+fn a_cluster_that_lost_its_map_file_keeps_the_keys_of_slots_the_fresh_map_gives_away() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let TwoNodes {
+        cluster,
+        keys: moved,
+        owner,
+        target,
+        target_id,
+        slot,
+        ..
+    } = TwoNodes::start(dir.path(), "lost", 5);
+    let _ = finish_move(&owner, &target, &target_id, slot, &moved[0]);
+    let stayed: Vec<String> = (0..5).map(|i| format!("{{kept}}k{i}")).collect();
+    let mut written = std::collections::BTreeMap::new();
+    for k in moved.iter().chain(&stayed) {
+        let _: String = routed(&owner, &["SET", k, "acknowledged"]);
+        written.insert(k.clone(), "acknowledged".to_string());
+    }
+    let slots = [
+        slot,
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&stayed[0])
+            .query(&mut client(&owner))
+            .expect("slot"),
+    ];
+    cluster.stop();
+    let map_file = dir.path().join("cluster.json");
+    let saved = std::fs::read(&map_file).expect("the saved map");
+    std::fs::remove_file(&map_file).expect("lose the map");
+
+    let info = |addr: &str| -> String {
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut client(addr))
+            .expect("CLUSTER INFO")
+    };
+    let count = |addr: &str, slot: u64| -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query(&mut client(addr))
+            .expect("count")
+    };
+    let fresh = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = fresh.addrs();
+    for &s in &slots {
+        let held: i64 = addrs.iter().map(|a| count(a, s)).sum();
+        assert_eq!(held, 5, "slot {s}'s keys dropped on a fresh map");
+    }
+    // Who holds each slot's keys (by what the nodes had), and whom the fresh map gives it to.
+    let mut strays = Vec::new();
+    for a in &addrs {
+        assert!(info(a).contains("pliant_map_behind:1"), "{a}: {}", info(a));
+        for &s in &slots {
+            let n = count(a, s);
+            if n == 0 {
+                continue;
+            }
+            assert_eq!(n, 5, "{a}, slot {s}");
+            let probe = if s == slot { &moved[0] } else { &stayed[0] };
+            let mut c = client(a);
+            if let Err(e) = redis::cmd("GET").arg(probe).query::<Option<String>>(&mut c) {
+                assert_eq!(e.code(), Some("MOVED"), "{e}");
+                strays.push((a.clone(), s));
+            }
+        }
+    }
+    assert!(
+        !strays.is_empty(),
+        "the fresh map gives some slot away from its keys"
+    );
+    // The settling task has had its pass at start, and more (each within milliseconds).
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(2) {
+        for (a, s) in &strays {
+            assert_eq!(
+                count(a, *s),
+                5,
+                "{a} dropped slot {s}'s keys on a fresh map"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Neither node takes part in a move while behind: the slot's fresh owner refuses.
+    let (holder, s) = &strays[0];
+    let holder_id = view(holder)["me"].as_str().expect("id").to_string();
+    let out = pliant(&[
+        "cluster",
+        "move",
+        holder,
+        "--slot",
+        &s.to_string(),
+        "--to",
+        &holder_id,
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("MAPBEHIND"),
+        "a move on the fresh map: {said}"
+    );
+    fresh.stop();
+
+    // The operator puts the saved map back: every key is served again, as written.
+    std::fs::write(&map_file, saved).expect("restore the map");
+    let again = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    let addrs = again.addrs();
+    for a in &addrs {
+        assert!(info(a).contains("pliant_map_behind:0"), "{a}: {}", info(a));
+    }
+    for (k, v) in &written {
+        let got: Option<String> = routed(&addrs[0], &["GET", k]);
+        assert_eq!(got.as_deref(), Some(v.as_str()), "{k}");
+    }
+    again.stop();
+}
+
 /// What a client can send as `PLIANT.RESTORE` at a move's target: `MAPVERSION` must be an
 /// integer of 0 to 2^63 - 1 (else nothing is written); one checked before the slot's move here
 /// began is refused (`-MOVEOVER`), as is any batch with a key of a slot not moving here; the
