@@ -93,6 +93,8 @@ pub struct Cluster {
     /// first map it acts on instead. Taken from the older map, a move under way here in the
     /// newer one would have its copies dropped as strays once the store's state came back.
     adopt: std::sync::atomic::AtomicBool,
+    /// Held while what `adopt` says is taken: once.
+    adopting: std::sync::Mutex<()>,
     /// When the error about an older map was last logged, and for which version: once per
     /// version heard, and again at most once a minute (clients can wake the task often).
     behind_logged: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
@@ -405,6 +407,7 @@ impl Cluster {
         Self {
             record,
             adopt: std::sync::atomic::AtomicBool::new(adopt),
+            adopting: std::sync::Mutex::new(()),
             behind_logged: std::sync::Mutex::new(None),
             settled: std::sync::Mutex::new(settled),
             unsettled: Arc::default(),
@@ -450,24 +453,55 @@ impl Cluster {
             return Err(e);
         }
         self.record.raise(heard)?;
-        if self.adopt.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            let me = state.map.index_of(&self.me().id);
-            let (unsure, settled) = at_start(&state.map, me);
+        self.adopt_if_due(state);
+        if self
+            .behind_logged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some()
+        {
             tracing::info!(
-                "the slot map is version {heard} again, not older than version {acted} this node acted on: acting on it"
+                "the slot map is version {heard}, not older than version {acted} this node acted on: acting on it again"
             );
-            let mut u = self.unsure.lock().unwrap_or_else(|p| p.into_inner());
-            if !unsure.is_empty() {
-                self.unsure_any
-                    .store(true, std::sync::atomic::Ordering::Release);
-            }
-            u.extend(unsure);
-            self.settled
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(settled);
         }
         Ok(())
+    }
+
+    /// If this node started on a map older than its record (see `adopt`) and `state`'s is not,
+    /// takes from it what a node takes at start. Also called on the clients' path (a write
+    /// checks whether its slot is unsure), so the first write after the store's state came
+    /// back does not come before it.
+    fn adopt_if_due(&self, state: &ClusterState) {
+        if !self.adopt.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        // One at a time, checked again under the lock; the flag is cleared last, so a caller
+        // that sees it clear sees both records filled.
+        let _one = self.adopting.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.adopt.load(std::sync::atomic::Ordering::Acquire) || self.behind(state) {
+            return;
+        }
+        let me = state.map.index_of(&self.me().id);
+        let (unsure, settled) = at_start(&state.map, me);
+        if !unsure.is_empty() {
+            self.unsure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(unsure);
+            self.unsure_any
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.settled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(settled);
+        self.adopt
+            .store(false, std::sync::atomic::Ordering::Release);
+        tracing::info!(
+            "started on a slot map older than the newest this node acted on; version {} is not: what a node takes at start is taken from it",
+            state.map.version()
+        );
     }
 
     /// Logs that the map heard is older than the record: once per version heard, and again
@@ -754,6 +788,9 @@ impl Cluster {
     /// Whether a write to `key` must wait: a move has copied it and not yet deleted it here,
     /// and its slot is still moving away from here (a mark whose slot is not is dropped).
     pub fn is_copying(&self, key: &[u8]) -> bool {
+        if self.adopt.load(std::sync::atomic::Ordering::Relaxed) {
+            self.adopt_if_due(&self.state());
+        }
         if self.unsure_any.load(std::sync::atomic::Ordering::Acquire) && self.unsure(key) {
             return true;
         }
@@ -1729,6 +1766,92 @@ mod tests {
             }),
             "a newer map giving the slot away drops its keys"
         );
+    }
+
+    /// A node restarted on an older map (its store lost its state meanwhile) takes what a node
+    /// takes at start (the moves under way here as settled, those away as unsure) from the
+    /// first map it acts on, once the store's state is back, not from the older map: taken
+    /// from that one, which has no move, a move under way here had its copies (acknowledged,
+    /// deleted at the source) dropped as strays once the newer map came, and writes to a slot
+    /// moving away were let through though which of its keys were copied out is not known.
+    #[tokio::test]
+    async fn a_node_started_on_an_older_map_takes_its_start_view_from_the_newer_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let record = dir.path().join(MAP_RECORD_FILE);
+        std::fs::write(&record, "6\n").expect("a record");
+        let store = Arc::new(pliant_store::MemStore::new());
+        let (here, away) = (key_slot(b"{a}"), key_slot(b"{c}"));
+        {
+            let ks = crate::keyspace::Keyspace::new(
+                "lru",
+                pliant_cache::Capacity::Keys(100),
+                Some(store.clone() as Arc<dyn pliant_store::Store>),
+            )
+            .expect("keyspace");
+            let node = Node::new(ks, &crate::config::Config::default());
+            for k in ["{a}1", "{c}1"] {
+                node.keyspace()
+                    .set(
+                        Bytes::from_static(k.as_bytes()),
+                        crate::keyspace::Value::new("copied"),
+                    )
+                    .expect("set");
+            }
+            node.write_pending().await.expect("write");
+        }
+        let staged = Arc::new(Staged(watch::channel(Arc::new(ClusterState::empty())).0));
+        let (base, two) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
+        staged.publish(base.clone().with_version(1));
+        let mut ks = crate::keyspace::Keyspace::new(
+            "lru",
+            pliant_cache::Capacity::Keys(100),
+            Some(store.clone() as Arc<dyn pliant_store::Store>),
+        )
+        .expect("keyspace");
+        ks.index_slots().expect("index");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let m = Membership::join(
+            member(2),
+            "staged".into(),
+            staged.clone(),
+            Dialer::default(),
+            watch::channel(false).1,
+        )
+        .await
+        .expect("join");
+        node.set_cluster(Cluster::with_record(m, record.clone()).expect("record"));
+        settle(&node);
+        let c = node.cluster().expect("cluster");
+        assert!(c.behind(&c.state()));
+        // The store's state comes back: a move here and one away under way.
+        let newer = base
+            .with_version(4)
+            .with_owner(away, two)
+            .with_migration(here, two)
+            .expect("a move here")
+            .with_migration(away, 0)
+            .expect("a move away")
+            .with_version(6);
+        staged.publish(newer);
+        let mut rx = c.membership().watch();
+        while rx.borrow_and_update().map.version() != 6 {
+            rx.changed().await.expect("watch");
+        }
+        // A write to the slot moving away comes first, as a client's could.
+        assert!(c.is_copying(b"{c}1"), "a write to a slot moving away waits");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(c.import_settled(here), "the move here counts as settled");
+        let held = |k: &str| {
+            node.keyspace()
+                .exists(k.as_bytes(), crate::node::now_ms())
+                .expect("exists")
+                && pliant_store::Store::get(&*store, k.as_bytes())
+                    .expect("store")
+                    .is_some()
+        };
+        assert!(held("{a}1"), "the move's copy here was dropped as a stray");
+        assert!(held("{c}1"));
+        assert_eq!(c.acted_version(), 6);
     }
 
     /// A store whose value of one key does not decode: what a damaged store gives, a fault of
