@@ -446,12 +446,8 @@ impl Cluster {
     /// keys of slots the map gives others, a move's copies written here, a move's copies sent
     /// from here (and deleted here). Writes a small file when the version grows: once a map.
     pub fn act_on(&self, state: &ClusterState) -> Result<(), SettleError> {
+        self.not_behind(state)?;
         let (heard, acted) = (state.map.version(), self.record.acted());
-        if heard < acted {
-            let e = SettleError::Behind { heard, acted };
-            self.log_behind(heard, &e);
-            return Err(e);
-        }
         self.record.raise(heard)?;
         self.adopt_if_due(state);
         if self
@@ -502,6 +498,18 @@ impl Cluster {
             "started on a slot map older than the newest this node acted on; version {} is not: what a node takes at start is taken from it",
             state.map.version()
         );
+    }
+
+    /// [`SettleError::Behind`] (logged) if `state`'s map is older than the record; nothing
+    /// written.
+    fn not_behind(&self, state: &ClusterState) -> Result<(), SettleError> {
+        let (heard, acted) = (state.map.version(), self.record.acted());
+        if heard < acted {
+            let e = SettleError::Behind { heard, acted };
+            self.log_behind(heard, &e);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Logs that the map heard is older than the record: once per version heard, and again
@@ -635,7 +643,8 @@ impl Cluster {
         now: u64,
     ) -> Result<Strays, SettleError> {
         let state = self.state();
-        self.act_on(&state)?;
+        self.not_behind(&state)?;
+        self.adopt_if_due(&state);
         let Fate::Drop { settles } = self.fate(&state, slot) else {
             return Ok(Strays {
                 dropped: 0,
@@ -643,7 +652,13 @@ impl Cluster {
             });
         };
         let mut dropped = 0;
-        if let Some((keys, _)) = ks.slot_keys(&[slot], None, max, now)? {
+        if let Some((keys, _)) = ks.slot_keys(&[slot], None, max, now)?
+            && !keys.is_empty()
+        {
+            // The map recorded before a key goes; a slot with none to drop (a move here to a
+            // slot this node holds nothing of, the usual case) is settled without waiting for
+            // that write.
+            self.act_on(&state)?;
             for k in keys {
                 dropped += usize::from(ks.delete(&k, now)?);
             }
@@ -950,31 +965,12 @@ async fn settle_once(node: &Node) -> Result<(), SettleError> {
     let Some(cluster) = node.cluster() else {
         return Ok(());
     };
-    // Recorded before anything is dropped on it, off the runtime's thread (a synced write of
-    // a small file, once a map: clients are served meanwhile); an older map waits for a newer
-    // one.
+    // An older map waits for a newer one.
     let state = cluster.state();
-    if state.map.version() > cluster.acted_version() {
-        let (record, v) = (cluster.record.clone(), state.map.version());
-        match tokio::task::spawn_blocking(move || record.raise(v)).await {
-            Ok(r) => r?,
-            Err(e) => {
-                let path = cluster
-                    .record
-                    .path
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                return Err(SettleError::Record {
-                    path: path.clone().unwrap_or_default(),
-                    why: format!("the task writing it failed: {e}"),
-                });
-            }
-        }
+    if cluster.not_behind(&state).is_err() {
+        return Ok(());
     }
-    match cluster.act_on(&state) {
-        Err(SettleError::Behind { .. }) => return Ok(()),
-        r => r?,
-    }
+    cluster.adopt_if_due(&state);
     let held = node.keyspace().slots_held()?;
     let imports: Vec<u16> = {
         // What was settled for moves no longer under way here is of no use. The map is read
@@ -996,8 +992,22 @@ async fn settle_once(node: &Node) -> Result<(), SettleError> {
     };
     let mut failed: Option<(u16, SettleError)> = None;
     let mut failures = 0usize;
+    let mut recorded = false;
     for slot in settle_order(&held, &imports) {
-        match settle_slot(node, cluster, slot, held.binary_search(&slot).is_ok()).await {
+        let holds = held.binary_search(&slot).is_ok();
+        // Every map heard is recorded (a restart must know it, keys or not), off the runtime's
+        // thread (a synced write of a small file, once a map: clients are served meanwhile),
+        // and before any key goes: the slots moving here that hold none, the usual case, are
+        // settled first without waiting for it (nothing is dropped there).
+        if holds && !recorded {
+            recorded = true;
+            if let Err(e) = record(cluster, &state).await {
+                failures += 1;
+                failed.get_or_insert((slot, e));
+                break;
+            }
+        }
+        match settle_slot(node, cluster, slot, holds).await {
             Ok(()) => {}
             // The map went back during the pass: nothing more on it (logged by `act_on`).
             Err(SettleError::Behind { .. }) => return Ok(()),
@@ -1010,6 +1020,9 @@ async fn settle_once(node: &Node) -> Result<(), SettleError> {
             }
         }
     }
+    if !recorded {
+        record(cluster, &state).await?;
+    }
     match failed {
         None => Ok(()),
         Some((slot, first)) => Err(SettleError::Slots {
@@ -1017,6 +1030,29 @@ async fn settle_once(node: &Node) -> Result<(), SettleError> {
             slot,
             first: Box::new(first),
         }),
+    }
+}
+
+/// Records `state`'s map version (see [`Cluster::act_on`]) on the blocking pool, if it grew.
+async fn record(cluster: &Cluster, state: &ClusterState) -> Result<(), SettleError> {
+    let v = state.map.version();
+    if v <= cluster.acted_version() {
+        return Ok(());
+    }
+    let record = cluster.record.clone();
+    match tokio::task::spawn_blocking(move || record.raise(v)).await {
+        Ok(r) => r,
+        Err(e) => {
+            let path = cluster
+                .record
+                .path
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            Err(SettleError::Record {
+                path: path.clone().unwrap_or_default(),
+                why: format!("the task writing it failed: {e}"),
+            })
+        }
     }
 }
 
@@ -1852,6 +1888,76 @@ mod tests {
         assert!(held("{a}1"), "the move's copy here was dropped as a stray");
         assert!(held("{c}1"));
         assert_eq!(c.acted_version(), 6);
+    }
+
+    /// The map is recorded before any key goes, and a move here to a slot the node holds
+    /// nothing of is settled without waiting for that write: a record that cannot be written
+    /// (here its directory does not exist) stops every deletion, and no move here waits on it.
+    /// (The settling pass wrote the record first: a move's `ASKING` clients waited on a synced
+    /// write at each new map, and a test in the suite saw one answered `-TRYAGAIN`.)
+    #[tokio::test]
+    async fn a_record_that_cannot_be_written_stops_deletions_and_no_empty_move_here_waits_on_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let record = dir.path().join("missing").join(MAP_RECORD_FILE);
+        let store = Arc::new(pliant_store::MemStore::new());
+        let mut ks = crate::keyspace::Keyspace::new(
+            "lru",
+            pliant_cache::Capacity::Keys(100),
+            Some(store.clone() as Arc<dyn pliant_store::Store>),
+        )
+        .expect("keyspace");
+        ks.index_slots().expect("index");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let stop = watch::channel(false).1;
+        let one = join(member(1), coord.clone(), stop.clone()).await;
+        let m = Membership::join(
+            member(2),
+            "embedded".into(),
+            coord.clone(),
+            Dialer::default(),
+            stop,
+        )
+        .await
+        .expect("join");
+        node.set_cluster(Cluster::with_record(m, record).expect("no record yet"));
+        let two = node.cluster().expect("a cluster node");
+        node.keyspace()
+            .set(
+                Bytes::from_static(b"{c}1"),
+                crate::keyspace::Value::new("v"),
+            )
+            .expect("set");
+        node.write_pending().await.expect("write");
+        let here = key_slot(b"{a}");
+        let map = SlotMap::even(0, &[member(1)])
+            .with_node(&member(2))
+            .0
+            .with_migration(here, 1)
+            .expect("a migration");
+        assert!(coord.update_now(0, map).expect("update"));
+        let mut rx = two.membership().watch();
+        while rx.borrow_and_update().map.version() < 1 {
+            rx.changed().await.expect("watch");
+        }
+        match settle_once(&node).await {
+            Err(SettleError::Slots { first, .. }) => {
+                assert!(matches!(*first, SettleError::Record { .. }), "{first}")
+            }
+            other => panic!("the record's failure is reported: {other:?}"),
+        }
+        assert!(
+            two.import_settled(here),
+            "the move here waited on the record"
+        );
+        assert!(
+            pliant_store::Store::get(&*store, b"{c}1")
+                .expect("store")
+                .is_some(),
+            "a key dropped on a map not recorded"
+        );
+        assert_eq!(two.acted_version(), 0);
+        drop(one);
     }
 
     /// A store whose value of one key does not decode: what a damaged store gives, a fault of
