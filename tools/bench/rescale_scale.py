@@ -484,9 +484,10 @@ def cmd_summary(a):
           f"--cluster, {rec['get_clients']} clients GET + {rec['set_clients']} clients SET, -d {rec['value']}")
     print()
     print("| system | phase | duration (report) | wall | bytes moved | keys moved | T_t | duration / T_t "
+          "| servers' CPU s (µs a key) "
           "| load ops/s during / without | p50 ms during / without | p99 ms during / without "
           "| p99 ratio | p99.9 ms during / without | max ms during / without | checker acked | lost | stale |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ld, lb, ck = r.get("load_during"), r.get("load_without"), r.get("checker")
         def pair(key, spec):
@@ -500,6 +501,7 @@ def cmd_summary(a):
         print(f"| {r['system']} | {r['phase']}{att} | {fmt(r.get('seconds'))} s | {fmt(r.get('wall_seconds'))} s "
               f"| {fmt(r.get('bytes_moved'), ',.0f')} | {fmt(r.get('keys_moved'), ',.0f')} "
               f"| {fmt(r.get('t_t'), ',.3f')} s | {fmt(r.get('duration_over_t_t'), ',.1f')} "
+              f"| {fmt(r.get('cpu_seconds'), '.2f')} ({fmt(r.get('cpu_us_per_key'), '.1f')}) "
               f"| {pair('ops_per_s', ',.0f')} | {pair('p50_ms', '.3f')} | {pair('p99_ms', '.3f')} "
               f"| {fmt(p99r, '.2f', '')} | {pair('p999_ms', ',.1f')} | {pair('max_ms', ',.0f')} "
               f"| {fmt(ck['acknowledged_keys'], ',') if ck else ''} "

@@ -26,6 +26,11 @@
 #   `bandwidth_between` names them); the JSON also has the plan's `t_max` (its longest
 #   per-node transfer time), `planned_bytes`, each link the moves used as its source measured
 #   it (`links`) and the plan's transfer time by those links (`links_t_max`).
+#   Servers' CPU: user + system CPU seconds the servers used during the move, and per key moved
+#   (pliant: the supervisor, with its embedded coordination store, and every node, a new one from
+#   its start and a leaving one until it exits; Redis: its four redis-server processes; neither
+#   counts the command that orders the move), from /proc: on a shared machine a figure that
+#   wall time cannot give, what the move itself costs.
 #   The load: `redis-benchmark --cluster` as two concurrent processes pointed at the first
 #   node, GET_CLIENTS (40) clients of GET and SET_CLIENTS (10) of SET (80% / 20% of the 50
 #   clients: redis-benchmark runs one command mix per process), -d VALUE, -r 100000, each in a
@@ -200,6 +205,22 @@ stop_load() {
   stop_pids 50 "${p[@]}" || true
 }
 
+# cpu_seconds PID...: user + system CPU seconds the processes have used so far, with the
+# children they have reaped (a decommissioned node's, reaped by the supervisor), from /proc.
+cpu_seconds() {
+  python3 - "$@" <<'EOF'
+import os, sys
+t = 0
+for p in sys.argv[1:]:
+    try:
+        f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        continue
+    t += sum(int(x) for x in f[11:15])  # utime, stime, cutime, cstime
+print(t / os.sysconf("SC_CLK_TCK"))
+EOF
+}
+
 # The supervisor stops its nodes (the commissioned ones too); then none of them may run.
 stop_pliant() {
   [[ -n $SUP_PID ]] || return 0
@@ -330,6 +351,9 @@ pliant_move() {
     sleep 1
   fi
   log "pliant: $phase: pliant scale $kind ${args[*]}"
+  local cpu0 cpu1
+  # shellcheck disable=SC2046
+  cpu0=$(cpu_seconds "$SUP_PID" $(children_of "$SUP_PID"))
   t0=$(now)
   : >"$WORK/$tag.failures"
   local attempt
@@ -348,6 +372,8 @@ pliant_move() {
     sleep 5
   done
   wall=$(elapsed "$t0")
+  # shellcheck disable=SC2046
+  cpu1=$(cpu_seconds "$SUP_PID" $(children_of "$SUP_PID"))
   if ((loaded)); then
     stop_load
     kill -TERM "$CHECKER_PID" 2>/dev/null || true
@@ -382,9 +408,10 @@ pliant_move() {
     FAILED=1
   fi
   python3 - "$REC/$tag.json" "$phase" "$WORK/$tag.report.json" "$wall" "$loaded" \
-    "${base:-}" "$WORK/$tag-during.json" "$WORK/$tag-checker.json" "$WORK/$tag.failures" "$rc" <<'EOF'
+    "${base:-}" "$WORK/$tag-during.json" "$WORK/$tag-checker.json" "$WORK/$tag.failures" "$rc" \
+    "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.2f", b - a }')" <<'EOF'
 import json, os, sys
-out, phase, report, wall, loaded, base, during, checker, failures, rc = sys.argv[1:]
+out, phase, report, wall, loaded, base, during, checker, failures, rc, cpu = sys.argv[1:]
 failed = [l.rstrip("\n") for l in open(failures) if l.strip()]
 if rc != "0":
     rec = {"system": "pliant", "phase": phase, "failed": True, "wall_seconds": float(wall),
@@ -403,6 +430,8 @@ rec = {"system": "pliant", "phase": phase, "seconds": r["seconds"], "wall_second
        "bandwidth_bytes_per_s": r["bandwidth_bytes_per_s"],
        "bandwidth_between": r.get("bandwidth_between"),
        "links": r.get("links"), "links_t_max": r.get("links_t_max"),
+       "cpu_seconds": float(cpu),
+       "cpu_us_per_key": 1e6 * float(cpu) / r["keys_moved"] if r["keys_moved"] else None,
        "duration_over_t_t": r["seconds"] / pl["t_t"] if pl["t_t"] > 0 else None,
        "wall_over_t_t": float(wall) / pl["t_t"] if pl["t_t"] > 0 else None,
        "report": r}
@@ -477,7 +506,7 @@ show_logs() {
 redis_dbsize() { timeout 30 redis-cli -h "$HOST" -p "$1" dbsize; }
 
 run_redis() {
-  local ports dir=$WORK/redis p i ready addrs=() t0 wall rc=0 new newid before after
+  local ports dir=$WORK/redis p i ready addrs=() t0 wall rc=0 new newid before after cpu0 cpu1
   mkdir -p "$dir"
   read -r -a ports <<<"$(free_cluster_ports 4)" || die "no free ports"
   for p in "${ports[@]}"; do
@@ -514,18 +543,22 @@ run_redis() {
     [[ $step == commission ]] || extra=(--cluster-weight "$newid=0")
     before=$(redis_dbsize "$new")
     log "Redis Cluster: idle $step: redis-cli --cluster rebalance ${addrs[0]} ${extra[*]}"
+    cpu0=$(cpu_seconds "${REDIS_PIDS[@]}")
     t0=$(now)
     rc=0
     run_bounded "$MOVE_TIMEOUT" "$WORK/rebalance-$step.out" "$WORK/rebalance-$step.err" \
       redis-cli --cluster rebalance "${addrs[0]}" "${extra[@]}" || rc=$?
     wall=$(elapsed "$t0")
+    cpu1=$(cpu_seconds "${REDIS_PIDS[@]}")
     ((rc == 0)) || die "redis-cli --cluster rebalance ($step) failed (status $rc): $(tail -n 20 "$WORK/rebalance-$step.out" "$WORK/rebalance-$step.err")"
     after=$(redis_dbsize "$new")
     redis_wait_agree "${addrs[0]}"
     python3 - "$REC/redis-idle-$step.json" "$step" "$wall" "$before" "$after" "$VALUE" \
-      "$REC/idle-$step.json" "$WORK/rebalance-$step.out" "$KEYS" <<'EOF'
+      "$REC/idle-$step.json" "$WORK/rebalance-$step.out" "$KEYS" \
+      "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.2f", b - a }')" <<'EOF'
 import json, re, sys
 out, step, wall, before, after, value, pl, log = sys.argv[1:9]
+cpu = float(sys.argv[10])
 wall, before, after, value = float(wall), int(before), int(after), int(value)
 moved = after - before if step == "commission" else before - after
 # The mean length of the keys k:0 ... k:<KEYS-1>: bytes count key + value, as pliant's do.
@@ -539,7 +572,9 @@ except OSError:
 json.dump({"system": "redis", "phase": f"idle {step}", "seconds": wall, "wall_seconds": wall,
            "keys_moved": moved, "bytes_moved": moved * (value + keylen), "slots_moved": slots,
            "t_t": t_t, "duration_over_t_t": wall / t_t if t_t else None,
-           "new_node_keys_before": before, "new_node_keys_after": after}, open(out, "w"), indent=1)
+           "new_node_keys_before": before, "new_node_keys_after": after,
+           "cpu_seconds": cpu, "cpu_us_per_key": 1e6 * cpu / moved if moved else None},
+          open(out, "w"), indent=1)
 EOF
     log "Redis Cluster: idle $step: $wall s, new node's keys $before -> $after"
   done
