@@ -120,10 +120,24 @@ fn a_commission_and_a_decommission_of_a_loaded_cluster_lose_no_key_and_report_ev
         "{all}"
     );
     for p in phases {
-        for f in ["seconds", "wall_seconds", "t_t", "duration_over_t_t"] {
+        for f in [
+            "seconds",
+            "wall_seconds",
+            "t_t",
+            "duration_over_t_t",
+            "cpu_seconds",
+            "cpu_us_per_key",
+            "links_t_max",
+        ] {
             assert!(p[f].as_f64().is_some_and(|x| x > 0.0), "{f} in {p}");
         }
         assert!(p["bytes_moved"].as_u64().is_some_and(|x| x > 0), "{p}");
+        assert!(
+            p["bandwidth_between"]
+                .as_str()
+                .is_some_and(|b| b.contains(" -> ") && !b.starts_with("this process")),
+            "measured between two nodes: {p}"
+        );
         assert!(p["keys_moved"].as_u64().is_some_and(|x| x > 0), "{p}");
         if p["phase"].as_str().is_some_and(|n| n.starts_with("loaded")) {
             for side in ["load_during", "load_without"] {
