@@ -770,6 +770,22 @@ impl Cluster {
         u.contains(&key_slot(key))
     }
 
+    /// A connection to another node of the cluster at `addr`, as this node's own requests to
+    /// it (a move's copies, a link's probe) make them: the cluster's password, 5 s to connect,
+    /// 30 s for each reply.
+    pub async fn dial(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> Result<pliant_proto::AsyncClient, pliant_proto::ClientError> {
+        self.membership
+            .dialer()
+            .to(addr)
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .io_timeout(Some(std::time::Duration::from_secs(30)))
+            .connect_async()
+            .await
+    }
+
     /// Its membership: the control plane's view of this node.
     pub fn membership(&self) -> &Membership {
         &self.membership
@@ -1211,6 +1227,15 @@ mod tests {
             .await
             .expect("join");
         Cluster::new(m)
+    }
+
+    /// A node over `store`, with the slot index a cluster node keeps.
+    fn store_node(store: Arc<dyn pliant_store::Store>) -> Arc<Node> {
+        let mut ks =
+            crate::keyspace::Keyspace::new("lru", pliant_cache::Capacity::Keys(100), Some(store))
+                .expect("keyspace");
+        ks.index_slots().expect("index");
+        Arc::new(Node::new(ks, &crate::config::Config::default()))
     }
 
     fn member(i: u8) -> Member {
@@ -1660,14 +1685,7 @@ mod tests {
             .with_version(1);
         staged.publish(mine.clone());
         let start = || async {
-            let mut ks = crate::keyspace::Keyspace::new(
-                "lru",
-                pliant_cache::Capacity::Keys(100),
-                Some(store.clone() as Arc<dyn pliant_store::Store>),
-            )
-            .expect("keyspace");
-            ks.index_slots().expect("index");
-            let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+            let node = store_node(store.clone() as Arc<dyn pliant_store::Store>);
             let m = Membership::join(
                 member(2),
                 "staged".into(),
@@ -1838,14 +1856,7 @@ mod tests {
         let staged = Arc::new(Staged(watch::channel(Arc::new(ClusterState::empty())).0));
         let (base, two) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
         staged.publish(base.clone().with_version(1));
-        let mut ks = crate::keyspace::Keyspace::new(
-            "lru",
-            pliant_cache::Capacity::Keys(100),
-            Some(store.clone() as Arc<dyn pliant_store::Store>),
-        )
-        .expect("keyspace");
-        ks.index_slots().expect("index");
-        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let node = store_node(store.clone() as Arc<dyn pliant_store::Store>);
         let m = Membership::join(
             member(2),
             "staged".into(),
@@ -1900,14 +1911,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let record = dir.path().join("missing").join(MAP_RECORD_FILE);
         let store = Arc::new(pliant_store::MemStore::new());
-        let mut ks = crate::keyspace::Keyspace::new(
-            "lru",
-            pliant_cache::Capacity::Keys(100),
-            Some(store.clone() as Arc<dyn pliant_store::Store>),
-        )
-        .expect("keyspace");
-        ks.index_slots().expect("index");
-        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let node = store_node(store.clone() as Arc<dyn pliant_store::Store>);
         let coord: Arc<Embedded> = Arc::new(Embedded::new());
         let stop = watch::channel(false).1;
         let one = join(member(1), coord.clone(), stop.clone()).await;
@@ -2034,14 +2038,7 @@ mod tests {
             inner: inner.clone(),
             bad: b"{b}x",
         };
-        let mut ks = crate::keyspace::Keyspace::new(
-            "lru",
-            pliant_cache::Capacity::Keys(100),
-            Some(Arc::new(store) as Arc<dyn pliant_store::Store>),
-        )
-        .expect("keyspace");
-        ks.index_slots().expect("index");
-        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let node = store_node(Arc::new(store) as Arc<dyn pliant_store::Store>);
         node.set_cluster(join(member(2), coord.clone(), stop).await);
         let two = node.cluster().expect("a cluster node");
         let map = SlotMap::even(0, &[member(1)])
@@ -2094,14 +2091,7 @@ mod tests {
     #[tokio::test]
     async fn a_slot_whose_keys_all_expired_is_settled_in_one_go() {
         let store = Arc::new(pliant_store::MemStore::new());
-        let mut ks = crate::keyspace::Keyspace::new(
-            "lru",
-            pliant_cache::Capacity::Keys(100),
-            Some(store.clone() as Arc<dyn pliant_store::Store>),
-        )
-        .expect("keyspace");
-        ks.index_slots().expect("index");
-        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        let node = store_node(store.clone() as Arc<dyn pliant_store::Store>);
         let coord: Arc<Embedded> = Arc::new(Embedded::new());
         let stop = watch::channel(false).1;
         let one = join(member(1), coord.clone(), stop.clone()).await;

@@ -225,15 +225,7 @@ async fn run(
     // whichever maps the watch coalesced, or a later move of them back would lose those keys.
     cluster.moving_away(&slots);
     let target = |why: String| MigrateError::Target { addr, why };
-    let mut conn = cluster
-        .membership()
-        .dialer()
-        .to(addr)
-        .connect_timeout(Duration::from_secs(5))
-        .io_timeout(Some(Duration::from_secs(30)))
-        .connect_async()
-        .await
-        .map_err(|e| target(e.reason()))?;
+    let mut conn = cluster.dial(addr).await.map_err(|e| target(e.reason()))?;
 
     let started = Instant::now();
     let (mut deleted, mut bytes, mut copied) = (0u64, 0u64, 0u64);

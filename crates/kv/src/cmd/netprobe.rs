@@ -11,7 +11,7 @@
 //! dial an address it gives. A probe holds its payload here and at the other node, so it is
 //! bounded ([`MAX_BYTES`]) and one runs at a time on a node (the next waits).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use pliant_proto::frame::Frame;
@@ -87,15 +87,7 @@ async fn probe(node: &Node, args: &[Bytes]) -> Result<u64, ProbeError> {
     };
     let _turn = TURN.lock().await;
     let fail = |why: String| ProbeError::Node { addr, why };
-    let mut conn = cluster
-        .membership()
-        .dialer()
-        .to(addr)
-        .connect_timeout(Duration::from_secs(5))
-        .io_timeout(Some(Duration::from_secs(30)))
-        .connect_async()
-        .await
-        .map_err(|e| fail(e.reason()))?;
+    let mut conn = cluster.dial(addr).await.map_err(|e| fail(e.reason()))?;
     let payload = Bytes::from(vec![b'x'; bytes as usize]);
     let mut rates = Vec::with_capacity(ROUNDS);
     for round in 0..=ROUNDS {
