@@ -48,7 +48,28 @@
 //!   behind the cache is seen in full only once the kernel has forgotten its inode;
 //!   `--no-write-cache` for data that other nodes change during the job.
 //! - Not with passthrough: the kernel refuses passthrough when the write-back cache is on, so
-//!   a root mount keeps passthrough reads and sends writes through at once.
+//!   a root mount uses passthrough for writes instead (below).
+//!
+//! ## Writes on a root mount: passthrough
+//! With passthrough (root, Linux 6.9+), an open for writing of a file the cache holds whole, or
+//! a file just created, is opened by the kernel on the file's cache file
+//! ([`FsCache::passthrough_write_file`]; the core decides, this adapter only hands the kernel
+//! the backing id): `write()` goes from the application straight into the cache file, one copy
+//! as a direct write makes, and no request reaches the daemon. Why: through the daemon every
+//! `write()` of a root mount was a synchronous round trip and two more copies (the kernel's
+//! write-back cache, which would batch them, cannot be had beside passthrough), and 1 MiB
+//! writes + fsync ran at 0.72-0.74 of direct (`fs-fio-32b` in docs/benchmarks.md); by
+//! passthrough they run at FSPT_RESULT (`fs-fio-32c`). The daemon does not see those writes, so
+//! the core holds such a file dirty as a whole, journaled before the open is answered, until
+//! its last writer closes, and takes its size and time from the cache file whenever it answers
+//! for it (`getattr`, `fsync`, `flush`, `release`; the kernel itself keeps the size its writes
+//! made and asks again after them). The kernel still sends FSYNC, FLUSH (at every `close`),
+//! SETATTR (truncation) and RELEASE for such a file, which is where the limits reach the
+//! application: a write past the write window or `--max-file-size` is cut off when the daemon
+//! next looks, and `fsync` or `close` returns EDQUOT or EFBIG. A file already at the limit or
+//! with no room left in the window is opened through the daemon, where the write that crosses
+//! fails at once; so is one with set-ID bits, and a writer joining handles that use the page
+//! cache. `--no-write-cache` sends every write through the daemon as before.
 
 use std::collections::HashMap;
 
@@ -83,8 +104,11 @@ type Listing = Vec<(u64, FileType, OsString)>;
 enum Mode {
     /// Through the daemon, with the kernel's page cache.
     Cached,
-    /// Kernel passthrough to the cache file; the file's extents are pinned.
+    /// Kernel passthrough to the cache file for reads; the file's extents are pinned.
     Passthrough,
+    /// Kernel passthrough to the cache file for writes (and reads): the core holds the file
+    /// dirty as a whole and pinned until the last such handle closes.
+    PassthroughWrite,
     /// Through the daemon without the page cache, beside passthrough handles of the same inode
     /// (the kernel allows an inode one mode at a time: a writer joining passthrough readers
     /// must go through the daemon, which tracks what it dirties).
@@ -140,6 +164,8 @@ pub struct PliantFuse {
     passthrough: AtomicBool,
     /// Asked for: the kernel's write-back cache, where passthrough is not asked for.
     want_write_cache: bool,
+    /// Asked for: opens for writing in passthrough too, where the core allows them.
+    want_passthrough_writes: bool,
     /// The kernel agreed to leave the clearing of set-user-ID and set-group-ID bits on
     /// writes and truncations to us (FUSE_HANDLE_KILLPRIV_V2, set at init with the cache).
     kill_suidgid: AtomicBool,
@@ -239,6 +265,7 @@ impl PliantFuse {
             want_passthrough: false,
             passthrough: AtomicBool::new(false),
             want_write_cache: false,
+            want_passthrough_writes: false,
             kill_suidgid: AtomicBool::new(false),
             pt: Mutex::new(Passthrough::default()),
             striped: false,
@@ -303,6 +330,14 @@ impl PliantFuse {
         self
     }
 
+    /// With passthrough: files the core allows it for are opened for writing in passthrough
+    /// too, the kernel writing their cache files (see the module doc). Off, every write goes
+    /// through the daemon at once (`--no-write-cache`).
+    pub fn with_passthrough_writes(mut self, on: bool) -> Self {
+        self.want_passthrough_writes = on;
+        self
+    }
+
     /// Runs `by_handle` on the open file the kernel names (`fh`: `fstat`, `ftruncate`, …), or
     /// `by_path` on the inode's name; if the name is gone (a file unlinked while open, whose
     /// `fstat` and `fchmod` come by inode), `by_handle` on an open handle of it.
@@ -328,55 +363,97 @@ impl PliantFuse {
     /// Opens `h` as the kernel should see it: in passthrough when it can be, else cached.
     fn reply_open(&self, ino: INodeNo, h: Handle, read_only: bool, reply: ReplyOpen) {
         let fh = self.next_fh.fetch_add(1, Relaxed);
-        if self.passthrough.load(Relaxed) {
-            let mut pt = lock(&self.pt);
-            let Passthrough { inodes, handles } = &mut *pt;
-            let node = inodes.entry(ino.0).or_default();
-            if read_only && node.cached == 0 {
-                match self.core.passthrough_file(&h) {
-                    Ok(Some(file)) => {
-                        let id = match node.id.upgrade() {
-                            Some(id) => Ok(id),
-                            None => reply.open_backing(&*file).map(Arc::new),
-                        };
-                        match id {
-                            Ok(id) => {
-                                node.id = Arc::downgrade(&id);
-                                node.passthrough += 1;
-                                handles.insert(fh, (ino.0, Mode::Passthrough, Some(id.clone())));
-                                lock(&self.handles).insert(fh, (ino.0, h));
-                                return reply.opened_passthrough(
-                                    FileHandle(fh),
-                                    FopenFlags::empty(),
-                                    &id,
-                                );
-                            }
-                            Err(e) => {
-                                self.core.unpin(&h);
-                                self.passthrough.store(false, Relaxed);
-                                tracing::warn!(error = %e, "FUSE passthrough refused; reads go through the daemon");
-                            }
+        match self.open_mode(fh, ino.0, &h, read_only, |f| reply.open_backing(f)) {
+            Some((mode, id)) => {
+                lock(&self.handles).insert(fh, (ino.0, h));
+                let flags = match mode {
+                    Mode::DirectBesidePassthrough => FopenFlags::FOPEN_DIRECT_IO,
+                    _ => FopenFlags::empty(),
+                };
+                reply.opened_passthrough(FileHandle(fh), flags, &id)
+            }
+            None => {
+                lock(&self.handles).insert(fh, (ino.0, h));
+                reply.opened(FileHandle(fh), self.open_flags())
+            }
+        }
+    }
+
+    /// The kernel mode of a new handle `fh` of inode `ino` (`h`), counted in the passthrough
+    /// table: passthrough (with the backing id to reply with) where the core lets the file be
+    /// read, or written, straight from its cache file, and where the inode has no handle using
+    /// the page cache; beside other passthrough handles, through the daemon without the page
+    /// cache; else `None` (cached). The decision is the core's; this only tracks the kernel's
+    /// one mode per inode and its backing id.
+    fn open_mode(
+        &self,
+        fh: u64,
+        ino: u64,
+        h: &Handle,
+        read_only: bool,
+        open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    ) -> Option<(Mode, Arc<BackingId>)> {
+        if !self.passthrough.load(Relaxed) {
+            return None;
+        }
+        let mut pt = lock(&self.pt);
+        let Passthrough { inodes, handles } = &mut *pt;
+        let node = inodes.entry(ino).or_default();
+        if node.cached == 0 && (read_only || self.want_passthrough_writes) {
+            let (file, mode) = if read_only {
+                (self.core.passthrough_file(h), Mode::Passthrough)
+            } else {
+                (self.core.passthrough_write_file(h), Mode::PassthroughWrite)
+            };
+            match file {
+                Ok(Some(file)) => {
+                    let id = match node.id.upgrade() {
+                        Some(id) => Ok(id),
+                        None => open_backing(&file).map(Arc::new),
+                    };
+                    match id {
+                        Ok(id) => {
+                            node.id = Arc::downgrade(&id);
+                            node.passthrough += 1;
+                            handles.insert(fh, (ino, mode, Some(id.clone())));
+                            return Some((mode, id));
+                        }
+                        Err(e) => {
+                            self.end_passthrough(h, mode);
+                            self.passthrough.store(false, Relaxed);
+                            tracing::warn!(error = %e, "FUSE passthrough refused; reads and writes go through the daemon");
                         }
                     }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "passthrough: the cache file"),
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "passthrough: the cache file"),
+            }
+        }
+        if node.passthrough > 0
+            && let Some(id) = node.id.upgrade()
+        {
+            node.passthrough += 1;
+            // Pinned too: the kernel may map the cache file for this handle as well.
+            self.core.pin(h);
+            handles.insert(fh, (ino, Mode::DirectBesidePassthrough, Some(id.clone())));
+            return Some((Mode::DirectBesidePassthrough, id));
+        }
+        node.cached += 1;
+        handles.insert(fh, (ino, Mode::Cached, None));
+        None
+    }
+
+    /// Undoes what the core did for a passthrough handle of `mode`.
+    fn end_passthrough(&self, h: &Handle, mode: Mode) {
+        match mode {
+            Mode::Cached => {}
+            Mode::Passthrough | Mode::DirectBesidePassthrough => self.core.unpin(h),
+            Mode::PassthroughWrite => {
+                if let Err(e) = self.core.end_passthrough_write(h) {
+                    tracing::error!(error = %e, "closing a file written in passthrough");
                 }
             }
-            if node.passthrough > 0
-                && let Some(id) = node.id.upgrade()
-            {
-                node.passthrough += 1;
-                // Pinned too: the kernel may map the cache file for this handle as well.
-                self.core.pin(&h);
-                handles.insert(fh, (ino.0, Mode::DirectBesidePassthrough, Some(id.clone())));
-                lock(&self.handles).insert(fh, (ino.0, h));
-                return reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
-            }
-            node.cached += 1;
-            handles.insert(fh, (ino.0, Mode::Cached, None));
         }
-        lock(&self.handles).insert(fh, (ino.0, h));
-        reply.opened(FileHandle(fh), self.open_flags());
     }
 
     fn guard(&self, req: &Request) -> Result<(), Errno> {
@@ -912,11 +989,19 @@ impl Filesystem for PliantFuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // `close` waits for this: where a passthrough write the cache refused (EFBIG) reaches
+        // an application that did not fsync.
+        match self
+            .handle(fh)
+            .and_then(|h| self.core.flush_handle(&h).map_err(err))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn release(
@@ -939,15 +1024,9 @@ impl Filesystem for PliantFuse {
             {
                 match mode {
                     Mode::Cached => node.cached = node.cached.saturating_sub(1),
-                    Mode::Passthrough => {
-                        node.passthrough = node.passthrough.saturating_sub(1);
-                        self.core.unpin(&h);
-                    }
-                    Mode::DirectBesidePassthrough => {
-                        node.passthrough = node.passthrough.saturating_sub(1);
-                        self.core.unpin(&h);
-                    }
+                    _ => node.passthrough = node.passthrough.saturating_sub(1),
                 }
+                self.end_passthrough(&h, mode);
                 if node.cached == 0 && node.passthrough == 0 {
                     pt.inodes.remove(&ino);
                 }
@@ -1213,19 +1292,29 @@ impl Filesystem for PliantFuse {
                 let h = self.stamp(req, h);
                 let ino = self.number(&p, &a);
                 let fh = self.next_fh.fetch_add(1, Relaxed);
+                let read_only = flags & nix::libc::O_ACCMODE == nix::libc::O_RDONLY;
+                let mode = self.open_mode(fh, ino, &h, read_only, |f| reply.open_backing(f));
                 lock(&self.handles).insert(fh, (ino, h));
-                if self.passthrough.load(Relaxed) {
-                    let mut pt = lock(&self.pt);
-                    pt.inodes.entry(ino).or_default().cached += 1;
-                    pt.handles.insert(fh, (ino, Mode::Cached, None));
+                match mode {
+                    Some((mode, id)) => reply.created_passthrough(
+                        &self.ttl,
+                        &fattr(ino, &a),
+                        Generation(0),
+                        FileHandle(fh),
+                        match mode {
+                            Mode::DirectBesidePassthrough => FopenFlags::FOPEN_DIRECT_IO,
+                            _ => FopenFlags::empty(),
+                        },
+                        &id,
+                    ),
+                    None => reply.created(
+                        &self.ttl,
+                        &fattr(ino, &a),
+                        Generation(0),
+                        FileHandle(fh),
+                        self.open_flags(),
+                    ),
                 }
-                reply.created(
-                    &self.ttl,
-                    &fattr(ino, &a),
-                    Generation(0),
-                    FileHandle(fh),
-                    self.open_flags(),
-                );
             }
             Err(e) => reply.error(e),
         }

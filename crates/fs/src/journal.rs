@@ -27,6 +27,9 @@ const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 /// The journal's file name in the cache directory.
 pub const FILE: &str = "journal";
 
+/// The format this build writes: 2 added [`Record::Whole`]. It reads 1 and 2.
+pub const VERSION: u32 = 2;
+
 /// The journal's first line.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Header {
@@ -80,6 +83,16 @@ pub enum Record {
         /// The cache's file id.
         id: u64,
     },
+    /// File `id` (at `path`) is open for writing in kernel passthrough: the kernel writes the
+    /// cache file `data/<id>` without the daemon, so all of it, at its own length, is the
+    /// file's data until a later `Dirty` record of the file names its extents again (written
+    /// when the last such writer closes). The cache file was synced before this record.
+    Whole {
+        /// The cache's file id.
+        id: u64,
+        /// Path relative to the backing directory, as bytes.
+        path: Vec<u8>,
+    },
 }
 
 /// What a replay finds for one file: dirty extents to write back.
@@ -91,6 +104,9 @@ pub struct Pending {
     pub size: u64,
     /// Extent indices still dirty.
     pub extents: BTreeSet<u64>,
+    /// The whole cache file is the file's data, at the cache file's length ([`Record::Whole`]):
+    /// `size` and `extents` do not apply.
+    pub whole: bool,
 }
 
 /// What a journal holds.
@@ -188,11 +204,11 @@ impl Journal {
                 serde_json::from_slice(&l).map_err(|e| bad(1, format!("header: {e}")))?
             }
         };
-        if header.pliant_fs_journal != 1 {
+        if !(1..=VERSION).contains(&header.pliant_fs_journal) {
             return Err(bad(
                 1,
                 format!(
-                    "journal format {} (this build reads 1)",
+                    "journal format {} (this build reads 1 to {VERSION})",
                     header.pliant_fs_journal
                 ),
             ));
@@ -240,6 +256,14 @@ impl Journal {
                     p.path = bytes_path(&path);
                     p.size = size;
                     p.extents.extend(extents);
+                    // The daemon names the file's dirty extents again: its passthrough
+                    // writers closed, and this record lists all of them.
+                    p.whole = false;
+                }
+                Record::Whole { id, path } => {
+                    let p = files.entry(id).or_default();
+                    p.path = bytes_path(&path);
+                    p.whole = true;
                 }
                 Record::Clean { id, extents } => {
                     if let Some(p) = files.get_mut(&id) {
@@ -267,7 +291,7 @@ impl Journal {
                 }
             }
         }
-        files.retain(|_, p| !p.extents.is_empty());
+        files.retain(|_, p| p.whole || !p.extents.is_empty());
         Ok(Some(Replay {
             header,
             files,
@@ -339,6 +363,72 @@ mod tests {
             r.files[&4].extents.iter().copied().collect::<Vec<_>>(),
             vec![0]
         );
+        Ok(())
+    }
+
+    /// A `Whole` record makes the file's whole cache file pending, through renames and
+    /// truncations and past `Clean` records, until a `Dirty` record names its extents again or
+    /// a `Drop` forgets it.
+    #[test]
+    fn a_whole_record_stands_until_a_dirty_record_or_a_drop() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join(FILE);
+        let header = Header {
+            pliant_fs_journal: VERSION,
+            backing: b"/b".to_vec(),
+            extent: 4096,
+        };
+        let mut j = Journal::create(&path, &header)?;
+        j.append(&Record::Whole {
+            id: 1,
+            path: b"a".to_vec(),
+        })?;
+        j.append(&Record::Clean {
+            id: 1,
+            extents: vec![0],
+        })?;
+        j.append(&Record::Rename {
+            id: 1,
+            path: b"b".to_vec(),
+        })?;
+        j.append(&Record::Size { id: 1, size: 0 })?;
+        j.append(&Record::Whole {
+            id: 2,
+            path: b"c".to_vec(),
+        })?;
+        j.append(&Record::Dirty {
+            id: 2,
+            path: b"c".to_vec(),
+            size: 5000,
+            extents: vec![0, 1],
+        })?;
+        j.append(&Record::Whole {
+            id: 3,
+            path: b"d".to_vec(),
+        })?;
+        j.append(&Record::Drop { id: 3 })?;
+        j.sync()?;
+        let r = Journal::replay(&path)?.expect("journal");
+        assert_eq!(r.files.len(), 2, "file 3 was dropped");
+        assert!(r.files[&1].whole);
+        assert_eq!(r.files[&1].path, Path::new("b"));
+        assert!(!r.files[&2].whole, "the Dirty record after Whole ends it");
+        assert_eq!(r.files[&2].extents.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_journal_of_a_newer_format_is_refused_by_name() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join(FILE);
+        let header = Header {
+            pliant_fs_journal: VERSION + 1,
+            backing: b"/b".to_vec(),
+            extent: 4096,
+        };
+        Journal::create(&path, &header)?;
+        let err = Journal::replay(&path).expect_err("newer");
+        assert!(err.to_string().contains("journal format 3"), "{err}");
         Ok(())
     }
 

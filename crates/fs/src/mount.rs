@@ -28,7 +28,9 @@ pub struct MountOptions {
     /// privileges allow it (root: CAP_SYS_ADMIN).
     pub passthrough: bool,
     /// Where passthrough is off (not asked for, or not root): let the kernel cache writes and
-    /// write them back to the daemon (FUSE's write-back cache; see [`crate::fuse`]).
+    /// write them back to the daemon (FUSE's write-back cache; see [`crate::fuse`]). Where it
+    /// is on: let the kernel write files the cache holds whole straight into their cache files.
+    /// Off, every write goes to the daemon at once.
     pub write_cache: bool,
     /// Serve the counters in Prometheus's text format on this address.
     pub metrics: Option<std::net::SocketAddr>,
@@ -319,6 +321,7 @@ pub fn run_foreground(
     let mut fs = PliantFuse::new(core.clone(), access)
         .with_passthrough(opts.passthrough && root)
         .with_write_cache(opts.write_cache && !(opts.passthrough && root))
+        .with_passthrough_writes(opts.write_cache)
         .with_metrics(metrics_addr);
     if opts.striped.is_some() {
         fs = fs.striped();

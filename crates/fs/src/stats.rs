@@ -20,6 +20,7 @@ pub(crate) struct Counters {
     pub efbig: AtomicU64,
     pub revalidated_files: AtomicU64,
     pub passthrough_opens: AtomicU64,
+    pub passthrough_write_opens: AtomicU64,
     pub policy_errors: AtomicU64,
 }
 
@@ -100,6 +101,10 @@ pub struct FsStats {
     pub revalidated_files: u64,
     /// Opens served by kernel passthrough (reads straight from the cache file).
     pub passthrough_opens: u64,
+    /// Of the opens for writing, those served by kernel passthrough (writes straight into the
+    /// cache file; not in `written_bytes`).
+    #[serde(default)]
+    pub passthrough_write_opens: u64,
     /// The eviction policy's name.
     pub evict_policy: String,
     /// The write-back policy's name.

@@ -1,11 +1,14 @@
 //! fsx-style random operations on the core against an in-memory model of the file tree:
 //! create, write at random offsets, truncate, read, rename, unlink, hard links, fsync, evict,
-//! write back, remount and crash-with-everything-fsynced, on a cache small enough that eviction
+//! write back, remount and crash-with-everything-fsynced, and opens for writing in kernel
+//! passthrough (the test writing the cache file itself, as the kernel would, while the other
+//! operations go on; a crash leaves them open), on a cache small enough that eviction
 //! and write-back run all the time. Every read and size must match the model, and after the
 //! final unmount the backing directory must hold exactly the model. The model is names that
 //! lead to files: two names of one file read and write one content.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,6 +18,10 @@ use proptest::test_runner::{Config, RngSeed, TestRunner};
 
 const NAMES: [&str; 6] = ["a", "b", "c", "d/e", "d/f", "g"];
 const EXTENT: u64 = 4096;
+
+/// Opens for writing in passthrough the core granted, over all cases of a run: the path must
+/// be taken, not only offered.
+static PT_OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -48,6 +55,16 @@ enum Op {
     Writeback(usize),
     Remount,
     Crash,
+    /// An open for writing in passthrough, if the core allows it (the file preloaded first).
+    PtOpen(usize),
+    /// A write by "the kernel" into the cache file of a file open in passthrough.
+    PtWrite {
+        file: usize,
+        offset: u64,
+        len: u64,
+        seed: u8,
+    },
+    PtClose(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -67,6 +84,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => f.clone().prop_map(Op::Writeback),
         1 => Just(Op::Remount),
         1 => Just(Op::Crash),
+        2 => f.clone().prop_map(Op::PtOpen),
+        5 => (f.clone(), 0..12 * EXTENT, 1..3 * EXTENT, any::<u8>())
+            .prop_map(|(file, offset, len, seed)| Op::PtWrite { file, offset, len, seed }),
+        1 => f.clone().prop_map(Op::PtClose),
     ]
 }
 
@@ -93,6 +114,8 @@ struct World {
     /// Each file's content.
     files: BTreeMap<u64, Vec<u8>>,
     next_file: u64,
+    /// Files open for writing in passthrough, by model file: the handle and the cache file.
+    pt: BTreeMap<u64, (Handle, Arc<std::fs::File>)>,
 }
 
 impl World {
@@ -109,6 +132,7 @@ impl World {
             names: BTreeMap::new(),
             files: BTreeMap::new(),
             next_file: 0,
+            pt: BTreeMap::new(),
         };
         w.mount();
         w
@@ -133,7 +157,34 @@ impl World {
         h
     }
 
+    /// Closes the passthrough writer of model file `id`, if it has one.
+    fn pt_close(&mut self, id: u64) -> Result<(), TestCaseError> {
+        if let Some((h, _)) = self.pt.remove(&id) {
+            let r = self.fs().end_passthrough_write(&h);
+            self.fs().release(h);
+            prop_assert!(r.is_ok(), "end of passthrough write: {:?}", r);
+        }
+        Ok(())
+    }
+
+    /// Closes the passthrough writers of files that no longer have a name.
+    fn pt_close_gone(&mut self) -> Result<(), TestCaseError> {
+        let gone: Vec<u64> = self
+            .pt
+            .keys()
+            .copied()
+            .filter(|id| !self.files.contains_key(id))
+            .collect();
+        for id in gone {
+            self.pt_close(id)?;
+        }
+        Ok(())
+    }
+
     fn close_all(&mut self) {
+        for id in self.pt.keys().copied().collect::<Vec<_>>() {
+            self.pt_close(id).expect("close a passthrough writer");
+        }
         let fs = self.fs.as_ref().expect("mounted");
         for (_, h) in std::mem::take(&mut self.open) {
             fs.release(h);
@@ -218,6 +269,7 @@ impl World {
                             self.open.insert(to, h);
                         }
                     }
+                    self.pt_close_gone()?;
                 }
             }
             Op::Unlink(f) => {
@@ -227,6 +279,8 @@ impl World {
                         self.fs().release(h);
                     }
                     self.fs().unlink(&path(f)).expect("unlink");
+                    // Closed after the unlink: a writer open through it.
+                    self.pt_close_gone()?;
                 }
             }
             Op::Link { from, to } => {
@@ -267,9 +321,58 @@ impl World {
                     let h = self.handle(f);
                     self.fs().fsync(&h).expect("fsync");
                 }
+                // Passthrough writers stay open through the crash: what they wrote and fsync'ed
+                // must come back from the whole cache file.
+                for (h, _) in self.pt.values() {
+                    self.fs().fsync(h).expect("fsync of a passthrough writer");
+                }
+                self.pt.clear();
                 self.open.clear();
                 self.fs.take().expect("mounted").crash();
                 self.mount();
+            }
+            Op::PtOpen(f) => {
+                if let Some(&id) = self.names.get(&f)
+                    && !self.pt.contains_key(&id)
+                {
+                    self.fs()
+                        .preload(&path(f), &Caller::root())
+                        .expect("preload");
+                    let h = self.fs().open(&path(f)).expect("open");
+                    match self.fs().passthrough_write_file(&h).expect("passthrough") {
+                        Some(file) => {
+                            PT_OPENS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            self.pt.insert(id, (h, file));
+                        }
+                        None => self.fs().release(h),
+                    }
+                }
+            }
+            Op::PtWrite {
+                file,
+                offset,
+                len,
+                seed,
+            } => {
+                if let Some(&id) = self.names.get(&file)
+                    && let Some((_, cache)) = self.pt.get(&id)
+                {
+                    let data: Vec<u8> = (0..len)
+                        .map(|i| seed.wrapping_add((i % 251) as u8))
+                        .collect();
+                    cache.write_all_at(&data, offset).expect("kernel write");
+                    let m = self.files.get_mut(&id).expect("model");
+                    let end = (offset + len) as usize;
+                    if m.len() < end {
+                        m.resize(end, 0);
+                    }
+                    m[offset as usize..end].copy_from_slice(&data);
+                }
+            }
+            Op::PtClose(f) => {
+                if let Some(&id) = self.names.get(&f) {
+                    self.pt_close(id)?;
+                }
             }
         }
         if let Err(e) = self.fs().check_invariants() {
@@ -344,6 +447,9 @@ fn run(eviction: EvictionUnit, cases: u32, ops: usize, seed: u64) {
             other => other.to_string(),
         })
         .expect("the core matches the model");
+    let pt = PT_OPENS.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{pt} opens for writing in passthrough");
+    assert!(pt >= u64::from(cases), "only {pt} opens in passthrough");
 }
 
 /// 50 sequences of 1,000 operations with file-level eviction, and as many with extent-level:

@@ -1781,17 +1781,43 @@ fn unmount_of_a_path_that_is_not_a_mount_says_so() {
 /// FUSE passthrough (Linux 6.9+, root): a fully cached file opened read-only is read by the
 /// kernel straight from its cache file; a writer joining such readers goes through the daemon,
 /// and the readers see what it wrote; everything reaches the backing directory.
+/// With `--no-write-cache` a writer joining passthrough readers goes through the daemon, which
+/// writes the cache file they read.
 #[test]
 fn passthrough_reads_see_writes_through_the_daemon() {
+    passthrough_readers_and_a_writer_case(&["--no-write-cache"], 0);
+}
+
+/// By default the writer of a file the cache holds whole goes by passthrough too: the kernel
+/// writes the cache file the readers read, and the daemon tracks the file as dirty.
+#[test]
+fn passthrough_readers_and_writers_share_the_cache_file() {
+    passthrough_readers_and_a_writer_case(&[], 2);
+}
+
+/// Skips (or, in CI, fails) without root: passthrough needs CAP_SYS_ADMIN.
+fn passthrough_possible() -> bool {
     if !nix::unistd::geteuid().is_root() {
         assert!(
             std::env::var_os("CI").is_none(),
             "CI: the passthrough test runs as root"
         );
         pliant_testdata::skip("FUSE passthrough needs CAP_SYS_ADMIN");
+        return false;
+    }
+    true
+}
+
+fn passthrough_readers_and_a_writer_case(extra: &[&str], write_opens: u64) {
+    if !passthrough_possible() {
         return;
     }
-    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+    let args: Vec<&str> = ["--capacity", "16MiB", "--extent", "64KiB"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    let Some(mut m) = mount_with(&args) else {
         return;
     };
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
@@ -1829,12 +1855,173 @@ fn passthrough_reads_see_writes_through_the_daemon() {
         "the passthrough reader sees the daemon's write"
     );
     drop((reader, writer));
-    let dirty = m.stats()["dirty_bytes"].as_u64().expect("dirty");
+    let s = m.stats();
+    let dirty = s["dirty_bytes"].as_u64().expect("dirty");
     assert!(dirty > 0, "the write was tracked as dirty");
+    assert_eq!(
+        s["passthrough_write_opens"], write_opens,
+        "the create and the writer by passthrough, or neither"
+    );
     m.unmount();
     let mut want = data;
     want[500_000..500_003].copy_from_slice(b"NEW");
     assert_eq!(fs::read(m.backing.join("f")).expect("backing"), want);
+}
+
+/// Root mount: a file just created, and one the cache holds whole, opened for writing go by
+/// passthrough (the kernel writes their cache files); fsync'ed, the writers still open, the
+/// daemon killed with -9: the remount writes both whole files back.
+#[test]
+fn passthrough_writes_fsynced_survive_kill_9_with_the_writers_open() {
+    if !passthrough_possible() {
+        return;
+    }
+    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    let mut old: Vec<u8> = (0..700_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(m.backing.join("old"), &old).expect("seed");
+    assert_eq!(fs::read(m.at("old")).expect("read, copying it up"), old);
+    // The reader's RELEASE comes after `close` returns: until the daemon has it, the inode
+    // has a handle through the page cache and a writer cannot go by passthrough.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let w_old = loop {
+        let w = OpenOptions::new()
+            .write(true)
+            .open(m.at("old"))
+            .expect("open for writing");
+        if m.stats()["passthrough_write_opens"] == 1 || std::time::Instant::now() > deadline {
+            break w;
+        }
+        drop(w);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(m.stats()["passthrough_write_opens"], 1, "the cached file");
+    w_old.write_all_at(b"MIDDLE", 300_000).expect("write");
+    w_old.write_all_at(b"TAIL", 700_000).expect("append");
+    w_old.sync_all().expect("fsync");
+    old[300_000..300_006].copy_from_slice(b"MIDDLE");
+    old.extend_from_slice(b"TAIL");
+    let new: Vec<u8> = (0..1_500_000u32).map(|i| (i % 239) as u8).collect();
+    let mut w_new = fs::File::create(m.at("new")).expect("create");
+    w_new.write_all(&new).expect("write");
+    w_new.sync_all().expect("fsync");
+    assert_eq!(m.stats()["passthrough_write_opens"], 2, "and the new one");
+    // The size the daemon gives is the kernel's.
+    assert_eq!(
+        fs::metadata(m.at("new")).expect("stat").len(),
+        new.len() as u64
+    );
+    assert_eq!(
+        fs::metadata(m.at("old")).expect("stat").len(),
+        old.len() as u64
+    );
+    assert_eq!(
+        fs::metadata(m.backing.join("new")).expect("backing").len(),
+        0,
+        "only in the cache (and its journal) before the crash"
+    );
+    m.kill9();
+    drop((w_old, w_new));
+    m.start();
+    assert_eq!(fs::read(m.backing.join("new")).expect("backing new"), new);
+    assert_eq!(fs::read(m.backing.join("old")).expect("backing old"), old);
+    let log = fs::read_to_string(m.cache.join("mount.log")).expect("log");
+    assert!(log.contains("recovered"), "{log}");
+    m.unmount();
+}
+
+/// Through passthrough the daemon cannot refuse a write: past --max-file-size, or past the
+/// write window (charged what the file grew), the kernel's bytes are cut off and `fsync`, or
+/// `close`, returns EFBIG or EDQUOT; a file opened with no room left in the window goes
+/// through the daemon, where the write that crosses fails.
+#[test]
+fn passthrough_writes_get_efbig_and_edquot_at_fsync_or_close() {
+    use std::os::fd::IntoRawFd;
+    if !passthrough_possible() {
+        return;
+    }
+    let Some(mut m) = mount_with(&[
+        "--capacity",
+        "8MiB",
+        "--extent",
+        "64KiB",
+        "--write-window-multiplier",
+        "1",
+        "--max-file-size",
+        "3MiB",
+    ]) else {
+        return;
+    };
+    let mut f = fs::File::create(m.at("big")).expect("create");
+    f.write_all(&vec![1u8; 4 << 20])
+        .expect("the kernel writes the cache file");
+    let e = f.sync_all().expect_err("past max-file-size");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EFBIG as i32),
+        "{e}"
+    );
+    assert_eq!(
+        f.metadata().expect("fstat").len(),
+        3 << 20,
+        "cut at the limit"
+    );
+    drop(f);
+    let mut f = fs::File::create(m.at("big2")).expect("create");
+    f.write_all(&vec![1u8; 4 << 20])
+        .expect("the kernel writes the cache file");
+    let e = nix::unistd::close(f.into_raw_fd()).expect_err("close past max-file-size");
+    assert_eq!(e, nix::errno::Errno::EFBIG);
+    assert_eq!(m.stats()["passthrough_write_opens"], 2);
+    // 6 MiB of the 8 MiB window charged: a third file keeps the 2 MiB left of its 3.
+    let mut f = fs::File::create(m.at("f0")).expect("create");
+    f.write_all(&vec![2u8; 3 << 20])
+        .expect("the kernel writes the cache file");
+    let e = f.sync_all().expect_err("past the write window");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EDQUOT as i32),
+        "{e}"
+    );
+    assert_eq!(
+        f.metadata().expect("fstat").len(),
+        2 << 20,
+        "cut where the window ran out"
+    );
+    drop(f);
+    // No room left: through the daemon, where the write that crosses fails at once.
+    let mut f = fs::File::create(m.at("f1")).expect("create");
+    let e = f.write_all(b"x").expect_err("past the write window");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EDQUOT as i32),
+        "{e}"
+    );
+    drop(f);
+    let s = m.stats();
+    assert_eq!(s["passthrough_write_opens"], 3, "{s}");
+    assert!(s["efbig_writes"].as_u64().expect("efbig") >= 2, "{s}");
+    assert!(s["edquot_writes"].as_u64().expect("edquot") >= 2, "{s}");
+    assert_eq!(
+        s["window_used_bytes"].as_u64().expect("used"),
+        8 << 20,
+        "{s}"
+    );
+    m.unmount();
+    for (name, len, fill) in [
+        ("big", 3 << 20, 1),
+        ("big2", 3 << 20, 1),
+        ("f0", 2 << 20, 2),
+    ] {
+        let b = fs::read(m.backing.join(name)).expect("backing");
+        assert!(
+            b.len() == len && b.iter().all(|&x| x == fill),
+            "{name}: {}",
+            b.len()
+        );
+    }
+    assert_eq!(fs::metadata(m.backing.join("f1")).expect("f1").len(), 0);
 }
 
 #[test]

@@ -63,6 +63,23 @@ impl FsCache {
                     return Err(format!("{name}: link {l:?} maps to {:?}", by_path.get(l)));
                 }
             }
+            if d.pt_writers > 0 {
+                // Written by the kernel in passthrough: dirty as a whole, and pinned.
+                if let Some(i) = inner
+                    .extent_range(0, d.size)
+                    .find(|i| !d.extents.get(i).is_some_and(|x| x.dirty))
+                {
+                    return Err(format!(
+                        "{name}: open for writing in passthrough, but extent {i} is not dirty"
+                    ));
+                }
+                if d.pinned < d.pt_writers {
+                    return Err(format!(
+                        "{name}: {} passthrough writers, {} pins",
+                        d.pt_writers, d.pinned
+                    ));
+                }
+            }
             let (mut c, mut dd) = (0, 0);
             for (i, x) in &d.extents {
                 let want = d.size.saturating_sub(i * ext).min(ext);
@@ -75,7 +92,8 @@ impl FsCache {
                 c += x.bytes;
                 if x.dirty {
                     dd += x.bytes;
-                    if !x.in_flight && !queued.contains(&(e.id, *i)) {
+                    // A passthrough-written file's are queued when its last writer closes.
+                    if !x.in_flight && d.pt_writers == 0 && !queued.contains(&(e.id, *i)) {
                         return Err(format!("{name}: dirty extent {i} is not queued"));
                     }
                 }

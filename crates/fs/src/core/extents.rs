@@ -177,6 +177,10 @@ impl Inner {
                 epoch: 0,
                 last_read: None,
                 ahead: 0,
+                pt_writers: 0,
+                pt_charged: 0,
+                pt_mtime: std::time::UNIX_EPOCH,
+                pt_refused: None,
                 forgotten: false,
             }),
             idle: Condvar::new(),
@@ -501,7 +505,7 @@ impl Inner {
         Ok(false)
     }
 
-    fn insert_extent(&self, d: &mut FileData, i: u64) {
+    pub(super) fn insert_extent(&self, d: &mut FileData, i: u64) {
         let bytes = d
             .size
             .saturating_sub(i * self.cfg.extent)
@@ -580,6 +584,7 @@ impl Inner {
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
         let mut d = lock(&entry.data);
+        self.absorb(entry, &mut d)?;
         let len = len.min(d.size.saturating_sub(offset));
         if len == 0 {
             buf.clear();
@@ -631,6 +636,7 @@ impl Inner {
             }
         }
         let mut d = lock(&entry.data);
+        self.absorb(entry, &mut d)?;
         if !d.backing_writable
             && let Some(rel) = d.path.clone()
         {
@@ -706,7 +712,11 @@ impl Inner {
         }
         Counters::add(&self.counters.written_bytes, len);
         self.touch(entry, &mut d, range);
-        Ok(())
+        // Charged above, not again as passthrough growth.
+        d.pt_charged = d.pt_charged.max(d.size);
+        // Beside passthrough writers: the extents a write past the end skipped are the file's
+        // too, dirty as the rest.
+        self.absorb(entry, &mut d)
     }
 
     pub(super) fn preload_entry(&self, entry: &FileEntry) -> io::Result<u64> {

@@ -20,6 +20,10 @@ impl Inner {
         while d.extents.values().any(|x| x.in_flight) {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
+        // The size the kernel's passthrough writes made is the one cut from.
+        self.absorb(entry, &mut d)?;
+        // Bytes written again past a cut are charged again; an extension is no write.
+        d.pt_charged = size;
         let ext = self.cfg.extent;
         // A read-ahead copy under way read the old length's bytes.
         d.epoch += 1;
@@ -62,7 +66,8 @@ impl Inner {
         if d.dirty_bytes == 0 {
             self.settle_backing(&mut d, &backing);
         }
-        Ok(())
+        // Extended beside passthrough writers: the new bytes are the file's, dirty as the rest.
+        self.absorb(entry, &mut d)
     }
 
     pub(super) fn detach(&self, rel: &Path) {

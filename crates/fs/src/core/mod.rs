@@ -54,6 +54,7 @@ mod eviction;
 mod extents;
 mod inodes;
 mod metadata;
+mod passthrough;
 mod recovery;
 mod writeback;
 
@@ -125,6 +126,18 @@ struct FileData {
     /// beyond the next read (doubling while reads go on in order, none after a jump).
     last_read: Option<u64>,
     ahead: u64,
+    /// Handles open for writing in kernel passthrough ([`passthrough`]): while any is, the
+    /// kernel writes the cache file without the daemon, the whole file is dirty, and its size
+    /// and modification time are the cache file's.
+    pt_writers: u32,
+    /// The size up to which what passthrough writers wrote is charged to the write window:
+    /// growth past it is charged when the daemon next looks.
+    pt_charged: u64,
+    /// The cache file's modification time when last taken: a later one is the kernel's writes.
+    pt_mtime: SystemTime,
+    /// What a passthrough writer did that the cache refused (EFBIG, EDQUOT), for the next
+    /// `fsync` or `close` to report.
+    pt_refused: Option<nix::errno::Errno>,
     /// Forgotten by a striped mount with its last handle ([`extents`]' `forget_closed`): an
     /// open that found the entry just before must look again, or it would hold an entry the
     /// cache no longer knows.
@@ -592,7 +605,7 @@ impl FsCache {
         }
         std::fs::create_dir_all(&data_dir).map_err(at(&data_dir))?;
         let header = Header {
-            pliant_fs_journal: 1,
+            pliant_fs_journal: journal::VERSION,
             backing: journal::path_bytes(&cfg.backing),
             extent: cfg.extent,
         };
@@ -835,7 +848,8 @@ impl FsCache {
         };
         // The backing file is looked at under the file's lock: a write-back completing between
         // the two would otherwise show the backing file's old size as the file's.
-        let d = lock(&entry.data);
+        let mut d = lock(&entry.data);
+        self.inner.absorb(&entry, &mut d)?;
         let meta = self.tree().symlink_metadata(rel)?;
         Ok(corrected(Attr::from_meta(&meta), &d))
     }
@@ -844,6 +858,7 @@ impl FsCache {
     /// file's name is now (one unlinked while open has none).
     pub fn getattr_open(&self, h: &Handle) -> io::Result<Attr> {
         let mut d = lock(&h.0.data);
+        self.inner.absorb(&h.0, &mut d)?;
         let meta = self.inner.backing_fd(&mut d)?.metadata()?;
         if let Some(r) = self.inner.remote.get() {
             drop(d);
@@ -877,6 +892,8 @@ impl FsCache {
         mtime: Option<SystemTime>,
     ) -> io::Result<()> {
         let mut d = lock(&h.0.data);
+        // Before the time is set: a passthrough write's time taken later must not replace it.
+        self.inner.absorb(&h.0, &mut d)?;
         let f = self.inner.backing_fd(&mut d)?;
         nix::sys::stat::futimens(&*f, &timespec(atime), &timespec(mtime)).map_err(errno)?;
         if let Some(t) = mtime {
@@ -1037,6 +1054,7 @@ impl FsCache {
         }
         let entry = &h.0;
         let mut d = lock(&entry.data);
+        self.inner.absorb(entry, &mut d)?;
         let all = self
             .inner
             .extent_range(0, d.size)
@@ -1104,6 +1122,36 @@ impl FsCache {
         d.pinned = d.pinned.saturating_sub(1);
     }
 
+    /// For kernel passthrough of writes (see the `passthrough` module): if the file may be
+    /// written by the kernel straight into its cache file (held whole, or just created; below
+    /// `--max-file-size`; room in the write window for it to grow to that), makes it dirty as
+    /// a whole, journaled durably, pins its extents and returns the cache file; else `None`
+    /// (the writes then go through [`FsCache::write`]). Undo with
+    /// [`FsCache::end_passthrough_write`].
+    pub fn passthrough_write_file(&self, h: &Handle) -> io::Result<Option<Arc<File>>> {
+        if self.inner.remote.get().is_some() {
+            return Ok(None);
+        }
+        self.inner.start_pt_write(&h.0)
+    }
+
+    /// A handle [`FsCache::passthrough_write_file`] opened closes; with the last of the file's,
+    /// the daemon tracks its dirty extents again and writes them back.
+    pub fn end_passthrough_write(&self, h: &Handle) -> io::Result<()> {
+        let r = self.inner.end_pt_write(&h.0);
+        self.inner.nudge();
+        r
+    }
+
+    /// At `close` (FUSE's flush): what the cache refused of the kernel's passthrough writes to
+    /// the file since it last said (EFBIG), if anything.
+    pub fn flush_handle(&self, h: &Handle) -> io::Result<()> {
+        if self.inner.remote.get().is_some() {
+            return Ok(());
+        }
+        self.inner.pt_refusal(&h.0)
+    }
+
     /// Makes the file's data durable as `--fsync` says: in the cache (data synced, journal
     /// record synced) or in the backing directory.
     pub fn fsync(&self, h: &Handle) -> io::Result<()> {
@@ -1112,9 +1160,10 @@ impl FsCache {
             return r.fsync(ino, &path, &who);
         }
         match self.inner.cfg.fsync {
-            FsyncMode::Cache => self.inner.fsync_cache(&h.0),
-            FsyncMode::Backing => self.inner.writeback_file(&h.0, true).map(|_| ()),
+            FsyncMode::Cache => self.inner.fsync_cache(&h.0)?,
+            FsyncMode::Backing => self.inner.writeback_file(&h.0, true).map(|_| ())?,
         }
+        self.inner.pt_refusal(&h.0)
     }
 
     /// Truncates (or extends) a file to `size`, in the backing directory and in the cache.
@@ -1154,6 +1203,7 @@ impl FsCache {
             .set_times(rel, &timespec(atime), &timespec(mtime))?;
         if let (Some(t), Some(entry)) = (mtime, self.inner.entry_or_link(rel)) {
             let mut d = lock(&entry.data);
+            self.inner.absorb(&entry, &mut d)?;
             d.mtime = t;
             if let Ok(m) = self.tree().metadata(rel) {
                 d.seen = (m.size(), Attr::from_meta(&m).mtime);
@@ -1617,7 +1667,7 @@ impl FsCache {
         }
         self.inner.stop_threads();
         let header = Header {
-            pliant_fs_journal: 1,
+            pliant_fs_journal: journal::VERSION,
             backing: journal::path_bytes(&self.inner.cfg.backing),
             extent: self.inner.cfg.extent,
         };
@@ -1804,6 +1854,7 @@ impl Inner {
             window_left_secs: wleft,
             revalidated_files: c.revalidated_files.load(Relaxed),
             passthrough_opens: c.passthrough_opens.load(Relaxed),
+            passthrough_write_opens: c.passthrough_write_opens.load(Relaxed),
             evict_policy: names.0,
             writeback_policy: names.1,
             policy_errors: c.policy_errors.load(Relaxed),

@@ -73,27 +73,39 @@ pub(super) fn recover(
                 },
             )
             .map_err(at(&dst_path))?;
-        for &i in &p.extents {
+        // Open for writing in kernel passthrough when the mount stopped: the kernel wrote the
+        // cache file without the daemon, so all of it, at its own length, is the file.
+        let (size, extents): (u64, Vec<u64>) = if p.whole {
+            let size = src.metadata().map_err(at(&src_path))?.len();
+            (size, (0..size.div_ceil(ext.max(1))).collect())
+        } else {
+            (p.size, p.extents.iter().copied().collect())
+        };
+        for i in extents {
             let start = i * ext;
-            if start >= p.size {
+            if start >= size {
                 continue;
             }
-            let len = ext.min(p.size - start);
+            let len = ext.min(size - start);
             let buf = read_at_zero_filled(&src, start, len).map_err(at(&src_path))?;
             dst.write_all_at(&buf, start).map_err(at(&dst_path))?;
             rec.extents += 1;
             rec.bytes += len;
         }
-        // A striped cache's server recovers while the other servers may be extending the file
-        // (see `writeback_extent`): its writes extend it as far as its own data goes.
-        if !cfg.shared && dst.metadata().map_err(at(&dst_path))?.len() < p.size {
-            dst.set_len(p.size).map_err(at(&dst_path))?;
+        let dst_len = dst.metadata().map_err(at(&dst_path))?.len();
+        if p.whole && dst_len != size {
+            // Shorter too: a truncation through the mount cut the backing file as well.
+            dst.set_len(size).map_err(at(&dst_path))?;
+        } else if !cfg.shared && dst_len < size {
+            // A striped cache's server recovers while the other servers may be extending the
+            // file (see `writeback_extent`): its writes extend it as far as its own data goes.
+            dst.set_len(size).map_err(at(&dst_path))?;
         }
         dst.sync_all().map_err(at(&dst_path))?;
         rec.files += 1;
         tracing::warn!(
             path = %dst_path.display(),
-            extents = p.extents.len(),
+            whole = p.whole,
             "recovered dirty data an earlier mount had not written back"
         );
     }

@@ -20,6 +20,14 @@ use crate::stats::Counters;
 impl Inner {
     pub(super) fn fsync_cache(&self, entry: &FileEntry) -> io::Result<()> {
         let mut d = lock(&entry.data);
+        if d.pt_writers > 0 {
+            // Written by the kernel in passthrough: the `Whole` record (synced at the open)
+            // makes the whole cache file the data, so its bytes synced are what a crash keeps.
+            // A `Dirty` record now would end that while the kernel still writes.
+            self.absorb(entry, &mut d)?;
+            self.cache_file(entry.id, &mut d)?.sync_data()?;
+            return lock(&self.journal).sync();
+        }
         let dirty: Vec<u64> = d.dirty_extents();
         if dirty.is_empty() {
             return Ok(());
@@ -129,7 +137,11 @@ impl Inner {
             d.seen = (m.size(), Attr::from_meta(&m).mtime);
         }
         let mut clean = false;
-        if let Some(x) = d.extents.get_mut(&i)
+        // Open for writing in passthrough: the kernel may have written it since the copy, so
+        // it stays dirty (and out of the queue: the last writer's close queues it again).
+        let pt = d.pt_writers > 0;
+        if !pt
+            && let Some(x) = d.extents.get_mut(&i)
             && x.generation == generation
             && x.dirty
         {
@@ -142,13 +154,13 @@ impl Inner {
             d.dirty_bytes -= b;
             self.dirty.fetch_sub(b, Relaxed);
         }
-        if !clean && d.extents.get(&i).is_some_and(|x| x.dirty) {
+        if !clean && !pt && d.extents.get(&i).is_some_and(|x| x.dirty) {
             // Written again meanwhile: back in the queue.
             let mut s = lock(&self.state);
             let t = s.next_tick();
             s.dirty_queue.insert(t, (entry.id, i));
         }
-        if d.dirty_bytes == 0 {
+        if d.dirty_bytes == 0 && !pt {
             self.settle_backing(&mut d, &dst);
         }
         Ok((d, len))
@@ -175,6 +187,7 @@ impl Inner {
     /// Writes every dirty extent of a file back (and syncs the backing file if `sync`).
     pub(super) fn writeback_file(&self, entry: &FileEntry, sync: bool) -> io::Result<u64> {
         let mut d = lock(&entry.data);
+        self.absorb(entry, &mut d)?;
         let dirty: Vec<u64> = d.dirty_extents();
         let mut bytes = 0;
         for i in dirty {
@@ -316,6 +329,9 @@ impl Inner {
             if dirty == 0 || self.stop.load(Relaxed) {
                 break;
             }
+            if self.only_pt_writers_dirty() {
+                break;
+            }
             let s = lock(&self.state);
             let _ = self.progress.wait_timeout(s, Duration::from_millis(200));
         }
@@ -329,6 +345,37 @@ impl Inner {
         }
         let _ = lock(&self.journal).sync();
         lock(&self.state).flushing -= 1;
+    }
+}
+
+impl Inner {
+    /// Whether all that is dirty is held by files open for writing in passthrough, which stay
+    /// dirty while open: written back as they are now (so the flush covers what was written
+    /// before it), they do not hold the flush up. False while the queue or a worker has work.
+    fn only_pt_writers_dirty(&self) -> bool {
+        let files: Vec<Arc<FileEntry>> = {
+            let s = lock(&self.state);
+            if !s.dirty_queue.is_empty() || s.busy > 0 {
+                return false;
+            }
+            s.files.values().cloned().collect()
+        };
+        let open: Vec<Arc<FileEntry>> = files
+            .into_iter()
+            .filter(|e| lock(&e.data).pt_writers > 0)
+            .collect();
+        if open.is_empty() {
+            return false;
+        }
+        for e in &open {
+            if let Err(err) = self.writeback_file(e, false) {
+                Counters::add(&self.counters.writeback_errors, 1);
+                tracing::error!(error = %err, file = e.id, "write-back of a file open in passthrough failed");
+                return false;
+            }
+        }
+        let held: u64 = open.iter().map(|e| lock(&e.data).dirty_bytes).sum();
+        self.dirty.load(Relaxed) <= held
     }
 }
 

@@ -136,9 +136,11 @@ pub struct MountArgs {
     /// Threads serving FUSE requests.
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,
-    /// Always read through the daemon. By default, reads of a file whose extents are all cached
-    /// go from the kernel straight to its cache file (FUSE passthrough, Linux 6.9+, root only);
-    /// writes always go through the daemon, which tracks what is dirty.
+    /// Always read and write through the daemon. By default (Linux 6.9+, root only), reads of a
+    /// file whose extents are all cached go from the kernel straight to its cache file (FUSE
+    /// passthrough), and so do writes to such a file or one just created (the file is then
+    /// dirty as a whole until its last writer closes; past the write window or
+    /// --max-file-size such a write is refused at fsync or close).
     #[arg(long)]
     no_passthrough: bool,
     /// Send every write to the daemon at once. By default a mount without passthrough (an
@@ -146,7 +148,7 @@ pub struct MountArgs {
     /// later in large requests, much faster for small writes; a write past the write window
     /// or --max-file-size is then refused at fsync or close instead of at the write, and a
     /// file changed in the backing directory behind the cache is seen only once the kernel
-    /// forgets it.
+    /// forgets it. With passthrough, this keeps writes out of passthrough.
     #[arg(long)]
     no_write_cache: bool,
     /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
