@@ -60,7 +60,8 @@ pub struct FsStats {
     /// that did not wait for a copy-up; 0 before any read. Not the share of read data that
     /// came from the cache rather than the backing directory: compare `copy_up_read_bytes`.
     pub hit_ratio: f64,
-    /// Bytes written by applications.
+    /// Bytes written by applications (of a file written by passthrough, what it grew: the
+    /// daemon does not see rewrites inside it).
     pub written_bytes: u64,
     /// Bytes copied from the backing directory into the cache: for reads, for preloads, and
     /// for writes to part of an extent (the rest).
@@ -102,7 +103,7 @@ pub struct FsStats {
     /// Opens served by kernel passthrough (reads straight from the cache file).
     pub passthrough_opens: u64,
     /// Of the opens for writing, those served by kernel passthrough (writes straight into the
-    /// cache file; not in `written_bytes`).
+    /// cache file; in `written_bytes` by what the file grew).
     #[serde(default)]
     pub passthrough_write_opens: u64,
     /// The eviction policy's name.

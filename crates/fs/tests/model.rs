@@ -19,8 +19,8 @@ use proptest::test_runner::{Config, RngSeed, TestRunner};
 const NAMES: [&str; 6] = ["a", "b", "c", "d/e", "d/f", "g"];
 const EXTENT: u64 = 4096;
 
-/// Opens for writing in passthrough the core granted, over all cases of a run: the path must
-/// be taken, not only offered.
+/// Opens for writing in passthrough the core granted, over all cases of the runs in this
+/// process (the two tests share it): the path must be taken, not only offered.
 static PT_OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[derive(Debug, Clone)]

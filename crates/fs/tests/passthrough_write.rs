@@ -70,6 +70,11 @@ fn a_passthrough_writer_s_file_is_dirty_as_a_whole_and_not_cleaned_while_open() 
     fs.end_passthrough_write(&h).expect("close");
     fs.release(h);
     fs.check_invariants().expect("bookkeeping after the close");
+    assert_eq!(
+        fs.stats().written_bytes,
+        first.len() as u64,
+        "what the file grew (the rewrite inside it is not seen)"
+    );
     fs.shutdown(false, &mut |_| {}).expect("unmount");
     let mut want = first;
     want[EXTENT as usize..2 * EXTENT as usize].copy_from_slice(&second);

@@ -19,8 +19,8 @@
 //!   file grew is charged to the write window, and what lies past `--max-file-size`, or past
 //!   where the window ran out, is cut off the cache file, and the next `fsync` or `close` returns
 //!   EFBIG or EDQUOT (the cut bytes are in neither the cache nor the backing directory, as
-//!   under the kernel's write cache). Rewrites inside the file are not charged: the daemon
-//!   does not see them. A file at the limit, with less than an extent of room left in the
+//!   under the kernel's write cache). Rewrites inside the file are not charged, nor counted in
+//!   `written_bytes`: the daemon does not see them. A file at the limit, with less than an extent of room left in the
 //!   window, or with set-ID bits is opened through the daemon as before, where the write that
 //!   crosses a limit fails.
 
@@ -68,10 +68,15 @@ impl Inner {
                     (over, kept)
                 })
             };
+            // What the file grew is what the daemon can count of the kernel's writes.
             match charged {
-                Ok(()) => d.pt_charged = m.len(),
+                Ok(()) => {
+                    d.pt_charged = m.len();
+                    Counters::add(&self.counters.written_bytes, grew);
+                }
                 Err((over, kept)) => {
                     d.pt_charged += kept;
+                    Counters::add(&self.counters.written_bytes, kept);
                     f.set_len(d.pt_charged)?;
                     m = f.metadata()?;
                     Counters::add(&self.counters.edquot, 1);
