@@ -59,7 +59,11 @@
 //! `write()` of a root mount was a synchronous round trip and two more copies (the kernel's
 //! write-back cache, which would batch them, cannot be had beside passthrough), and 1 MiB
 //! writes + fsync ran at 0.72-0.74 of direct (`fs-fio-32b` in docs/benchmarks.md); by
-//! passthrough they run at FSPT_RESULT (`fs-fio-32c`). The daemon does not see those writes, so
+//! passthrough at 1.13 (0.90-1.25 over 5 interleaved pairs; 0.85, 0.66-1.40, in a run of 10
+//! on a machine other jobs loaded: `fs-fio-32c`). What is left per `write()`: the kernel asks
+//! for the file's `security.capability` (GETXATTR) before each, as the write cache's
+//! `FUSE_HANDLE_KILLPRIV_V2` avoids; not taken here, since the daemon could then not drop the
+//! capability of a file the kernel writes. The daemon does not see those writes, so
 //! the core holds such a file dirty as a whole, journaled before the open is answered, until
 //! its last writer closes, and takes its size and time from the cache file whenever it answers
 //! for it (`getattr`, `fsync`, `flush`, `release`; the kernel itself keeps the size its writes
