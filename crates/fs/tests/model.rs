@@ -322,9 +322,20 @@ impl World {
                     self.fs().fsync(&h).expect("fsync");
                 }
                 // Passthrough writers stay open through the crash: what they wrote and fsync'ed
-                // must come back from the whole cache file.
-                for (h, _) in self.pt.values() {
-                    self.fs().fsync(h).expect("fsync of a passthrough writer");
+                // must come back from the whole cache file, a write the daemon has not looked
+                // at before the fsync included (an append by "the kernel" just before it).
+                for (id, (h, cache)) in &self.pt {
+                    let m = self.files.get_mut(id).expect("model");
+                    let tail: Vec<u8> = (0..100u8).map(|i| i.wrapping_add(m.len() as u8)).collect();
+                    cache
+                        .write_all_at(&tail, m.len() as u64)
+                        .expect("kernel write");
+                    m.extend_from_slice(&tail);
+                    self.fs
+                        .as_ref()
+                        .expect("mounted")
+                        .fsync(h)
+                        .expect("fsync of a passthrough writer");
                 }
                 self.pt.clear();
                 self.open.clear();
