@@ -114,13 +114,19 @@ fn a_crash_with_a_passthrough_writer_open_writes_the_whole_cache_file_back() {
         old,
         "nothing written back before the crash"
     );
+    // Past --max-file-size, never acknowledged (not fsync'ed): not written back.
+    let max = fs.config().max_file_size;
+    file.write_all_at(b"beyond", max).expect("kernel write");
     fs.crash();
     let (fs, rec) = FsCache::new(config(b.path(), c.path()), Arc::new(SystemClock)).expect("mount");
     assert_eq!(rec.files, 1, "{rec:?}");
     let mut want = old;
     want.truncate(2 * EXTENT as usize + 5);
     want.extend_from_slice(&new);
-    assert_eq!(std::fs::read(b.path().join("f")).expect("backing"), want);
+    let got = std::fs::read(b.path().join("f")).expect("backing");
+    assert_eq!(got.len() as u64, max, "cut at the limit");
+    assert_eq!(&got[..want.len()], &want[..]);
+    assert!(got[want.len()..].iter().all(|&x| x == 0));
     fs.shutdown(false, &mut |_| {}).expect("unmount");
 }
 

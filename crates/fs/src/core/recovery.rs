@@ -76,7 +76,13 @@ pub(super) fn recover(
         // Open for writing in kernel passthrough when the mount stopped: the kernel wrote the
         // cache file without the daemon, so all of it, at its own length, is the file.
         let (size, extents): (u64, Vec<u64>) = if p.whole {
-            let size = src.metadata().map_err(at(&src_path))?.len();
+            // What the kernel wrote past `--max-file-size` was never acknowledged: every fsync
+            // cut it off first.
+            let size = src
+                .metadata()
+                .map_err(at(&src_path))?
+                .len()
+                .min(cfg.max_file_size);
             (size, (0..size.div_ceil(ext.max(1))).collect())
         } else {
             (p.size, p.extents.iter().copied().collect())
