@@ -132,7 +132,7 @@ pub enum SettleError {
         /// The newest version this node acted on (its record).
         acted: u64,
     },
-    /// Keys of a slot were still left to drop after [`HOLDS_PER_SLOT`] holds of the locks.
+    /// Keys of a slot were still left to drop after 1,000,000 holds of the locks (`HOLDS_PER_SLOT`).
     #[error(
         "slot {slot}: keys still left to drop after {holds} holds of the locks ({dropped} dropped); left for the next pass"
     )]
