@@ -251,6 +251,11 @@ pub async fn move_slots_until(
     if source.id == to {
         return Ok(report);
     }
+    // Before the map is touched: a node behind the store's map refuses the move anyway, but
+    // the mark below would raise the version of a store that lost its state, and once a few
+    // refused moves had raised it to what the nodes recorded, they would act on that fresh map
+    // and drop their keys of the slots it gives others.
+    refuse_if_behind(dialer, &state.members, state.map.version()).await?;
     // 1. Migrating (or already, from a move that stopped half way).
     let version = change_map(coord, |map| {
         let (mut map, t) = map.with_node(&target);
@@ -389,14 +394,7 @@ async fn wait_for_version(
             Some(crate::Serving {
                 behind: Some(acted),
                 ..
-            }) => {
-                return Err(node(
-                    addr,
-                    format!(
-                        "MAPBEHIND the node has acted on slot map version {acted}, newer than the coordination store's (this move's is {version}): did the store lose its state? The node takes part in no move until the store's state is back (see docs/cluster.md, \"How do I recover from a lost coordination store?\")"
-                    ),
-                ));
-            }
+            }) => return Err(behind(addr, acted, version)),
             _ => {}
         }
         if Instant::now() >= deadline {
@@ -408,6 +406,46 @@ async fn wait_for_version(
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
+}
+
+/// [`MoveError`] for node `addr`, which acted on map version `acted`, newer than the store's
+/// `version`.
+fn behind(addr: SocketAddr, acted: u64, version: u64) -> MoveError {
+    node(
+        addr,
+        format!(
+            "MAPBEHIND the node has acted on slot map version {acted}, newer than the coordination store's ({version}): did the store lose its state? The node takes part in no move until the store's state is back (see docs/cluster.md, \"How do I recover from a lost coordination store?\")"
+        ),
+    )
+}
+
+/// Refuses with `MAPBEHIND` if one of `members` says it acted on a map newer than the store's
+/// (`version`). Every live node is asked, not only the move's two: a move between two nodes
+/// that recorded nothing (new ones) raises the version as much. A node that does not answer
+/// within [`crate::serving`]'s bound is not counted (the move waits for its own two later).
+async fn refuse_if_behind(
+    dialer: &Dialer,
+    members: &[crate::map::Member],
+    version: u64,
+) -> Result<(), MoveError> {
+    let mut asks = tokio::task::JoinSet::new();
+    for m in members {
+        let (dialer, addr) = (dialer.clone(), m.addr);
+        asks.spawn(async move { (addr, crate::serving(&dialer, addr).await) });
+    }
+    while let Some(asked) = asks.join_next().await {
+        if let Ok((
+            addr,
+            Some(crate::Serving {
+                behind: Some(acted),
+                ..
+            }),
+        )) = asked
+        {
+            return Err(behind(addr, acted, version));
+        }
+    }
+    Ok(())
 }
 
 /// What one `PLIANT.MIGRATE` call did at the source.

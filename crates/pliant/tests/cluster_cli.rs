@@ -2146,6 +2146,74 @@ fn a_cluster_that_lost_its_map_file_keeps_the_keys_of_slots_the_fresh_map_gives_
         !strays.is_empty(),
         "the fresh map gives some slot away from its keys"
     );
+    // Moves refused while the nodes are behind leave the store's map as it was. Each marked its
+    // slots migrating before it was refused, so a few of them (one per version the nodes
+    // recorded past the fresh map's) brought the fresh map to that version, which the nodes
+    // then acted on: every key of the slots it gives away was dropped.
+    let version = |a: &str| {
+        view(a)["state"]["map"]["version"]
+            .as_u64()
+            .expect("version")
+    };
+    let before = version(&addrs[0]);
+    let acted = addrs
+        .iter()
+        .map(|a| {
+            info(a)
+                .lines()
+                .find_map(|l| l.strip_prefix("pliant_map_newest_acted:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .expect("pliant_map_newest_acted")
+        })
+        .max()
+        .expect("nodes");
+    assert!(
+        before < acted && acted - before < 32,
+        "the fresh map's version {before}, the nodes' record {acted}"
+    );
+    let ids: Vec<String> = addrs
+        .iter()
+        .map(|a| view(a)["me"].as_str().expect("id").to_string())
+        .collect();
+    let mut tried: std::collections::HashSet<u64> = slots.iter().copied().collect();
+    let mut refused = 0;
+    for i in 0..256 {
+        if refused > acted - before {
+            break;
+        }
+        let key = format!("climb{i}");
+        let s: u64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query(&mut client(&addrs[0]))
+            .expect("slot");
+        if !tried.insert(s) {
+            continue;
+        }
+        // To the node the fresh map does not give it to.
+        let to = match redis::cmd("GET")
+            .arg(&key)
+            .query::<Option<String>>(&mut client(&addrs[0]))
+        {
+            Ok(_) => &ids[1],
+            Err(_) => &ids[0],
+        };
+        let out = pliant(&[
+            "cluster",
+            "move",
+            &addrs[0],
+            "--slot",
+            &s.to_string(),
+            "--to",
+            to,
+        ]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "slot {s} moved on a fresh map");
+        assert!(said.contains("MAPBEHIND"), "slot {s}: {said}");
+        refused += 1;
+    }
+    assert_eq!(refused, acted - before + 1, "moves tried");
+    assert_eq!(version(&addrs[0]), before, "refused moves changed the map");
     // The settling task has had its pass at start, and more (each within milliseconds).
     let began = Instant::now();
     while began.elapsed() < Duration::from_secs(2) {
@@ -2175,6 +2243,10 @@ fn a_cluster_that_lost_its_map_file_keeps_the_keys_of_slots_the_fresh_map_gives_
         !out.status.success() && said.contains("MAPBEHIND"),
         "a move on the fresh map: {said}"
     );
+    assert_eq!(version(holder), before, "a refused move changed the map");
+    for a in &addrs {
+        assert!(info(a).contains("pliant_map_behind:1"), "{a}: {}", info(a));
+    }
     fresh.stop();
 
     // The operator puts the saved map back: every key is served again, as written.
