@@ -9,7 +9,8 @@
 //! (the payload goes out, then back once it is all in: each way took about half). The other
 //! node is one the cluster names (the slot map or a live member): a client cannot make a node
 //! dial an address it gives. A probe holds its payload here and at the other node, so it is
-//! bounded ([`MAX_BYTES`]) and one runs at a time on a node (the next waits).
+//! bounded ([`MAX_BYTES`]) and one runs at a time on a node (the next waits), each within
+//! [`PROBE_TIME`], its wait included.
 
 use std::time::Instant;
 
@@ -31,6 +32,12 @@ pub const MIN_BYTES: u64 = 64 << 10;
 
 /// One probe at a time on this node: payloads of concurrent probes would add up in memory.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The longest a probe takes, its wait for its turn included: [`ROUNDS`] + 1 echoes of
+/// [`MAX_BYTES`] are 128 MiB on the wire, 1 s at 1 Gbit/s. Without it a node that stops
+/// answering held the turn through the dial's and each echo's own timeouts (up to 2.5 min),
+/// and every probe behind it waited as long again, without end.
+pub const PROBE_TIME: Duration = Duration::from_secs(15);
 
 /// Why a probe gave no figure.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +92,29 @@ async fn probe(node: &Node, args: &[Bytes]) -> Result<u64, ProbeError> {
             .map(|m| m.addr)
             .ok_or_else(|| refused(format!("node {id} is not in this cluster")))?
     };
-    let _turn = TURN.lock().await;
+    let timed = async {
+        let _turn = TURN.lock().await;
+        measure(cluster, addr, bytes).await
+    };
+    tokio::time::timeout(PROBE_TIME, timed)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ProbeError::Node {
+                addr,
+                why: format!(
+                    "no figure within {} s (a probe waits for the one before it to end)",
+                    PROBE_TIME.as_secs()
+                ),
+            })
+        })
+}
+
+/// Times [`ROUNDS`] echoes of `bytes` to `addr`, after one untimed: bytes per second one way.
+async fn measure(
+    cluster: &crate::cluster::Cluster,
+    addr: std::net::SocketAddr,
+    bytes: u64,
+) -> Result<u64, ProbeError> {
     let fail = |why: String| ProbeError::Node { addr, why };
     let mut conn = cluster.dial(addr).await.map_err(|e| fail(e.reason()))?;
     let payload = Bytes::from(vec![b'x'; bytes as usize]);
@@ -103,4 +132,103 @@ async fn probe(node: &Node, args: &[Bytes]) -> Result<u64, ProbeError> {
     }
     rates.sort_by(f64::total_cmp);
     Ok(rates[rates.len() / 2] as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pliant_cluster::{Embedded, Member, Membership, SlotMap};
+    use std::sync::Arc;
+    use tokio::io::AsyncReadExt;
+
+    fn member(i: u8, addr: std::net::SocketAddr) -> Member {
+        Member {
+            id: format!("{i:040x}"),
+            addr,
+        }
+    }
+
+    /// A node of the cluster on a loopback port chosen now that reads what it is sent and
+    /// never answers (a node that hangs).
+    async fn hung() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut chunk = vec![0u8; 1 << 16];
+                    while matches!(s.read(&mut chunk).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        addr
+    }
+
+    /// A cluster node whose map names a second node at `other`: that node's id.
+    async fn node_with(other: std::net::SocketAddr) -> (Arc<Node>, String) {
+        let coord: Arc<Embedded> = Arc::new(Embedded::new());
+        let me = member(1, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
+        let them = member(2, other);
+        let map = SlotMap::even(0, std::slice::from_ref(&me))
+            .with_node(&them)
+            .0;
+        assert!(coord.update_now(0, map).expect("update"));
+        let m = Membership::join(
+            me,
+            "embedded".into(),
+            coord,
+            pliant_proto::Dialer::default(),
+            tokio::sync::watch::channel(false).1,
+        )
+        .await
+        .expect("join");
+        let ks = crate::keyspace::Keyspace::new("lru", pliant_cache::Capacity::Keys(100), None)
+            .expect("keyspace");
+        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
+        node.set_cluster(crate::cluster::Cluster::new(m));
+        (node, them.id)
+    }
+
+    /// Regression: a probe to a node that stops answering held the one turn through the
+    /// echo's 30 s timeout, and a second probe waited for it before its own 30 s: a minute.
+    /// Each answers within [`PROBE_TIME`], the second's wait for the turn included.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn probes_to_a_node_that_hangs_each_answer_within_their_bound() {
+        let (node, id) = node_with(hung().await).await;
+        let args: Vec<Bytes> = ["PLIANT.NETPROBE", id.as_str(), "65536"]
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        let began = Instant::now();
+        let one = {
+            let (node, args) = (node.clone(), args.clone());
+            tokio::spawn(async move {
+                let reply = stream(&node, &mut Session::default(), &args, 0).await;
+                (reply, began.elapsed())
+            })
+        };
+        // The second asks while the first holds the turn.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let two = {
+            let (node, args) = (node.clone(), args.clone());
+            tokio::spawn(async move {
+                let asked = Instant::now();
+                let reply = stream(&node, &mut Session::default(), &args, 0).await;
+                (reply, asked.elapsed())
+            })
+        };
+        for probe in [one, two] {
+            let (reply, took) = probe.await.expect("probe");
+            match reply {
+                Frame::Error(e) => assert!(e.contains("no figure within"), "{e}"),
+                other => panic!("a figure from a node that never answers: {other:?}"),
+            }
+            assert!(
+                took >= PROBE_TIME && took < PROBE_TIME + Duration::from_secs(3),
+                "{took:?}"
+            );
+        }
+    }
 }
