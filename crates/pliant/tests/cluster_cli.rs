@@ -663,9 +663,10 @@ fn commission_and_decommission_under_a_writer_keep_every_acknowledged_write() {
         "{added}"
     );
     let links = added["links"].as_array().expect("links");
-    assert!(!links.is_empty(), "{added}");
+    // Into the new node, and, as the plan may even the old nodes out too, between them.
+    assert!(links.iter().any(|l| l["to"] == new_id.as_str()), "{added}");
     for l in links {
-        assert_eq!(l["to"], new_id.as_str(), "{added}");
+        assert_ne!(l["from"], l["to"], "{added}");
         assert!(l["bytes_per_s"].as_f64() > Some(0.0), "{added}");
         assert!(l["planned_bytes"].as_f64() > Some(0.0), "{added}");
     }
