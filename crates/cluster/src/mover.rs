@@ -423,7 +423,7 @@ fn behind(addr: SocketAddr, acted: u64, version: u64) -> MoveError {
 /// (`version`). Every live node is asked, not only the move's two: a move between two nodes
 /// that recorded nothing (new ones) raises the version as much. A node that does not answer
 /// within [`crate::serving`]'s bound is not counted (the move waits for its own two later).
-async fn refuse_if_behind(
+pub(crate) async fn refuse_if_behind(
     dialer: &Dialer,
     members: &[crate::map::Member],
     version: u64,

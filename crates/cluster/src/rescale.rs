@@ -224,6 +224,12 @@ async fn run(
 ) -> Result<Report, RescaleError> {
     let dialer = &opts.dialer;
     let mut state = remote.state().await.map_err(MoveError::from)?;
+    // A forced decommission and a node's removal write the map without a move, so without
+    // asking the nodes: on a store that lost its state they raised its fresh map towards the
+    // version the nodes recorded, past which they act on it (see `refuse_if_behind`).
+    if !opts.dry_run {
+        crate::mover::refuse_if_behind(dialer, &state.members, state.map.version()).await?;
+    }
     let mut lost = Vec::new();
     if let (Change::Decommission(ids), true, false) = (change, opts.force, opts.dry_run) {
         lost = force_out(remote.as_ref(), &state, ids).await?;

@@ -2264,6 +2264,85 @@ fn a_cluster_that_lost_its_map_file_keeps_the_keys_of_slots_the_fresh_map_gives_
     again.stop();
 }
 
+/// Regression (data loss): a forced decommission on a store that lost its state wrote the
+/// fresh map twice (the dead node's slots to the live one, then the node out of the map)
+/// without asking the nodes, raising it to the version they had recorded, past which they act
+/// on it. It is refused with `MAPBEHIND` before the map is touched.
+#[test]
+fn a_forced_decommission_on_a_lost_map_file_is_refused_before_it_changes_the_map() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let TwoNodes {
+        cluster,
+        keys,
+        owner,
+        target,
+        target_id,
+        slot,
+        ..
+    } = TwoNodes::start(dir.path(), "forced", 3);
+    let _ = finish_move(&owner, &target, &target_id, slot, &keys[0]);
+    cluster.stop();
+    std::fs::remove_file(dir.path().join("cluster.json")).expect("lose the map");
+    let fresh = LocalCluster::start(dir.path(), &["--nodes", "2", "--base-port", "0"]);
+    // pids are in the supervisor's order (node-<i>.id), nodes in the map's.
+    let dead_id = std::fs::read_to_string(dir.path().join("node-1.id"))
+        .expect("node-1.id")
+        .trim()
+        .to_string();
+    let staying = fresh
+        .addrs()
+        .into_iter()
+        .find(|a| view(a)["me"] != dead_id.as_str())
+        .expect("a node that stays");
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut client(&staying))
+        .expect("CLUSTER INFO");
+    assert!(info.contains("pliant_map_behind:1"), "{info}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(fresh.pids()[1]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    let began = Instant::now();
+    while view(&staying)["state"]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .any(|m| m["id"] == dead_id.as_str())
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the lease did not lapse"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let version = || view(&staying)["state"]["map"]["version"].clone();
+    let before = version();
+    let out = pliant(&[
+        "scale",
+        "decommission",
+        "--cluster",
+        &staying,
+        "--remove",
+        &dead_id,
+        "--force",
+        "--window",
+        "200ms",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("MAPBEHIND"),
+        "a forced decommission on a fresh map: {said}"
+    );
+    assert_eq!(
+        version(),
+        before,
+        "the refused decommission changed the map"
+    );
+    fresh.stop();
+}
+
 /// What a client can send as `PLIANT.RESTORE` at a move's target: `MAPVERSION` must be an
 /// integer of 0 to 2^63 - 1 (else nothing is written); one checked before the slot's move here
 /// began is refused (`-MOVEOVER`), as is any batch with a key of a slot not moving here; the
