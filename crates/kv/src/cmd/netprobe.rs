@@ -12,7 +12,7 @@
 //! bounded ([`MAX_BYTES`]) and one runs at a time on a node (the next waits), each within
 //! [`PROBE_TIME`], its wait included.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pliant_proto::frame::Frame;
