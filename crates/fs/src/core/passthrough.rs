@@ -219,21 +219,7 @@ impl Inner {
             };
             let dirty = d.dirty_extents();
             self.cache_file_arc(entry.id, &mut d)?.sync_data()?;
-            let mut j = lock(&self.journal);
-            j.append(&Record::Dirty {
-                id: entry.id,
-                path: journal::path_bytes(&path),
-                size: d.size,
-                extents: dirty.clone(),
-            })?;
-            j.sync()?;
-            drop(j);
-            for i in dirty {
-                if let Some(x) = d.extents.get_mut(&i) {
-                    x.journaled = true;
-                }
-            }
-            Ok(())
+            self.journal_dirty(entry.id, &mut d, &path, dirty)
         });
         d.pt_writers = 0;
         if journaled.is_ok() {

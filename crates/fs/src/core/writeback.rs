@@ -46,10 +46,25 @@ impl Inner {
             // The cache file's name must survive a crash too.
             File::open(&self.data_dir)?.sync_all()?;
         }
+        self.journal_dirty(entry.id, &mut d, &path, dirty)?;
+        d.journaled = true;
+        Ok(())
+    }
+
+    /// A synced `Dirty` record of file `id` (at `path`) naming `dirty` of its extents, which
+    /// then count as journaled: what a crash then writes back. The caller synced the cache
+    /// file first (the record must not name bytes a crash could lose).
+    pub(super) fn journal_dirty(
+        &self,
+        id: u64,
+        d: &mut FileData,
+        path: &Path,
+        dirty: Vec<u64>,
+    ) -> io::Result<()> {
         let mut j = lock(&self.journal);
         j.append(&Record::Dirty {
-            id: entry.id,
-            path: journal::path_bytes(&path),
+            id,
+            path: journal::path_bytes(path),
             size: d.size,
             extents: dirty.clone(),
         })?;
@@ -60,7 +75,6 @@ impl Inner {
                 x.journaled = true;
             }
         }
-        d.journaled = true;
         Ok(())
     }
 
