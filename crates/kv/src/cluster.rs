@@ -1238,6 +1238,14 @@ mod tests {
         Arc::new(Node::new(ks, &crate::config::Config::default()))
     }
 
+    /// Waits until `c` has heard the map of version `v` or a later one.
+    async fn hears(c: &Cluster, v: u64) {
+        let mut rx = c.membership().watch();
+        while rx.borrow_and_update().map.version() < v {
+            rx.changed().await.expect("watch");
+        }
+    }
+
     fn member(i: u8) -> Member {
         Member {
             id: format!("{i:040x}"),
@@ -1274,10 +1282,7 @@ mod tests {
             .expect("a migration");
         assert!(coord.update_now(0, map).expect("update"));
         for c in [&one, &two] {
-            let mut rx = c.membership().watch();
-            while rx.borrow_and_update().map.version() < 1 {
-                rx.changed().await.expect("watch");
-            }
+            hears(c, 1).await;
         }
         (one, two, slot)
     }
@@ -1341,12 +1346,10 @@ mod tests {
         let one = join(member(1), coord.clone(), stop.clone()).await;
         let two = join(member(2), coord.clone(), stop).await;
         let slot = key_slot(b"{a}");
+        let heard_by = &two;
         let seen = |v: u64| {
-            let mut rx = two.membership().watch();
             async move {
-                while rx.borrow_and_update().map.version() < v {
-                    rx.changed().await.expect("watch");
-                }
+                hears(heard_by, v).await;
                 // The forgetting task hears each map as this does.
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
@@ -1469,14 +1472,7 @@ mod tests {
         let (base, _) = SlotMap::even(0, &[member(1)]).with_node(&member(2));
         let base = base.with_owner(mine, 1);
         let moving = base.clone().with_migration(slot, 1).expect("a migration");
-        let seen = |v: u64| {
-            let mut rx = two.membership().watch();
-            async move {
-                while rx.borrow_and_update().map.version() < v {
-                    rx.changed().await.expect("watch");
-                }
-            }
-        };
+        let seen = |v: u64| hears(two, v);
         let drop_strays = |max: usize| {
             let gate = two.gate_exclusive();
             let mut ks = node.keyspace();
@@ -1940,10 +1936,7 @@ mod tests {
             .with_migration(here, 1)
             .expect("a migration");
         assert!(coord.update_now(0, map).expect("update"));
-        let mut rx = two.membership().watch();
-        while rx.borrow_and_update().map.version() < 1 {
-            rx.changed().await.expect("watch");
-        }
+        hears(two, 1).await;
         match settle_once(&node).await {
             Err(SettleError::Slots { first, .. }) => {
                 assert!(matches!(*first, SettleError::Record { .. }), "{first}")
@@ -2047,10 +2040,7 @@ mod tests {
             .with_migration(moving, 1)
             .expect("a migration");
         assert!(coord.update_now(0, map).expect("update"));
-        let mut rx = two.membership().watch();
-        while rx.borrow_and_update().map.version() < 1 {
-            rx.changed().await.expect("watch");
-        }
+        hears(two, 1).await;
         assert_eq!(two.unsettled_imports(&two.state()), 1);
         let mut session = crate::cmd::Session {
             authenticated: true,
@@ -2118,10 +2108,7 @@ mod tests {
             .with_migration(moving, 1)
             .expect("a migration");
         assert!(coord.update_now(0, map).expect("update"));
-        let mut rx = two.membership().watch();
-        while rx.borrow_and_update().map.version() < 1 {
-            rx.changed().await.expect("watch");
-        }
+        hears(two, 1).await;
         while crate::node::now_ms() <= at + 10 {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
