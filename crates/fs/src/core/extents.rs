@@ -525,6 +525,23 @@ impl Inner {
         self.used.fetch_add(bytes, Relaxed);
     }
 
+    /// Marks extent `i` written: a new generation (a write-back under way copied older bytes)
+    /// and dirty, its bytes counted as such; `true` if it was clean. Nothing if it is absent.
+    pub(super) fn mark_dirty(&self, d: &mut FileData, i: u64) -> bool {
+        let Some(x) = d.extents.get_mut(&i) else {
+            return false;
+        };
+        x.generation += 1;
+        if x.dirty {
+            return false;
+        }
+        x.dirty = true;
+        let b = x.bytes;
+        d.dirty_bytes += b;
+        self.dirty.fetch_add(b, Relaxed);
+        true
+    }
+
     /// Recomputes the bytes of the extents around a size change.
     pub(super) fn resize_extents(&self, d: &mut FileData, old: u64, new: u64) {
         let ext = self.cfg.extent;
@@ -691,15 +708,7 @@ impl Inner {
         d.mtime = self.clock.now();
         let mut newly_dirty = Vec::new();
         for i in range.clone() {
-            let Some(x) = d.extents.get_mut(&i) else {
-                continue;
-            };
-            x.generation += 1;
-            if !x.dirty {
-                x.dirty = true;
-                let b = x.bytes;
-                d.dirty_bytes += b;
-                self.dirty.fetch_add(b, Relaxed);
+            if self.mark_dirty(&mut d, i) {
                 newly_dirty.push(i);
             }
         }

@@ -28,7 +28,6 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Attr, FileData, FileEntry, Inner, errno, lock};
 use crate::journal::{self, Record};
@@ -106,17 +105,8 @@ impl Inner {
             if !d.extents.contains_key(&i) {
                 self.insert_extent(d, i);
             }
-            let Some(x) = d.extents.get_mut(&i) else {
-                continue;
-            };
             // Whatever write-back is under way copied what may be older than the kernel's.
-            x.generation += 1;
-            if !x.dirty {
-                x.dirty = true;
-                let b = x.bytes;
-                d.dirty_bytes += b;
-                self.dirty.fetch_add(b, Relaxed);
-            }
+            self.mark_dirty(d, i);
         }
         Ok(())
     }
