@@ -962,6 +962,26 @@ impl Keyspace {
         }
     }
 
+    /// Whether `key` holds `data` with expiry `expires_at` (unix ms; 0: none) and is live at
+    /// `now`: what [`peek`](Self::peek) would answer compared, without copying the value out of
+    /// memory (a slot move's source asks it of every key it sent, to delete what is unchanged).
+    pub fn holds_unchanged(
+        &mut self,
+        key: &[u8],
+        data: &[u8],
+        expires_at: u64,
+        now: u64,
+    ) -> Result<bool, KvError> {
+        if let Some(slot) = self.slot(self.id_of(key), key) {
+            return Ok(slot.live(now)
+                && slot.bytes() == data
+                && slot.expires_at().unwrap_or(0) == expires_at);
+        }
+        Ok(self
+            .peek(key, now)?
+            .is_some_and(|v| v.data == data && v.expires_at.unwrap_or(0) == expires_at))
+    }
+
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
     pub fn set(&mut self, key: Bytes, v: Value) -> Result<(), KvError> {
         self.refused()?;
@@ -2101,6 +2121,53 @@ mod tests {
         assert_eq!(k.get(b"a", 0).expect("get"), Some(Bytes::from_static(&[0])));
         assert_eq!(k.stats().hits, 1);
         assert_eq!(k.len().expect("len"), 5);
+    }
+
+    /// What a slot move's source deletes once the target has a batch: a key is unchanged only
+    /// with the same data, the same expiry and still live, whether memory or the store holds it
+    /// (compared in place in memory, read back from the store otherwise).
+    #[test]
+    fn a_key_is_unchanged_only_with_its_data_and_expiry_in_memory_or_the_store() {
+        let mut k = ks("2keys", true);
+        let with = |data: &'static [u8], expires_at| Value {
+            data: Bytes::from_static(data),
+            expires_at,
+        };
+        k.set(Bytes::from_static(b"plain"), with(b"v1", None))
+            .expect("set");
+        k.set(Bytes::from_static(b"timed"), with(b"v2", Some(1_000)))
+            .expect("set");
+        for now in [0, 999] {
+            assert!(k.holds_unchanged(b"plain", b"v1", 0, now).expect("compare"));
+            assert!(
+                k.holds_unchanged(b"timed", b"v2", 1_000, now)
+                    .expect("compare")
+            );
+        }
+        assert!(!k.holds_unchanged(b"plain", b"v2", 0, 0).expect("compare"));
+        assert!(!k.holds_unchanged(b"plain", b"v1", 5, 0).expect("compare"));
+        assert!(!k.holds_unchanged(b"timed", b"v2", 0, 0).expect("compare"));
+        assert!(
+            !k.holds_unchanged(b"timed", b"v2", 1_000, 1_000)
+                .expect("expired")
+        );
+        assert!(!k.holds_unchanged(b"absent", b"", 0, 0).expect("compare"));
+        // Three more keys push both out of memory: the store answers the same.
+        for i in 0..3u8 {
+            k.set(Bytes::from(vec![b'a' + i]), Value::new(vec![i]))
+                .expect("set");
+        }
+        assert!(k.slot(k.id_of(b"plain"), b"plain").is_none(), "evicted");
+        assert!(k.holds_unchanged(b"plain", b"v1", 0, 0).expect("compare"));
+        assert!(!k.holds_unchanged(b"plain", b"v", 0, 0).expect("compare"));
+        assert!(
+            k.holds_unchanged(b"timed", b"v2", 1_000, 0)
+                .expect("compare")
+        );
+        assert!(
+            !k.holds_unchanged(b"timed", b"v2", 1_000, 2_000)
+                .expect("expired")
+        );
     }
 
     #[test]

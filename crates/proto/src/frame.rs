@@ -466,7 +466,7 @@ fn parse_i64(s: &[u8]) -> Option<i64> {
     }
 }
 
-fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn push_u64(out: &mut Vec<u8>, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -551,7 +551,7 @@ fn format_double(d: f64) -> String {
 
 // ---- Writing ----
 
-fn write_header(out: &mut Vec<u8>, ty: u8, n: usize) {
+pub(crate) fn write_header(out: &mut Vec<u8>, ty: u8, n: usize) {
     out.push(ty);
     push_u64(out, n as u64);
     out.extend_from_slice(b"\r\n");

@@ -31,11 +31,17 @@ pub use client::{AsyncClient, Client, ClientError, Dialer};
 pub use frame::{Frame, FrameError, Limits, Protocol};
 
 /// Appends a command to `out` as RESP: an array of bulk strings, the form every server reads.
+/// Allocates at most once (the room for the whole command, reserved first): a slot move's batch
+/// is a command of thousands of arguments, and a string per length was a fifth of its
+/// allocations.
 pub fn encode(args: &[impl AsRef<[u8]>], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    // A header is a type byte, at most 20 digits and CRLF.
+    let room = args.iter().map(|a| a.as_ref().len() + 25).sum::<usize>() + 23;
+    out.reserve(room);
+    frame::write_header(out, b'*', args.len());
     for a in args {
         let a = a.as_ref();
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        frame::write_header(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }

@@ -509,10 +509,7 @@ pub(super) fn delete_unchanged(
         let _gate = node.cluster().map(|c| c.gate_exclusive());
         let mut ks = node.keyspace();
         for (k, data, at) in copied {
-            let same = ks
-                .peek(k, now)?
-                .is_some_and(|v| v.data == *data && v.expires_at.unwrap_or(0) == *at);
-            if same {
+            if ks.holds_unchanged(k, data, *at, now)? {
                 n += u64::from(ks.delete(k, now)?);
                 deleted.push(k.clone());
             }
