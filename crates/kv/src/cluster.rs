@@ -32,6 +32,9 @@ pub struct Cluster {
     gate: std::sync::RwLock<()>,
     /// Keyed commands this node ran, by slot: the load a rescale and the balancer balance.
     slot_ops: Box<[std::sync::atomic::AtomicU64]>,
+    /// [`Cluster::total_ops`] when the last `PLIANT.MIGRATE` call here ended: whether clients
+    /// were served since, which paces the next call's first batch (`cmd/migrate.rs`).
+    ops_at_last_stream: std::sync::atomic::AtomicU64,
     /// Keys a slot move has copied out and not yet deleted here: a write to one would be lost
     /// (the target already has the copy, and a deletion here would leave the copy behind to
     /// come back when the slot switches), so writes to them answer `-TRYAGAIN` (Redis Cluster
@@ -418,6 +421,7 @@ impl Cluster {
             slot_ops: (0..SLOTS)
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
+            ops_at_last_stream: std::sync::atomic::AtomicU64::new(0),
             inflight: std::sync::Mutex::new(std::collections::HashSet::new()),
             balancer: std::sync::OnceLock::new(),
             streaming: tokio::sync::Mutex::new(()),
@@ -865,6 +869,19 @@ impl Cluster {
             .iter()
             .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
             .sum()
+    }
+
+    /// The keyed commands run here when the last slot move's stream out of here ended (0 if
+    /// none has), and, with `now`, when this one does.
+    pub fn ops_at_last_stream(&self) -> u64 {
+        self.ops_at_last_stream
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// See [`Cluster::ops_at_last_stream`].
+    pub fn stream_ended_at_ops(&self, ops: u64) {
+        self.ops_at_last_stream
+            .store(ops, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The balancer, if the node runs one.
