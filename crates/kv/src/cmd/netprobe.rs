@@ -10,7 +10,9 @@
 //! node is one the cluster names (the slot map or a live member): a client cannot make a node
 //! dial an address it gives. A probe holds its payload here and at the other node, so it is
 //! bounded ([`MAX_BYTES`]) and one runs at a time on a node (the next waits), each within
-//! [`PROBE_TIME`], its wait included.
+//! [`PROBE_TIME`], its wait included. What a node's probes send is bounded too
+//! ([`BUDGET_BYTES`] in [`BUDGET_WINDOW`]): a request of a few dozen bytes makes the node exchange
+//! up to 64 MiB each way with another, and a client repeating it would keep the links busy.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +40,33 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// answering held the turn through the dial's and each echo's own timeouts (up to 2.5 min),
 /// and every probe behind it waited as long again, without end.
 pub const PROBE_TIME: Duration = Duration::from_secs(15);
+
+/// Echo payload bytes this node's probes may send in one [`BUDGET_WINDOW`] (as much comes back).
+/// A rescale measures each link its moves use once, from the link's source: 4 echoes of 4 MiB,
+/// 16 MiB; so a node may take part in 64 rescales' probes a minute, and a client that repeats
+/// probes makes the node send at most this much a minute (twice it across a window's edge).
+pub const BUDGET_BYTES: u64 = 1 << 30;
+
+/// The window [`BUDGET_BYTES`] is counted over.
+pub const BUDGET_WINDOW: Duration = Duration::from_secs(60);
+
+/// The bytes this node's probes sent in the current window, and when the window began.
+static SPENT: std::sync::Mutex<Option<(Instant, u64)>> = std::sync::Mutex::new(None);
+
+/// Charges a probe of `cost` payload bytes at `now` to the budget of the window in `spent`
+/// (a new window once the last is [`BUDGET_WINDOW`] old): whether it may run, or how long until
+/// the window renews.
+fn charge(spent: &mut Option<(Instant, u64)>, now: Instant, cost: u64) -> Result<(), Duration> {
+    let (began, used) = spent.get_or_insert((now, 0));
+    let age = now.saturating_duration_since(*began);
+    if age >= BUDGET_WINDOW {
+        (*began, *used) = (now, 0);
+    } else if used.saturating_add(cost) > BUDGET_BYTES {
+        return Err(BUDGET_WINDOW - age);
+    }
+    *used += cost;
+    Ok(())
+}
 
 /// Why a probe gave no figure.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +121,23 @@ async fn probe(node: &Node, args: &[Bytes]) -> Result<u64, ProbeError> {
             .map(|m| m.addr)
             .ok_or_else(|| refused(format!("node {id} is not in this cluster")))?
     };
+    // Charged before the turn is waited for: a probe that then runs out of time counts anyway,
+    // as its echoes may have gone out.
+    let cost = bytes * (ROUNDS as u64 + 1);
+    {
+        // A panic elsewhere while it was held leaves a plain count behind: still the count.
+        let mut spent = SPENT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(wait) = charge(&mut spent, Instant::now(), cost) {
+            return Err(refused(format!(
+                "this node's probes sent their budget of {} MiB in the last {} s; try again in {} s",
+                BUDGET_BYTES >> 20,
+                BUDGET_WINDOW.as_secs(),
+                wait.as_secs().max(1)
+            )));
+        }
+    }
     let timed = async {
         let _turn = TURN.lock().await;
         measure(cluster, addr, bytes).await
@@ -230,5 +276,30 @@ mod tests {
                 "{took:?}"
             );
         }
+    }
+
+    /// A node's probes send at most the budget in a window: a probe that would pass it is
+    /// refused with the time until the window renews, and the next window starts afresh.
+    #[test]
+    fn probes_past_the_byte_budget_are_refused_until_the_window_renews() {
+        let t0 = Instant::now();
+        let probe = 4 * (4 << 20);
+        let mut spent = None;
+        for i in 0..BUDGET_BYTES / probe {
+            let at = t0 + Duration::from_millis(i * 100);
+            assert_eq!(charge(&mut spent, at, probe), Ok(()), "probe {i}");
+        }
+        let later = t0 + Duration::from_secs(20);
+        assert_eq!(
+            charge(&mut spent, later, probe),
+            Err(BUDGET_WINDOW - Duration::from_secs(20))
+        );
+        assert_eq!(
+            charge(&mut spent, later, 1),
+            Err(BUDGET_WINDOW - Duration::from_secs(20)),
+            "the budget is spent to the byte"
+        );
+        assert_eq!(charge(&mut spent, t0 + BUDGET_WINDOW, probe), Ok(()));
+        assert_eq!(spent.map(|(_, used)| used), Some(probe));
     }
 }
