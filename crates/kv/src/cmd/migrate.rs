@@ -419,6 +419,31 @@ mod tests {
         }
     }
 
+    /// The requests a test target reads from its connection, one at a time.
+    #[derive(Default)]
+    struct Requests {
+        buf: Vec<u8>,
+    }
+
+    impl Requests {
+        /// The next whole request, or `None` once the connection ends.
+        async fn next(&mut self, rd: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Frame> {
+            let mut chunk = vec![0u8; 1 << 16];
+            loop {
+                if let Ok((f, used)) =
+                    Frame::parse_request(&self.buf, &pliant_proto::Limits::default())
+                {
+                    self.buf.drain(..used);
+                    return Some(f);
+                }
+                match rd.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        }
+    }
+
     /// A move's target on a loopback port chosen now that answers the first `tryagain`
     /// `PLIANT.RESTORE`s it gets `-TRYAGAIN` (its slot is not settled yet), and the later ones
     /// `+OK`: the batches it received.
@@ -433,27 +458,17 @@ mod tests {
             let Ok((mut s, _)) = listener.accept().await else {
                 return;
             };
-            let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 1 << 16]);
-            loop {
-                match s.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-                while let Ok((f, used)) =
-                    Frame::parse_request(&buf, &pliant_proto::Limits::default())
-                {
-                    buf.drain(..used);
-                    let restore = matches!(&f, Frame::Array(a)
+            let mut requests = Requests::default();
+            while let Some(f) = requests.next(&mut s).await {
+                let restore = matches!(&f, Frame::Array(a)
                         if matches!(a.first(), Some(Frame::Bulk(b)) if b.as_ref() == b"PLIANT.RESTORE"));
-                    let reply: &[u8] = if restore && seen.fetch_add(1, Ordering::SeqCst) < tryagain
-                    {
-                        b"-TRYAGAIN PLIANT.RESTORE: slot still holds keys an earlier move of it left here, being dropped; try again\r\n"
-                    } else {
-                        b"+OK\r\n"
-                    };
-                    if s.write_all(reply).await.is_err() {
-                        return;
-                    }
+                let reply: &[u8] = if restore && seen.fetch_add(1, Ordering::SeqCst) < tryagain {
+                    b"-TRYAGAIN PLIANT.RESTORE: slot still holds keys an earlier move of it left here, being dropped; try again\r\n"
+                } else {
+                    b"+OK\r\n"
+                };
+                if s.write_all(reply).await.is_err() {
+                    return;
                 }
             }
         });
@@ -602,24 +617,15 @@ mod tests {
                     }
                 }
             });
-            let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 1 << 16]);
-            loop {
-                match rd.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            let mut requests = Requests::default();
+            while requests.next(&mut rd).await.is_some() {
+                if let Some((node, slot)) = client_of.as_ref().and_then(|c| c.get()) {
+                    node.cluster().expect("a cluster node").count_op(*slot);
                 }
-                while let Ok((_, used)) =
-                    Frame::parse_request(&buf, &pliant_proto::Limits::default())
-                {
-                    buf.drain(..used);
-                    if let Some((node, slot)) = client_of.as_ref().and_then(|c| c.get()) {
-                        node.cluster().expect("a cluster node").count_op(*slot);
-                    }
-                    let now = waiting.fetch_add(1, Ordering::SeqCst) + 1;
-                    seen.fetch_max(now, Ordering::SeqCst);
-                    if tx.send(()).is_err() {
-                        return;
-                    }
+                let now = waiting.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.fetch_max(now, Ordering::SeqCst);
+                if tx.send(()).is_err() {
+                    return;
                 }
             }
         });
