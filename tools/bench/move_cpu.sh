@@ -94,7 +94,9 @@ RUNS=$WORK/runs.jsonl
 : >"$RUNS"
 for ((r = 1; r <= ROUNDS; r++)); do
   for i in "${!BINS[@]}"; do
-    line=$(one "${BINS[$i]}" "$WORK/r$r-b$i")
+    # Not in a $(…) subshell: the supervisor's pid must reach the EXIT trap if a run fails.
+    one "${BINS[$i]}" "$WORK/r$r-b$i" >"$WORK/line"
+    line=$(<"$WORK/line")
     echo "$line" >>"$RUNS"
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); b,k,s,c,u=d["binary"],d["keys_moved"],d["seconds"],d["cpu_seconds"],d["cpu_us_per_key"]; print(f"round {sys.argv[2]}: {b}: {k:,} keys in {s:.3f} s, {c:.2f} CPU s, {u:.1f} µs a key")' "$line" "$r"
     rm -rf "$WORK/r$r-b$i"

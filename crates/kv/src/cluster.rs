@@ -32,8 +32,10 @@ pub struct Cluster {
     gate: std::sync::RwLock<()>,
     /// Keyed commands this node ran, by slot: the load a rescale and the balancer balance.
     slot_ops: Box<[std::sync::atomic::AtomicU64]>,
-    /// [`Cluster::total_ops`] when the last `PLIANT.MIGRATE` call here ended: whether clients
-    /// were served since, which paces the next call's first batch (`cmd/migrate.rs`).
+    /// [`Cluster::total_ops`] when the last batch of the last `PLIANT.MIGRATE` call here that
+    /// ended well was sent: whether clients were served since, which paces the next call's first
+    /// batch (`cmd/migrate.rs`). A call that failed leaves it older, so the next call's first
+    /// batch may be paced for nothing: one pause, no more.
     ops_at_last_stream: std::sync::atomic::AtomicU64,
     /// Keys a slot move has copied out and not yet deleted here: a write to one would be lost
     /// (the target already has the copy, and a deletion here would leave the copy behind to
@@ -871,8 +873,8 @@ impl Cluster {
             .sum()
     }
 
-    /// The keyed commands run here when the last slot move's stream out of here ended (0 if
-    /// none has), and, with `now`, when this one does.
+    /// The keyed commands run here when the last slot move's stream out of here sent its last
+    /// batch (0 if none has; see the field).
     pub fn ops_at_last_stream(&self) -> u64 {
         self.ops_at_last_stream
             .load(std::sync::atomic::Ordering::Relaxed)

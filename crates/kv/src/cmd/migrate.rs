@@ -69,10 +69,11 @@ const BATCH_KEYS: usize = 8192;
 const SCANS_PER_HOLD: usize = 4;
 
 /// A move shares the node with its clients. While keyed commands run here (the node's count of
-/// them moved since the last batch), a call waits for each batch's acknowledgement and then
-/// pauses for this share of the time the batch took (its keys read here, sent, written at the
-/// target and deleted here): 1 halves the move's pace under load; a node with no client to
-/// serve moves at full speed. Chosen on `tools/bench/rescale_scale.sh`'s loaded decommission
+/// them moved since the last batch was sent), a call waits for each batch's acknowledgement and
+/// then pauses for this share of the time the batch took (its keys read here, sent, written at
+/// the target and deleted here; at most [`CALL_TIME`]): 1 halves the move's pace under load; a
+/// node with no client to serve moves at full speed. A client's commands slow a move this way
+/// by a bounded factor only (no key is marked as being copied during a pause). Chosen on `tools/bench/rescale_scale.sh`'s loaded decommission
 /// (`cluster-scale-34d` in docs/benchmarks.md), the load's p99 during the move over its p99
 /// without: no pause 2.04 and 2.18 (issue 34's goal is 2 at most), 0.5: 1.74, 1: 1.80 and 1.83,
 /// 2: 1.52, the move taking 18.5, 28, 35-37 and 48 s.
@@ -320,12 +321,18 @@ async fn run(
             let _outside_exec = node.exec_shared();
             deleted += super::cluster::delete_unchanged(node, session, &acked, now)?;
         }
-        if done {
+        // A paced call has nothing in flight now: it ends once its time is up, as the waits for
+        // acknowledgements may have taken it (each up to 30 s), not after a pause as long again.
+        if done || (pace && started.elapsed() >= CALL_TIME) {
             cluster.stream_ended_at_ops(ops_seen);
             return Ok((after, deleted, bytes, copied));
         }
         if pace {
-            tokio::time::sleep(batch_began.elapsed().mul_f64(PAUSE_PER_WORK)).await;
+            // At most a call's time: a batch whose acknowledgement was slow in coming (a target
+            // retrying, a stalled link) does not hold this call, and the caller's progress and
+            // stop, for as long again.
+            let worked = batch_began.elapsed().mul_f64(PAUSE_PER_WORK);
+            tokio::time::sleep(worked.min(CALL_TIME)).await;
         }
     }
 }
@@ -600,36 +607,51 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let most = Arc::new(AtomicUsize::new(0));
         let seen = most.clone();
+        // Each call of the move dials afresh: every connection is served, one task each.
         tokio::spawn(async move {
-            let Ok((s, _)) = listener.accept().await else {
-                return;
-            };
-            let (mut rd, mut wr) = s.into_split();
-            let waiting = Arc::new(AtomicUsize::new(0));
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-            let w = waiting.clone();
-            tokio::spawn(async move {
-                while rx.recv().await.is_some() {
-                    tokio::time::sleep(delay).await;
-                    w.fetch_sub(1, Ordering::SeqCst);
-                    if wr.write_all(b"+OK\r\n").await.is_err() {
-                        return;
-                    }
-                }
-            });
-            let mut requests = Requests::default();
-            while requests.next(&mut rd).await.is_some() {
-                if let Some((node, slot)) = client_of.as_ref().and_then(|c| c.get()) {
-                    node.cluster().expect("a cluster node").count_op(*slot);
-                }
-                let now = waiting.fetch_add(1, Ordering::SeqCst) + 1;
-                seen.fetch_max(now, Ordering::SeqCst);
-                if tx.send(()).is_err() {
+            while let Ok((s, _)) = listener.accept().await {
+                tokio::spawn(acknowledge_slowly(
+                    s,
+                    delay,
+                    client_of.clone(),
+                    seen.clone(),
+                ));
+            }
+        });
+        (addr, most)
+    }
+
+    /// One connection of [`slow_target`]'s.
+    async fn acknowledge_slowly(
+        s: tokio::net::TcpStream,
+        delay: Duration,
+        client_of: Option<ClientOf>,
+        seen: Arc<AtomicUsize>,
+    ) {
+        let (mut rd, mut wr) = s.into_split();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let w = waiting.clone();
+        tokio::spawn(async move {
+            while rx.recv().await.is_some() {
+                tokio::time::sleep(delay).await;
+                w.fetch_sub(1, Ordering::SeqCst);
+                if wr.write_all(b"+OK\r\n").await.is_err() {
                     return;
                 }
             }
         });
-        (addr, most)
+        let mut requests = Requests::default();
+        while requests.next(&mut rd).await.is_some() {
+            if let Some((node, slot)) = client_of.as_ref().and_then(|c| c.get()) {
+                node.cluster().expect("a cluster node").count_op(*slot);
+            }
+            let now = waiting.fetch_add(1, Ordering::SeqCst) + 1;
+            seen.fetch_max(now, Ordering::SeqCst);
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
     }
 
     /// A move on a node with no client to serve keeps several batches on their way; while the
@@ -682,5 +704,34 @@ mod tests {
         let (copied, most) = run(true).await;
         assert_eq!(copied, 1024);
         assert_eq!(most, 1, "under clients: one batch on its way at a time");
+    }
+
+    /// Regression (audit): a paced call decided whether its time was up before it waited for its
+    /// batches' acknowledgements, then paused as long as they took, then sent another batch and
+    /// waited for it too: a target slow to acknowledge held the call (and its caller's progress
+    /// and stop) about three times as long as one acknowledgement. It now ends once the waits
+    /// have used up its time, without a pause.
+    #[tokio::test]
+    async fn a_paced_call_ends_once_slow_acknowledgements_used_up_its_time() {
+        let client_of = Arc::new(std::sync::OnceLock::new());
+        let (addr, _) = slow_target(Duration::from_secs(1), Some(client_of.clone())).await;
+        let (node, to, slot) = source_of(addr, 1024).await;
+        node.cluster().expect("a cluster node").count_op(slot);
+        assert!(client_of.set((node.clone(), slot)).is_ok());
+        let args: Vec<Bytes> = ["PLIANT.MIGRATE", &to, "1", "", &slot.to_string()]
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        let began = Instant::now();
+        let reply = stream(&node, &mut Session::default(), &args, crate::node::now_ms()).await;
+        let took = began.elapsed();
+        match reply {
+            Frame::Array(r) => {
+                assert!(matches!(r[0], Frame::Bulk(_)), "the walk goes on: {r:?}");
+                assert_eq!(r[3], Frame::Integer(256), "one batch");
+            }
+            other => panic!("not moved: {other:?}"),
+        }
+        assert!(took < Duration::from_millis(1800), "{took:?}");
     }
 }

@@ -134,7 +134,8 @@ async fn probe(node: &Node, args: &[Bytes]) -> Result<u64, ProbeError> {
                 "this node's probes sent their budget of {} MiB in the last {} s; try again in {} s",
                 BUDGET_BYTES >> 20,
                 BUDGET_WINDOW.as_secs(),
-                wait.as_secs().max(1)
+                // Rounded up: a client that waits as long is not refused again.
+                wait.as_secs_f64().ceil().max(1.0)
             )));
         }
     }
