@@ -75,8 +75,8 @@ const SCANS_PER_HOLD: usize = 4;
 /// node with no client to serve moves at full speed. A client's commands slow a move this way
 /// by a bounded factor only (no key is marked as being copied during a pause). Chosen on `tools/bench/rescale_scale.sh`'s loaded decommission
 /// (`cluster-scale-34d` in docs/benchmarks.md), the load's p99 during the move over its p99
-/// without: no pause 2.04 and 2.18 (issue 34's goal is 2 at most), 0.5: 1.74, 1: 1.80 and 1.83,
-/// 2: 1.52, the move taking 18.5, 28, 35-37 and 48 s.
+/// without: no pause 2.04 and 2.18 (issue 34's goal is 2 at most), 0.5: 1.74, 1: 1.61-1.83 in
+/// four runs, 2: 1.52, the move taking 18.5, 28, 35-38 and 48 s.
 const PAUSE_PER_WORK: f64 = 1.0;
 
 /// How long a call goes on sending a batch again that its target answered `-TRYAGAIN` (the
