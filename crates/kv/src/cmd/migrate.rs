@@ -54,6 +54,12 @@ pub const WINDOW: usize = 4;
 /// checks) is a small share of it.
 pub const CALL_TIME: Duration = Duration::from_millis(500);
 
+/// How long a call waits for the target to take a batch (its socket to accept the bytes) or
+/// to acknowledge one: a target that stops reading or answering fails the call (the move
+/// stops; run again, it finishes) instead of holding it, and this node's one stream turn, for
+/// good.
+pub const TARGET_TIME: Duration = Duration::from_secs(30);
+
 /// The largest `batch-bytes` accepted: a batch is held in memory here and at the target.
 pub const MAX_BATCH_BYTES: u64 = 64 << 20;
 
@@ -287,7 +293,7 @@ async fn run(
             // Queued before the send's outcome is looked at: a batch whose send failed is
             // still marked here, as one whose acknowledgement never came.
             in_flight.push_back(batch);
-            sent.map_err(|e| target(e.reason()))?;
+            sent.map_err(target)?;
         }
         let done = walk_over || started.elapsed() >= CALL_TIME;
         let ops = cluster.total_ops();
@@ -295,7 +301,7 @@ async fn run(
         ops_seen = ops;
         while in_flight.len() >= WINDOW || ((done || pace) && !in_flight.is_empty()) {
             let acked = in_flight.pop_front().expect("a batch in flight");
-            match tokio::time::timeout(Duration::from_secs(30), conn.read()).await {
+            match tokio::time::timeout(TARGET_TIME, conn.read()).await {
                 Ok(Ok(Frame::Simple(s))) if s == "OK" => {}
                 Ok(Ok(Frame::Error(e))) if e.starts_with("MOVEOVER ") => {
                     return Err(MigrateError::MoveOver { addr, why: e });
@@ -308,7 +314,7 @@ async fn run(
                     tokio::time::sleep(pause).await;
                     let sent = send(&mut conn, &checked_at, &acked).await;
                     in_flight.push_back(acked);
-                    sent.map_err(|e| target(e.reason()))?;
+                    sent.map_err(target)?;
                     continue;
                 }
                 Ok(Ok(Frame::Error(e))) => return Err(target(e.to_string())),
@@ -316,7 +322,12 @@ async fn run(
                     return Err(target(format!("RESTORE: unexpected reply {other:?}")));
                 }
                 Ok(Err(e)) => return Err(target(e.reason())),
-                Err(_) => return Err(target("no reply to RESTORE within 30 s".into())),
+                Err(_) => {
+                    return Err(target(format!(
+                        "no reply to RESTORE within {} s",
+                        TARGET_TIME.as_secs()
+                    )));
+                }
             }
             let _outside_exec = node.exec_shared();
             deleted += super::cluster::delete_unchanged(node, session, &acked, now)?;
@@ -338,8 +349,23 @@ async fn run(
 }
 
 /// Sends `batch` to the target as one `PLIANT.RESTORE MAPVERSION checked_at …` (its reply is
-/// read later).
+/// read later), within [`TARGET_TIME`]: why not, as the call's error says it.
 async fn send(
+    conn: &mut pliant_proto::AsyncClient,
+    checked_at: &str,
+    batch: &[Entry],
+) -> Result<(), String> {
+    match tokio::time::timeout(TARGET_TIME, send_now(conn, checked_at, batch)).await {
+        Ok(sent) => sent.map_err(|e| e.reason()),
+        Err(_) => Err(format!(
+            "it took no batch within {} s (it does not read what it is sent)",
+            TARGET_TIME.as_secs()
+        )),
+    }
+}
+
+/// [`send`], however long the target takes.
+async fn send_now(
     conn: &mut pliant_proto::AsyncClient,
     checked_at: &str,
     batch: &[Entry],
@@ -733,5 +759,49 @@ mod tests {
             other => panic!("not moved: {other:?}"),
         }
         assert!(took < Duration::from_millis(1800), "{took:?}");
+    }
+
+    /// Regression (audit): a batch was written to the target without a bound, so a target that
+    /// accepted the connection and then read nothing held the call (and this node's one stream
+    /// turn, every later move out of it) for good once the socket's buffers were full. The call
+    /// fails within [`TARGET_TIME`], the keys kept here.
+    #[tokio::test(start_paused = true)]
+    async fn a_target_that_reads_nothing_fails_the_call_within_its_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        // Accepts, holds the connection open, never reads.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        let (node, to, slot) = source_of(addr, 0).await;
+        // 64 values of 1 MiB: more than loopback's buffers take.
+        for i in 0..64 {
+            node.keyspace()
+                .set(
+                    Bytes::from(format!("{{a}}big{i}")),
+                    crate::keyspace::Value::new(vec![b'x'; 1 << 20]),
+                )
+                .expect("set");
+        }
+        let began = tokio::time::Instant::now();
+        let args: Vec<Bytes> = ["PLIANT.MIGRATE", &to, "67108864", "", &slot.to_string()]
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        let reply = stream(&node, &mut Session::default(), &args, crate::node::now_ms()).await;
+        match reply {
+            Frame::Error(e) => assert!(e.contains("took no batch within"), "{e}"),
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(began.elapsed() <= TARGET_TIME + Duration::from_secs(1));
+        assert!(
+            held(&node, "{a}big0") && held(&node, "{a}big63"),
+            "kept here"
+        );
     }
 }
