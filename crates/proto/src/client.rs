@@ -300,6 +300,7 @@ impl Dialer {
             cursor: Cursor::default(),
             io_timeout: self.io_timeout,
             out: Vec::new(),
+            reply_limits: Limits::default(),
         };
         for (command, auth) in self.handshake() {
             if let Frame::Error(message) = c.call(&command).await? {
@@ -415,6 +416,8 @@ pub struct AsyncClient {
     io_timeout: Option<Duration>,
     /// The bytes of the command being sent, kept between sends (see [`AsyncClient::send`]).
     out: Vec<u8>,
+    /// What a reply may make this client hold ([`AsyncClient::limit_replies`]).
+    reply_limits: Limits,
 }
 
 /// The send buffer an [`AsyncClient`] keeps between sends, at most: a slot move's batches of a
@@ -479,10 +482,18 @@ impl AsyncClient {
         })
     }
 
+    /// Bounds what the node's replies may make this client hold (by default
+    /// [`Limits::default`]'s, 512 MiB a bulk string): a caller that knows how large an answer
+    /// can be says so, and a reply claiming more is a protocol error as soon as its length is
+    /// in, before any of its bytes are buffered.
+    pub fn limit_replies(&mut self, limits: Limits) {
+        self.reply_limits = limits;
+    }
+
     /// The next frame the node sends, pushes included, however long it takes. Cancel-safe: a
     /// `select!` that drops it loses no bytes.
     pub async fn read(&mut self) -> Result<Frame, ClientError> {
-        let limits = Limits::default();
+        let limits = self.reply_limits;
         loop {
             match self.cursor.parse(&self.buf, &limits) {
                 Ok((frame, used)) => {

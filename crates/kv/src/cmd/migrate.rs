@@ -252,6 +252,11 @@ async fn run(
     cluster.moving_away(&slots);
     let target = |why: String| MigrateError::Target { addr, why };
     let mut conn = cluster.dial(addr).await.map_err(|e| target(e.reason()))?;
+    // Its answers are `+OK` or an error line: nothing long is held for a target that says more.
+    conn.limit_replies(pliant_proto::Limits {
+        max_bulk: 64 << 10,
+        ..pliant_proto::Limits::default()
+    });
 
     let started = Instant::now();
     // Keyed commands run here when the last batch (of this call, or the last call) was sent:

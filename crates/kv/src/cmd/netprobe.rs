@@ -164,6 +164,12 @@ async fn measure(
 ) -> Result<u64, ProbeError> {
     let fail = |why: String| ProbeError::Node { addr, why };
     let mut conn = cluster.dial(addr).await.map_err(|e| fail(e.reason()))?;
+    // The echo is as long as the payload: a node that answers with a longer one is refused at
+    // its length, not buffered (up to 512 MiB otherwise).
+    conn.limit_replies(pliant_proto::Limits {
+        max_bulk: bytes as usize,
+        ..pliant_proto::Limits::default()
+    });
     let payload = Bytes::from(vec![b'x'; bytes as usize]);
     let mut rates = Vec::with_capacity(ROUNDS);
     for round in 0..=ROUNDS {
@@ -302,5 +308,34 @@ mod tests {
         );
         assert_eq!(charge(&mut spent, t0 + BUDGET_WINDOW, probe), Ok(()));
         assert_eq!(spent.map(|(_, used)| used), Some(probe));
+    }
+
+    /// Regression (audit): the echo's reply was read with the client's default bound, so a
+    /// node of the cluster answering with a 400 MiB length made the prober wait to buffer up
+    /// to that much. A reply longer than the payload is refused at its length.
+    #[tokio::test(start_paused = true)]
+    async fn an_echo_longer_than_the_payload_is_refused_at_its_length() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let other = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = listener.accept().await {
+                use tokio::io::AsyncWriteExt;
+                // Whatever it is asked, a 400 MiB answer begins, and nothing follows.
+                let _ = s.write_all(b"$419430400\r\n").await;
+                held.push(s);
+            }
+        });
+        let (node, id) = node_with(other).await;
+        let args: Vec<Bytes> = ["PLIANT.NETPROBE", id.as_str(), "65536"]
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        match stream(&node, &mut Session::default(), &args, 0).await {
+            Frame::Error(e) => assert!(e.contains("invalid bulk length"), "{e}"),
+            other => panic!("a figure from a node that sent none: {other:?}"),
+        }
     }
 }
