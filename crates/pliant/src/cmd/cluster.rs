@@ -18,7 +18,8 @@ pub enum Command {
 /// Move hash slots to another node while clients keep reading and writing them (as
 /// `redis-cli --cluster reshard` does, with nothing lost): the slot is marked migrating, its keys
 /// are copied in batches and deleted at the source once copied unchanged (clients asking for a
-/// key already moved are sent on with -ASK), then the map gives it to the target. A range whose
+/// key already moved are sent on with -ASK; a source serving clients sends at about half its
+/// speed, so their latency holds), then the map gives it to the target. A range whose
 /// slots have several owners moves each owner's run in turn, one line (or JSON report) each. A
 /// move that
 /// stops half way (a node or the coordination store failed) leaves every key at exactly one

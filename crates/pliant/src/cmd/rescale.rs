@@ -11,7 +11,8 @@ use super::args::Json;
 /// Add nodes to a live cluster and move slots to them, as Pufferscale plans it: every slot's
 /// size (bytes) and load (ops/s over --window) are read from the nodes, the heuristic decides
 /// which slots move where, and the moves run while clients keep reading and writing (several at
-/// once, each node sending one slot and receiving one at a time). A local cluster (`pliant
+/// once, each node sending one slot and receiving one at a time; a node that is serving clients
+/// sends at about half its speed, so their latency holds). A local cluster (`pliant
 /// cluster up`) starts the new nodes itself; otherwise start them with `pliant serve --coord`
 /// and this waits for them. Ctrl-C stops it cleanly within about a second (exit status 130):
 /// the slots left migrating finish when it is run again.
@@ -33,8 +34,9 @@ pub struct CommissionArgs {
 }
 
 /// Empty nodes of a live cluster into the others and stop them: their slots move as
-/// Pufferscale plans it while clients keep reading and writing; then the nodes leave the map
-/// and, in a local cluster, their processes stop.
+/// Pufferscale plans it while clients keep reading and writing (a node that is serving clients
+/// sends at about half its speed, so their latency holds); then the nodes leave the map and, in
+/// a local cluster, their processes stop.
 ///
 /// Examples:
 ///   pliant scale decommission --cluster 127.0.0.1:7000 --remove 346a25aa149d1c335df754b0b1db04355879ed4b
