@@ -445,17 +445,10 @@ fn take(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pliant_cluster::{Embedded, Member, Membership, SlotMap};
+    use crate::cmd::testing::{cluster_node, member};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    fn member(i: u8, addr: std::net::SocketAddr) -> Member {
-        Member {
-            id: format!("{i:040x}"),
-            addr,
-        }
-    }
 
     /// The requests a test target reads from its connection, one at a time.
     #[derive(Default)]
@@ -520,31 +513,9 @@ mod tests {
 
     /// A source node holding `n` keys of `{a}`'s slot (`{a}1`, `{a}2`, …), moving to `to`.
     async fn source_of(addr: std::net::SocketAddr, n: usize) -> (Arc<Node>, String, u16) {
-        let coord: Arc<Embedded> = Arc::new(Embedded::new());
-        let me = member(1, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
         let to = member(2, addr);
         let slot = crate::cluster::key_slot(b"{a}");
-        let map = SlotMap::even(0, std::slice::from_ref(&me))
-            .with_node(&to)
-            .0
-            .with_migration(slot, 1)
-            .expect("a migration");
-        assert!(coord.update_now(0, map).expect("update"));
-        let m = Membership::join(
-            me,
-            "embedded".into(),
-            coord,
-            pliant_proto::Dialer::default(),
-            tokio::sync::watch::channel(false).1,
-        )
-        .await
-        .expect("join");
-        let mut ks =
-            crate::keyspace::Keyspace::new("lru", pliant_cache::Capacity::Keys(10_000), None)
-                .expect("keyspace");
-        ks.index_slots().expect("index");
-        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
-        node.set_cluster(crate::cluster::Cluster::new(m));
+        let node = cluster_node(&to, Some(slot)).await;
         for i in 1..=n {
             node.keyspace()
                 .set(

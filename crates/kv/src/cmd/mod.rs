@@ -11,6 +11,8 @@ mod netprobe;
 mod pliant;
 mod server;
 mod strings;
+#[cfg(test)]
+mod testing;
 
 use bytes::Bytes;
 

@@ -190,16 +190,9 @@ async fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pliant_cluster::{Embedded, Member, Membership, SlotMap};
+    use crate::cmd::testing::{cluster_node, member};
     use std::sync::Arc;
     use tokio::io::AsyncReadExt;
-
-    fn member(i: u8, addr: std::net::SocketAddr) -> Member {
-        Member {
-            id: format!("{i:040x}"),
-            addr,
-        }
-    }
 
     /// A node of the cluster on a loopback port chosen now that reads what it is sent and
     /// never answers (a node that hangs).
@@ -221,26 +214,8 @@ mod tests {
 
     /// A cluster node whose map names a second node at `other`: that node's id.
     async fn node_with(other: std::net::SocketAddr) -> (Arc<Node>, String) {
-        let coord: Arc<Embedded> = Arc::new(Embedded::new());
-        let me = member(1, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
         let them = member(2, other);
-        let map = SlotMap::even(0, std::slice::from_ref(&me))
-            .with_node(&them)
-            .0;
-        assert!(coord.update_now(0, map).expect("update"));
-        let m = Membership::join(
-            me,
-            "embedded".into(),
-            coord,
-            pliant_proto::Dialer::default(),
-            tokio::sync::watch::channel(false).1,
-        )
-        .await
-        .expect("join");
-        let ks = crate::keyspace::Keyspace::new("lru", pliant_cache::Capacity::Keys(100), None)
-            .expect("keyspace");
-        let node = Arc::new(Node::new(ks, &crate::config::Config::default()));
-        node.set_cluster(crate::cluster::Cluster::new(m));
+        let node = cluster_node(&them, None).await;
         (node, them.id)
     }
 
