@@ -627,6 +627,20 @@ impl Inner {
         Ok(())
     }
 
+    /// Counts a write the window refused (EDQUOT) and, the first time in a window, logs it with
+    /// `consequence` (what the writer sees).
+    pub(super) fn window_refused(&self, over: &crate::window::OverQuota, consequence: &str) {
+        Counters::add(&self.counters.edquot, 1);
+        if over.first {
+            tracing::error!(
+                used = over.used,
+                limit = over.limit,
+                window_secs = self.cfg.write_window.as_secs(),
+                "write window exhausted: {consequence} (--write-window-multiplier, --write-window-length)"
+            );
+        }
+    }
+
     pub(super) fn write(&self, entry: &FileEntry, offset: u64, data: &[u8]) -> io::Result<()> {
         let len = data.len() as u64;
         if len == 0 {
@@ -640,15 +654,7 @@ impl Inner {
             let now = self.clock.now();
             let mut s = lock(&self.state);
             if let Err(over) = s.window.charge(len, now) {
-                Counters::add(&self.counters.edquot, 1);
-                if over.first {
-                    tracing::error!(
-                        used = over.used,
-                        limit = over.limit,
-                        window_secs = self.cfg.write_window.as_secs(),
-                        "write window exhausted: writes fail with EDQUOT until it rolls over (--write-window-multiplier, --write-window-length)"
-                    );
-                }
+                self.window_refused(&over, "writes fail with EDQUOT until it rolls over");
                 return Err(errno(nix::errno::Errno::EDQUOT));
             }
         }

@@ -78,15 +78,10 @@ impl Inner {
                     Counters::add(&self.counters.written_bytes, kept);
                     f.set_len(d.pt_charged)?;
                     m = f.metadata()?;
-                    Counters::add(&self.counters.edquot, 1);
-                    if over.first {
-                        tracing::error!(
-                            used = over.used,
-                            limit = over.limit,
-                            window_secs = self.cfg.write_window.as_secs(),
-                            "write window exhausted: a file written in passthrough is cut where the window ended, and fsync or close fails with EDQUOT (--write-window-multiplier, --write-window-length)"
-                        );
-                    }
+                    self.window_refused(
+                        &over,
+                        "a file written in passthrough is cut where the window ended, and fsync or close fails with EDQUOT",
+                    );
                     d.pt_refused = Some(nix::errno::Errno::EDQUOT);
                 }
             }
