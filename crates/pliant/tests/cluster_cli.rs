@@ -109,6 +109,29 @@ impl Drop for LocalCluster {
     }
 }
 
+/// SIGKILL to the node `pid` (id `id`), then a bounded wait (20 s) until its lease (6 s) lapses
+/// and the member list the node at `at` shows has dropped it.
+fn kill_until_its_lease_lapses(pid: i32, id: &str, at: &str) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    let began = Instant::now();
+    while view(at)["state"]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .any(|m| m["id"] == id)
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the lease did not lapse"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn term(pid: i32) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
@@ -2305,24 +2328,7 @@ fn a_forced_decommission_on_a_lost_map_file_is_refused_before_it_changes_the_map
         .query(&mut client(&staying))
         .expect("CLUSTER INFO");
     assert!(info.contains("pliant_map_behind:1"), "{info}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(fresh.pids()[1]),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL");
-    let began = Instant::now();
-    while view(&staying)["state"]["members"]
-        .as_array()
-        .expect("members")
-        .iter()
-        .any(|m| m["id"] == dead_id.as_str())
-    {
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "the lease did not lapse"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    kill_until_its_lease_lapses(fresh.pids()[1], &dead_id, &staying);
     let version = || view(&staying)["state"]["map"]["version"].clone();
     let before = version();
     let out = pliant(&[
@@ -3177,25 +3183,7 @@ fn a_dead_node_is_decommissioned_only_with_force_which_names_its_lost_slots() {
         .filter(|a| dead["addr"] != a.as_str())
         .collect();
     assert_eq!(addrs.len(), 2);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(cluster.pids()[2]),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL");
-    // Its lease (6 s) lapses: bounded wait for the member list to drop it.
-    let began = Instant::now();
-    while view(&addrs[0])["state"]["members"]
-        .as_array()
-        .expect("members")
-        .iter()
-        .any(|m| m["id"] == dead_id.as_str())
-    {
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "the lease did not lapse"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    kill_until_its_lease_lapses(cluster.pids()[2], &dead_id, &addrs[0]);
     let out = pliant(&[
         "scale",
         "decommission",

@@ -1935,6 +1935,18 @@ fn passthrough_writes_fsynced_survive_kill_9_with_the_writers_open() {
 /// write window (charged what the file grew), the kernel's bytes are cut off and `fsync`, or
 /// `close`, returns EFBIG or EDQUOT; a file opened with no room left in the window goes
 /// through the daemon, where the write that crosses fails.
+/// Writes `len` bytes of `fill` into a new file at `path` by passthrough (the kernel accepts
+/// them all), then its fsync fails with `errno` and the file is `kept` bytes long: what passed
+/// the limit was cut off.
+fn refused_at_fsync(path: &Path, fill: u8, len: usize, errno: nix::errno::Errno, kept: u64) {
+    let mut f = fs::File::create(path).expect("create");
+    f.write_all(&vec![fill; len])
+        .expect("the kernel writes the cache file");
+    let e = f.sync_all().expect_err("past a limit");
+    assert_eq!(e.raw_os_error(), Some(errno as i32), "{e}");
+    assert_eq!(f.metadata().expect("fstat").len(), kept, "cut at the limit");
+}
+
 #[test]
 fn passthrough_writes_get_efbig_and_edquot_at_fsync_or_close() {
     use std::os::fd::IntoRawFd;
@@ -1953,21 +1965,7 @@ fn passthrough_writes_get_efbig_and_edquot_at_fsync_or_close() {
     ]) else {
         return;
     };
-    let mut f = fs::File::create(m.at("big")).expect("create");
-    f.write_all(&vec![1u8; 4 << 20])
-        .expect("the kernel writes the cache file");
-    let e = f.sync_all().expect_err("past max-file-size");
-    assert_eq!(
-        e.raw_os_error(),
-        Some(nix::errno::Errno::EFBIG as i32),
-        "{e}"
-    );
-    assert_eq!(
-        f.metadata().expect("fstat").len(),
-        3 << 20,
-        "cut at the limit"
-    );
-    drop(f);
+    refused_at_fsync(&m.at("big"), 1, 4 << 20, nix::errno::Errno::EFBIG, 3 << 20);
     let mut f = fs::File::create(m.at("big2")).expect("create");
     f.write_all(&vec![1u8; 4 << 20])
         .expect("the kernel writes the cache file");
@@ -1975,21 +1973,7 @@ fn passthrough_writes_get_efbig_and_edquot_at_fsync_or_close() {
     assert_eq!(e, nix::errno::Errno::EFBIG);
     assert_eq!(m.stats()["passthrough_write_opens"], 2);
     // 6 MiB of the 8 MiB window charged: a third file keeps the 2 MiB left of its 3.
-    let mut f = fs::File::create(m.at("f0")).expect("create");
-    f.write_all(&vec![2u8; 3 << 20])
-        .expect("the kernel writes the cache file");
-    let e = f.sync_all().expect_err("past the write window");
-    assert_eq!(
-        e.raw_os_error(),
-        Some(nix::errno::Errno::EDQUOT as i32),
-        "{e}"
-    );
-    assert_eq!(
-        f.metadata().expect("fstat").len(),
-        2 << 20,
-        "cut where the window ran out"
-    );
-    drop(f);
+    refused_at_fsync(&m.at("f0"), 2, 3 << 20, nix::errno::Errno::EDQUOT, 2 << 20);
     // No room left: through the daemon, where the write that crosses fails at once.
     let mut f = fs::File::create(m.at("f1")).expect("create");
     let e = f.write_all(b"x").expect_err("past the write window");
