@@ -12,7 +12,10 @@
 #
 # How to read it
 #   stdout: one markdown row per round and a median row: ops/s of each server, pliant/redis
-#   (above 1: pliant is faster), pliant's fsyncs and ops per fsync. Redis also shares its fsync
+#   (above 1: pliant is faster), pliant's fsyncs and ops per fsync, and each server's CPU a SET
+#   (user + system of all its threads, /proc, µs): where the ratio sits near 1, whether one
+#   server spends more to get there (redis-benchmark's own CPU is the same for both). Redis also
+#   shares its fsync
 #   (its event loop writes every client's command of one loop turn, then fsyncs once), so the
 #   ratio is group commit against group commit.
 #
@@ -72,16 +75,22 @@ bench() {
 
 syncs() { redis-cli -p "$1" info pliant | tr -d '\r' | sed -n 's/^store_syncs://p'; }
 
+# CPU seconds (user + system, every thread) process $1 has used; after the `)` that ends the
+# command name, utime and stime are the 12th and 13th fields.
+cpu_s() { sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($12 + $13) / hz }'; }
+
 run_pliant() {
   local dir="$tmp/pliant-$1"
   start_node "$BIN" "$tmp/pliant-$1.log" --store "$dir" --durability always
   ready "$node_port"
-  local before after ops
+  local before after ops cpu0 cpu1
   before=$(syncs "$node_port")
+  cpu0=$(cpu_s "$node_pid")
   ops=$(bench "$node_port")
+  cpu1=$(cpu_s "$node_pid")
   after=$(syncs "$node_port")
   stop_node
-  echo "$ops $((after - before))"
+  echo "$ops $((after - before)) $cpu0 $cpu1"
 }
 
 run_redis() {
@@ -92,7 +101,11 @@ run_redis() {
     --appendfsync always --daemonize no --logfile "$dir/redis.log" >/dev/null 2>&1 &
   redis_pid=$!
   ready "$port"
-  bench "$port"
+  local ops cpu0 cpu1
+  cpu0=$(cpu_s "$redis_pid")
+  ops=$(bench "$port")
+  cpu1=$(cpu_s "$redis_pid")
+  echo "$ops $cpu0 $cpu1"
   kill "$redis_pid"
   wait "$redis_pid" 2>/dev/null || true
   redis_pid=
@@ -100,20 +113,22 @@ run_redis() {
 
 echo "group commit, $(date -u +%F), $(nproc) cores, $(uname -r), $CLIENTS clients, $N SETs of $VALUE_SIZE B, redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
 echo
-echo "| round | pliant always (ops/s) | redis appendfsync always (ops/s) | pliant/redis | pliant fsyncs | ops per fsync |"
-echo "|---|---|---|---|---|---|"
+echo "| round | pliant always (ops/s) | redis appendfsync always (ops/s) | pliant/redis | pliant fsyncs | ops per fsync | pliant CPU a SET (µs) | redis CPU a SET (µs) |"
+echo "|---|---|---|---|---|---|---|---|"
 results=()
 for r in $(seq 1 "$ROUNDS"); do
   if ((r % 2)); then
-    read -r p s < <(run_pliant "$r")
-    q=$(run_redis "$r")
+    read -r p s pc0 pc1 < <(run_pliant "$r")
+    read -r q rc0 rc1 < <(run_redis "$r")
   else
-    q=$(run_redis "$r")
-    read -r p s < <(run_pliant "$r")
+    read -r q rc0 rc1 < <(run_redis "$r")
+    read -r p s pc0 pc1 < <(run_pliant "$r")
   fi
-  row=$(python3 -c "import sys; p,q,s,n=map(float,sys.argv[1:]); print(f'{p:.0f} | {q:.0f} | {p/q:.2f} | {s:.0f} | {n/max(s,1):.1f}')" "$p" "$q" "$s" "$N")
+  pc=$(python3 -c "import sys; print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) * 1e6)" "$pc0" "$pc1" "$N")
+  rc=$(python3 -c "import sys; print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) * 1e6)" "$rc0" "$rc1" "$N")
+  row=$(python3 -c "import sys; p,q,s,n,pc,rc=map(float,sys.argv[1:]); print(f'{p:.0f} | {q:.0f} | {p/q:.2f} | {s:.0f} | {n/max(s,1):.1f} | {pc:.1f} | {rc:.1f}')" "$p" "$q" "$s" "$N" "$pc" "$rc")
   echo "| $r | $row |"
-  results+=("$p $q $s")
+  results+=("$p $q $s $pc $rc")
 done
 python3 - "$N" "${results[@]}" <<'EOF'
 import statistics, sys
@@ -122,5 +137,7 @@ rows = [list(map(float, r.split())) for r in sys.argv[2:]]
 p = statistics.median(r[0] for r in rows)
 q = statistics.median(r[1] for r in rows)
 s = statistics.median(r[2] for r in rows)
-print(f"| median | {p:.0f} | {q:.0f} | {p/q:.2f} | {s:.0f} | {n/max(s,1):.1f} |")
+pc = statistics.median(r[3] for r in rows)
+rc = statistics.median(r[4] for r in rows)
+print(f"| median | {p:.0f} | {q:.0f} | {p/q:.2f} | {s:.0f} | {n/max(s,1):.1f} | {pc:.1f} | {rc:.1f} |")
 EOF

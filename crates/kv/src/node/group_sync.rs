@@ -47,8 +47,9 @@ struct Synced {
 /// The clients waiting, and the turns of the last fsync's clients.
 #[derive(Debug, Default)]
 struct Turns {
-    /// Each waiting client's batch sequence, by a number of its own.
-    waiting: HashMap<u64, u64>,
+    /// Each waiting client's batch sequence, by a number of its own (ours, not a client's: a
+    /// fast hash, not SipHash, which was three hashes of every group-committed write).
+    waiting: HashMap<u64, u64, foldhash::fast::FixedState>,
     next_waiter: u64,
     /// The turns the latest fsync handed out, and how many of them are still outstanding.
     generation: u64,
