@@ -60,16 +60,10 @@
 //! write-back cache, which would batch them, cannot be had beside passthrough), and 1 MiB
 //! writes + fsync ran at 0.72-0.74 of direct (`fs-fio-32b` in docs/benchmarks.md); by
 //! passthrough at 1.13 (0.90-1.25 over 5 interleaved pairs; 0.85, 0.66-1.40, in a run of 10
-//! on a machine other jobs loaded: `fs-fio-32c`). Such a mount asks for
-//! `FUSE_HANDLE_KILLPRIV_V2` too: without it the kernel asks for the file's
-//! `security.capability` (a GETXATTR round trip) before every write it passes through, which
-//! was the whole cost of small writes (4 KiB at 18-23% of direct; with it 0.81-1.02, median 0.94:
-//! `fs-write-32e`). The kernel then drops capabilities itself (it asks the daemon to remove
-//! the attribute) but leaves set-ID bits to the daemon, which does not see passthrough
-//! writes: so a file with set-ID bits is never opened for writing by passthrough, by any
-//! writer, and a chmod that would add them to a file a passthrough writer has open fails with
-//! EBUSY until the writers close (`core::passthrough::refuse_set_id`; as on a local file
-//! system, another user's write must clear them). The daemon does not see those writes, so
+//! on a machine other jobs loaded: `fs-fio-32c`). What is left per `write()`: the kernel asks
+//! for the file's `security.capability` (GETXATTR) before each, as the write cache's
+//! `FUSE_HANDLE_KILLPRIV_V2` avoids; not taken here, since the daemon could then not drop the
+//! capability of a file the kernel writes. The daemon does not see those writes, so
 //! the core holds such a file dirty as a whole, journaled before the open is answered, until
 //! its last writer closes, and takes its size and time from the cache file whenever it answers
 //! for it (`getattr`, `fsync`, `flush`, `release`; the kernel itself keeps the size its writes
@@ -628,21 +622,6 @@ impl Filesystem for PliantFuse {
                     ?missing,
                     "this kernel offers no FUSE POSIX locks: fcntl locks stay local to the node"
                 );
-            }
-        }
-        if self.want_passthrough && self.want_passthrough_writes {
-            // Without it the kernel asks for `security.capability` (a GETXATTR round trip, the
-            // daemon opening the backing file) before every write it passes through: 4 KiB
-            // writes ran at 12% of direct. With it the file system is SB_NOSEC and the kernel
-            // asks once per file, and the daemon clears set-ID bits at writes and truncations
-            // (as under the write cache above); a file with them is never written in
-            // passthrough, nor can it gain them while it is (`core::passthrough::refuse_set_id`).
-            match config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
-                Ok(()) => self.kill_suidgid.store(true, Relaxed),
-                Err(missing) => tracing::warn!(
-                    ?missing,
-                    "this kernel offers no FUSE HANDLE_KILLPRIV_V2; every passthrough write asks the daemon for the file's capabilities first"
-                ),
             }
         }
         if self.want_passthrough {

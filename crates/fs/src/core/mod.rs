@@ -874,9 +874,7 @@ impl FsCache {
     /// `fchmod` of an open file.
     pub fn chmod_open(&self, h: &Handle, mode: u32) -> io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        let mut d = lock(&h.0.data);
-        passthrough::refuse_set_id(&d, mode)?;
-        let f = self.inner.backing_fd(&mut d)?;
+        let f = self.inner.backing_fd(&mut lock(&h.0.data))?;
         f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
     }
 
@@ -1185,13 +1183,6 @@ impl FsCache {
 
     /// Sets permissions.
     pub fn chmod(&self, rel: &Path, mode: u32) -> io::Result<()> {
-        if mode & passthrough::SET_ID != 0
-            && let Some(e) = self.inner.entry_or_link(rel)
-        {
-            let d = lock(&e.data);
-            passthrough::refuse_set_id(&d, mode)?;
-            return self.tree().chmod(rel, mode);
-        }
         self.tree().chmod(rel, mode)
     }
 

@@ -33,22 +33,6 @@ use super::{Attr, FileData, FileEntry, Inner, errno, lock};
 use crate::journal::{self, Record};
 use crate::stats::Counters;
 
-/// The set-user-ID and set-group-ID bits.
-pub(super) const SET_ID: u32 = 0o6000;
-
-/// A chmod to `mode` of a file `d` describes: refused (EBUSY) if it would add set-ID bits while
-/// a passthrough writer has the file open. The kernel leaves clearing them at a write to the
-/// daemon (FUSE_HANDLE_KILLPRIV_V2), which does not see that writer's writes: the bits would
-/// survive a write by another user, as on a local file system they do not. Called with the
-/// file's data locked, held through the chmod, so that no passthrough writer opens between the
-/// check and the change ([`Inner::start_pt_write`] checks the bits under the same lock).
-pub(super) fn refuse_set_id(d: &FileData, mode: u32) -> io::Result<()> {
-    if mode & SET_ID != 0 && d.pt_writers > 0 {
-        return Err(errno(nix::errno::Errno::EBUSY));
-    }
-    Ok(())
-}
-
 impl Inner {
     /// Takes what passthrough writers did into the bookkeeping (nothing if none is open):
     /// the size and modification time from the cache file, every extent present and dirty,
@@ -149,14 +133,12 @@ impl Inner {
         if !whole || d.size >= self.cfg.max_file_size {
             return Ok(None);
         }
-        // Under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing set-user-ID and
-        // set-group-ID bits at a write to the daemon, which does not see a write it passes
-        // through: a file with them is written through the daemon, by every writer (a chmod
-        // cannot add them while a passthrough writer has the file open: `refuse_set_id`).
-        if self.backing_fd(&mut d)?.metadata()?.mode() & SET_ID != 0 {
-            return Ok(None);
-        }
         if d.pt_writers == 0 {
+            // The kernel would not clear set-user-ID and set-group-ID bits on the backing file
+            // for a write it passes through: the daemon's path does.
+            if self.backing_fd(&mut d)?.metadata()?.mode() & 0o6000 != 0 {
+                return Ok(None);
+            }
             // Nearly out of room: the write that crosses fails at once through the daemon,
             // rather than at the next fsync or close.
             let (used, limit, _) = lock(&self.state).window.usage(self.clock.now());
