@@ -455,7 +455,10 @@ mod tests {
             st.spare_entries,
             st.spare.iter().map(Writes::capacity).sum::<usize>()
         );
-        assert!(st.spare_entries <= SPARE_ENTRIES && st.spare.len() >= 3, "{}", st.spare.len());
+        assert!(
+            st.spare_entries <= SPARE_ENTRIES && st.spare.len() >= 3,
+            "{}",
+            st.spare.len()
+        );
     }
-
 }
