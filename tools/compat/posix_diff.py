@@ -61,11 +61,12 @@ KNOWN_WRITE_CACHE = {
                               "has keeps its cached mtime and ctime"),
 }
 KNOWN_WRITE_CACHE.update({
-    f"chown.{who}{mode}.nothing": ("kernel FUSE with HANDLE_KILLPRIV_V2: a chown(-1, -1) reaches "
-                                   "the daemon as a change of nothing (fuser hands it no "
-                                   "FATTR_KILL_SUIDGID), without the set-ID clearing and the "
-                                   "owner check a local chown makes")
-    for who in ("me", "other") for mode in ("4755", "2755", "6755")})
+    f"65534:chown.other{mode}.nothing": ("kernel FUSE with HANDLE_KILLPRIV_V2: a chown(-1, -1) "
+                                         "reaches the daemon as a change of nothing, which it "
+                                         "takes as a chown's set-ID clearing for the owner and "
+                                         "root; for anyone else it changes nothing, ok where a "
+                                         "local chown says EPERM")
+    for mode in ("4755", "2755", "6755")})
 
 OTHER = (12345, 12345)  # the owner of "someone else's" files: never the acting user
 TIMEOUT_S = 5  # a case's system call must return by then (a FIFO open never blocks)

@@ -42,8 +42,9 @@
 //!   writes the inode back, which the cache takes as any `utimens`. It reads, through the
 //!   daemon, the page a partial-page write lands in.
 //! - Set-ID bits: a write carrying `FUSE_WRITE_KILL_SUIDGID`, or a truncation by a caller
-//!   other than root, clears them on the backing file (`PliantFuse::kill_suidgid`); the
-//!   kernel still drops `security.capability` itself.
+//!   other than root, clears them on the backing file (`PliantFuse::kill_suidgid`), and so
+//!   does a `chown(f, -1, -1)` by the owner or root (the kernel sends it as a request that sets
+//!   nothing); the kernel still drops `security.capability` itself.
 //! - Revalidation: since the kernel trusts its own size, a file changed in the backing directory
 //!   behind the cache is seen in full only once the kernel has forgotten its inode;
 //!   `--no-write-cache` for data that other nodes change during the job.
@@ -690,6 +691,22 @@ impl Filesystem for PliantFuse {
         reply: ReplyAttr,
     ) {
         let kill = req.uid() != 0 && self.kill_suidgid.load(Relaxed);
+        // Under FUSE_HANDLE_KILLPRIV_V2 the kernel strips the set-ID clearing from a
+        // `chown(f, -1, -1)` and sends what is left: a request that sets nothing. On a local
+        // file system that call clears a regular file's set-user-ID bit, and its set-group-ID
+        // bit where group execute is set, for its owner and for root; so does the daemon. For
+        // anyone else a local chown fails (EPERM) and changes nothing; here nothing changes.
+        let chown_nothing = self.kill_suidgid.load(Relaxed)
+            && [mode, uid, gid].iter().all(Option::is_none)
+            && size.is_none()
+            && atime.is_none()
+            && mtime.is_none();
+        let nothing_cleared = |a: Attr| {
+            let mine = req.uid() == 0 || req.uid() == a.uid;
+            (chown_nothing && mine && a.mode & nix::libc::S_IFMT == nix::libc::S_IFREG)
+                .then(|| suidgid_cleared(a))
+                .flatten()
+        };
         let (atime, mtime) = (atime.map(time), mtime.map(time));
         let by_handle = |h: &Handle| {
             if let Some(m) = mode {
@@ -706,6 +723,9 @@ impl Filesystem for PliantFuse {
             }
             if atime.is_some() || mtime.is_some() {
                 self.core.set_times_open(h, atime, mtime).map_err(err)?;
+            }
+            if let Some(m) = nothing_cleared(self.core.getattr_open(h).map_err(err)?) {
+                self.core.chmod_open(h, m).map_err(err)?;
             }
             self.core.getattr_open(h).map_err(err)
         };
@@ -724,6 +744,9 @@ impl Filesystem for PliantFuse {
             }
             if atime.is_some() || mtime.is_some() {
                 self.core.set_times(p, atime, mtime).map_err(err)?;
+            }
+            if let Some(m) = nothing_cleared(self.core.getattr(p).map_err(err)?) {
+                self.core.chmod(p, m).map_err(err)?;
             }
             self.core.getattr(p).map_err(err)
         };
