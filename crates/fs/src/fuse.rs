@@ -695,7 +695,10 @@ impl Filesystem for PliantFuse {
         // `chown(f, -1, -1)` and sends what is left: a request that sets nothing. On a local
         // file system that call clears a regular file's set-user-ID bit, and its set-group-ID
         // bit where group execute is set, for its owner and for root; so does the daemon. For
-        // anyone else a local chown fails (EPERM) and changes nothing; here nothing changes.
+        // anyone else a local chown fails (EPERM) and changes nothing; here nothing changes: the
+        // kernel sends the same request after it drops a file's capabilities at a write, which
+        // must not fail. (So a file with both set-ID bits and capabilities loses the bits at
+        // root's write too, where ext4 keeps them: rare, and the safe way round.)
         let chown_nothing = self.kill_suidgid.load(Relaxed)
             && [mode, uid, gid].iter().all(Option::is_none)
             && size.is_none()
