@@ -704,9 +704,10 @@ impl Filesystem for PliantFuse {
             && size.is_none()
             && atime.is_none()
             && mtime.is_none();
+        // Asked only for such a request: the file's attributes are a stat of the backing file.
         let nothing_cleared = |a: Attr| {
             let mine = req.uid() == 0 || req.uid() == a.uid;
-            (chown_nothing && mine && a.mode & nix::libc::S_IFMT == nix::libc::S_IFREG)
+            (mine && a.mode & nix::libc::S_IFMT == nix::libc::S_IFREG)
                 .then(|| suidgid_cleared(a))
                 .flatten()
         };
@@ -727,7 +728,9 @@ impl Filesystem for PliantFuse {
             if atime.is_some() || mtime.is_some() {
                 self.core.set_times_open(h, atime, mtime).map_err(err)?;
             }
-            if let Some(m) = nothing_cleared(self.core.getattr_open(h).map_err(err)?) {
+            if chown_nothing
+                && let Some(m) = nothing_cleared(self.core.getattr_open(h).map_err(err)?)
+            {
                 self.core.chmod_open(h, m).map_err(err)?;
             }
             self.core.getattr_open(h).map_err(err)
@@ -748,7 +751,7 @@ impl Filesystem for PliantFuse {
             if atime.is_some() || mtime.is_some() {
                 self.core.set_times(p, atime, mtime).map_err(err)?;
             }
-            if let Some(m) = nothing_cleared(self.core.getattr(p).map_err(err)?) {
+            if chown_nothing && let Some(m) = nothing_cleared(self.core.getattr(p).map_err(err)?) {
                 self.core.chmod(p, m).map_err(err)?;
             }
             self.core.getattr(p).map_err(err)
