@@ -124,9 +124,13 @@ for r in $(seq 1 "$ROUNDS"); do
     read -r q rc0 rc1 < <(run_redis "$r")
     read -r p s pc0 pc1 < <(run_pliant "$r")
   fi
-  pc=$(python3 -c "import sys; print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) * 1e6)" "$pc0" "$pc1" "$N")
-  rc=$(python3 -c "import sys; print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) * 1e6)" "$rc0" "$rc1" "$N")
-  row=$(python3 -c "import sys; p,q,s,n,pc,rc=map(float,sys.argv[1:]); print(f'{p:.0f} | {q:.0f} | {p/q:.2f} | {s:.0f} | {n/max(s,1):.1f} | {pc:.1f} | {rc:.1f}')" "$p" "$q" "$s" "$N" "$pc" "$rc")
+  # Each server's CPU a SET in µs, then the row.
+  read -r pc rc row < <(python3 -c "
+import sys
+p, q, s, n, pc0, pc1, rc0, rc1 = map(float, sys.argv[1:])
+pc, rc = (pc1 - pc0) / n * 1e6, (rc1 - rc0) / n * 1e6
+print(pc, rc, f'{p:.0f} | {q:.0f} | {p/q:.2f} | {s:.0f} | {n/max(s,1):.1f} | {pc:.1f} | {rc:.1f}')
+" "$p" "$q" "$s" "$N" "$pc0" "$pc1" "$rc0" "$rc1")
   echo "| $r | $row |"
   results+=("$p $q $s $pc $rc")
 done
