@@ -36,7 +36,9 @@ pub struct Node {
     started: Instant,
     connections: AtomicU64,
     rejected: AtomicU64,
-    clients: AtomicUsize,
+    /// Shared with group commit, which fsyncs in line when every open connection waits for
+    /// the fsync (see `node::group_sync`'s module doc).
+    clients: std::sync::Arc<AtomicUsize>,
     /// The application's progress as its clients report it (`PLIANT.PROGRESS`): what the node's
     /// policy sees as `progress`. `None` until a client reports.
     progress: std::sync::Mutex<Option<f64>>,
@@ -146,10 +148,11 @@ struct Cursors {
 impl Node {
     /// A node over `keyspace` with the run-time settings of `config`.
     pub fn new(keyspace: Keyspace, config: &Config) -> Self {
+        let clients = std::sync::Arc::new(AtomicUsize::new(0));
         Self {
-            group_sync: keyspace
-                .store_handle()
-                .map(|store| group_sync::GroupSync::new(store, keyspace.store_log())),
+            group_sync: keyspace.store_handle().map(|store| {
+                group_sync::GroupSync::new(store, keyspace.store_log(), clients.clone())
+            }),
             walks: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             readers: keyspace
                 .store_handle()
@@ -166,7 +169,7 @@ impl Node {
             started: Instant::now(),
             connections: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
-            clients: AtomicUsize::new(0),
+            clients,
             progress: std::sync::Mutex::new(None),
             next_client: AtomicU64::new(1),
             cursors: Mutex::new(Cursors::default()),
@@ -429,7 +432,7 @@ impl Node {
             return Ok(());
         }
         match group
-            .wait(seq, turn.take(), |upto| log.synced_through(upto))
+            .wait(seq, turn.take(), true, |upto| log.synced_through(upto))
             .await
         {
             Ok(next) => {
@@ -529,7 +532,7 @@ impl Node {
         if log.unsynced() && seq > 0 {
             // Its turn is of no use: this is not a client that will write again.
             group
-                .wait(seq, None, |upto| log.synced_through(upto))
+                .wait(seq, None, false, |upto| log.synced_through(upto))
                 .await
                 .map_err(crate::keyspace::KvError::Unsynced)?;
         }

@@ -22,15 +22,40 @@
 //! the last fsync took has passed (a client that acknowledged and went idle holds up one fsync by
 //! at most that, once: the next fsync counts afresh). A lone writer is its own group and never
 //! waits.
+//!
+//! **Where the fsync runs.** Off the async worker, on the blocking pool, so that the clients not
+//! waiting for it are served meanwhile, with one exception: on the single-threaded runtime
+//! (`--threads 1`, the default), when every open connection is among the clients waiting for
+//! this fsync, there is no other client to serve, and the leader writes and fsyncs on the worker
+//! itself. The hop to the blocking pool and back cost 25-55 µs a cycle of about 700 µs, and
+//! without it 50 clients' SETs under `always` went 5-10% faster (`serve-group-commit-30i` in
+//! docs/benchmarks.md), as Redis, whose event loop fsyncs in line every time, does. What waits
+//! meanwhile is work that is not a waiting client's (a new connection, a metrics scrape, the
+//! cluster's tasks), for one fsync; and only while fsyncs are fast: not if the last one took over
+//! [`INLINE_SYNC_MAX`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pliant_store::{Store, StoreError};
 
 use crate::keyspace::StoreLog;
+
+/// The longest the last fsync may have taken for the next one to run in line (see the module
+/// doc): the longest a newcomer then waits, if the disk keeps its pace. Not tuned: far above this
+/// machine's fsyncs (85-140 µs), so the benchmark never meets it; far below a slow disk's, whose
+/// fsyncs go back to the blocking pool.
+pub(crate) const INLINE_SYNC_MAX: Duration = Duration::from_millis(1);
+
+/// A client waiting (see [`Turns::waiting`]).
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    seq: u64,
+    /// A connection's commit, not the periodic sync's.
+    client: bool,
+}
 
 /// What the fsyncs have covered so far.
 #[derive(Debug, Clone, Default)]
@@ -49,7 +74,7 @@ struct Synced {
 struct Turns {
     /// Each waiting client's batch sequence, by a number of its own (ours, not a client's: a
     /// fast hash, not SipHash, which was three hashes of every group-committed write).
-    waiting: HashMap<u64, u64, foldhash::fast::FixedState>,
+    waiting: HashMap<u64, Waiting, foldhash::fast::FixedState>,
     next_waiter: u64,
     /// The turns the latest fsync handed out, and how many of them are still outstanding.
     generation: u64,
@@ -146,10 +171,16 @@ pub(crate) struct GroupSync {
     running: AtomicBool,
     synced: tokio::sync::watch::Sender<Synced>,
     turns: Arc<TurnsShared>,
+    /// The node's open connections: whether every one is waiting (see the module doc).
+    open: Arc<AtomicUsize>,
 }
 
 impl GroupSync {
-    pub(crate) fn new(store: Arc<dyn Store>, log: Option<Arc<StoreLog>>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        log: Option<Arc<StoreLog>>,
+        open: Arc<AtomicUsize>,
+    ) -> Self {
         Self {
             store,
             log,
@@ -157,17 +188,35 @@ impl GroupSync {
             running: AtomicBool::new(false),
             synced: tokio::sync::watch::Sender::new(Synced::default()),
             turns: Arc::default(),
+            open,
         }
+    }
+
+    /// Whether the fsync about to run may run on this worker (see the module doc): the runtime
+    /// has no other worker, every open connection is waiting for it, and the last was fast.
+    fn in_line(&self) -> bool {
+        if tokio::runtime::Handle::current().runtime_flavor()
+            != tokio::runtime::RuntimeFlavor::CurrentThread
+        {
+            return false;
+        }
+        let open = self.open.load(Ordering::Acquire);
+        let t = self.turns.lock();
+        open > 0
+            && t.last_sync <= INLINE_SYNC_MAX
+            && t.waiting.values().filter(|w| w.client).count() >= open
     }
 
     /// Returns once the batch committed as `seq` is durable, with the client's [`Turn`], or with
     /// the error of the fsync that was to make it so. `synced(upto)` is called after each fsync
     /// this caller ran. `turn` is the client's turn from its last wait, if it still holds it:
-    /// its new batch is in the store, so it is taken.
+    /// its new batch is in the store, so it is taken. `client`: the caller is a connection's
+    /// commit (the periodic sync is not).
     pub(crate) async fn wait(
         &self,
         seq: u64,
         turn: Option<Turn>,
+        client: bool,
         synced: impl Fn(u64),
     ) -> Result<Turn, Arc<StoreError>> {
         let mut rx = self.synced.subscribe();
@@ -176,7 +225,7 @@ impl GroupSync {
             let mut t = self.turns.lock();
             let me = t.next_waiter;
             t.next_waiter += 1;
-            t.waiting.insert(me, seq);
+            t.waiting.insert(me, Waiting { seq, client });
             me
         };
         // Gone from the waiting when this wait ends, however it ends (a cancelled waiter would
@@ -228,10 +277,14 @@ impl GroupSync {
                     }
                     store.sync().map_err(Arc::new)
                 };
-                let done = match tokio::task::spawn_blocking(write_and_sync).await {
-                    Ok(done) => done,
-                    // A panic inside the store is a bug of ours: not an error to report.
-                    Err(e) => std::panic::resume_unwind(e.into_panic()),
+                let done = if self.in_line() {
+                    write_and_sync()
+                } else {
+                    match tokio::task::spawn_blocking(write_and_sync).await {
+                        Ok(done) => done,
+                        // A panic inside the store is a bug of ours: not an error to report.
+                        Err(e) => std::panic::resume_unwind(e.into_panic()),
+                    }
                 };
                 let took = started.elapsed();
                 // Cleared before the news goes out: a waiter woken by it and not covered must
@@ -246,7 +299,7 @@ impl GroupSync {
                         let generation = {
                             let mut t = self.turns.lock();
                             let before = t.waiting.len();
-                            t.waiting.retain(|_, s| *s > upto);
+                            t.waiting.retain(|_, w| w.seq > upto);
                             t.outstanding = before - t.waiting.len();
                             t.generation += 1;
                             t.last_sync = took;
@@ -292,7 +345,11 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let group = Arc::new(GroupSync::new(Arc::new(MemStore::new()), None));
+        let group = Arc::new(GroupSync::new(
+            Arc::new(MemStore::new()),
+            None,
+            Arc::default(),
+        ));
         let syncs = Arc::new(AtomicUsize::new(0));
         rt.block_on(async {
             let waits: Vec<_> = (1..=200u64)
@@ -300,7 +357,7 @@ mod tests {
                     let (group, syncs) = (group.clone(), syncs.clone());
                     tokio::spawn(async move {
                         group
-                            .wait(seq, None, |_| {
+                            .wait(seq, None, true, |_| {
                                 syncs.fetch_add(1, Ordering::Relaxed);
                             })
                             .await
@@ -332,12 +389,12 @@ mod tests {
             .expect("runtime");
         let store = FaultyStore::new(MemStore::new());
         let faults = store.faults();
-        let group = Arc::new(GroupSync::new(Arc::new(store), None));
+        let group = Arc::new(GroupSync::new(Arc::new(store), None, Arc::default()));
         let stall = faults.stall(pliant_store::OpKind::Sync);
         rt.block_on(async {
             let leader = {
                 let group = group.clone();
-                tokio::spawn(async move { group.wait(1, None, |_| {}).await })
+                tokio::spawn(async move { group.wait(1, None, true, |_| {}).await })
             };
             let held = tokio::task::spawn_blocking(move || {
                 let held = stall.wait_held(Duration::from_secs(10));
@@ -348,18 +405,37 @@ mod tests {
             leader.abort();
             let _ = leader.await;
             // Its fsync is still held in the store; the next waiter leads one of its own.
-            let next = tokio::time::timeout(Duration::from_secs(10), group.wait(2, None, |_| {}))
-                .await
-                .expect("not stuck behind the leader that went away")
-                .expect("durable");
+            let next =
+                tokio::time::timeout(Duration::from_secs(10), group.wait(2, None, true, |_| {}))
+                    .await
+                    .expect("not stuck behind the leader that went away")
+                    .expect("durable");
             drop(next);
             stall.release();
         });
     }
 
-    /// A store whose fsync takes `0` (a disk's), counting them.
+    /// A store whose fsync takes `0` (a disk's), counting them and noting the threads they ran
+    /// on.
     #[derive(Debug)]
-    struct SlowSync(Duration, MemStore, AtomicUsize);
+    struct SlowSync(
+        Duration,
+        MemStore,
+        AtomicUsize,
+        Mutex<Vec<std::thread::ThreadId>>,
+    );
+
+    impl SlowSync {
+        fn new(pause: Duration) -> Self {
+            Self(
+                pause,
+                MemStore::new(),
+                AtomicUsize::new(0),
+                Mutex::default(),
+            )
+        }
+    }
+
     impl Store for SlowSync {
         fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
             self.1.get(k)
@@ -376,6 +452,10 @@ mod tests {
         fn sync(&self) -> Result<(), StoreError> {
             std::thread::sleep(self.0);
             self.2.fetch_add(1, Ordering::Relaxed);
+            self.3
+                .lock()
+                .expect("not poisoned")
+                .push(std::thread::current().id());
             Ok(())
         }
         fn range(&self, r: pliant_store::KeyRange<'_>) -> pliant_store::Entries<'_> {
@@ -395,12 +475,8 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let store = Arc::new(SlowSync(
-            Duration::from_millis(5),
-            MemStore::new(),
-            AtomicUsize::new(0),
-        ));
-        let group = Arc::new(GroupSync::new(store.clone(), None));
+        let store = Arc::new(SlowSync::new(Duration::from_millis(5)));
+        let group = Arc::new(GroupSync::new(store.clone(), None, Arc::default()));
         let committed = Arc::new(AtomicU64::new(0));
         rt.block_on(async {
             let clients: Vec<_> = (0..CLIENTS)
@@ -412,8 +488,12 @@ mod tests {
                             // A client's round trip before its next write arrives.
                             tokio::time::sleep(Duration::from_micros(300)).await;
                             let seq = committed.fetch_add(1, Ordering::AcqRel) + 1;
-                            turn =
-                                Some(group.wait(seq, turn.take(), |_| {}).await.expect("durable"));
+                            turn = Some(
+                                group
+                                    .wait(seq, turn.take(), true, |_| {})
+                                    .await
+                                    .expect("durable"),
+                            );
                         }
                     })
                 })
@@ -434,6 +514,73 @@ mod tests {
         );
     }
 
+    /// `CLIENTS` clients writing `ROUNDS` times each on a single-threaded runtime, of `open`
+    /// connections, over a store whose fsync takes `pause`: how many fsyncs ran on the runtime's
+    /// own thread, of how many.
+    fn fsyncs_in_line(open: usize, pause: Duration) -> (usize, usize) {
+        const CLIENTS: usize = 4;
+        const ROUNDS: usize = 10;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let store = Arc::new(SlowSync::new(pause));
+        let group = Arc::new(GroupSync::new(
+            store.clone(),
+            None,
+            Arc::new(AtomicUsize::new(open)),
+        ));
+        let committed = Arc::new(AtomicU64::new(0));
+        rt.block_on(async {
+            let clients: Vec<_> = (0..CLIENTS)
+                .map(|_| {
+                    let (group, committed) = (group.clone(), committed.clone());
+                    tokio::spawn(async move {
+                        let mut turn = None;
+                        for _ in 0..ROUNDS {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            let seq = committed.fetch_add(1, Ordering::AcqRel) + 1;
+                            let next = group.wait(seq, turn.take(), true, |_| {}).await;
+                            turn = Some(next.expect("durable"));
+                        }
+                    })
+                })
+                .collect();
+            for c in clients {
+                tokio::time::timeout(Duration::from_secs(60), c)
+                    .await
+                    .expect("within 60 s")
+                    .expect("joined");
+            }
+        });
+        let here = std::thread::current().id();
+        let on = store.3.lock().expect("not poisoned");
+        (on.iter().filter(|t| **t == here).count(), on.len())
+    }
+
+    /// On the single-threaded runtime an fsync that every open connection waits for runs on the
+    /// runtime's thread (no other client to serve); one connection that is not waiting, or a
+    /// slow last fsync, sends it to the blocking pool, and every client is acknowledged either
+    /// way.
+    #[test]
+    fn an_fsync_runs_in_line_only_when_every_connection_waits_for_it() {
+        let fast = Duration::from_micros(200);
+        let (in_line, all) = fsyncs_in_line(4, fast);
+        assert!(
+            in_line >= 1,
+            "{in_line} of {all} fsyncs in line, all waiting"
+        );
+        let (in_line, all) = fsyncs_in_line(5, fast);
+        assert_eq!(
+            in_line, 0,
+            "{in_line} of {all} in line with an idle connection"
+        );
+        let slow = INLINE_SYNC_MAX * 2;
+        let (in_line, all) = fsyncs_in_line(4, slow);
+        // The first fsync has no last one to go by.
+        assert!(in_line <= 1, "{in_line} of {all} in line after slow fsyncs");
+    }
+
     /// A failed fsync is the error of every client it was to cover, and the next one retries.
     #[test]
     fn a_failed_fsync_acknowledges_none_of_the_clients_it_covered() {
@@ -443,15 +590,15 @@ mod tests {
             .expect("runtime");
         let store = FaultyStore::new(MemStore::new());
         let faults = store.faults();
-        let group = GroupSync::new(Arc::new(store), None);
+        let group = GroupSync::new(Arc::new(store), None, Arc::default());
         faults.fail_syncs(1);
         rt.block_on(async {
             assert!(
-                group.wait(1, None, |_| {}).await.is_err(),
+                group.wait(1, None, true, |_| {}).await.is_err(),
                 "not durable: not acknowledged"
             );
             group
-                .wait(2, None, |_| {})
+                .wait(2, None, true, |_| {})
                 .await
                 .expect("the next fsync works");
         });
