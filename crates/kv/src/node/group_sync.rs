@@ -35,8 +35,9 @@
 //! [`INLINE_SYNC_MAX`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use pliant_store::{Store, StoreError};
@@ -50,11 +51,13 @@ use crate::keyspace::StoreLog;
 pub(crate) const INLINE_SYNC_MAX: Duration = Duration::from_millis(1);
 
 /// A client waiting (see [`Turns::waiting`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Waiting {
     seq: u64,
     /// A connection's commit, not the periodic sync's.
     client: bool,
+    /// Woken when an fsync ends (or its leader goes away).
+    waker: Option<Waker>,
 }
 
 /// What the fsyncs have covered so far.
@@ -69,12 +72,17 @@ struct Synced {
     generation: u64,
 }
 
-/// The clients waiting, and the turns of the last fsync's clients.
+/// The clients waiting, what the fsyncs have covered, and the turns of the last fsync's clients:
+/// all under one lock, which every wait takes anyway (one waker each in the table of waiters
+/// where a watch channel's notifications were a sixth of a group-committed SET's instructions).
 #[derive(Debug, Default)]
 struct Turns {
     /// Each waiting client's batch sequence, by a number of its own (ours, not a client's: a
     /// fast hash, not SipHash, which was three hashes of every group-committed write).
     waiting: HashMap<u64, Waiting, foldhash::fast::FixedState>,
+    synced: Synced,
+    /// Whether an fsync is running.
+    running: bool,
     next_waiter: u64,
     /// The turns the latest fsync handed out, and how many of them are still outstanding.
     generation: u64,
@@ -116,6 +124,28 @@ impl TurnsShared {
         self.turns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Ends the running fsync with `publish`'s news, and wakes every waiter: those covered
+    /// return, one of the others leads the next fsync.
+    fn end_fsync(&self, publish: impl FnOnce(&mut Turns)) {
+        let wakers: Vec<Waker> = {
+            let mut t = self.lock();
+            // Cleared under the lock that publishes the news: a waiter sees the fsync running
+            // and its waker is taken below, or sees the news.
+            t.running = false;
+            // Taken before `publish`, which lets go of the clients it covers.
+            let wakers = t
+                .waiting
+                .values_mut()
+                .filter_map(|w| w.waker.take())
+                .collect();
+            publish(&mut t);
+            wakers
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
     /// Waits until every turn the latest fsync handed out is taken, or for as long as that fsync
     /// took.
     async fn settle(&self) {
@@ -144,9 +174,8 @@ struct Leading<'a>(&'a GroupSync);
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        self.0.running.store(false, Ordering::Release);
         // Wakes the waiters, one of which leads the next fsync.
-        self.0.synced.send_modify(|_| {});
+        self.0.turns.end_fsync(|_| {});
     }
 }
 
@@ -167,9 +196,6 @@ pub(crate) struct GroupSync {
     log: Option<Arc<StoreLog>>,
     /// The highest sequence whose batch is in the store.
     committed: AtomicU64,
-    /// Whether an fsync is running.
-    running: AtomicBool,
-    synced: tokio::sync::watch::Sender<Synced>,
     turns: Arc<TurnsShared>,
     /// The node's open connections: whether every one is waiting (see the module doc).
     open: Arc<AtomicUsize>,
@@ -185,8 +211,6 @@ impl GroupSync {
             store,
             log,
             committed: AtomicU64::new(0),
-            running: AtomicBool::new(false),
-            synced: tokio::sync::watch::Sender::new(Synced::default()),
             turns: Arc::default(),
             open,
         }
@@ -219,115 +243,131 @@ impl GroupSync {
         client: bool,
         synced: impl Fn(u64),
     ) -> Result<Turn, Arc<StoreError>> {
-        let mut rx = self.synced.subscribe();
         self.committed.fetch_max(seq, Ordering::AcqRel);
         let me = {
             let mut t = self.turns.lock();
             let me = t.next_waiter;
             t.next_waiter += 1;
-            t.waiting.insert(me, Waiting { seq, client });
+            t.waiting.insert(
+                me,
+                Waiting {
+                    seq,
+                    client,
+                    waker: None,
+                },
+            );
             me
         };
         // Gone from the waiting when this wait ends, however it ends (a cancelled waiter would
         // otherwise be counted for a turn it never takes).
         let _registered = Registered(&self.turns, me);
         drop(turn);
-        // Whether the fsync that covered it counted it in its turns (it did unless it came
-        // too late to be seen waiting): its turn belongs to that fsync's generation then.
-        let counted = |generation| {
-            let mut t = self.turns.lock();
-            let counted = t.waiting.remove(&me).is_none();
-            Turn {
-                shared: self.turns.clone(),
-                generation: if counted { generation } else { 0 },
-            }
-        };
         loop {
-            {
-                let s = rx.borrow_and_update();
-                if s.upto >= seq {
-                    let generation = s.generation;
-                    drop(s);
-                    return Ok(counted(generation));
+            let next = std::future::poll_fn(|cx| {
+                let mut t = self.turns.lock();
+                if t.synced.upto >= seq {
+                    // Whether the fsync that covered it counted it in its turns (it did unless
+                    // it came too late to be seen waiting): its turn belongs to that fsync's
+                    // generation then.
+                    let counted = t.waiting.remove(&me).is_none();
+                    return Poll::Ready(Next::Covered(Turn {
+                        shared: self.turns.clone(),
+                        generation: if counted { t.synced.generation } else { 0 },
+                    }));
                 }
-                if let Some((covering, why)) = &s.failed
+                if let Some((covering, why)) = &t.synced.failed
                     && *covering >= seq
                 {
-                    let why = why.clone();
-                    drop(s);
-                    drop(counted(0));
-                    return Err(why);
+                    return Poll::Ready(Next::Failed(why.clone()));
                 }
-            }
-            if !self.running.swap(true, Ordering::AcqRel) {
-                // Dropped with this wait if its caller goes away (a connection closed, the
-                // periodic sync stopped at shutdown) before the fsync's news is out: the next
-                // waiter must find no fsync running, or every later commit waits for ever.
-                let leading = Leading(self);
-                self.turns.settle().await;
-                let upto = self.committed.load(Ordering::Acquire);
-                let (store, log) = (self.store.clone(), self.log.clone());
-                let started = Instant::now();
-                // The batches waiting may still be queued (a committer under `always` leaves
-                // its batch to the leader): written first, all as one store write, one append,
-                // as Redis writes its AOF buffer once an event loop before its fsync.
-                let write_and_sync = move || -> Result<(), Arc<StoreError>> {
-                    if let Some(log) = &log {
-                        log.write_through(upto)?;
-                    }
-                    store.sync().map_err(Arc::new)
-                };
-                let done = if self.in_line() {
-                    write_and_sync()
-                } else {
-                    match tokio::task::spawn_blocking(write_and_sync).await {
-                        Ok(done) => done,
-                        // A panic inside the store is a bug of ours: not an error to report.
-                        Err(e) => std::panic::resume_unwind(e.into_panic()),
-                    }
-                };
-                let took = started.elapsed();
-                // Cleared before the news goes out: a waiter woken by it and not covered must
-                // find no fsync running, and lead the next one itself.
-                std::mem::forget(leading);
-                self.running.store(false, Ordering::Release);
-                match done {
-                    Ok(()) => {
-                        synced(upto);
-                        // The clients it covers get the turns of a new generation; older ones
-                        // still held count for nothing.
-                        let generation = {
-                            let mut t = self.turns.lock();
-                            let before = t.waiting.len();
-                            t.waiting.retain(|_, w| w.seq > upto);
-                            t.outstanding = before - t.waiting.len();
-                            t.generation += 1;
-                            t.last_sync = took;
-                            t.generation
-                        };
-                        self.synced.send_modify(|s| {
-                            s.upto = s.upto.max(upto);
-                            s.generation = generation;
-                        });
-                    }
-                    Err(e) => {
-                        tracing::error!("store sync failed: {}", pliant_proto::error::chain(&e));
-                        {
-                            let mut t = self.turns.lock();
-                            t.outstanding = 0;
-                            t.generation += 1;
-                        }
-                        self.synced.send_modify(|s| s.failed = Some((upto, e)));
-                    }
+                if !t.running {
+                    t.running = true;
+                    return Poll::Ready(Next::Lead);
                 }
-                continue;
-            }
-            // An fsync is running: it, or the next one, covers this batch. Its end always sends.
-            if rx.changed().await.is_err() {
-                return Ok(counted(0));
+                // An fsync is running: it, or the next one, covers this batch. Its end wakes
+                // every waiter.
+                match t.waiting.get_mut(&me) {
+                    Some(w) => match &mut w.waker {
+                        Some(old) => old.clone_from(cx.waker()),
+                        none => *none = Some(cx.waker().clone()),
+                    },
+                    // Only an fsync that covers it lets it go, and then the check above returns:
+                    // not reached, but a poll again is never wrong where a missed wake-up hangs.
+                    None => cx.waker().wake_by_ref(),
+                }
+                Poll::Pending
+            })
+            .await;
+            match next {
+                Next::Covered(turn) => return Ok(turn),
+                Next::Failed(why) => return Err(why),
+                Next::Lead => self.lead(&synced).await,
             }
         }
     }
+
+    /// Runs an fsync as its leader (see the module doc) and publishes what it covered.
+    async fn lead(&self, synced: &impl Fn(u64)) {
+        // Dropped if this wait's caller goes away (a connection closed, the periodic sync
+        // stopped at shutdown) before the fsync's news is out: the next waiter must find no
+        // fsync running, or every later commit waits for ever.
+        let leading = Leading(self);
+        self.turns.settle().await;
+        let upto = self.committed.load(Ordering::Acquire);
+        let (store, log) = (self.store.clone(), self.log.clone());
+        let started = Instant::now();
+        // The batches waiting may still be queued (a committer under `always` leaves its batch
+        // to the leader): written first, all as one store write, one append, as Redis writes its
+        // AOF buffer once an event loop before its fsync.
+        let write_and_sync = move || -> Result<(), Arc<StoreError>> {
+            if let Some(log) = &log {
+                log.write_through(upto)?;
+            }
+            store.sync().map_err(Arc::new)
+        };
+        let done = if self.in_line() {
+            write_and_sync()
+        } else {
+            match tokio::task::spawn_blocking(write_and_sync).await {
+                Ok(done) => done,
+                // A panic inside the store is a bug of ours: not an error to report.
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        };
+        let took = started.elapsed();
+        std::mem::forget(leading);
+        match done {
+            Ok(()) => {
+                synced(upto);
+                // The clients it covers get the turns of a new generation; older ones still
+                // held count for nothing.
+                self.turns.end_fsync(|t| {
+                    let before = t.waiting.len();
+                    t.waiting.retain(|_, w| w.seq > upto);
+                    t.outstanding = before - t.waiting.len();
+                    t.generation += 1;
+                    t.last_sync = took;
+                    t.synced.upto = t.synced.upto.max(upto);
+                    t.synced.generation = t.generation;
+                });
+            }
+            Err(e) => {
+                tracing::error!("store sync failed: {}", pliant_proto::error::chain(&e));
+                self.turns.end_fsync(|t| {
+                    t.outstanding = 0;
+                    t.generation += 1;
+                    t.synced.failed = Some((upto, e));
+                });
+            }
+        }
+    }
+}
+
+/// What a waiter does next.
+enum Next {
+    Covered(Turn),
+    Failed(Arc<StoreError>),
+    Lead,
 }
 
 #[cfg(test)]
@@ -374,7 +414,7 @@ mod tests {
         });
         let n = syncs.load(Ordering::Relaxed);
         assert!((1..=200).contains(&n), "{n} fsyncs");
-        assert!(group.synced.borrow().upto >= 200);
+        assert!(group.turns.lock().synced.upto >= 200);
     }
 
     /// The bug: the once-a-second sync, aborted at shutdown while it led an fsync, left the
