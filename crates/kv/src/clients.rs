@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use pliant_proto::frame::Frame;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 /// The channel invalidations are published on to a redirect target (Redis's).
 pub const INVALIDATE_CHANNEL: &[u8] = b"__redis__:invalidate";
@@ -57,7 +57,9 @@ pub struct Client {
     /// Whether it tracks keys (CLIENT TRACKING ON), and where to (its id, or the redirect's).
     tracking: AtomicI64,
     killed: AtomicBool,
-    kill: Notify,
+    /// Its connection's task while it waits for a request, woken to close it (CLIENT KILL, the
+    /// node stopping).
+    closer: atomic_waker::AtomicWaker,
     /// Where messages of [`INVALIDATE_CHANNEL`] go while it is subscribed.
     messages: Mutex<Option<mpsc::UnboundedSender<Frame>>>,
 }
@@ -82,7 +84,7 @@ impl Client {
             channels: AtomicUsize::new(0),
             tracking: AtomicI64::new(0),
             killed: AtomicBool::new(false),
-            kill: Notify::new(),
+            closer: atomic_waker::AtomicWaker::new(),
             messages: Mutex::new(None),
         }
     }
@@ -152,7 +154,12 @@ impl Client {
     /// Asks its connection to close (CLIENT KILL).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Relaxed);
-        self.kill.notify_one();
+        self.closer.wake();
+    }
+
+    /// Wakes its connection to look again whether it must close (the node stopping).
+    pub fn nudge(&self) {
+        self.closer.wake();
     }
 
     /// Whether CLIENT KILL closed it.
@@ -160,9 +167,19 @@ impl Client {
         self.killed.load(Ordering::Relaxed)
     }
 
-    /// Resolves when CLIENT KILL closes it.
-    pub async fn killed(&self) {
-        self.kill.notified().await;
+    /// Resolves once it is killed or `stopping` holds: looked at when it starts, and whenever
+    /// it is killed or [nudged](Client::nudge).
+    pub async fn closed(&self, stopping: impl Fn() -> bool) {
+        std::future::poll_fn(|cx| {
+            // Registered before the looks: a kill or a nudge after them wakes it.
+            self.closer.register(cx.waker());
+            if self.is_killed() || stopping() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
     }
 
     /// Its age in seconds.

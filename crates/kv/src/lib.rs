@@ -24,7 +24,9 @@
 //!
 //! Dependencies: `pliant-proto` (the protocol), `tokio` (the network and timers), `bytes`
 //! (values shared without copies between the connection buffers, the memory tier and replies), `thiserror` (typed errors),
-//! `tracing` (logs), `foldhash` (the eviction index), `serde`/`serde_json` (the JSON counters),
+//! `tracing` (logs), `foldhash` (the eviction index), `atomic-waker` (the one waker that closes
+//! a connection, for CLIENT KILL and the node's stop: two notifications' futures built and
+//! dropped at every wait for a request were a tenth of a group-committed SET's instructions), `serde`/`serde_json` (the JSON counters),
 //! `nix` (the monotonic clock as nanoseconds: a command's time is a subtraction of two integers,
 //! where `Instant`'s normalises a `timespec`, a tenth of a pipelined GET's instructions),
 //! `libc` (`setpriority`, which nix lacks: the store readers' threads run at the lowest CPU

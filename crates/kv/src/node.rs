@@ -669,6 +669,10 @@ impl Node {
     /// Asks the server to stop (SHUTDOWN, a signal).
     pub fn shut_down(&self) {
         self.shutdown.send_replace(true);
+        // Connections waiting for a request look at `stopping` when woken (`Client::closed`).
+        for c in self.registry.all() {
+            c.nudge();
+        }
     }
 
     /// Whether the server is stopping.

@@ -552,7 +552,6 @@ async fn serve(
         unauthenticated: true,
         ..authenticated
     };
-    let mut stop = node.stop_signal();
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut out = Vec::with_capacity(16 * 1024);
     // Remembers how far an incomplete request was checked, so a large one arriving in many
@@ -748,8 +747,7 @@ async fn serve(
             }
             // Only an unauthenticated client's replies wait here (see above); sent at the top.
             w = stream.writable(), if !out.is_empty() => w?,
-            _ = stop.changed() => return Ok(()),
-            _ = client.killed() => return Ok(()),
+            _ = client.closed(|| node.stopping()) => return Ok(()),
             Some(message) = next_message(&mut session.messages) => {
                 message.write(session.proto, &mut out);
                 stream.write_all(&out).await?;

@@ -718,6 +718,66 @@ fn client_list_and_info_describe_every_connection_in_redis_s_format() {
     assert!(error(&call(&mut a, &["CLIENT", "SETNAME", &long])).contains("limited to 512"));
 }
 
+/// A connection that is `CLIENT ID`'s `N` on `s`, opened raw so that nothing is sent on it
+/// afterwards: `(stream, N)`.
+fn idle_connection(s: &Served) -> (std::net::TcpStream, u64) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    c.write_all(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n")
+        .expect("send");
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    // ":N\r\n", at most 32 bytes.
+    while !reply.ends_with(b"\r\n") && reply.len() < 32 {
+        c.read_exact(&mut byte).expect("CLIENT ID's reply");
+        reply.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&reply);
+    let id = text
+        .trim()
+        .strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("CLIENT ID answered {text:?}"));
+    (c, id)
+}
+
+/// The bug this guards against: a connection waiting for a request is closed by CLIENT KILL
+/// only if the kill wakes it; one killed while idle must not linger until it sends something.
+#[test]
+fn client_kill_closes_an_idle_connection_without_waiting_for_its_next_request() {
+    let s = Served::cache();
+    let mut admin = s.client();
+    let (mut idle, vid) = idle_connection(&s);
+    assert_eq!(
+        call(&mut admin, &["CLIENT", "KILL", "ID", &vid.to_string()]),
+        Frame::Integer(1)
+    );
+    // Fails after 10 s with no close.
+    let left = pliant_testdata::wire::read_until_closed(&mut idle);
+    assert_eq!(left, "", "nothing is sent to a killed connection");
+}
+
+/// The same at SHUTDOWN: an idle connection is closed at once, not after the 5 s the node gives
+/// connections to finish what they have read.
+#[test]
+fn an_idle_connection_is_closed_as_soon_as_the_node_stops() {
+    let s = Served::cache();
+    let (mut idle, _) = idle_connection(&s);
+    let started = Instant::now();
+    s.node.shut_down();
+    let left = pliant_testdata::wire::read_until_closed(&mut idle);
+    assert_eq!(left, "");
+    // Woken, it closes within milliseconds; not woken, it would be closed by the drain's end
+    // at 5 s. Half of that leaves room for a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "closed after {:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn client_kill_closes_the_connections_its_filters_match_and_skips_the_caller() {
     let s = Served::cache();
