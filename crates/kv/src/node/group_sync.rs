@@ -503,6 +503,40 @@ mod tests {
         }
     }
 
+    /// `clients` clients on `rt`, each committing `rounds` batches `gap` apart and waiting for
+    /// each to be durable, holding its turn from one to the next; every wait bounded.
+    fn write_rounds(
+        rt: &tokio::runtime::Runtime,
+        group: &Arc<GroupSync>,
+        clients: usize,
+        rounds: usize,
+        gap: Duration,
+    ) {
+        let committed = Arc::new(AtomicU64::new(0));
+        rt.block_on(async {
+            let clients: Vec<_> = (0..clients)
+                .map(|_| {
+                    let (group, committed) = (group.clone(), committed.clone());
+                    tokio::spawn(async move {
+                        let mut turn = None;
+                        for _ in 0..rounds {
+                            tokio::time::sleep(gap).await;
+                            let seq = committed.fetch_add(1, Ordering::AcqRel) + 1;
+                            let next = group.wait(seq, turn.take(), true, |_| {}).await;
+                            turn = Some(next.expect("durable"));
+                        }
+                    })
+                })
+                .collect();
+            for c in clients {
+                tokio::time::timeout(Duration::from_secs(60), c)
+                    .await
+                    .expect("within 60 s")
+                    .expect("joined");
+            }
+        });
+    }
+
     /// The bug: back-to-back fsyncs split busy clients into two groups that alternate, each
     /// fsync covering about half of them (23.6 SETs per fsync with 50 clients). With turns,
     /// the clients one fsync acknowledged come back before the next starts, as in Redis's loop.
@@ -517,34 +551,14 @@ mod tests {
             .expect("runtime");
         let store = Arc::new(SlowSync::new(Duration::from_millis(5)));
         let group = Arc::new(GroupSync::new(store.clone(), None, Arc::default()));
-        let committed = Arc::new(AtomicU64::new(0));
-        rt.block_on(async {
-            let clients: Vec<_> = (0..CLIENTS)
-                .map(|_| {
-                    let (group, committed) = (group.clone(), committed.clone());
-                    tokio::spawn(async move {
-                        let mut turn = None;
-                        for _ in 0..ROUNDS {
-                            // A client's round trip before its next write arrives.
-                            tokio::time::sleep(Duration::from_micros(300)).await;
-                            let seq = committed.fetch_add(1, Ordering::AcqRel) + 1;
-                            turn = Some(
-                                group
-                                    .wait(seq, turn.take(), true, |_| {})
-                                    .await
-                                    .expect("durable"),
-                            );
-                        }
-                    })
-                })
-                .collect();
-            for c in clients {
-                tokio::time::timeout(Duration::from_secs(60), c)
-                    .await
-                    .expect("within 60 s")
-                    .expect("joined");
-            }
-        });
+        // A client's round trip before its next write arrives: 300 µs.
+        write_rounds(
+            &rt,
+            &group,
+            CLIENTS as usize,
+            ROUNDS as usize,
+            Duration::from_micros(300),
+        );
         let fsyncs = store.2.load(Ordering::Relaxed) as u64;
         // One group of all ten: about one fsync a round (the first may go alone). Two groups
         // alternating would be about two.
@@ -570,29 +584,7 @@ mod tests {
             None,
             Arc::new(AtomicUsize::new(open)),
         ));
-        let committed = Arc::new(AtomicU64::new(0));
-        rt.block_on(async {
-            let clients: Vec<_> = (0..CLIENTS)
-                .map(|_| {
-                    let (group, committed) = (group.clone(), committed.clone());
-                    tokio::spawn(async move {
-                        let mut turn = None;
-                        for _ in 0..ROUNDS {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            let seq = committed.fetch_add(1, Ordering::AcqRel) + 1;
-                            let next = group.wait(seq, turn.take(), true, |_| {}).await;
-                            turn = Some(next.expect("durable"));
-                        }
-                    })
-                })
-                .collect();
-            for c in clients {
-                tokio::time::timeout(Duration::from_secs(60), c)
-                    .await
-                    .expect("within 60 s")
-                    .expect("joined");
-            }
-        });
+        write_rounds(&rt, &group, CLIENTS, ROUNDS, Duration::from_millis(1));
         let here = std::thread::current().id();
         let on = store.3.lock().expect("not poisoned");
         (on.iter().filter(|t| **t == here).count(), on.len())
