@@ -32,7 +32,7 @@
 //! docs/benchmarks.md), as Redis, whose event loop fsyncs in line every time, does. What waits
 //! meanwhile is work that is not a waiting client's (a new connection, a metrics scrape, the
 //! cluster's tasks), for one fsync; and only while fsyncs are fast: not if the last one took over
-//! [`INLINE_SYNC_MAX`].
+//! [`INLINE_SYNC_MAX`], whether it worked or failed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -87,7 +87,8 @@ struct Turns {
     /// The turns the latest fsync handed out, and how many of them are still outstanding.
     generation: u64,
     outstanding: usize,
-    /// How long the latest fsync took: the longest a leader waits for turns.
+    /// How long the latest fsync took, failed or not: the longest a leader waits for turns, and
+    /// whether the next may run in line.
     last_sync: Duration,
 }
 
@@ -356,6 +357,9 @@ impl GroupSync {
                 self.turns.end_fsync(|t| {
                     t.outstanding = 0;
                     t.generation += 1;
+                    // A disk slow to fail (an I/O error after its retries) is a slow disk: the
+                    // next fsync must not stall the serving thread for as long (`in_line`).
+                    t.last_sync = took;
                     t.synced.failed = Some((upto, e));
                 });
             }
@@ -456,13 +460,14 @@ mod tests {
     }
 
     /// A store whose fsync takes `0` (a disk's), counting them and noting the threads they ran
-    /// on.
+    /// on; every one fails if `4` (a failing disk's).
     #[derive(Debug)]
     struct SlowSync(
         Duration,
         MemStore,
         AtomicUsize,
         Mutex<Vec<std::thread::ThreadId>>,
+        bool,
     );
 
     impl SlowSync {
@@ -472,7 +477,15 @@ mod tests {
                 MemStore::new(),
                 AtomicUsize::new(0),
                 Mutex::default(),
+                false,
             )
+        }
+
+        fn failing(pause: Duration) -> Self {
+            Self {
+                4: true,
+                ..Self::new(pause)
+            }
         }
     }
 
@@ -496,6 +509,9 @@ mod tests {
                 .lock()
                 .expect("not poisoned")
                 .push(std::thread::current().id());
+            if self.4 {
+                return Err(StoreError::Injected { op: "sync" });
+            }
             Ok(())
         }
         fn range(&self, r: pliant_store::KeyRange<'_>) -> pliant_store::Entries<'_> {
@@ -611,6 +627,35 @@ mod tests {
         let (in_line, all) = fsyncs_in_line(4, slow);
         // The first fsync has no last one to go by.
         assert!(in_line <= 1, "{in_line} of {all} in line after slow fsyncs");
+    }
+
+    /// The bug: a failed fsync left the time of the last one that worked as the last fsync's,
+    /// so a disk that took seconds to fail each fsync (a retried I/O error) had every next one
+    /// run on the serving thread too, and everything that was not a waiting client (a new
+    /// connection, SHUTDOWN, the metrics) stalled for each. A slow fsync counts, failed or not.
+    #[test]
+    fn a_slow_failed_fsync_sends_the_next_to_the_blocking_pool() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let store = Arc::new(SlowSync::failing(INLINE_SYNC_MAX * 3));
+        // One open connection, the one waiting: every fsync may run in line but for its pace.
+        let group = GroupSync::new(store.clone(), None, Arc::new(AtomicUsize::new(1)));
+        rt.block_on(async {
+            for seq in 1..=3 {
+                assert!(
+                    group.wait(seq, None, true, |_| {}).await.is_err(),
+                    "a failed fsync acknowledges nothing"
+                );
+            }
+        });
+        let here = std::thread::current().id();
+        let on = store.3.lock().expect("not poisoned");
+        let in_line = on.iter().filter(|t| **t == here).count();
+        // The first has no last one to go by.
+        assert_eq!(on.len(), 3, "one fsync a wait");
+        assert!(in_line <= 1, "{in_line} of 3 slow failed fsyncs in line");
     }
 
     /// A failed fsync is the error of every client it was to cover, and the next one retries.
