@@ -423,6 +423,10 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
             .await;
         return;
     };
+    // Leaves however the connection ends, a panic of its task included: one that panicked kept
+    // its place for good (one of `--max-clients`, a line of CLIENT LIST, and group commit never
+    // again found every open connection waiting for its fsync).
+    let _left = Left(&node, id);
     let _ = stream.set_nodelay(true);
     let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
     let client = Arc::new(crate::clients::Client::new(
@@ -447,9 +451,17 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
     tracing::info!("client {id} ({}) left: {why}", shown(peer));
     session.settle(&node);
     crate::cmd::closed(&node, &mut session);
-    node.registry().remove(id);
-    node.tracking().disable(id);
-    node.leave();
+}
+
+/// An admitted connection's place among the open ones, given up when dropped.
+struct Left<'a>(&'a Node, u64);
+
+impl Drop for Left<'_> {
+    fn drop(&mut self) {
+        self.0.registry().remove(self.1);
+        self.0.tracking().disable(self.1);
+        self.0.leave();
+    }
 }
 
 /// Replies a client yet to authenticate may leave unread before it is closed: Redis's 1,024
@@ -846,6 +858,68 @@ mod tests {
 
     fn at(a: &str) -> SocketAddr {
         a.parse().expect("address")
+    }
+
+    /// A store whose fsync panics (a bug in a store, or in what runs with it).
+    #[derive(Debug)]
+    struct PanicsOnSync(pliant_store::MemStore);
+
+    impl pliant_store::Store for PanicsOnSync {
+        fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, pliant_store::StoreError> {
+            self.0.get(k)
+        }
+        fn put(&self, k: &[u8], v: &[u8]) -> Result<(), pliant_store::StoreError> {
+            self.0.put(k, v)
+        }
+        fn delete(&self, k: &[u8]) -> Result<(), pliant_store::StoreError> {
+            self.0.delete(k)
+        }
+        fn batch(&self, b: &pliant_store::Batch) -> Result<(), pliant_store::StoreError> {
+            self.0.batch(b)
+        }
+        fn sync(&self) -> Result<(), pliant_store::StoreError> {
+            panic!("a store's bug: its fsync panics")
+        }
+        fn range(&self, r: pliant_store::KeyRange<'_>) -> pliant_store::Entries<'_> {
+            self.0.range(r)
+        }
+    }
+
+    /// The bug: a connection whose task panicked never left: it kept one of `--max-clients`
+    /// for good (enough such panics and the node refuses everyone), stayed in CLIENT LIST, and
+    /// kept group commit from ever again finding every open connection waiting for an fsync.
+    #[tokio::test]
+    async fn a_connection_whose_task_panics_leaves_the_open_connections() {
+        let store: Arc<dyn pliant_store::Store> =
+            Arc::new(PanicsOnSync(pliant_store::MemStore::new()));
+        let ks =
+            Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store)).expect("keyspace");
+        let node = Arc::new(Node::new(
+            ks,
+            &Config {
+                durability: Durability::Always,
+                ..Config::default()
+            },
+        ));
+        let listener = TcpListener::bind(at("127.0.0.1:0")).await.expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let served = tokio::spawn(connection(node.clone(), stream));
+        client
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
+            .await
+            .expect("send");
+        let ended = tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection's task ends");
+        assert!(
+            ended.as_ref().is_err_and(|e| e.is_panic()),
+            "its task panicked: {ended:?}"
+        );
+        assert_eq!(node.clients(), 0, "no connection is open");
+        assert!(node.registry().all().is_empty(), "none in CLIENT LIST");
     }
 
     /// What binding `config` fails with, on a runtime of its own.
