@@ -415,7 +415,8 @@ impl Node {
     /// Neither the store write nor the fsync runs under the keyspace lock: the batch is queued
     /// under it and written after it is released, together with every batch queued meanwhile
     /// (see the keyspace's `store_log`), on this worker thread (a journal append, as Redis's
-    /// AOF write runs in its event loop); the fsync runs on the blocking pool.
+    /// AOF write runs in its event loop); the fsync runs on the blocking pool, or on this thread
+    /// when nothing else could be served meanwhile (see `node::group_sync`'s module doc).
     ///
     /// `turn` is the connection's turn in group commit (see `node::group_sync`'s module doc): taken
     /// once this batch is in the store, and replaced by the turn the covering fsync hands out.
