@@ -468,6 +468,15 @@ impl Drop for Left<'_> {
 /// bytes (`checkClientOutputBufferLimits`, networking.c).
 const UNAUTHENTICATED_OUTPUT: usize = 1024;
 
+/// Bytes of replies a connection holds before it sends them: the requests of a pipeline past
+/// this wait until the replies before them are written. A client that pipelines reads of large
+/// values (a read of 16 KiB holds some 600 GETs) and reads nothing back otherwise made the node
+/// hold every reply at once (600 of a 1 MiB value: 600 MiB, for any local user on a loopback
+/// node without a password); now it holds this, plus one reply, and the socket's buffers. Far
+/// above what a pipeline of ordinary replies fills (-P 16 of 100-byte values: 2 KiB), so the
+/// one write a batch stays one.
+const REPLIES_AT_ONCE: usize = 1 << 20;
+
 /// Writes what the socket takes of `out` now, without waiting, and drops it from `out`; whether
 /// what is left is at most `limit` bytes.
 fn sent_within(stream: &TcpStream, out: &mut Vec<u8>, limit: usize) -> std::io::Result<bool> {
@@ -589,6 +598,8 @@ async fn serve(
         // the end of the command before it: the clock was 6-9% of a pipelined GET.
         let base = (now_ms(), mono_ns());
         session.mark = Some(base.1);
+        // Whether requests already read wait behind `REPLIES_AT_ONCE` of replies.
+        let mut more = false;
         let now = |session: &Session| {
             base.0
                 + session
@@ -656,6 +667,10 @@ async fn serve(
                         closing = true;
                         break;
                     }
+                    if out.len() >= REPLIES_AT_ONCE {
+                        more = true;
+                        break;
+                    }
                 }
                 Err(FrameError::Incomplete) => break,
                 Err(FrameError::Protocol(why)) => {
@@ -706,7 +721,14 @@ async fn serve(
         }
         if !out.is_empty() {
             if session.authenticated {
-                stream.write_all(&out).await?;
+                // A client that does not read its replies holds this write: CLIENT KILL still
+                // closes it (the node's stop waits for it, at most its drain time, so that a slow
+                // reader still gets the replies of writes that were made).
+                tokio::select! {
+                    biased;
+                    w = stream.write_all(&out) => w?,
+                    _ = client.closed(|| false) => return Ok(()),
+                }
                 out.clear();
             } else if !sent_within(stream, &mut out, UNAUTHENTICATED_OUTPUT)? {
                 // Redis's rule: a client yet to authenticate that leaves more than 1 KiB of
@@ -724,6 +746,11 @@ async fn serve(
         }
         if closing || client.is_killed() || node.stopping() {
             return Ok(());
+        }
+        if more {
+            // The rest of what was read runs before anything more is read (nothing may be
+            // waiting on the socket: the client may have sent it all and be reading).
+            continue;
         }
         // A pipelining client has usually sent its next requests by now: they are read without
         // the select's futures (readiness, the kill notice, the stop signal: 8% of a pipelined

@@ -778,6 +778,103 @@ fn an_idle_connection_is_closed_as_soon_as_the_node_stops() {
     );
 }
 
+/// GET's calls so far (INFO commandstats).
+fn get_calls(admin: &mut Client) -> u64 {
+    let info = match call(admin, &["INFO", "commandstats"]) {
+        Frame::Bulk(b) | Frame::Verbatim(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
+}
+
+/// Sets `big` to `len` bytes through `admin`, then sends `n` GETs of it on a new connection in
+/// one write and reads nothing back; waits (polling every 50 ms, at most 10 s) until the GETs
+/// run stop growing for half a second. The connection, its id, the value and how many ran.
+fn unread_gets(
+    s: &Served,
+    admin: &mut Client,
+    len: usize,
+    n: usize,
+) -> (std::net::TcpStream, u64, Vec<u8>, u64) {
+    use std::io::Write;
+    let value = vec![b'v'; len];
+    let set: [&[u8]; 3] = [b"SET", b"big", &value];
+    assert_eq!(admin.call(&set).expect("reply"), ok());
+    let (mut c, id) = idle_connection(s);
+    c.write_all(&b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n".repeat(n))
+        .expect("send");
+    let started = Instant::now();
+    let (mut last, mut since) = (get_calls(admin), Instant::now());
+    while since.elapsed() < Duration::from_millis(500) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "GETs still running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let now = get_calls(admin);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    (c, id, value, last)
+}
+
+/// The bug: a client that pipelined reads of a large value and read nothing back had the node
+/// run them all and hold every reply at once (400 GETs of 256 KiB: 100 MiB for one
+/// connection, any local user's on a loopback node without a password). Now the requests past
+/// 1 MiB of replies wait until those are written: the node runs only as many as the socket's
+/// buffers take, and every reply still comes, whole and in order, once the client reads.
+#[test]
+fn a_client_that_reads_none_of_its_pipelined_replies_holds_a_bounded_share_of_them() {
+    use std::io::Read;
+    const GETS: usize = 400;
+    const LEN: usize = 256 * 1024;
+    let s = Served::cache();
+    let mut admin = s.client();
+    let (mut c, _, value, ran) = unread_gets(&s, &mut admin, LEN, GETS);
+    // Loopback's buffers take some 10 MiB here (40 replies); the bound, 1 MiB more.
+    assert!(
+        ran < GETS as u64 / 2,
+        "{ran} of {GETS} GETs ran while their replies went unread"
+    );
+    let mut reply = format!("${LEN}\r\n").into_bytes();
+    reply.extend_from_slice(&value);
+    reply.extend_from_slice(b"\r\n");
+    let mut got = vec![0u8; reply.len()];
+    for i in 0..GETS {
+        c.read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("reply {i} of {GETS}: {e}"));
+        assert!(got == reply, "reply {i} of {GETS} is not the value");
+    }
+}
+
+/// CLIENT KILL closes a connection whose writes of replies are held by a client that reads
+/// none of them (it waited for the client before, for ever).
+#[test]
+fn client_kill_closes_a_connection_held_by_replies_it_cannot_send() {
+    let s = Served::cache();
+    let mut admin = s.client();
+    let (_c, id, _, ran) = unread_gets(&s, &mut admin, 256 * 1024, 400);
+    assert!(ran > 0, "the GETs ran");
+    assert_eq!(s.node.clients(), 2, "the admin and the one not reading");
+    assert_eq!(
+        call(&mut admin, &["CLIENT", "KILL", "ID", &id.to_string()]),
+        Frame::Integer(1)
+    );
+    let started = Instant::now();
+    while s.node.clients() > 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} connections open 10 s after the kill",
+            s.node.clients()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn client_kill_closes_the_connections_its_filters_match_and_skips_the_caller() {
     let s = Served::cache();
