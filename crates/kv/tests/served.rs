@@ -27,11 +27,17 @@ impl Served {
         let (tx, rx) = std::sync::mpsc::channel();
         let (ended_tx, ended) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
+            // The runtime `pliant_kv::serve` would build: one thread (the default) or several.
+            let rt = if config.threads == 1 {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(config.threads.max(2));
+                b
+            }
+            .enable_all()
+            .build()
+            .expect("runtime");
             rt.block_on(async move {
                 let server = Server::bind(&config).await.expect("bind");
                 tx.send((

@@ -100,6 +100,55 @@ fn a_client_library_reads_and_writes_through_the_redis_protocol() {
 
 /// SCAN returns every key once, with and without a store (over one, walked off the keyspace
 /// lock), and DBSIZE, KEYS and INFO keyspace agree with it.
+/// The default runtime (one serving thread) under `--durability always`: clients writing at
+/// once share fsyncs, which run on the serving thread when every connection waits for one (see
+/// `node::group_sync`); every write acknowledged reads back, and no client is left waiting.
+#[test]
+fn writers_at_once_on_one_serving_thread_under_always_share_fsyncs_and_lose_nothing() {
+    const WRITERS: usize = 8;
+    const SETS: usize = 200;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = super::served::config(&format!(
+        "store = {:?}\ndurability = \"always\"",
+        dir.path().join("store").to_str().expect("utf-8 path")
+    ));
+    config.threads = 1;
+    let node = Served::start(config);
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let mut c = node.client();
+            std::thread::spawn(move || {
+                for i in 0..SETS {
+                    let (k, v) = (format!("w{w}:{i}"), format!("v{i}"));
+                    assert_eq!(call(&mut c, &["SET", &k, &v]), Frame::ok(), "{k}");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        // Each call is bounded by the client's own timeout.
+        w.join().expect("a writer");
+    }
+    let mut c = node.client();
+    for w in 0..WRITERS {
+        for i in 0..SETS {
+            let k = format!("w{w}:{i}");
+            assert_eq!(call(&mut c, &["GET", &k]), bulk(&format!("v{i}")), "{k}");
+        }
+    }
+    let info = string(&call(&mut c, &["INFO", "pliant"]));
+    let syncs: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("store_syncs:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no store_syncs in {info}"));
+    assert!(
+        syncs < WRITERS * SETS,
+        "{syncs} fsyncs for {} acknowledged SETs: none shared",
+        WRITERS * SETS
+    );
+}
+
 #[test]
 fn scan_returns_every_key_once() {
     let dir = tempfile::tempdir().expect("tempdir");
