@@ -443,10 +443,24 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
         client: Some(client.clone()),
         ..Session::default()
     };
-    let why = match serve(&node, &mut stream, &mut session, &client).await {
-        Ok(()) if client.is_killed() => "killed (CLIENT KILL)".to_string(),
-        Ok(()) => "closed".to_string(),
-        Err(e) => e.to_string(),
+    // A panic of its serving (a bug) still lets go of its WATCHed keys, which need the session
+    // (`cmd::closed`), before the panic goes on.
+    let served = {
+        let mut serving = std::pin::pin!(serve(&node, &mut stream, &mut session, &client));
+        std::future::poll_fn(|cx| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serving.as_mut().poll(cx)))
+                .map_or_else(|panic| std::task::Poll::Ready(Err(panic)), |p| p.map(Ok))
+        })
+        .await
+    };
+    let why = match served {
+        Ok(Ok(())) if client.is_killed() => "killed (CLIENT KILL)".to_string(),
+        Ok(Ok(())) => "closed".to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(panic) => {
+            crate::cmd::closed(&node, &mut session);
+            std::panic::resume_unwind(panic);
+        }
     };
     tracing::info!("client {id} ({}) left: {why}", shown(peer));
     session.settle(&node);
@@ -912,11 +926,9 @@ mod tests {
         }
     }
 
-    /// The bug: a connection whose task panicked never left: it kept one of `--max-clients`
-    /// for good (enough such panics and the node refuses everyone), stayed in CLIENT LIST, and
-    /// kept group commit from ever again finding every open connection waiting for an fsync.
-    #[tokio::test]
-    async fn a_connection_whose_task_panics_leaves_the_open_connections() {
+    /// A node under `always` over a store whose fsync panics, a connection to it served by
+    /// `connection` on a task of its own: the node, the client's end, the task.
+    async fn panicking_connection() -> (Arc<Node>, TcpStream, tokio::task::JoinHandle<()>) {
         let store: Arc<dyn pliant_store::Store> =
             Arc::new(PanicsOnSync(pliant_store::MemStore::new()));
         let ks =
@@ -929,11 +941,20 @@ mod tests {
             },
         ));
         let listener = TcpListener::bind(at("127.0.0.1:0")).await.expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
             .await
             .expect("connect");
         let (stream, _) = listener.accept().await.expect("accept");
         let served = tokio::spawn(connection(node.clone(), stream));
+        (node, client, served)
+    }
+
+    /// The bug: a connection whose task panicked never left: it kept one of `--max-clients`
+    /// for good (enough such panics and the node refuses everyone), stayed in CLIENT LIST, and
+    /// kept group commit from ever again finding every open connection waiting for an fsync.
+    #[tokio::test]
+    async fn a_connection_whose_task_panics_leaves_the_open_connections() {
+        let (node, mut client, served) = panicking_connection().await;
         client
             .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
             .await
@@ -947,6 +968,36 @@ mod tests {
         );
         assert_eq!(node.clients(), 0, "no connection is open");
         assert!(node.registry().all().is_empty(), "none in CLIENT LIST");
+    }
+
+    /// The same for its WATCHed keys: a connection whose task panicked left them watched for
+    /// good (a table entry each, and a flag that every write of them set for nobody).
+    #[tokio::test]
+    async fn a_connection_whose_task_panics_lets_go_of_its_watched_keys() {
+        let (node, mut client, served) = panicking_connection().await;
+        client
+            .write_all(b"*2\r\n$5\r\nWATCH\r\n$1\r\nw\r\n")
+            .await
+            .expect("send");
+        let mut ok = [0u8; 5];
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::io::AsyncReadExt::read_exact(&mut client, &mut ok),
+        )
+        .await
+        .expect("WATCH answered within 10 s")
+        .expect("read");
+        assert_eq!(&ok, b"+OK\r\n");
+        assert!(node.watching(), "w is watched");
+        client
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
+            .await
+            .expect("send");
+        let ended = tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection's task ends");
+        assert!(ended.is_err_and(|e| e.is_panic()), "its task panicked");
+        assert!(!node.watching(), "no key is watched");
     }
 
     /// What binding `config` fails with, on a runtime of its own.
