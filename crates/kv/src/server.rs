@@ -901,36 +901,12 @@ mod tests {
         a.parse().expect("address")
     }
 
-    /// A store whose fsync panics (a bug in a store, or in what runs with it).
-    #[derive(Debug)]
-    struct PanicsOnSync(pliant_store::MemStore);
-
-    impl pliant_store::Store for PanicsOnSync {
-        fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, pliant_store::StoreError> {
-            self.0.get(k)
-        }
-        fn put(&self, k: &[u8], v: &[u8]) -> Result<(), pliant_store::StoreError> {
-            self.0.put(k, v)
-        }
-        fn delete(&self, k: &[u8]) -> Result<(), pliant_store::StoreError> {
-            self.0.delete(k)
-        }
-        fn batch(&self, b: &pliant_store::Batch) -> Result<(), pliant_store::StoreError> {
-            self.0.batch(b)
-        }
-        fn sync(&self) -> Result<(), pliant_store::StoreError> {
-            panic!("a store's bug: its fsync panics")
-        }
-        fn range(&self, r: pliant_store::KeyRange<'_>) -> pliant_store::Entries<'_> {
-            self.0.range(r)
-        }
-    }
-
     /// A node under `always` over a store whose fsync panics, a connection to it served by
     /// `connection` on a task of its own: the node, the client's end, the task.
     async fn panicking_connection() -> (Arc<Node>, TcpStream, tokio::task::JoinHandle<()>) {
-        let store: Arc<dyn pliant_store::Store> =
-            Arc::new(PanicsOnSync(pliant_store::MemStore::new()));
+        let store = pliant_store::FaultyStore::new(pliant_store::MemStore::new());
+        store.faults().panic_syncs();
+        let store: Arc<dyn pliant_store::Store> = Arc::new(store);
         let ks =
             Keyspace::new("lru", pliant_cache::Capacity::Keys(10), Some(store)).expect("keyspace");
         let node = Arc::new(Node::new(

@@ -43,6 +43,8 @@ struct State {
     fail_write_at: Option<u64>,
     /// Syncs still to fail.
     syncs_to_fail: u64,
+    /// Whether a sync panics (a store's bug).
+    syncs_panic: bool,
     gates: Vec<Gate>,
     next_gate: u64,
 }
@@ -83,6 +85,12 @@ impl Faults {
     /// disk that no longer syncs). The wrapped store is not synced by a failed sync.
     pub fn fail_syncs(&self, n: u64) {
         self.0.lock().syncs_to_fail = n;
+    }
+
+    /// Makes every sync from now panic, as a bug in a store would: for tests of what a panic
+    /// under a caller leaves behind.
+    pub fn panic_syncs(&self) {
+        self.0.lock().syncs_panic = true;
     }
 
     /// Writes seen so far (including failed ones).
@@ -140,6 +148,10 @@ impl Faults {
 
     fn check_sync(&self) -> Result<(), StoreError> {
         let mut st = self.0.lock();
+        if st.syncs_panic {
+            drop(st);
+            panic!("an injected fault: the store's sync panics");
+        }
         if st.syncs_to_fail > 0 {
             st.syncs_to_fail -= 1;
             return Err(StoreError::Injected { op: "sync" });
