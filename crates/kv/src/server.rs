@@ -443,8 +443,8 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
         client: Some(client.clone()),
         ..Session::default()
     };
-    // A panic of its serving (a bug) still lets go of its WATCHed keys, which need the session
-    // (`cmd::closed`), before the panic goes on.
+    // Caught so that its WATCHed keys go however it ends, a panic of its serving (a bug)
+    // included: they need the session (`cmd::closed`), which the guard above cannot reach.
     let served = {
         let mut serving = std::pin::pin!(serve(&node, &mut stream, &mut session, &client));
         std::future::poll_fn(|cx| {
@@ -453,18 +453,15 @@ async fn connection(node: Arc<Node>, mut stream: TcpStream) {
         })
         .await
     };
+    crate::cmd::closed(&node, &mut session);
     let why = match served {
         Ok(Ok(())) if client.is_killed() => "killed (CLIENT KILL)".to_string(),
         Ok(Ok(())) => "closed".to_string(),
         Ok(Err(e)) => e.to_string(),
-        Err(panic) => {
-            crate::cmd::closed(&node, &mut session);
-            std::panic::resume_unwind(panic);
-        }
+        Err(panic) => std::panic::resume_unwind(panic),
     };
     tracing::info!("client {id} ({}) left: {why}", shown(peer));
     session.settle(&node);
-    crate::cmd::closed(&node, &mut session);
 }
 
 /// An admitted connection's place among the open ones, given up when dropped.

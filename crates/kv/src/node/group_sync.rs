@@ -4,7 +4,7 @@
 //!
 //! Each batch committed gets a sequence number (the keyspace's store log assigns it under the
 //! keyspace lock and writes the batches in that order, off it). A client waiting for its number
-//! publishes it and, if no fsync is running, leads one itself (on the blocking pool): it writes
+//! publishes it and, if no fsync is running, leads one itself (where: see below): it writes
 //! every batch still queued, up to the highest number published, as one store write (one
 //! append, where each client's batch was an append of its own), and fsyncs. The others wait for
 //! it and find themselves covered, or lead the next one. While an fsync runs, the keyspace
@@ -61,7 +61,7 @@ struct Waiting {
 }
 
 /// What the fsyncs have covered so far.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 struct Synced {
     /// Every batch with a sequence up to this one is durable.
     upto: u64,
