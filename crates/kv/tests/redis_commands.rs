@@ -780,11 +780,8 @@ fn an_idle_connection_is_closed_as_soon_as_the_node_stops() {
 
 /// GET's calls so far (INFO commandstats).
 fn get_calls(admin: &mut Client) -> u64 {
-    let info = match call(admin, &["INFO", "commandstats"]) {
-        Frame::Bulk(b) | Frame::Verbatim(b) => String::from_utf8_lossy(&b).into_owned(),
-        other => panic!("{other:?}"),
-    };
-    info.lines()
+    text(&call(admin, &["INFO", "commandstats"]))
+        .lines()
         .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().expect("a count"))

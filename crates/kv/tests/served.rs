@@ -139,6 +139,15 @@ pub(crate) fn stats_until(
     }
 }
 
+/// The value of `field` in INFO `section` (`field:value`), as a number; fails if it is not there.
+pub(crate) fn info_number(c: &mut Client, section: &str, field: &str) -> u64 {
+    let info = string(&call(c, &["INFO", section]));
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no number {field} in INFO {section}: {info}"))
+}
+
 /// A reply that is text (a bulk, verbatim or simple string), as a string; fails otherwise.
 pub(crate) fn string(f: &Frame) -> String {
     match f {

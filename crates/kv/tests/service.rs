@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use pliant_proto::Client;
 use pliant_proto::frame::{Frame, Limits, Protocol};
 
-use super::served::{Served, call, stats_until, string};
+use super::served::{Served, call, info_number, stats_until, string};
 use pliant_testdata::wire::{raw, until_closed};
 
 /// An integer reply; fails otherwise.
@@ -136,14 +136,9 @@ fn writers_at_once_on_one_serving_thread_under_always_share_fsyncs_and_lose_noth
             assert_eq!(call(&mut c, &["GET", &k]), bulk(&format!("v{i}")), "{k}");
         }
     }
-    let info = string(&call(&mut c, &["INFO", "pliant"]));
-    let syncs: usize = info
-        .lines()
-        .find_map(|l| l.strip_prefix("store_syncs:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no store_syncs in {info}"));
+    let syncs = info_number(&mut c, "pliant", "store_syncs");
     assert!(
-        syncs < WRITERS * SETS,
+        syncs < (WRITERS * SETS) as u64,
         "{syncs} fsyncs for {} acknowledged SETs: none shared",
         WRITERS * SETS
     );
