@@ -1,6 +1,13 @@
 //! `pliant`: the command-line front end. Thin by design: argument parsing, file I/O and output
 //! formatting live here; every capability lives in a library crate.
 
+/// The allocator: mimalloc, measured against glibc's in one sitting (docs/benchmarks.md,
+/// `allocator-30j`): group-committed SETs under `--durability always` 0–5% more a second, a
+/// slot move about 15% less CPU a key (with transparent huge pages off for servers: see
+/// `main`), the simulator unchanged.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cli_docs;
 mod cmd;
 mod plot;
@@ -87,7 +94,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if !serves(&cli.command) {
+    if serves(&cli.command) {
+        // mimalloc asks for transparent huge pages on its memory: a node whose heap grows (a
+        // slot move's target) then spends a quarter of its CPU zeroing 2 MiB pages
+        // (`clear_page_erms` in a profile of a commission), and the move costs more CPU a key
+        // than under glibc's allocator instead of less. Off for servers (and the processes they
+        // start), before they have allocated to speak of; kept for the commands that replay
+        // and model in large tables, which huge pages make faster. Where the kernel refuses,
+        // pages stay as they were.
+        #[cfg(target_os = "linux")]
+        let _ = nix::sys::prctl::set_thp_disable(true);
+    } else {
         sigpipe::default();
     }
     let result = match cli.command {
