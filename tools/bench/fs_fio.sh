@@ -19,7 +19,9 @@
 #        Goal: a warm 1 MiB read through the mount at most 10% slower than direct (DataWarp
 #        measured 2.1-2.2%). The mount's defaults read a fully cached file through FUSE
 #        passthrough; a second mount with --no-passthrough (where pliant has it) measures the
-#        reads through the daemon: cold (each extent copied up) and then warm.
+#        reads through the daemon: cold (answered from the backing directory while each
+#        extent copies up behind the read; the script waits for those copies to end before
+#        going on) and then warm.
 #   b. Slow backing (`pliant bench slow-fs`, every data request taking bytes / 50 MB/s, as one
 #      Lustre client stream): the job's write phase, 1 MiB sequential write of SLOW_SIZE with
 #      end_fsync, directly on the slow mount and through `pliant fs mount SLOWMNT ...
@@ -176,6 +178,20 @@ settle() {
     echo "fs_fio.sh: write-back still running after 5 min" >&2
 }
 
+# settle_copies: waits (at most 60 s) until the mount's copy_up_bytes stops changing. A cold read
+# is answered from the backing file while its extents copy up behind it; the warm read after it
+# must find them all in the cache.
+settle_copies() {
+    local last=-1 cur i
+    for ((i = 0; i < 120; i++)); do
+        cur=$(stat_field copy_up_bytes)
+        [ "$cur" = "$last" ] && return 0
+        last=$cur
+        sleep 0.5
+    done
+    echo "fs_fio.sh: copy-up still running after 60 s" >&2
+}
+
 # slow_start: `pliant bench slow-fs SLOWDIR SLOWMNT` at 50 MB/s per stream, in the background.
 slow_start() {
     "$BIN" bench slow-fs "$SLOWDIR" "$SLOWMNT" --stream-rate 50MB --threads 16 \
@@ -284,6 +300,7 @@ if part a; then
         drop_caches
         out=$(fio_run "a-daemon-coldread-$r" "$MNT" read 1m "$SIZE_MIB")
         read -r bw _ _ <<<"$out"; a_cold+=("$(mbps "$bw")")
+        settle_copies
         c0=$(read_counters)
         drop_caches
         out=$(fio_run "a-daemon-read-$r" "$MNT" read 1m "$SIZE_MIB")
@@ -449,7 +466,7 @@ daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant h
         echo
         echo "| | direct | $daemon_label | overhead | pairs | goal |"
         echo "|---|---:|---:|---:|---:|---|"
-        echo "| 1 MiB seq read, cold (copy-up), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | $(pairs a_dr a_cold) | |"
+        echo "| 1 MiB seq read, cold (copied up behind it), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | $(pairs a_dr a_cold) | <= 30%: $(verdict "$(overhead "$A_DR" "$A_COLD")" 30 le) |"
         echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | $(pairs a_dr a_nr) | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
         echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | $(pairs a_drr a_nrr) | |"
         echo

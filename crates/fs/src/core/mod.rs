@@ -4,8 +4,11 @@
 //!
 //! ## Data
 //! A cached file is an entry with a sparse cache file `data/<id>` that mirrors the file's
-//! offsets, and a map of the extents present in it, each clean or dirty. A read copies the
-//! missing extents up from the backing file first; a write does read-modify-write of a partial
+//! offsets, and a map of the extents present in it, each clean or dirty. A read of extents
+//! none of which is present streams: it is answered from the backing file, and its extents copy
+//! up behind it on the read-ahead thread (with read-ahead off, they are copied up first); a
+//! read that finds some of its extents present copies the rest up first. A write does
+//! read-modify-write of a partial
 //! extent (copying it up) and skips the copy-up for an extent it covers whole (or where the
 //! backing file has no bytes). Sizes and modification times of files with dirty data are the
 //! cache's, so `stat` through the mount is right before anything reaches the backing directory.
@@ -241,8 +244,10 @@ pub(crate) struct Inner {
     dirty: AtomicU64,
     /// Wakes write-back workers.
     work: Condvar,
-    /// Extents for the read-ahead thread to copy up, and its wake-up.
-    ahead: Mutex<std::collections::VecDeque<(std::sync::Weak<FileEntry>, u64)>>,
+    /// Extents for the read-ahead thread to copy up, and its wake-up: a file's extent, and
+    /// whether a read answered from the backing file left it (copied even if the file is
+    /// closed by then) rather than read-ahead.
+    ahead: Mutex<std::collections::VecDeque<(std::sync::Weak<FileEntry>, u64, bool)>>,
     ahead_cv: Condvar,
     /// Tests only ([`FsCache::hold_read_ahead`]): whether read-ahead copies stop between taking
     /// what they copy (under the file's lock) and copying it (off it), and the extents stopped.
