@@ -251,3 +251,45 @@ fn a_file_read_cold_and_closed_at_once_keeps_what_was_read_cached() {
     fs.release(h);
     fs.check_invariants().expect("bookkeeping");
 }
+
+/// Reads of cached extents read the cache file off the file's lock; an eviction in the middle
+/// of one (its extents dropped, the cache file's range made a hole) must not make the read
+/// return the hole's zeros: the read sees the change and is done again. A reader and an
+/// evictor race for a bounded number of rounds; every read must return the file's bytes.
+#[test]
+fn a_read_that_an_eviction_cut_under_returns_the_file_s_bytes() {
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let fs = Arc::new(cache(b.path(), d.path()));
+    let data = bytes(16 * EXTENT, 11);
+    std::fs::write(b.path().join("f"), &data).expect("backing file");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let evictor = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 100_000 {
+                fs.evict(Path::new("f"), &Caller::root()).expect("evict");
+                n += 1;
+            }
+            n
+        })
+    };
+    let h = fs.open(Path::new("f")).expect("open");
+    for round in 0..1000 {
+        for i in 0..16 {
+            let got = fs.read(&h, i * EXTENT, EXTENT as u32).expect("read");
+            assert!(
+                got == data[(i * EXTENT) as usize..((i + 1) * EXTENT) as usize],
+                "round {round}, extent {i}: not the file's bytes"
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let evictions = evictor.join().expect("evictor");
+    assert!(evictions > 0, "the evictor ran");
+    fs.release(h);
+    fs.check_invariants().expect("bookkeeping");
+}

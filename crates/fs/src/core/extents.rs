@@ -625,6 +625,19 @@ impl Inner {
         len: u64,
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
+        self.read_as(entry, offset, len, buf, false)
+    }
+
+    /// [`read`](Self::read); `again` for a read whose cache-file bytes changed under it: done
+    /// under the file's lock this time, neither counted nor told to read-ahead a second time.
+    fn read_as(
+        &self,
+        entry: &Arc<FileEntry>,
+        offset: u64,
+        len: u64,
+        buf: &mut Vec<u8>,
+        again: bool,
+    ) -> io::Result<()> {
         let mut d = lock(&entry.data);
         self.absorb(entry, &mut d)?;
         let len = len.min(d.size.saturating_sub(offset));
@@ -634,11 +647,11 @@ impl Inner {
         }
         let ext = self.cfg.extent;
         let range = self.extent_range(offset, len);
-        if range.clone().all(|i| !d.extents.contains_key(&i)) && self.cfg.read_ahead > 0 {
+        if !again && range.clone().all(|i| !d.extents.contains_key(&i)) && self.cfg.read_ahead > 0 {
             // A cold read streams: answered from the backing file as soon as its own bytes are
             // in, while its extents copy up behind it on the read-ahead thread (with those the
-            // access pattern asks for after them): on a cold 1 MiB sequential read about twice
-            // as fast as copying each extent up first (`fs-cold-32f` in docs/benchmarks.md).
+            // access pattern asks for after them), rather than after its whole extent's
+            // copy-up: `fs-cold-32f` in docs/benchmarks.md.
             // An extent that is not present holds the backing file's bytes: dirty bytes, and
             // whatever passthrough writers wrote (`absorb`), are always in extents present.
             // With read-ahead off (`--read-ahead 0`, a striped mount's servers) the extents
@@ -663,17 +676,47 @@ impl Inner {
         while range.clone().any(|i| d.copying.contains(&i)) {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
-        self.read_ahead(entry, &mut d, range.clone());
+        if !again {
+            self.read_ahead(entry, &mut d, range.clone());
+        }
         for i in range.clone() {
             let part = (offset + len).min((i + 1) * ext) - offset.max(i * ext);
-            if self.ensure_extent(entry, &mut d, i, CopyUp::Read)? {
-                Counters::add(&self.counters.read_hit_bytes, part);
-            } else {
-                Counters::add(&self.counters.read_miss_bytes, part);
+            let hit = self.ensure_extent(entry, &mut d, i, CopyUp::Read)?;
+            if !again {
+                let c = &self.counters;
+                Counters::add(
+                    if hit {
+                        &c.read_hit_bytes
+                    } else {
+                        &c.read_miss_bytes
+                    },
+                    part,
+                );
             }
         }
-        read_at_into(self.cache_file(entry.id, &mut d)?, offset, len, buf)?;
+        if again {
+            read_at_into(self.cache_file(entry.id, &mut d)?, offset, len, buf)?;
+            self.touch(entry, &mut d, range);
+            return Ok(());
+        }
+        self.cache_file(entry.id, &mut d)?;
+        let f = d
+            .cache
+            .clone()
+            .ok_or_else(|| io::Error::other("cache file"))?;
         self.touch(entry, &mut d, range);
+        // Off the file's lock too, as a cold read: the kernel sends several requests of a file
+        // at once (its read-ahead), which under the lock would read the disk one at a time
+        // (`fs-warm-32g` in docs/benchmarks.md: the slow rounds went).
+        // Whatever drops extents or cuts the file meanwhile (eviction, truncation, a change
+        // behind the cache, unlink) bumps `epoch`: then the read is done again, under the lock.
+        // A write meanwhile is a write beside a reader, as on a local file system.
+        let epoch = d.epoch;
+        drop(d);
+        read_at_into(&f, offset, len, buf)?;
+        if lock(&entry.data).epoch != epoch {
+            return self.read_as(entry, offset, len, buf, true);
+        }
         Ok(())
     }
 

@@ -24,7 +24,9 @@
 //! write-back copies an extent out under the file lock and writes it to the backing file
 //! without it, marking the extent in flight; anything else that must write back, drop or cut
 //! that extent waits for it (the file's condition variable), so an older copy never lands on
-//! top of a newer one.
+//! top of a newer one. A read reads the cache file (or, cold, the backing file) without the
+//! file's lock too; anything that drops extents or cuts the file bumps the file's `epoch`, and a
+//! read of cached extents that saw it change is done again under the lock.
 //!
 //! ## Files
 //! This file has the public types, `FsCache`'s methods (every metadata operation goes to the
