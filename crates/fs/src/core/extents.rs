@@ -500,6 +500,9 @@ impl Inner {
             Counters::add(&self.counters.read_ahead_bytes, have);
         }
         self.insert_extent(&mut d, i);
+        // In the eviction order like any other: no read may come to touch it (a cold read's
+        // was answered already), and an extent outside that order is never evicted.
+        self.touch(entry, &mut d, i..i + 1);
         Ok(())
     }
 
