@@ -73,3 +73,63 @@ fn extents_copied_behind_cold_reads_can_be_evicted() {
         fs.release(h);
     }
 }
+
+/// Descriptors this process holds to files in `dir`.
+fn open_in(dir: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.parent() == Some(dir))
+        .count()
+}
+
+/// A file closed before the copies its cold reads left are done: the copies still happen, but
+/// the cache keeps no descriptor to a closed clean file's backing file (as its close made
+/// sure), or every file read once and closed holds one for as long as it stays cached.
+#[test]
+fn a_copy_behind_a_closed_file_leaves_no_descriptor_to_its_backing_file() {
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let n = 10;
+    for k in 0..=n {
+        std::fs::write(b.path().join(format!("f{k}")), bytes(EXTENT, k as u8)).expect("file");
+    }
+    let fs = cache(b.path(), d.path(), 256 * EXTENT, EvictionUnit::File);
+    // The read-ahead thread stopped in a copy of an open file, so the others' copies come
+    // after their files are closed.
+    let first = fs.open(Path::new(&format!("f{n}"))).expect("open");
+    fs.hold_read_ahead();
+    fs.read(&first, 0, EXTENT as u32).expect("read");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs.held_read_ahead().is_empty() {
+        assert!(Instant::now() < deadline, "no copy was held");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for k in 0..n {
+        let h = fs.open(Path::new(&format!("f{k}"))).expect("open");
+        let got = fs.read(&h, 0, EXTENT as u32).expect("read");
+        assert_eq!(got, bytes(EXTENT, k as u8));
+        fs.release(h);
+    }
+    fs.release_read_ahead();
+    copied(&fs, (n + 1) * EXTENT);
+    fs.release(first);
+    fs.check_invariants().expect("bookkeeping");
+    assert_eq!(
+        open_in(b.path()),
+        0,
+        "descriptors to backing files of closed clean files"
+    );
+    // What was copied is the files' bytes.
+    for k in 0..n {
+        let h = fs.open(Path::new(&format!("f{k}"))).expect("open");
+        assert_eq!(
+            fs.read(&h, 0, EXTENT as u32).expect("read"),
+            bytes(EXTENT, k as u8)
+        );
+        fs.release(h);
+    }
+    assert_eq!(fs.stats().read_hit_bytes, n * EXTENT, "read from the cache");
+}

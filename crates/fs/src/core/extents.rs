@@ -464,7 +464,14 @@ impl Inner {
                 .cache
                 .clone()
                 .ok_or_else(|| io::Error::other("cache file"))?;
-            (self.backing_fd(&mut d)?, dst, have, d.epoch)
+            // A file closed since its read keeps no descriptor to its backing file (its close
+            // let go of it), nor is it opened for writing to be read.
+            let src = match (&d.backing, &d.path) {
+                (Some(f), _) => f.clone(),
+                (None, Some(p)) => Arc::new(self.tree.open(p, backing::Open::READ)?),
+                (None, None) => return Ok(()),
+            };
+            (src, dst, have, d.epoch)
         };
         // Straight into the cache file, without the file's lock: nothing else writes this
         // extent meanwhile (reads, writes and preloads of an extent being copied wait for it).
