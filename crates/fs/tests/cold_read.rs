@@ -1,7 +1,9 @@
 //! Cold reads through the core, without a mount: a read none of whose extents is cached is
 //! answered from the backing file and its extents are copied up behind it on the read-ahead
 //! thread. What that thread copies must be the cache's like any other extent: in the eviction
-//! order, so that the cache stays within its capacity.
+//! order, so that the cache stays within its capacity; copied for a closed file without keeping
+//! a descriptor to it. And an absent extent must hold the backing file's bytes, which for a
+//! file unlinked while open it does not: eviction leaves such a file alone.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -132,4 +134,51 @@ fn a_copy_behind_a_closed_file_leaves_no_descriptor_to_its_backing_file() {
         fs.release(h);
     }
     assert_eq!(fs.stats().read_hit_bytes, n * EXTENT, "read from the cache");
+}
+
+/// A file unlinked while open keeps what was written to it in the cache alone (its backing
+/// file went with its name, and nothing is written back to it): eviction must not drop that,
+/// or the open file reads its old bytes (or zeros) where it was written.
+#[test]
+fn an_open_unlinked_file_s_data_survives_eviction() {
+    for unit in [EvictionUnit::Extent, EvictionUnit::File] {
+        unlinked_file_under_eviction(unit);
+    }
+}
+
+fn unlinked_file_under_eviction(unit: EvictionUnit) {
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let old = bytes(4 * EXTENT, 1);
+    std::fs::write(b.path().join("tmp"), &old).expect("tmp");
+    std::fs::write(b.path().join("big"), bytes(16 * EXTENT, 2)).expect("big");
+    let capacity = 8 * EXTENT;
+    let fs = cache(b.path(), d.path(), capacity, unit);
+    let h = fs.open(Path::new("tmp")).expect("open");
+    let new = bytes(4 * EXTENT, 7);
+    fs.write(&h, 0, &new).expect("write");
+    fs.unlink(Path::new("tmp")).expect("unlink");
+    // Another file read whole, over the capacity: eviction takes the least recently used.
+    let big = fs.open(Path::new("big")).expect("open big");
+    for i in 0..16 {
+        fs.read(&big, i * EXTENT, EXTENT as u32).expect("read big");
+    }
+    copied(&fs, 16 * EXTENT);
+    fs.read(&big, 0, 1).expect("read big");
+    fs.release(big);
+    let used = fs.stats().used_bytes;
+    assert!(
+        used <= capacity,
+        "{unit:?}: {used} bytes cached, capacity {capacity}"
+    );
+    let got = fs.read(&h, 0, (4 * EXTENT) as u32).expect("read tmp");
+    assert!(
+        got == new,
+        "{unit:?}: the unlinked file's written bytes are gone (old bytes: {})",
+        got == old
+    );
+    fs.check_invariants().expect("bookkeeping");
+    fs.release(h);
 }

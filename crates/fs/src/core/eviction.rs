@@ -95,6 +95,12 @@ impl Inner {
             // A passthrough reader reads the cache file directly: a hole would read as zeros.
             return Ok(0);
         }
+        if d.path.is_none() {
+            // Unlinked while open: what was written is in the cache alone (clean only in that
+            // nothing is to be written back), and the backing file its extents would be copied
+            // up from again holds older bytes. It leaves with its last handle.
+            return Ok(0);
+        }
         let targets: Vec<u64> = match only {
             Some(i) => vec![i],
             None => d.extents.keys().copied().collect(),
@@ -176,8 +182,10 @@ impl Inner {
             let Some((entry, ext)) = victim else { continue };
             {
                 let mut d = lock(&entry.data);
-                if d.pinned > 0 {
-                    self.touch(&entry, &mut d, 0..0);
+                if d.pinned > 0 || d.path.is_none() {
+                    // Back of the order: an extent's own entry, or it would leave the order.
+                    let range = ext.map_or(0..0, |i| i..i + 1);
+                    self.touch(&entry, &mut d, range);
                     continue;
                 }
             }
