@@ -15,6 +15,8 @@ const EXTENT: u64 = 4096;
 
 fn cache(backing: &Path, dir: &Path, capacity: u64, unit: EvictionUnit) -> FsCache {
     let mut c = FsConfig::new(backing.into(), dir.into(), capacity);
+    // Writes are refused beyond this many times the capacity a window: not what is tested.
+    c.write_window_multiplier = 1 << 20;
     c.extent = EXTENT;
     c.writeback_threads = 1;
     c.eviction = unit;
@@ -181,4 +183,104 @@ fn unlinked_file_under_eviction(unit: EvictionUnit) {
     );
     fs.check_invariants().expect("bookkeeping");
     fs.release(h);
+}
+
+/// Readers (cold and warm), writers of the bytes the file already holds, truncations to its own
+/// length, evictions, invalidations and preloads, all at once on one file whose content thus
+/// never changes: every read must return exactly it (a hole an eviction punched under a read
+/// would show as zeros, a copy the file was cut under as a short or zeroed reply).
+#[test]
+fn a_file_whose_bytes_never_change_always_reads_the_same_under_every_operation() {
+    for unit in [EvictionUnit::Extent, EvictionUnit::File] {
+        let (b, d) = (
+            tempfile::tempdir().expect("b"),
+            tempfile::tempdir().expect("d"),
+        );
+        let n = 32;
+        let data = Arc::new(bytes(n * EXTENT, 11));
+        std::fs::write(b.path().join("f"), &*data).expect("file");
+        let fs = Arc::new(cache(b.path(), d.path(), 16 * EXTENT, unit));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        let mut threads = Vec::new();
+        for t in 0..3u64 {
+            let (fs, data, stop) = (fs.clone(), data.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let h = fs.open(Path::new("f")).expect("open");
+                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && reads < 200_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let off = x % (n * EXTENT);
+                    let len = 1 + (x >> 32) % (3 * EXTENT);
+                    let got = fs.read(&h, off, len as u32).expect("read");
+                    let end = (off + len).min(n * EXTENT) as usize;
+                    assert!(
+                        got == data[off as usize..end],
+                        "read of {len} at {off}: {} bytes, first differing at {:?}",
+                        got.len(),
+                        got.iter()
+                            .zip(&data[off as usize..end])
+                            .position(|(a, b)| a != b)
+                    );
+                    reads += 1;
+                }
+                fs.release(h);
+            }));
+        }
+        {
+            let (fs, data, stop) = (fs.clone(), data.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let h = fs.open(Path::new("f")).expect("open");
+                let mut k = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && k < 100_000 {
+                    let i = (k * 7) % n;
+                    let s = (i * EXTENT) as usize;
+                    match k % 4 {
+                        0 => {
+                            fs.write(&h, s as u64 + 100, &data[s + 100..s + 300])
+                                .expect("write");
+                        }
+                        1 => fs.truncate_open(&h, n * EXTENT).expect("truncate"),
+                        _ => {
+                            fs.write(&h, s as u64, &data[s..s + EXTENT as usize])
+                                .expect("write");
+                        }
+                    }
+                    k += 1;
+                }
+                fs.release(h);
+            }));
+        }
+        {
+            let (fs, stop) = (fs.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let root = pliant_fs::Caller::root();
+                let mut k = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && k < 100_000 {
+                    let p = Path::new("f");
+                    match k % 3 {
+                        0 => drop(fs.evict(p, &root).expect("evict")),
+                        1 => drop(fs.invalidate(p, &root).expect("invalidate")),
+                        _ => drop(fs.preload(p, &root).expect("preload")),
+                    }
+                    k += 1;
+                }
+            }));
+        }
+        while Instant::now() < deadline && !threads.iter().any(|t| t.is_finished()) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in threads {
+            if let Err(e) = t.join() {
+                std::panic::resume_unwind(e);
+            }
+        }
+        fs.flush(&mut |_| {});
+        fs.check_invariants().expect("bookkeeping");
+        assert_eq!(std::fs::read(b.path().join("f")).expect("backing"), *data);
+    }
 }
