@@ -165,31 +165,20 @@ pl_unmount() {
     rm -rf "$CACHE"
 }
 
-# Waits (at most 5 min) until the mount's background write-back has stopped: writeback_bytes
-# unchanged over 2 s. So that the reads measured next do not compete with it.
+# settle FIELD SECONDS TRIES WHAT: waits until the mount's counter FIELD (`pliant fs stat`) is
+# unchanged over SECONDS, at most TRIES times, or says WHAT is still running. Before measured
+# reads: write-back the write started (writeback_bytes) must not compete with them, and the
+# copy-up behind a cold read (copy_up_bytes: a cold read is answered from the backing file while
+# its extents copy up behind it) must have ended before the warm read that should find them.
 settle() {
-    local last=-1 cur i
-    for ((i = 0; i < 150; i++)); do
-        cur=$(stat_field writeback_bytes)
+    local field=$1 secs=$2 tries=$3 what=$4 last=-1 cur i
+    for ((i = 0; i < tries; i++)); do
+        cur=$(stat_field "$field")
         [ "$cur" = "$last" ] && return 0
         last=$cur
-        sleep 2
+        sleep "$secs"
     done
-    echo "fs_fio.sh: write-back still running after 5 min" >&2
-}
-
-# settle_copies: waits (at most 60 s) until the mount's copy_up_bytes stops changing. A cold read
-# is answered from the backing file while its extents copy up behind it; the warm read after it
-# must find them all in the cache.
-settle_copies() {
-    local last=-1 cur i
-    for ((i = 0; i < 120; i++)); do
-        cur=$(stat_field copy_up_bytes)
-        [ "$cur" = "$last" ] && return 0
-        last=$cur
-        sleep 0.5
-    done
-    echo "fs_fio.sh: copy-up still running after 60 s" >&2
+    echo "fs_fio.sh: $what still running after $(awk -v s="$secs" -v n="$tries" 'BEGIN { print s * n }') s" >&2
 }
 
 # slow_start: `pliant bench slow-fs SLOWDIR SLOWMNT` at 50 MB/s per stream, in the background.
@@ -279,7 +268,7 @@ if part a; then
         wb=$(stat_field writeback_bytes)
         [ "$wb" = 0 ] || echo "fs_fio.sh: run $r: $((wb >> 20)) MiB written back during the measured write" >&2
         a_wb+=("$((wb >> 20))")
-        settle  # none is expected (see above); should any have started, it ends before the reads
+        settle writeback_bytes 2 150 write-back  # none is expected (see above); should any have started, it ends before the reads
         preread "$MNT/fio.dat"
         c0=$(read_counters)
         drop_caches
@@ -300,7 +289,7 @@ if part a; then
         drop_caches
         out=$(fio_run "a-daemon-coldread-$r" "$MNT" read 1m "$SIZE_MIB")
         read -r bw _ _ <<<"$out"; a_cold+=("$(mbps "$bw")")
-        settle_copies
+        settle copy_up_bytes 0.5 120 copy-up
         c0=$(read_counters)
         drop_caches
         out=$(fio_run "a-daemon-read-$r" "$MNT" read 1m "$SIZE_MIB")

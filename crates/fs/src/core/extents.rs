@@ -402,6 +402,7 @@ impl Inner {
     /// (else the copied range is made a hole again and the cache file no longer than the file).
     pub(super) fn readahead_worker(self: Arc<Self>) {
         loop {
+            self.ahead_busy.store(false, Relaxed);
             let next = {
                 let mut q = lock(&self.ahead);
                 loop {
@@ -409,6 +410,7 @@ impl Inner {
                         return;
                     }
                     if let Some(n) = q.pop_front() {
+                        self.ahead_busy.store(true, Relaxed);
                         break n;
                     }
                     q = self.ahead_cv.wait(q).unwrap_or_else(|e| e.into_inner());

@@ -255,6 +255,9 @@ pub(crate) struct Inner {
     /// what they copy (under the file's lock) and copying it (off it), and the extents stopped.
     ahead_hold: Mutex<(bool, Vec<u64>)>,
     ahead_hold_cv: Condvar,
+    /// Set by the read-ahead thread when it takes an extent from `ahead` (under its lock), unset
+    /// when it is back for the next: with `ahead` empty, it has nothing under way.
+    ahead_busy: AtomicBool,
     /// Wakes callers waiting for write-back progress.
     progress: Condvar,
     evicting: Mutex<()>,
@@ -647,6 +650,7 @@ impl FsCache {
             ahead_cv: Condvar::new(),
             ahead_hold: Mutex::new((false, Vec::new())),
             ahead_hold_cv: Condvar::new(),
+            ahead_busy: AtomicBool::new(false),
             progress: Condvar::new(),
             evicting: Mutex::new(()),
             stop: AtomicBool::new(false),
@@ -1041,6 +1045,24 @@ impl FsCache {
     #[doc(hidden)]
     pub fn held_read_ahead(&self) -> Vec<u64> {
         lock(&self.inner.ahead_hold).1.clone()
+    }
+
+    /// Tests only: waits (at most `limit`) until the read-ahead thread has nothing queued and
+    /// nothing under way (its copies and the evictions after them done); whether it got there.
+    /// A copy can end without copying (the file's extents were dropped meanwhile), so a count
+    /// of bytes copied up is no way to wait for it.
+    #[doc(hidden)]
+    pub fn read_ahead_idle(&self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if lock(&self.inner.ahead).is_empty() && !self.inner.ahead_busy.load(Relaxed) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Tests only: lets the copies [`hold_read_ahead`](Self::hold_read_ahead) stopped go on.
