@@ -47,17 +47,20 @@ pub struct FsStats {
     pub dirty_bytes: u64,
     /// Files with cached extents.
     pub cached_files: u64,
-    /// Bytes read through the daemon from extents the cache held when the read came. An
-    /// extent is copied up whole by the first read that touches it, so a cold sequential read
-    /// in requests of 1/8 extent counts 7/8 of its bytes here although all of them came from
-    /// the backing directory a moment earlier: `copy_up_read_bytes` says how much reads
-    /// fetched. Reads served by the kernel (its page cache, passthrough) are not seen.
+    /// Bytes read through the daemon from extents the cache held when the read came. A read
+    /// of extents none of which is cached is answered from the backing directory and its
+    /// extents copied up behind it; later requests of an extent copied by then count here,
+    /// although its bytes came from the backing directory a moment earlier:
+    /// `copy_up_read_bytes` says how much reads fetched. Reads served by the kernel (its page
+    /// cache, passthrough) are not seen.
     pub read_hit_bytes: u64,
-    /// Bytes read through the daemon whose extent had to be copied up first (the requested
-    /// bytes, not the whole extent copied: that is in `copy_up_read_bytes`).
+    /// Bytes read through the daemon whose extent the cache did not hold: answered from the
+    /// backing directory, or (a read that found part of its range cached, or `--read-ahead 0`)
+    /// after its extent was copied up (the requested bytes, not the whole extent: that is in
+    /// `copy_up_read_bytes`).
     pub read_miss_bytes: u64,
     /// `read_hit_bytes / (read_hit_bytes + read_miss_bytes)`: the share of read requests' bytes
-    /// that did not wait for a copy-up; 0 before any read. Not the share of read data that
+    /// that found their extent cached; 0 before any read. Not the share of read data that
     /// came from the cache rather than the backing directory: compare `copy_up_read_bytes`.
     pub hit_ratio: f64,
     /// Bytes written by applications (of a file written by passthrough, what it grew: the
@@ -72,8 +75,8 @@ pub struct FsStats {
     /// Of those, bytes copied up by `preload` hints.
     #[serde(default)]
     pub copy_up_preload_bytes: u64,
-    /// Of the bytes copied up for reads, those read-ahead copied before a read asked (a
-    /// reader going through a file in order).
+    /// Of the bytes copied up for reads, those read-ahead copied for a reader going through a
+    /// file in order (not those a read answered from the backing directory left to copy).
     #[serde(default)]
     pub read_ahead_bytes: u64,
     /// Mean copy-up rate since the mount, bytes/s.
