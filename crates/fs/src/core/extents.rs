@@ -318,6 +318,15 @@ impl Inner {
             .ok_or_else(|| io::Error::other("cache file"))
     }
 
+    /// [`cache_file`](Self::cache_file), shared: for whoever uses it without the file's lock
+    /// (reads, read-ahead's copies) or hands it to the kernel (passthrough).
+    pub(super) fn cache_file_arc(&self, id: u64, d: &mut FileData) -> io::Result<Arc<File>> {
+        self.cache_file(id, d)?;
+        d.cache
+            .clone()
+            .ok_or_else(|| io::Error::other("cache file"))
+    }
+
     pub(super) fn backing_fd(&self, d: &mut FileData) -> io::Result<Arc<File>> {
         if let Some(f) = &d.backing {
             return Ok(f.clone());
@@ -461,11 +470,7 @@ impl Inner {
             if have == 0 {
                 return Ok(());
             }
-            self.cache_file(entry.id, &mut d)?;
-            let dst = d
-                .cache
-                .clone()
-                .ok_or_else(|| io::Error::other("cache file"))?;
+            let dst = self.cache_file_arc(entry.id, &mut d)?;
             // A file closed since its read keeps no descriptor to its backing file (its close
             // let go of it), nor is it opened for writing to be read.
             let src = match (&d.backing, &d.path) {
@@ -711,11 +716,7 @@ impl Inner {
             self.touch(entry, &mut d, range);
             return Ok(());
         }
-        self.cache_file(entry.id, &mut d)?;
-        let f = d
-            .cache
-            .clone()
-            .ok_or_else(|| io::Error::other("cache file"))?;
+        let f = self.cache_file_arc(entry.id, &mut d)?;
         self.touch(entry, &mut d, range);
         // Off the file's lock too, as a cold read: the kernel sends several requests of a file
         // at once (its read-ahead), which under the lock would read the disk one at a time

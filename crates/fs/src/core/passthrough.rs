@@ -106,14 +106,6 @@ impl Inner {
         Ok(())
     }
 
-    /// The cache file, shared (what the kernel is given for passthrough).
-    fn cache_file_arc(&self, id: u64, d: &mut FileData) -> io::Result<Arc<File>> {
-        self.cache_file(id, d)?;
-        d.cache
-            .clone()
-            .ok_or_else(|| io::Error::other("cache file"))
-    }
-
     /// Opens `entry` for writing in passthrough if it may be (see the module doc): the cache
     /// file, pinned and journaled whole, or `None` for the daemon's path.
     pub(super) fn start_pt_write(&self, entry: &FileEntry) -> io::Result<Option<Arc<File>>> {
