@@ -177,6 +177,7 @@ impl Inner {
                 epoch: 0,
                 last_read: None,
                 ahead: 0,
+                write_end: 0,
                 pt_writers: 0,
                 pt_charged: 0,
                 pt_mtime: std::time::UNIX_EPOCH,
@@ -789,6 +790,7 @@ impl Inner {
         {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
+        let in_order = offset == d.write_end || offset.is_multiple_of(ext);
         let mut fresh = Vec::new();
         let mut filled = || -> io::Result<()> {
             for i in range.clone() {
@@ -804,14 +806,19 @@ impl Inner {
                     }
                 }
             }
-            self.cache_file(entry.id, &mut d)?
-                .write_all_at(data, offset)
+            let f = self.cache_file(entry.id, &mut d)?;
+            f.write_all_at(data, offset)?;
+            if in_order {
+                start_write_out(f, offset, len, ext);
+            }
+            Ok(())
         };
         if let Err(e) = filled() {
             // Extents added without their backing bytes must not stay: they would read as holes.
             let _ = self.drop_extents_locked(entry, &mut d, |i, x| !x.dirty && fresh.contains(&i));
             return Err(e);
         }
+        d.write_end = offset + len;
         let old = d.size;
         if offset + len > old {
             d.size = offset + len;
@@ -853,6 +860,48 @@ impl Inner {
         }
         self.touch(entry, &mut d, range);
         Ok(d.cached_bytes - before)
+    }
+}
+
+/// The extents a write of `len` bytes at `offset` took to their end: from the start of its first
+/// extent to its last extent boundary, as (offset, length); `None` if it ended inside the extent
+/// it began in.
+fn filled_extents(offset: u64, len: u64, ext: u64) -> Option<(u64, u64)> {
+    let start = offset / ext * ext;
+    let end = (offset + len) / ext * ext;
+    (end > start).then(|| (start, end - start))
+}
+
+/// Starts the disk's write-out of the cache file's extents a write took to their end, without
+/// waiting for it.
+///
+/// Why: the cache file's pages are otherwise written out only when the kernel's dirty limits
+/// or the `fsync` that makes a write durable ask, so a job that writes and then syncs waits,
+/// at the sync, for the whole file to reach the disk after every byte has already crossed the
+/// kernel and the daemon: the two happen one after the other, where a direct write and its
+/// disk overlap. Started as each extent fills, the disk writes the file while the next extents
+/// arrive. 1 MiB writes + fsync of 1 GiB through a mount without passthrough went from 0.49 to
+/// 0.77 of direct (`fs-write-32i` in docs/benchmarks.md; the `fsync` from 0.33 s to 0.01 s).
+/// Only for writes that go on in order (the caller's check: from where the last one ended, or
+/// from an extent's start): an extent a write leaves unfinished waits for the write that
+/// finishes it, and scattered writes, which would write each extent out again and again as
+/// they dirty it anew (4 KiB random writes lost 8% when any write that finished an extent started it), leave the
+/// write-out to the kernel as before.
+///
+/// `posix_fadvise(DONTNEED)` is the safe interface here that starts write-out of a range
+/// (`sync_file_range` has no safe wrapper). Its other effect, dropping the range's clean pages,
+/// drops only pages already on the disk (this write's are dirty or being written), which a
+/// read through the daemon then takes from the disk; a mount with the kernel's write cache
+/// keeps its own copy of the file's pages anyway. Advice: a failure changes nothing but the
+/// speed, so it is not reported.
+fn start_write_out(f: &File, offset: u64, len: u64, ext: u64) {
+    if let Some((start, n)) = filled_extents(offset, len, ext) {
+        let _ = nix::fcntl::posix_fadvise(
+            f,
+            start as i64,
+            n as i64,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        );
     }
 }
 
@@ -950,6 +999,22 @@ mod tests {
         read_at_into(&f, 4, 8, &mut buf).expect("read");
         assert_eq!(buf, b"ef\0\0\0\0\0\0");
         assert_eq!(read_at_zero_filled(&f, 5, 3).expect("read"), b"f\0\0");
+    }
+
+    /// Write-out starts for the extents a write took to their end, from each one's start (its
+    /// earlier bytes came with earlier writes), and not for one a write leaves unfinished.
+    #[test]
+    fn write_out_covers_the_extents_a_write_finished_and_no_other() {
+        let m = 1 << 20;
+        assert_eq!(filled_extents(0, m, m), Some((0, m)));
+        assert_eq!(filled_extents(3 * m, m, m), Some((3 * m, m)));
+        // The last 4 KiB of a sequential run of small writes finishes the extent.
+        assert_eq!(filled_extents(m - 4096, 4096, m), Some((0, m)));
+        assert_eq!(filled_extents(m - 8192, 4096, m), None);
+        // Unaligned 1 MiB writes finish the extent they end past, not the one they end in.
+        assert_eq!(filled_extents(m / 2, m, m), Some((0, m)));
+        assert_eq!(filled_extents(m / 2, 3 * m, m), Some((0, 3 * m)));
+        assert_eq!(filled_extents(5, 10, m), None);
     }
 
     /// A copy-up overwrites what the cache file held in the range, and writes zeros where the
