@@ -25,8 +25,8 @@
 #   b. Slow backing (`pliant bench slow-fs`, every data request taking bytes / 50 MB/s, as one
 #      Lustre client stream): the job's write phase, 1 MiB sequential write of SLOW_SIZE with
 #      end_fsync, directly on the slow mount and through `pliant fs mount SLOWMNT ...
-#      --fsync cache`. Reports both wall times and the speed-up (goal >= 2x; DataWarp at NERSC
-#      1.5-2.2x), then the unmount's flush time (`pliant fs unmount --json` flush_secs) apart.
+#      --fsync cache`. Reports both wall times and the speed-up (goal: median >= 3x over >= 5
+#      runs, issue 32; DataWarp at NERSC 1.5-2.2x), then the unmount's flush time (`pliant fs unmount --json` flush_secs) apart.
 #      Checks the data: md5 through the mount before the unmount = md5 in the slow file system's
 #      directory after it.
 #   c. Write-back throughput over time with 1 and 8 write-back threads (DataWarp's figure 11):
@@ -468,7 +468,7 @@ daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant h
         echo
         echo "| | direct on the slow mount | through pliant | speed-up | pairs (speed-up run by run) | goal |"
         echo "|---|---:|---:|---:|---:|---|"
-        echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | $(pairs b_m b_d)x | >= 2x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 2 ge) |"
+        echo "| write phase (1 MiB seq + end_fsync), s | $B_D [$(join "${b_d[@]}")] | $B_M [$(join "${b_m[@]}")] | ${B_SPEEDUP}x | $(pairs b_m b_d)x | >= 3x (DataWarp 1.5-2.2x): $(verdict "$B_SPEEDUP" 3 ge) |"
         echo "| unmount flush (flush_secs), s | | $B_F [$(join "${b_f[@]}")] | |  |"
         echo "| dirty at unmount, MiB | | $B_DIRTY [$(join "${b_dirty[@]}")] | |  |"
         echo "| write end -> all in backing (md5 read + unmount), s | | $B_DRAIN [$(join "${b_drain[@]}")] | |  |"

@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub edquot: AtomicU64,
     pub efbig: AtomicU64,
     pub revalidated_files: AtomicU64,
+    pub conflicting_files: AtomicU64,
     pub passthrough_opens: AtomicU64,
     pub passthrough_write_opens: AtomicU64,
     pub policy_errors: AtomicU64,
@@ -103,6 +104,10 @@ pub struct FsStats {
     pub window_left_secs: f64,
     /// Files whose cached data was dropped because the backing copy changed.
     pub revalidated_files: u64,
+    /// Files found changed in the backing directory while the cache held data of theirs not
+    /// yet written back: the cache's data won, and its write-back overwrites the change.
+    #[serde(default)]
+    pub conflicting_files: u64,
     /// Opens served by kernel passthrough (reads straight from the cache file).
     pub passthrough_opens: u64,
     /// Of the opens for writing, those served by kernel passthrough (writes straight into the
@@ -169,6 +174,7 @@ impl FsStats {
             self.window_left_secs = 0.0;
         }
         self.revalidated_files = sum(|s| s.revalidated_files);
+        self.conflicting_files = sum(|s| s.conflicting_files);
         self.policy_errors += sum(|s| s.policy_errors);
         let up = self.uptime_secs.max(1e-9);
         self.copy_up_rate = self.copy_up_bytes as f64 / up;

@@ -73,8 +73,11 @@ impl Inner {
             }
             let now_seen = (meta.size(), Attr::from_meta(&meta).mtime);
             // A striped cache's servers change each other's files (their own stripes): that is
-            // no change behind this server's back to the stripes it holds.
-            if now_seen != d.seen && !self.cfg.shared {
+            // no change behind this server's back to the stripes it holds. Nor is a write-back
+            // under way (it writes off the file's lock, and takes the file's new state as seen
+            // when it is done): a change found then is likely its own.
+            let writing_back = d.extents.values().any(|x| x.in_flight);
+            if now_seen != d.seen && !self.cfg.shared && !writing_back {
                 if d.pinned > 0 {
                     // `seen` stays as it was, so the next open after the last passthrough
                     // close still finds the change.
@@ -89,6 +92,7 @@ impl Inner {
                     d.backing_size = now_seen.0;
                     d.mtime = now_seen.1;
                 } else {
+                    Counters::add(&self.counters.conflicting_files, 1);
                     tracing::warn!(
                         path = %self.cfg.backing.join(rel).display(),
                         "changed in the backing directory while the cache holds unwritten data; the cache's data wins"
@@ -483,19 +487,7 @@ impl Inner {
         };
         // Straight into the cache file, without the file's lock: nothing else writes this
         // extent meanwhile (reads, writes and preloads of an extent being copied wait for it).
-        {
-            let mut h = lock(&self.ahead_hold);
-            if h.0 {
-                h.1.push(i);
-                while h.0 && !self.stopping() {
-                    h = self
-                        .ahead_hold_cv
-                        .wait_timeout(h, std::time::Duration::from_millis(50))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            }
-        }
+        self.ahead_hold.stop_here(i, || self.stopping());
         copy_range(&src, &dst, start, have)?;
         let mut d = lock(&entry.data);
         // Dropped extents (a truncation, a change behind the cache, an unlink) meanwhile: what

@@ -153,6 +153,48 @@ struct FileData {
     forgotten: bool,
 }
 
+/// Tests only: a place where background work (read-ahead copies, write-backs) stops while a
+/// test holds it, so the test can act inside that work for certain. Off unless a test holds it:
+/// then one lock and one check a pass.
+#[derive(Debug, Default)]
+struct Hold {
+    /// Whether work stops here, and the extents stopped so far.
+    state: Mutex<(bool, Vec<u64>)>,
+    cv: Condvar,
+}
+
+impl Hold {
+    fn hold(&self) {
+        lock(&self.state).0 = true;
+    }
+
+    fn held(&self) -> Vec<u64> {
+        lock(&self.state).1.clone()
+    }
+
+    fn release(&self) {
+        let mut h = lock(&self.state);
+        h.0 = false;
+        h.1.clear();
+        self.cv.notify_all();
+    }
+
+    /// Stops the work on extent `i` here while held and `stopping` is false.
+    fn stop_here(&self, i: u64, stopping: impl Fn() -> bool) {
+        let mut h = lock(&self.state);
+        if h.0 {
+            h.1.push(i);
+            while h.0 && !stopping() {
+                h = self
+                    .cv
+                    .wait_timeout(h, std::time::Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+    }
+}
+
 impl FileData {
     /// The indices of the extents not yet written back, in order.
     fn dirty_extents(&self) -> Vec<u64> {
@@ -255,10 +297,12 @@ pub(crate) struct Inner {
     /// closed by then) rather than read-ahead.
     ahead: Mutex<std::collections::VecDeque<(std::sync::Weak<FileEntry>, u64, bool)>>,
     ahead_cv: Condvar,
-    /// Tests only ([`FsCache::hold_read_ahead`]): whether read-ahead copies stop between taking
-    /// what they copy (under the file's lock) and copying it (off it), and the extents stopped.
-    ahead_hold: Mutex<(bool, Vec<u64>)>,
-    ahead_hold_cv: Condvar,
+    /// Tests only ([`FsCache::hold_read_ahead`]): read-ahead copies stop between taking what
+    /// they copy (under the file's lock) and copying it (off it).
+    ahead_hold: Hold,
+    /// Tests only ([`FsCache::hold_write_back`]): write-backs stop between taking an extent
+    /// (under the file's lock) and writing it to the backing file (off it).
+    writeback_hold: Hold,
     /// Set by the read-ahead thread when it takes an extent from `ahead` (under its lock), unset
     /// when it is back for the next: with `ahead` empty, it has nothing under way.
     ahead_busy: AtomicBool,
@@ -652,8 +696,8 @@ impl FsCache {
             work: Condvar::new(),
             ahead: Mutex::default(),
             ahead_cv: Condvar::new(),
-            ahead_hold: Mutex::new((false, Vec::new())),
-            ahead_hold_cv: Condvar::new(),
+            ahead_hold: Hold::default(),
+            writeback_hold: Hold::default(),
             ahead_busy: AtomicBool::new(false),
             progress: Condvar::new(),
             evicting: Mutex::new(()),
@@ -1042,13 +1086,33 @@ impl FsCache {
     /// a test can put a truncation or a write inside a copy for certain.
     #[doc(hidden)]
     pub fn hold_read_ahead(&self) {
-        lock(&self.inner.ahead_hold).0 = true;
+        self.inner.ahead_hold.hold();
     }
 
     /// Tests only: the extents [`hold_read_ahead`](Self::hold_read_ahead) stopped.
     #[doc(hidden)]
     pub fn held_read_ahead(&self) -> Vec<u64> {
-        lock(&self.inner.ahead_hold).1.clone()
+        self.inner.ahead_hold.held()
+    }
+
+    /// Tests only: write-backs stop after they let go of the file's lock and before they write
+    /// the backing file, until `release_write_back`; `held_write_back` gives the extents stopped
+    /// so far. So a test can look at the file while its write-back is under way.
+    #[doc(hidden)]
+    pub fn hold_write_back(&self) {
+        self.inner.writeback_hold.hold();
+    }
+
+    /// Tests only: the extents [`hold_write_back`](Self::hold_write_back) stopped.
+    #[doc(hidden)]
+    pub fn held_write_back(&self) -> Vec<u64> {
+        self.inner.writeback_hold.held()
+    }
+
+    /// Tests only: lets the write-backs [`hold_write_back`](Self::hold_write_back) stopped go on.
+    #[doc(hidden)]
+    pub fn release_write_back(&self) {
+        self.inner.writeback_hold.release();
     }
 
     /// Tests only: waits (at most `limit`) until the read-ahead thread has nothing queued and
@@ -1072,10 +1136,7 @@ impl FsCache {
     /// Tests only: lets the copies [`hold_read_ahead`](Self::hold_read_ahead) stopped go on.
     #[doc(hidden)]
     pub fn release_read_ahead(&self) {
-        let mut h = lock(&self.inner.ahead_hold);
-        h.0 = false;
-        h.1.clear();
-        self.inner.ahead_hold_cv.notify_all();
+        self.inner.ahead_hold.release();
     }
 
     /// For kernel passthrough: if every extent of the file is in the cache, pins them there and
@@ -1886,6 +1947,7 @@ impl Inner {
             window_limit_bytes: wl,
             window_left_secs: wleft,
             revalidated_files: c.revalidated_files.load(Relaxed),
+            conflicting_files: c.conflicting_files.load(Relaxed),
             passthrough_opens: c.passthrough_opens.load(Relaxed),
             passthrough_write_opens: c.passthrough_write_opens.load(Relaxed),
             evict_policy: names.0,

@@ -136,6 +136,7 @@ impl Inner {
             x.in_flight = true;
         }
         drop(d);
+        self.writeback_hold.stop_here(i, || self.stopping());
         let res = dst.write_all_at(&buf, start);
         let mut d = lock(&entry.data);
         if let Some(x) = d.extents.get_mut(&i) {

@@ -690,8 +690,8 @@ fn stat(a: &StatArgs) -> anyhow::Result<ExitCode> {
         s.efbig_writes
     );
     println!(
-        "revalidated  {} files changed behind the cache",
-        s.revalidated_files
+        "revalidated  {} files changed behind the cache; {} changed while it held their unwritten data (its data won)",
+        s.revalidated_files, s.conflicting_files
     );
     Ok(ExitCode::SUCCESS)
 }
