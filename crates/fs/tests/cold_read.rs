@@ -3,7 +3,8 @@
 //! thread. What that thread copies must be the cache's like any other extent: in the eviction
 //! order, so that the cache stays within its capacity; copied for a closed file without keeping
 //! a descriptor to it. And an absent extent must hold the backing file's bytes, which for a
-//! file unlinked while open it does not: eviction leaves such a file alone.
+//! file unlinked while open it does not: eviction leaves such a file alone. A copy that fails
+//! leaves nothing in the cache file.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -293,4 +294,76 @@ fn a_file_whose_bytes_never_change_always_reads_the_same_under_every_operation()
         fs.check_invariants().expect("bookkeeping");
         assert_eq!(std::fs::read(b.path().join("f")).expect("backing"), *data);
     }
+}
+
+/// The only cache file under the cache directory `d`.
+fn cache_file(d: &Path) -> std::fs::Metadata {
+    let files: Vec<_> = std::fs::read_dir(d.join("data"))
+        .expect("data dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    assert_eq!(files.len(), 1, "one cache file: {files:?}");
+    std::fs::metadata(&files[0]).expect("cache file")
+}
+
+/// A copy behind a cold read that fails halfway (a disk error) leaves nothing in the cache
+/// file: neither blocks no extent accounts for, nor a length past the file's end when the
+/// file was cut during the copy. Reads stay right, and a later read copies the extent up.
+#[test]
+fn a_copy_that_fails_halfway_leaves_nothing_behind() {
+    use std::os::unix::fs::MetadataExt;
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let data = bytes(4 * EXTENT, 7);
+    std::fs::write(b.path().join("f"), &data).expect("f");
+    let fs = cache(b.path(), d.path(), 64 * EXTENT, EvictionUnit::File);
+    let h = fs.open(Path::new("f")).expect("open");
+
+    fs.fail_read_ahead_copies(true);
+    let got = fs.read(&h, 2 * EXTENT, EXTENT as u32).expect("cold read");
+    assert_eq!(got, data[2 * EXTENT as usize..3 * EXTENT as usize]);
+    idle(&fs);
+    assert_eq!(
+        fs.stats().copy_up_bytes,
+        0,
+        "a failed copy counted as copied"
+    );
+    assert_eq!(
+        cache_file(d.path()).blocks(),
+        0,
+        "what the failed copy wrote stayed in the cache file"
+    );
+
+    // The file cut to one extent while the copy of its last is under way, which then fails.
+    fs.hold_read_ahead();
+    let got = fs.read(&h, 3 * EXTENT, EXTENT as u32).expect("cold read");
+    assert_eq!(got, data[3 * EXTENT as usize..]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs.held_read_ahead().is_empty() {
+        assert!(Instant::now() < deadline, "the copy never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fs.truncate_open(&h, EXTENT).expect("truncate");
+    fs.release_read_ahead();
+    idle(&fs);
+    assert!(
+        cache_file(d.path()).len() <= EXTENT,
+        "the failed copy left the cache file at {} bytes, past the file's {EXTENT}",
+        cache_file(d.path()).len()
+    );
+
+    fs.fail_read_ahead_copies(false);
+    let got = fs.read(&h, 0, EXTENT as u32).expect("read");
+    assert_eq!(got, data[..EXTENT as usize]);
+    idle(&fs);
+    assert_eq!(
+        fs.stats().copy_up_bytes,
+        EXTENT,
+        "the extent copied up once copies work"
+    );
+    fs.release(h);
+    fs.check_invariants().expect("bookkeeping");
 }

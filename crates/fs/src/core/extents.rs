@@ -488,18 +488,24 @@ impl Inner {
         // Straight into the cache file, without the file's lock: nothing else writes this
         // extent meanwhile (reads, writes and preloads of an extent being copied wait for it).
         self.ahead_hold.stop_here(i, || self.stopping());
-        copy_range(&src, &dst, start, have)?;
+        let copied = if self.ahead_fail.load(Relaxed) {
+            copy_range(&src, &dst, start, have / 2)
+                .and_then(|()| Err(io::Error::other("a read-ahead copy failed halfway (test)")))
+        } else {
+            copy_range(&src, &dst, start, have)
+        };
         let mut d = lock(&entry.data);
         // Dropped extents (a truncation, a change behind the cache, an unlink) meanwhile: what
         // was copied may be stale. It must not stay in the cache file either, where a later
         // copy-up of a shorter backing file would leave some of it (and a truncation's length,
-        // which passthrough reads end at, must stand).
-        if d.epoch != epoch || d.path.is_none() {
+        // which passthrough reads end at, must stand). Nor what a failed copy wrote: space no
+        // extent accounts for, and past the file's end if it was cut meanwhile.
+        if copied.is_err() || d.epoch != epoch || d.path.is_none() {
             punch(&dst, start, have)?;
             if dst.metadata()?.len() > d.size {
                 dst.set_len(d.size)?;
             }
-            return Ok(());
+            return copied;
         }
         Counters::add(&self.counters.copy_up_bytes, have);
         Counters::add(&self.counters.copy_up_read_bytes, have);

@@ -306,6 +306,9 @@ pub(crate) struct Inner {
     /// Set by the read-ahead thread when it takes an extent from `ahead` (under its lock), unset
     /// when it is back for the next: with `ahead` empty, it has nothing under way.
     ahead_busy: AtomicBool,
+    /// Tests only ([`FsCache::fail_read_ahead_copies`]): read-ahead copies write half their
+    /// range, then fail, as a disk error in the middle of a copy would.
+    ahead_fail: AtomicBool,
     /// Wakes callers waiting for write-back progress.
     progress: Condvar,
     evicting: Mutex<()>,
@@ -699,6 +702,7 @@ impl FsCache {
             ahead_hold: Hold::default(),
             writeback_hold: Hold::default(),
             ahead_busy: AtomicBool::new(false),
+            ahead_fail: AtomicBool::new(false),
             progress: Condvar::new(),
             evicting: Mutex::new(()),
             stop: AtomicBool::new(false),
@@ -1093,6 +1097,13 @@ impl FsCache {
     #[doc(hidden)]
     pub fn held_read_ahead(&self) -> Vec<u64> {
         self.inner.ahead_hold.held()
+    }
+
+    /// Tests only: while `on`, read-ahead copies write half their range into the cache file,
+    /// then fail, as a disk error in the middle of a copy would.
+    #[doc(hidden)]
+    pub fn fail_read_ahead_copies(&self, on: bool) {
+        self.inner.ahead_fail.store(on, Relaxed);
     }
 
     /// Tests only: write-backs stop after they let go of the file's lock and before they write
