@@ -10,6 +10,9 @@ use super::{Attr, Extent, FileData, FileEntry, Inner, lock};
 use crate::journal::Record;
 use crate::stats::Counters;
 
+/// Whether a hole punch of an evicted extent has failed in this process (the warning's once).
+static PUNCH_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Inner {
     /// Drops extents `keep` rejects (`keep(i, extent)` true drops); dirty ones must have been
     /// dealt with by the caller. Returns the bytes dropped.
@@ -56,13 +59,23 @@ impl Inner {
             let Some(x) = d.extents.remove(&i) else {
                 continue;
             };
-            if let Some(f) = &d.cache {
-                let _ = nix::fcntl::fallocate(
+            if let Some(f) = &d.cache
+                && let Err(e) = nix::fcntl::fallocate(
                     f,
                     nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
                         | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
                     (i * ext) as i64,
                     ext as i64,
+                )
+                && !PUNCH_FAILED.swap(true, Relaxed)
+            {
+                // Nothing reads a dropped extent's bytes (a read of it copies it up again over
+                // them), so the cache stays right; what it costs is the disk space, which the
+                // capacity no longer counts. Said once: every later drop would say it again.
+                tracing::warn!(
+                    error = %e,
+                    cache_dir = %self.cfg.cache_dir.display(),
+                    "the cache directory's file system cannot punch holes: evicted extents keep their disk space, which the capacity no longer counts"
                 );
             }
             d.cached_bytes -= x.bytes;
