@@ -4,7 +4,8 @@
 //! order, so that the cache stays within its capacity; copied for a closed file without keeping
 //! a descriptor to it. And an absent extent must hold the backing file's bytes, which for a
 //! file unlinked while open it does not: eviction leaves such a file alone. A copy that fails
-//! leaves nothing in the cache file.
+//! leaves nothing in the cache file, and a copy under way holds back neither a preload of other
+//! extents nor a writer asking for passthrough.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -364,6 +365,94 @@ fn a_copy_that_fails_halfway_leaves_nothing_behind() {
         EXTENT,
         "the extent copied up once copies work"
     );
+    fs.release(h);
+    fs.check_invariants().expect("bookkeeping");
+}
+
+/// Lets held read-ahead copies go on however the test ends: a failed check must not leave a
+/// thread of its scope waiting for them.
+struct Release<'a>(&'a FsCache);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.release_read_ahead();
+    }
+}
+
+/// Waits (at most 10 s) until a read-ahead copy is held.
+fn held(fs: &FsCache) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs.held_read_ahead().is_empty() {
+        assert!(Instant::now() < deadline, "no copy held after 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A preload waits only for copies of the extents it needs, not for every copy under way: a
+/// stream of cold readers elsewhere in the file (here one copy, held) would otherwise hold it
+/// back for as long as it lasts. And a writer asking for passthrough while a copy is under
+/// way is sent through the daemon at once (the file is not whole), rather than waiting.
+#[test]
+fn a_copy_under_way_holds_back_neither_a_preload_of_other_extents_nor_a_writer() {
+    let (b, d) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("d"),
+    );
+    let data = bytes(8 * EXTENT, 11);
+    std::fs::write(b.path().join("f"), &data).expect("f");
+    let fs = cache(b.path(), d.path(), 64 * EXTENT, EvictionUnit::File);
+    let h = fs.open(Path::new("f")).expect("open");
+    fs.hold_read_ahead();
+    std::thread::scope(|s| {
+        let _release = Release(&fs);
+        let got = fs.read(&h, 7 * EXTENT, EXTENT as u32).expect("cold read");
+        assert_eq!(got, data[7 * EXTENT as usize..]);
+        held(&fs);
+
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (fs, h) = (&fs, &h);
+        s.spawn(move || {
+            let r = fs.passthrough_write_file(h).map(|f| f.is_some());
+            tx.send(r).expect("send");
+        });
+        let pt = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a passthrough writer waited for a copy of an extent it does not need");
+        assert!(
+            !pt.expect("passthrough"),
+            "a file not whole opened in passthrough"
+        );
+
+        let preload = s.spawn(|| fs.preload(Path::new("f"), &pliant_fs::Caller::root()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs.stats().copy_up_preload_bytes < 7 * EXTENT {
+            assert!(
+                Instant::now() < deadline,
+                "the preload copied {} of the 7 extents no copy held, in 10 s",
+                fs.stats().copy_up_preload_bytes / EXTENT
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        fs.release_read_ahead();
+        let r = preload.join().expect("preload thread").expect("preload");
+        assert_eq!(
+            r.bytes,
+            7 * EXTENT,
+            "the preload copied the 7 extents, read-ahead the last"
+        );
+    });
+    idle(&fs);
+    assert_eq!(
+        fs.stats().copy_up_bytes,
+        8 * EXTENT,
+        "each extent copied once"
+    );
+    let mut got = Vec::new();
+    for i in 0..8 {
+        got.extend(fs.read(&h, i * EXTENT, EXTENT as u32).expect("read"));
+    }
+    assert_eq!(got, data);
+    assert_eq!(fs.stats().copy_up_bytes, 8 * EXTENT, "all of it was cached");
     fs.release(h);
     fs.check_invariants().expect("bookkeeping");
 }

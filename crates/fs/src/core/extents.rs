@@ -847,17 +847,25 @@ impl Inner {
 
     pub(super) fn preload_entry(&self, entry: &FileEntry) -> io::Result<u64> {
         let mut d = lock(&entry.data);
-        // Read-ahead's copies write the cache file without the lock: not over one of them.
-        while !d.copying.is_empty() {
-            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        let mut copied = 0;
+        let mut i = 0;
+        // The file's end is looked at again after each wait (the lock is let go meanwhile).
+        while i < self.extent_range(0, d.size).end {
+            // Read-ahead's copies write the cache file without the lock: not over one of them.
+            // Only this extent's: a stream of cold readers keeps other copies coming, and a
+            // wait for none at all could last as long as they do.
+            if d.copying.contains(&i) {
+                d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            if !self.ensure_extent(entry, &mut d, i, CopyUp::Preload)? {
+                copied += d.extents.get(&i).map_or(0, |x| x.bytes);
+            }
+            i += 1;
         }
-        let before = d.cached_bytes;
         let range = self.extent_range(0, d.size);
-        for i in range.clone() {
-            self.ensure_extent(entry, &mut d, i, CopyUp::Preload)?;
-        }
         self.touch(entry, &mut d, range);
-        Ok(d.cached_bytes - before)
+        Ok(copied)
     }
 }
 

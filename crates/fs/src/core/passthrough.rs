@@ -114,9 +114,11 @@ impl Inner {
             // Unlinked: no name a `Whole` record could give.
             return Ok(None);
         };
-        // Read-ahead copies write the cache file without the lock.
-        while !d.copying.is_empty() {
-            d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
+        // An extent being copied up is not in the cache yet, so the file is not whole: the
+        // daemon takes the writes. (Waiting for the copies instead could last as long as a
+        // stream of cold readers keeps them coming.)
+        if !d.copying.is_empty() {
+            return Ok(None);
         }
         self.absorb(entry, &mut d)?;
         let whole = self
