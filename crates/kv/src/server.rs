@@ -770,7 +770,7 @@ async fn serve(
         // and the read below use up the task's scheduling budget, so it still yields to the
         // others.
         if out.is_empty() && !synced && session.messages.is_none() && session.pushes.is_none() {
-            match stream.try_read_buf(&mut buf) {
+            match read_available(stream, &mut buf) {
                 Ok(0) => return Ok(()),
                 Ok(_) => {
                     // A read that waits for nothing spends none of the task's scheduling
@@ -788,7 +788,7 @@ async fn serve(
             // socket's writability can be awaited beside it.
             r = stream.readable() => {
                 r?;
-                match stream.try_read_buf(&mut buf) {
+                match read_available(stream, &mut buf) {
                     Ok(0) => return Ok(()),
                     Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -812,6 +812,28 @@ async fn serve(
                 Some(Outgoing::Close) | None => return Ok(()),
             },
         }
+    }
+}
+
+/// Reads what the socket holds into `buf`, without waiting. A read that leaves room in `buf`
+/// took everything the socket held, so the socket's readiness is cleared then, as tokio's own
+/// `read` does: the next read waits for new data rather than asking the kernel first and being
+/// told there is none. (Under group commit 28% of the node's receives had been such refusals,
+/// 13,985 in a run of 50,000 SETs: each client waits for its reply before it sends again.) Data
+/// that arrives after the read raises readiness anew, and tokio keeps that newer readiness.
+fn read_available(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    let mut read = 0;
+    let r = stream.try_io(tokio::io::Interest::READABLE, || {
+        let room = buf.capacity() - buf.len();
+        read = stream.try_read_buf(buf)?;
+        if read > 0 && read < room {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        Ok(read)
+    });
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && read > 0 => Ok(read),
+        r => r,
     }
 }
 
