@@ -12,6 +12,9 @@ use crate::{
 
 const KEYSPACE: &str = "values";
 const DATA_DIR: &str = "fjall";
+/// How many times (10 ms apart: 2 s in all) an open waits for this process's previous handle
+/// to let go of fjall's lock (see [`FjallStore::open`]).
+const LOCKED_RETRIES: u32 = 200;
 /// The leading byte of every key fjall holds for a user key.
 const TAG: u8 = 0;
 
@@ -64,9 +67,20 @@ impl FjallStore {
                 },
             }
         };
-        let db = Database::builder(dir.path().join(DATA_DIR))
-            .open()
-            .map_err(backend("opening fjall"))?;
+        // The directory's own lock is ours, so no other process has the store: a fjall lock
+        // still held is this process's previous handle, whose background threads let go of
+        // the database only after the handle itself was dropped (a reopen right after a close
+        // met it, in a test, once in many runs). It is waited for, briefly.
+        let mut tries = 0;
+        let db = loop {
+            match Database::builder(dir.path().join(DATA_DIR)).open() {
+                Err(fjall::Error::Locked) if tries < LOCKED_RETRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r.map_err(backend("opening fjall"))?,
+            }
+        };
         let values = db
             .keyspace(KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(backend("opening the keyspace"))?;
