@@ -135,10 +135,20 @@ fn a_copy_the_file_was_cut_under_leaves_no_byte_of_it() {
     let copied = hold_a_copy_ahead(&fs, &h);
     let cut = EXTENT + 100;
     fs.truncate_open(&h, cut).expect("cut");
-    fs.release_read_ahead();
-    // A preload waits for the copies under way: after it, the held one is done.
+    // A preload waits only for copies of the file's extents; the held one is past the cut.
     fs.preload(Path::new("f"), &Caller::root())
         .expect("preload");
+    // Every extent is cached, but the held copy still writes the cache file past the cut:
+    // no passthrough, whose reads would end where the cache file ends.
+    assert!(
+        fs.passthrough_file(&h).expect("passthrough").is_none(),
+        "passthrough while a copy past the file's end was under way"
+    );
+    fs.release_read_ahead();
+    assert!(
+        fs.read_ahead_idle(std::time::Duration::from_secs(10)),
+        "the read-ahead thread still busy after 10 s"
+    );
     let cache_file = fs
         .passthrough_file(&h)
         .expect("passthrough")

@@ -1164,7 +1164,11 @@ impl FsCache {
             .inner
             .extent_range(0, d.size)
             .all(|i| d.extents.contains_key(&i));
-        if !all {
+        // A read-ahead copy under way while every extent is cached is one past the file's end
+        // (the file was cut during it): it writes the cache file without the lock until it
+        // finds the cut and trims the file back, and the kernel's passthrough reads end where
+        // the cache file ends, not where the file does. Through the daemon meanwhile.
+        if !all || !d.copying.is_empty() {
             return Ok(None);
         }
         let size = d.size;
