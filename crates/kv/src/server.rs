@@ -820,8 +820,8 @@ async fn serve(
 /// `read` does: the next read waits for new data rather than asking the kernel first and being
 /// told there is none. (Under group commit 22% of the node's receives had been such refusals,
 /// 13,985 of 64,395 in a run of 50,000 SETs: each client waits for its reply before it sends
-/// again.) Data
-/// that arrives after the read raises readiness anew, and tokio keeps that newer readiness.
+/// again.) Data that arrives after the read raises readiness anew, and tokio keeps that newer
+/// readiness.
 fn read_available(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
     let mut read = 0;
     let r = stream.try_io(tokio::io::Interest::READABLE, || {

@@ -76,8 +76,8 @@ impl Inner {
             // no change behind this server's back to the stripes it holds. Nor is a write-back
             // under way (it writes off the file's lock, and takes the file's new state as seen
             // when it is done): a change found then is likely its own.
-            let writing_back = d.extents.values().any(|x| x.in_flight);
-            if now_seen != d.seen && !self.cfg.shared && !writing_back {
+            // (The walk of the extents only when the file looks changed: every open comes here.)
+            if now_seen != d.seen && !self.cfg.shared && !d.extents.values().any(|x| x.in_flight) {
                 if d.pinned > 0 {
                     // `seen` stays as it was, so the next open after the last passthrough
                     // close still finds the change.
@@ -891,8 +891,8 @@ fn filled_extents(offset: u64, len: u64, ext: u64) -> Option<(u64, u64)> {
 /// Only for writes that go on in order (the caller's check: from where the last one ended, or
 /// from an extent's start): an extent a write leaves unfinished waits for the write that
 /// finishes it, and scattered writes, which would write each extent out again and again as
-/// they dirty it anew (4 KiB random writes lost 8% when any write that finished an extent started it), leave the
-/// write-out to the kernel as before.
+/// they dirty it anew (4 KiB random writes lost 8% when any write that finished an extent
+/// started it), leave the write-out to the kernel as before.
 ///
 /// `posix_fadvise(DONTNEED)` is the safe interface here that starts write-out of a range
 /// (`sync_file_range` has no safe wrapper). Its other effect, dropping the range's clean pages,
