@@ -1236,10 +1236,18 @@ srun -N 3 --ntasks-per-node=1 sh -c \
             server.starts_with(&format!("10.213.{x}.{}:", 10 + k)),
             "node n{k}'s cache server is at its own address: {server}"
         );
-        let mounts = c.node_mounts_on(k);
+        // Another node's mount was seen missing when the batch script had started (1 run in
+        // 3, the node's server address already written): its Prolog's last step, waited for
+        // at most 30 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut mounts = c.node_mounts_on(k);
+        while !mounts.iter().any(|l| l.contains(&mnt)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            mounts = c.node_mounts_on(k);
+        }
         assert!(
             mounts.iter().any(|l| l.contains(&mnt)),
-            "node n{k} has the job's cache mounted:{mnt}{mounts:?}"
+            "node n{k} has the job's cache mounted within 30 s:{mnt}{mounts:?}"
         );
     }
     assert_eq!(c.mounts_in("self"), Vec::<String>::new());
