@@ -21,7 +21,12 @@
 //!
 //! A decision is skipped (and logged as such) while any slot is moving (this node's or
 //! another's, so two balancers or a rescale never pull one slot two ways), while a node of the
-//! map cannot be measured, and on the first interval (there is no rate yet). After moving, the
+//! map cannot be measured, and on the first interval (there is no rate yet). The one exception
+//! is a move this balancer began that failed half way (a broken connection, a node too slow to
+//! answer): the mover leaves its slots migrating, to be finished by running it again, and with
+//! no one to run it every balancer would skip for good. So the balancer remembers its failed
+//! moves and its next decision finishes them (a move with strategy `finish`), trying again
+//! at the decision after if that fails too. After moving, the
 //! counts are read again, so that the next decision sees the load as it is after the move, not a
 //! blend. `PLIANT.BALANCER STATUS` and `PLIANT.BALANCER LOG [n]` show what it decided.
 //!
@@ -77,7 +82,8 @@ pub struct Moved {
     pub to: String,
     /// The load `where` asked to send it, ops/s.
     pub asked: f64,
-    /// The strategy whose selection was closest.
+    /// The strategy whose selection was closest, or `finish`: the rest of a move of this
+    /// balancer's that had failed half way (its `asked` and `load` are 0).
     pub strategy: String,
     /// Slots moved.
     pub slots: usize,
@@ -250,6 +256,16 @@ pub enum DecisionError {
         #[source]
         source: MoveError,
     },
+    /// Finishing a move of this balancer's that had failed half way failed again (tried again
+    /// at the next decision).
+    #[error("finishing the move of slots to {to} that failed before")]
+    Finish {
+        /// The target.
+        to: String,
+        /// Why.
+        #[source]
+        source: MoveError,
+    },
 }
 
 /// What `PLIANT.BALANCER LOAD` and `ROLLBACK` ask of the balancer thread.
@@ -333,6 +349,7 @@ impl Balancer {
                     history: VecDeque::new(),
                     owned: Vec::new(),
                     slot_window: config.slot_window.max(1),
+                    unfinished: BTreeMap::new(),
                 }
                 .run();
             })
@@ -487,6 +504,9 @@ struct Thread {
     owned: Vec<u16>,
     /// Intervals of history a slot's load is measured over.
     slot_window: usize,
+    /// Slots of moves this balancer began that failed half way, with the node each was moving
+    /// to: finished at the next decision (see the module doc).
+    unfinished: BTreeMap<u16, String>,
 }
 
 /// What woke the balancer thread.
@@ -854,6 +874,19 @@ impl Thread {
             Ok(None) => return Entry::skipped(version, "no rate yet for every node".into()),
             Err(e) => return Entry::skipped(version, pliant_proto::error::chain(&e)),
         };
+        // Its own failed moves first: only this balancer moves them (another's or a rescale's
+        // moving slots are theirs to finish), and it moves nothing else meanwhile.
+        self.unfinished.retain(|&slot, to| {
+            state.map.migration(slot).is_some_and(|m| {
+                state.map.index_of(&me) == Some(m.from) && state.map.index_of(to) == Some(m.to)
+            })
+        });
+        if !self.unfinished.is_empty() {
+            let mut entry = Entry::new(version, loads.nodes);
+            self.finish(coord, &dialer, &mut entry).await;
+            self.after_moves(&entry, &cluster.state(), &me).await;
+            return entry;
+        }
         if let Some((slot, _)) = state.map.migrations().next() {
             let mut e = Entry::skipped(version, format!("slot {slot} is moving"));
             e.loads = loads.nodes;
@@ -862,16 +895,7 @@ impl Thread {
         let mut metrics = Metrics::new(ServerId::Name(me.clone()));
         fill(&mut metrics, &state, &loads.nodes);
         *self.engine.metrics_mut() = metrics;
-        let mut entry = Entry {
-            unix_ms: now_ms(),
-            version,
-            loads: loads.nodes.clone(),
-            when: false,
-            targets: BTreeMap::new(),
-            moved: Vec::new(),
-            skipped: None,
-            error: None,
-        };
+        let mut entry = Entry::new(version, loads.nodes.clone());
         let d = match self.engine.decide() {
             Ok(d) => d,
             Err(e) => {
@@ -935,6 +959,9 @@ impl Thread {
                         moved.bytes += r.bytes;
                     }
                     Err(source) => {
+                        // Those of its slots it marked stay migrating: finished next time.
+                        self.unfinished
+                            .extend(group.iter().map(|&s| (s, to.clone())));
                         failed = Some(DecisionError::Move {
                             to: to.clone(),
                             source,
@@ -952,13 +979,18 @@ impl Thread {
                 break;
             }
         }
-        if !entry.moved.is_empty() {
-            // The next decision should see the load after the moves, not a blend: read again.
-            // (This node's slots changed, so `measure` restarts their history too.)
-            self.seen.clear();
-            let _ = self.measure(&Self::nodes(&cluster.state()), &me).await;
-        }
+        self.after_moves(&entry, &cluster.state(), &me).await;
         entry
+    }
+
+    /// After a decision that moved slots, the counts are read again: the next decision should
+    /// see the load after the moves, not a blend. (This node's slots changed, so `measure`
+    /// restarts their history too.)
+    async fn after_moves(&mut self, entry: &Entry, state: &ClusterState, me: &str) {
+        if !entry.moved.is_empty() {
+            self.seen.clear();
+            let _ = self.measure(&Self::nodes(state), me).await;
+        }
     }
 }
 
@@ -987,17 +1019,81 @@ fn fill(metrics: &mut Metrics, state: &ClusterState, loads: &BTreeMap<String, f6
     }
 }
 
+impl Thread {
+    /// Runs again the moves of [`Thread::unfinished`] (slots still migrating from this node to
+    /// the node named), target by target, into `entry`.
+    async fn finish(
+        &mut self,
+        coord: &dyn Coord,
+        dialer: &pliant_proto::Dialer,
+        entry: &mut Entry,
+    ) {
+        let mut by_target: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+        for (&slot, to) in &self.unfinished {
+            by_target.entry(to.clone()).or_default().push(slot);
+        }
+        for (to, slots) in by_target {
+            let started = Instant::now();
+            let mut moved = Moved {
+                to: to.clone(),
+                asked: 0.0,
+                strategy: "finish".into(),
+                slots: 0,
+                load: 0.0,
+                keys: 0,
+                bytes: 0,
+                seconds: 0.0,
+            };
+            let mut failed = None;
+            for group in slots.chunks(crate::rescale::GROUP) {
+                match move_slots(coord, dialer, group, &to, &mut |_, _| {}).await {
+                    Ok(r) => {
+                        moved.slots += group.len();
+                        moved.keys += r.keys;
+                        moved.bytes += r.bytes;
+                        for s in group {
+                            self.unfinished.remove(s);
+                        }
+                    }
+                    Err(source) => {
+                        failed = Some(DecisionError::Finish {
+                            to: to.clone(),
+                            source,
+                        });
+                        break;
+                    }
+                }
+            }
+            moved.seconds = started.elapsed().as_secs_f64();
+            if moved.slots > 0 {
+                entry.moved.push(moved);
+            }
+            if let Some(f) = failed {
+                entry.error = Some(pliant_proto::error::chain(&f));
+                break;
+            }
+        }
+    }
+}
+
 impl Entry {
-    fn skipped(version: u64, why: String) -> Self {
+    fn new(version: u64, loads: BTreeMap<String, f64>) -> Self {
         Self {
             unix_ms: now_ms(),
             version,
-            loads: BTreeMap::new(),
+            loads,
             when: false,
             targets: BTreeMap::new(),
             moved: Vec::new(),
-            skipped: Some(why),
+            skipped: None,
             error: None,
+        }
+    }
+
+    fn skipped(version: u64, why: String) -> Self {
+        Self {
+            skipped: Some(why),
+            ..Self::new(version, BTreeMap::new())
         }
     }
 }
