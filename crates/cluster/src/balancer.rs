@@ -959,9 +959,13 @@ impl Thread {
                         moved.bytes += r.bytes;
                     }
                     Err(source) => {
-                        // Those of its slots it marked stay migrating: finished next time.
-                        self.unfinished
-                            .extend(group.iter().map(|&s| (s, to.clone())));
+                        // Those of its slots it marked stay migrating: finished next time. Not
+                        // after `-MOVEOVER`: another process gave the move up or began it again,
+                        // so it is that process's to finish.
+                        if !matches!(source, MoveError::MoveOver { .. }) {
+                            self.unfinished
+                                .extend(group.iter().map(|&s| (s, to.clone())));
+                        }
                         failed = Some(DecisionError::Move {
                             to: to.clone(),
                             source,
