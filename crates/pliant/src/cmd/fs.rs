@@ -134,9 +134,8 @@ pub struct MountArgs {
     #[arg(long)]
     allow_other: bool,
     /// Threads serving FUSE requests. More let reads through the daemon wait for the disk side
-    /// by side; fewer leave the cores to the writers: on 2 cores, 1 MiB writes ran 19-25%
-    /// faster with 1 thread than with 4, and reads 40-65% slower (docs/benchmarks.md,
-    /// fs-threads-32j). A job that mostly writes large files may mount with 1 or 2.
+    /// by side: on 2 cores, reads ran 40-65% slower with 1 thread than with 4, and 1 MiB writes
+    /// about as fast (docs/benchmarks.md, fs-threads-32j and fs-write-32k).
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,
     /// Always read and write through the daemon. By default (Linux 6.9+, root only), reads of a
