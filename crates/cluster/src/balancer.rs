@@ -25,8 +25,13 @@
 //! is a move this balancer began that failed half way (a broken connection, a node too slow to
 //! answer): the mover leaves its slots migrating, to be finished by running it again, and with
 //! no one to run it every balancer would skip for good. So the balancer remembers its failed
-//! moves and its next decision finishes them (a move with strategy `finish`), trying again
-//! at the decision after if that fails too. After moving, the
+//! moves and its next decision finishes them before it measures anything (a decision skipped
+//! as such, with a move of strategy `finish`), trying again at the decision after if that
+//! fails too. Not a move that met `-MOVEOVER` (another process gave it up or began it again:
+//! theirs), and not after a restart (the memory is this thread's): such a move waits, as one a
+//! rescale left half done, for `pliant cluster move` or a rescale to run it again. Another
+//! process finishing the same move beside the balancer is safe: the mover's last step gives a
+//! slot only while that very move is still the slot's. After moving, the
 //! counts are read again, so that the next decision sees the load as it is after the move, not a
 //! blend. `PLIANT.BALANCER STATUS` and `PLIANT.BALANCER LOG [n]` show what it decided.
 //!
@@ -868,25 +873,37 @@ impl Thread {
         let state = cluster.state();
         let me = cluster.me().id.clone();
         let version = state.map.version();
+        // Its own failed moves first, before anything is measured (a node that cannot be
+        // measured does not stop them), and nothing else is moved meanwhile. A slot of them
+        // that no longer moves from here to the node it was moving to is no longer this
+        // balancer's to finish (another process finished it or changed the move).
+        // Looked up in the store itself: this node's copy of the map may lag behind it (a move's
+        // update the store applied after its reply had timed out).
+        if !self.unfinished.is_empty()
+            && let Ok(now) = coord.state().await
+        {
+            let map = &now.map;
+            self.unfinished.retain(|&slot, to| {
+                map.migration(slot).is_some_and(|m| {
+                    map.index_of(&me) == Some(m.from) && map.index_of(to) == Some(m.to)
+                })
+            });
+        }
+        if !self.unfinished.is_empty() {
+            let mut entry = Entry::skipped(
+                version,
+                "finishing this balancer's moves that failed half way".into(),
+            );
+            self.finish(coord, &dialer, &mut entry).await;
+            self.after_moves(&entry, &cluster.state(), &me).await;
+            return entry;
+        }
         let nodes = Self::nodes(&state);
         let loads = match self.measure(&nodes, &me).await {
             Ok(Some(l)) => l,
             Ok(None) => return Entry::skipped(version, "no rate yet for every node".into()),
             Err(e) => return Entry::skipped(version, pliant_proto::error::chain(&e)),
         };
-        // Its own failed moves first: only this balancer moves them (another's or a rescale's
-        // moving slots are theirs to finish), and it moves nothing else meanwhile.
-        self.unfinished.retain(|&slot, to| {
-            state.map.migration(slot).is_some_and(|m| {
-                state.map.index_of(&me) == Some(m.from) && state.map.index_of(to) == Some(m.to)
-            })
-        });
-        if !self.unfinished.is_empty() {
-            let mut entry = Entry::new(version, loads.nodes);
-            self.finish(coord, &dialer, &mut entry).await;
-            self.after_moves(&entry, &cluster.state(), &me).await;
-            return entry;
-        }
         if let Some((slot, _)) = state.map.migrations().next() {
             let mut e = Entry::skipped(version, format!("slot {slot} is moving"));
             e.loads = loads.nodes;
@@ -950,30 +967,13 @@ impl Thread {
                 bytes: 0,
                 seconds: 0.0,
             };
-            let mut failed = None;
-            for group in pick.slots.chunks(crate::rescale::GROUP) {
-                match move_slots(coord, &dialer, group, &to, &mut |_, _| {}).await {
-                    Ok(r) => {
-                        moved.slots += group.len();
-                        moved.keys += r.keys;
-                        moved.bytes += r.bytes;
-                    }
-                    Err(source) => {
-                        // Those of its slots it marked stay migrating: finished next time. Not
-                        // after `-MOVEOVER`: another process gave the move up or began it again,
-                        // so it is that process's to finish.
-                        if !matches!(source, MoveError::MoveOver { .. }) {
-                            self.unfinished
-                                .extend(group.iter().map(|&s| (s, to.clone())));
-                        }
-                        failed = Some(DecisionError::Move {
-                            to: to.clone(),
-                            source,
-                        });
-                        break;
-                    }
-                }
-            }
+            let failed = self
+                .move_groups(coord, &dialer, &pick.slots, &to, &mut moved)
+                .await
+                .map(|source| DecisionError::Move {
+                    to: to.clone(),
+                    source,
+                });
             moved.seconds = started.elapsed().as_secs_f64();
             if moved.slots > 0 {
                 entry.moved.push(moved);
@@ -985,6 +985,48 @@ impl Thread {
         }
         self.after_moves(&entry, &cluster.state(), &me).await;
         entry
+    }
+
+    /// Moves `slots` (all this node's) to node `to`, group by group, into `moved`; the first
+    /// failure stops it and is returned. The slots of a group whose move failed stay migrating
+    /// (the mover's design: running it again finishes it), so they are remembered in
+    /// [`Thread::unfinished`], unless the move met `-MOVEOVER`: another process gave it up or
+    /// began it again, and it is that process's to finish.
+    async fn move_groups(
+        &mut self,
+        coord: &dyn Coord,
+        dialer: &pliant_proto::Dialer,
+        slots: &[u16],
+        to: &str,
+        moved: &mut Moved,
+    ) -> Option<MoveError> {
+        for group in slots.chunks(crate::rescale::GROUP) {
+            match move_slots(coord, dialer, group, to, &mut |_, _| {}).await {
+                Ok(r) => {
+                    // No round: another process had finished them already.
+                    if r.rounds > 0 {
+                        moved.slots += group.len();
+                    }
+                    moved.keys += r.keys;
+                    moved.bytes += r.bytes;
+                    for s in group {
+                        self.unfinished.remove(s);
+                    }
+                }
+                Err(e) => {
+                    if matches!(e, MoveError::MoveOver { .. }) {
+                        for s in group {
+                            self.unfinished.remove(s);
+                        }
+                    } else {
+                        self.unfinished
+                            .extend(group.iter().map(|&s| (s, to.to_string())));
+                    }
+                    return Some(e);
+                }
+            }
+        }
+        None
     }
 
     /// After a decision that moved slots, the counts are read again: the next decision should
@@ -1048,26 +1090,13 @@ impl Thread {
                 bytes: 0,
                 seconds: 0.0,
             };
-            let mut failed = None;
-            for group in slots.chunks(crate::rescale::GROUP) {
-                match move_slots(coord, dialer, group, &to, &mut |_, _| {}).await {
-                    Ok(r) => {
-                        moved.slots += group.len();
-                        moved.keys += r.keys;
-                        moved.bytes += r.bytes;
-                        for s in group {
-                            self.unfinished.remove(s);
-                        }
-                    }
-                    Err(source) => {
-                        failed = Some(DecisionError::Finish {
-                            to: to.clone(),
-                            source,
-                        });
-                        break;
-                    }
-                }
-            }
+            let failed = self
+                .move_groups(coord, dialer, &slots, &to, &mut moved)
+                .await
+                .map(|source| DecisionError::Finish {
+                    to: to.clone(),
+                    source,
+                });
             moved.seconds = started.elapsed().as_secs_f64();
             if moved.slots > 0 {
                 entry.moved.push(moved);

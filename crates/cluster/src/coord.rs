@@ -190,6 +190,13 @@ pub struct Embedded {
     leases: Mutex<Vec<Lease>>,
     map: Mutex<SlotMap>,
     balancer: Mutex<Option<BalancerRecord>>,
+    /// Held by an update of the map or the balancer from its read of the current one to its
+    /// application, through its save (an fsync): updates one at a time, while `map` and
+    /// `balancer` are held only to read or swap, so that readers (a node renewing its lease, a
+    /// state read) do not wait for a save. A save waits behind whatever else the disk is
+    /// writing: an fsync under a loaded node's writes took over 5 s (a node's lease renewal and
+    /// a move's map update then timed out).
+    updating: Mutex<()>,
     tx: watch::Sender<Arc<ClusterState>>,
     /// Where the map is kept across restarts, if anywhere.
     file: Option<std::path::PathBuf>,
@@ -208,6 +215,7 @@ impl Embedded {
             leases: Mutex::new(Vec::new()),
             map: Mutex::new(SlotMap::empty()),
             balancer: Mutex::new(None),
+            updating: Mutex::new(()),
             tx: watch::channel(Arc::new(ClusterState::empty())).0,
             file: None,
         }
@@ -252,14 +260,14 @@ impl Embedded {
     /// [`Coord::set_balancer`], here and now (saved beside the map before it is applied).
     pub fn set_balancer_now(&self, record: BalancerRecord) -> Result<u64, CoordError> {
         let version = {
-            let mut current = self.balancer.lock().expect("balancer lock");
-            let record = record.after(current.as_ref());
+            let _one = self.updating.lock().expect("update lock");
+            let record = record.after(self.balancer.lock().expect("balancer lock").as_ref());
             if let Some(file) = &self.file {
                 let json = serde_json::to_string(&record).expect("a balancer record serialises");
                 write_atomically(&balancer_file(file), &json)?;
             }
             let v = record.version;
-            *current = Some(record);
+            *self.balancer.lock().expect("balancer lock") = Some(record);
             v
         };
         self.publish();
@@ -380,16 +388,20 @@ impl Embedded {
     /// saved is not applied either).
     pub fn update_now(&self, expected: u64, map: SlotMap) -> Result<bool, CoordError> {
         {
-            let mut current = self.map.lock().expect("map lock");
-            if current.version() != expected {
-                return Ok(false);
-            }
-            let next = expected.checked_add(1).ok_or_else(|| {
-                CoordError::Refused("the map version cannot grow any further".into())
-            })?;
-            let map = map.with_moves_begun(&current, next).with_version(next);
+            let _one = self.updating.lock().expect("update lock");
+            let map = {
+                let current = self.map.lock().expect("map lock");
+                if current.version() != expected {
+                    return Ok(false);
+                }
+                let next = expected.checked_add(1).ok_or_else(|| {
+                    CoordError::Refused("the map version cannot grow any further".into())
+                })?;
+                map.with_moves_begun(&current, next).with_version(next)
+            };
+            // Readers see the map before this one until it is saved and applied.
             self.save(&map)?;
-            *current = map;
+            *self.map.lock().expect("map lock") = map;
         }
         self.publish();
         Ok(true)
@@ -456,6 +468,55 @@ mod tests {
             id: format!("{i:040x}"),
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
         }
+    }
+
+    /// Regression: an update held the map's lock through its save, an fsync, which may wait
+    /// seconds behind the disk's other writes, and every reader waited with it (nodes' lease
+    /// renewals and moves timed out). A save that does not end (its file a FIFO nobody reads)
+    /// leaves readers, lease renewals and joins (which tell the watchers) answered at once,
+    /// with the map before the update; a map that could not be saved is not applied.
+    #[test]
+    fn readers_are_answered_while_an_update_waits_for_its_save() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cluster.json");
+        let c = Arc::new(Embedded::open(&file).expect("open"));
+        let map = SlotMap::even(1, &[member(1)]);
+        assert!(c.update_now(0, map.clone()).expect("saved"));
+        c.join_now(member(1), Duration::from_secs(60))
+            .expect("join");
+        let tmp = file.with_extension("json.tmp");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&tmp)
+            .status()
+            .expect("mkfifo (coreutils)");
+        assert!(made.success(), "mkfifo {}", tmp.display());
+        let update = {
+            let c = c.clone();
+            let next = SlotMap::even(1, &[member(1), member(2)]);
+            std::thread::spawn(move || c.update_now(1, next))
+        };
+        // The update is in its save (blocked opening the FIFO) until the FIFO is read.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!update.is_finished(), "the save is waiting for its reader");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                c.keepalive_now(&member(1).id).expect("renewed");
+                // A join tells the watchers, which reads the map.
+                c.join_now(member(3), Duration::from_secs(60))
+                    .expect("join");
+                let _ = tx.send(c.current().map.version());
+            })
+        };
+        let read = rx.recv_timeout(Duration::from_secs(10));
+        // Let the save go on (and fail: a FIFO cannot be synced) before asserting.
+        let mut fifo = std::fs::File::open(&tmp).expect("open the FIFO");
+        std::io::Read::read_to_end(&mut fifo, &mut Vec::new()).expect("read the FIFO");
+        assert_eq!(read, Ok(1), "readers were answered while the save waited");
+        reader.join().expect("reader");
+        assert!(update.join().expect("update").is_err(), "the save failed");
+        assert_eq!(c.current().map, map.with_version(1));
     }
 
     #[tokio::test(start_paused = true)]

@@ -100,7 +100,7 @@ pub async fn serve(
                     let supervisor = supervisor.clone();
                     conns.spawn(async move {
                         if let Err(e) =
-                            connection(stream, coord.as_deref(), password.as_deref(), supervisor, stop).await
+                            connection(stream, coord, password.as_deref(), supervisor, stop).await
                         {
                             tracing::debug!("coordination client: {e}");
                         }
@@ -123,7 +123,7 @@ pub async fn serve(
 
 async fn connection(
     mut stream: TcpStream,
-    coord: Option<&Embedded>,
+    coord: Option<Arc<Embedded>>,
     password: Option<&str>,
     supervisor: Option<tokio::sync::mpsc::Sender<Supervise>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -193,9 +193,17 @@ async fn connection(
             (b"PLIANT.COORD", true) if matches!(sub.as_slice(), b"SPAWN" | b"RETIRE") => {
                 supervise(supervisor.as_ref(), &sub, &args[2.min(args.len())..]).await
             }
-            (b"PLIANT.COORD", true) => match coord {
+            (b"PLIANT.COORD", true) => match &coord {
                 Some(coord) if sub.as_slice() == b"WATCH" => {
                     return watch(stream, coord, stop).await;
+                }
+                // An update saves (an fsync, which may wait seconds behind the disk's other
+                // writes) off this runtime's one thread, which serves every node's lease.
+                Some(coord) if matches!(sub.as_slice(), b"UPDATE" | b"BALANCER") => {
+                    let (coord, rest) = (coord.clone(), args[2.min(args.len())..].to_vec());
+                    tokio::task::spawn_blocking(move || run(&coord, &sub, &rest))
+                        .await
+                        .unwrap_or_else(|e| Frame::error(format!("ERR the update failed: {e}")))
                 }
                 Some(coord) => run(coord, &sub, &args[2.min(args.len())..]),
                 None => Frame::error(
@@ -425,6 +433,70 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), talk)
             .await
             .expect("an answer and a close within 10 s")
+    }
+
+    /// Regression: an UPDATE saved (an fsync) on the server's runtime thread, the supervisor's
+    /// only one, so a save waiting behind the disk's other writes held up every node's lease
+    /// renewal and state read ("no reply within 5s", seen under a loaded node's writes). A
+    /// save that does not end (its file a FIFO nobody reads) leaves other requests answered.
+    #[test]
+    fn a_save_that_waits_holds_up_no_other_request() {
+        use std::io::{Read as _, Write as _};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cluster.json");
+        let coord = Arc::new(Embedded::open(&file).expect("open"));
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let addr = std_listener.local_addr().expect("addr");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        // Served as `cluster up` serves it: a runtime of one thread.
+        let server = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(std_listener).expect("listener");
+                serve(listener, Some(coord), None, None, stop_rx).await;
+            });
+        });
+        let tmp = file.with_extension("json.tmp");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&tmp)
+            .status()
+            .expect("mkfifo (coreutils)");
+        assert!(made.success(), "mkfifo {}", tmp.display());
+        let call = move |bytes: Vec<u8>| {
+            let mut s = std::net::TcpStream::connect(addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(3)))
+                .expect("timeout");
+            s.write_all(&bytes).expect("send");
+            let mut out = [0u8; 256];
+            let n = s.read(&mut out).map_err(|e| e.kind());
+            n.map(|n| String::from_utf8_lossy(&out[..n]).into_owned())
+        };
+        let map = SlotMap::even(1, &[member(1)]).to_json();
+        let update = format!(
+            "*4\r\n$12\r\nPLIANT.COORD\r\n$6\r\nUPDATE\r\n$1\r\n0\r\n${}\r\n{map}\r\n",
+            map.len()
+        )
+        .into_bytes();
+        let updating = std::thread::spawn(move || call(update));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !updating.is_finished(),
+            "the save waits for the FIFO's reader"
+        );
+        let other = call(b"*2\r\n$12\r\nPLIANT.COORD\r\n$3\r\nGET\r\n".to_vec());
+        // The save goes on (and fails: a FIFO cannot be synced).
+        let mut fifo = std::fs::File::open(&tmp).expect("open the FIFO");
+        fifo.read_to_end(&mut Vec::new()).expect("read the FIFO");
+        let other = other.expect("a GET answered while a save waited");
+        assert!(other.contains("\"version\":0"), "{other}");
+        let updated = updating.join().expect("update").expect("an answer");
+        assert!(updated.starts_with('-'), "the save failed: {updated}");
+        let _ = stop_tx.send(true);
+        server.join().expect("server");
     }
 
     /// As a node's clients (CVE-2021-32675): before AUTH no argument over 16 KiB is waited for,

@@ -12,7 +12,9 @@
 //!    once it is deleted there, the target's copy is the one clients are sent to. A key written
 //!    during its copy stays at the source and goes in the next round;
 //! 3. when a round finds nothing left, the map gives the slot to the target (one
-//!    compare-and-swap); the source answers `-MOVED` from then on.
+//!    compare-and-swap) if this move is still the slot's (it still moves from the source to
+//!    the target, begun at the same map version: another process running the same move may
+//!    have finished it and begun another meanwhile); the source answers `-MOVED` from then on.
 //!
 //! This process only orders the move and counts its progress (a call at a time): the keys go
 //! from the source to the target directly. A failure stops the move with the slot still
@@ -284,6 +286,15 @@ pub async fn move_slots_until(
         Ok(changed.then_some(map))
     })
     .await?;
+    // Which move of each slot this is (the store stamped it when it was marked): the last
+    // step gives a slot to the target only while this move is still the slot's.
+    let begun = moves_begun(
+        &coord.state().await?.map,
+        slots,
+        &source.id,
+        to,
+        source.addr,
+    )?;
     tokio::try_join!(
         wait_for_version(dialer, source.addr, version),
         wait_for_version(dialer, target.addr, version)
@@ -341,16 +352,70 @@ pub async fn move_slots_until(
     }
     // 3. The slots are the target's.
     change_map(coord, |map| {
-        let t = map
-            .index_of(to)
-            .ok_or_else(|| MoveError::Invalid(format!("node {to} left the map during the move")))?;
-        Ok(Some(
-            slots.iter().fold(map, |m, &slot| m.with_owner(slot, t)),
-        ))
+        given(map, slots, &source.id, to, &begun, source.addr)
     })
     .await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The map version at which each of `slots`' moves from node `from` to node `to` began in
+/// `map` (its [`Migration::since`](crate::map::Migration::since)); `-MOVEOVER` (relayed as from
+/// `addr`, the source) for a slot that does not move so.
+fn moves_begun(
+    map: &SlotMap,
+    slots: &[u16],
+    from: &str,
+    to: &str,
+    addr: SocketAddr,
+) -> Result<Vec<u64>, MoveError> {
+    let (f, t) = (map.index_of(from), map.index_of(to));
+    slots
+        .iter()
+        .map(|&slot| match map.migration(slot) {
+            Some(m) if Some(m.from) == f && Some(m.to) == t => Ok(m.since),
+            _ => Err(move_over(slot, to, addr)),
+        })
+        .collect()
+}
+
+/// `map` with `slots` given to node `to`, the last step of their move from node `from` that
+/// began at `begun` (slot by slot). A slot is given only while that move is still the slot's:
+/// another process may have finished this move meanwhile (running it again is how a move is
+/// finished) and begun another of the slot, whose copy is under way, and giving the slot to
+/// `to` then would end that move with its keys left where it took them from. A slot that is
+/// `to`'s already, moving nowhere, needs nothing. `None` when no slot needs anything.
+fn given(
+    map: SlotMap,
+    slots: &[u16],
+    from: &str,
+    to: &str,
+    begun: &[u64],
+    addr: SocketAddr,
+) -> Result<Option<SlotMap>, MoveError> {
+    let t = map
+        .index_of(to)
+        .ok_or_else(|| MoveError::Invalid(format!("node {to} left the map during the move")))?;
+    let f = map.index_of(from);
+    let mut give = Vec::new();
+    for (&slot, &since) in slots.iter().zip(begun) {
+        match map.migration(slot) {
+            Some(m) if Some(m.from) == f && m.to == t && m.since == since => give.push(slot),
+            None if map.owner_index(slot) == Some(t) => {}
+            _ => return Err(move_over(slot, to, addr)),
+        }
+    }
+    Ok((!give.is_empty()).then(|| give.iter().fold(map, |m, &slot| m.with_owner(slot, t))))
+}
+
+/// The move of `slot` to node `to` was ended or begun again by another process during this one.
+fn move_over(slot: u16, to: &str, addr: SocketAddr) -> MoveError {
+    MoveError::MoveOver {
+        addr,
+        why: format!(
+            "MOVEOVER slot {slot}'s move to {to} was ended or begun again by another process during this one"
+        ),
+    }
 }
 
 /// Applies `change` to the current map in one compare-and-swap, reading it again and retrying
@@ -557,4 +622,66 @@ pub fn move_ranges_via(
         }
         Ok(reports)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::map::Member;
+
+    fn member(i: u8) -> Member {
+        Member {
+            id: format!("{i:040x}"),
+            addr: SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
+        }
+    }
+
+    /// Slot 0 (node 1's) moving to node 2, the move begun at `since`.
+    fn moving(since: u64) -> SlotMap {
+        let even = SlotMap::even(1, &[member(1), member(2), member(3)]);
+        even.clone()
+            .with_migration(0, 1)
+            .expect("a move")
+            .with_moves_begun(&even, since)
+    }
+
+    /// The last step gives a slot to the target only while the move is still the slot's: not
+    /// once another process finished it and began another of the slot (elsewhere, or to the
+    /// same node again), whose keys would be left behind.
+    #[test]
+    fn the_last_step_gives_a_slot_only_while_its_move_is_still_the_slots() {
+        let (from, to, addr) = (member(1).id, member(2).id, member(1).addr);
+        let begun = moves_begun(&moving(5), &[0], &from, &to, addr).expect("moving");
+        assert_eq!(begun, vec![5]);
+        // Still this move: given.
+        let map = given(moving(5), &[0], &from, &to, &begun, addr)
+            .expect("given")
+            .expect("a change");
+        assert_eq!(map.owner(0), Some(&member(2)));
+        assert!(map.migration(0).is_none());
+        // Finished by another process: nothing to do.
+        let done = moving(5).with_owner(0, 1);
+        assert!(
+            given(done.clone(), &[0], &from, &to, &begun, addr)
+                .expect("ok")
+                .is_none()
+        );
+        // ... which then began moving it on, to node 3: refused, that move left alone.
+        let on = done.clone().with_migration(0, 2).expect("a move");
+        assert!(matches!(
+            given(on, &[0], &from, &to, &begun, addr),
+            Err(MoveError::MoveOver { .. })
+        ));
+        // Moved back to node 1 and begun again to node 2: a new move, refused too.
+        let again = moving(9);
+        assert!(matches!(
+            given(again, &[0], &from, &to, &begun, addr),
+            Err(MoveError::MoveOver { .. })
+        ));
+        // A slot that does not move so is refused at the start.
+        assert!(matches!(
+            moves_begun(&done, &[0], &from, &to, addr),
+            Err(MoveError::MoveOver { .. })
+        ));
+    }
 }

@@ -16,6 +16,11 @@ use crate::map::{Member, SlotMap};
 /// counts as unreachable.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long an update of the map or the balancer may take: the store saves it (an fsync)
+/// before it answers, and a save waits behind whatever else the disk is writing (over 5 s
+/// seen in the suite, on 2 cores with several clusters' nodes writing their stores).
+const SAVE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long the watch waits before connecting again after it lost the store.
 const RETRY: Duration = Duration::from_millis(500);
 
@@ -24,6 +29,9 @@ pub struct Remote {
     addr: SocketAddr,
     dialer: Dialer,
     conn: tokio::sync::Mutex<Option<AsyncClient>>,
+    /// Updates go on a connection of their own, so that a save that takes a while holds up
+    /// no state read behind it.
+    saves: tokio::sync::Mutex<Option<AsyncClient>>,
 }
 
 impl Remote {
@@ -37,6 +45,7 @@ impl Remote {
                 .connect_timeout(TIMEOUT)
                 .io_timeout(Some(TIMEOUT)),
             conn: tokio::sync::Mutex::new(None),
+            saves: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -67,7 +76,17 @@ impl Remote {
 
     /// [`call`](Self::call), with a reply awaited for up to `timeout`.
     async fn call_within(&self, args: &[&[u8]], timeout: Duration) -> Result<Frame, CoordError> {
-        let mut conn = self.conn.lock().await;
+        self.call_on(&self.conn, args, timeout).await
+    }
+
+    /// [`call_within`](Self::call_within) on connection `conn`.
+    async fn call_on(
+        &self,
+        conn: &tokio::sync::Mutex<Option<AsyncClient>>,
+        args: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Frame, CoordError> {
+        let mut conn = conn.lock().await;
         if conn.is_none() {
             *conn = Some(self.connect().await?);
         }
@@ -215,10 +234,8 @@ impl Coord for Arc<Remote> {
     fn update(&self, expected: u64, map: SlotMap) -> BoxFuture<'_, Result<bool, CoordError>> {
         Box::pin(async move {
             let (v, json) = (expected.to_string(), map.to_json());
-            match self
-                .call(&[b"PLIANT.COORD", b"UPDATE", v.as_bytes(), json.as_bytes()])
-                .await?
-            {
+            let update: [&[u8]; 4] = [b"PLIANT.COORD", b"UPDATE", v.as_bytes(), json.as_bytes()];
+            match self.call_on(&self.saves, &update, SAVE_TIMEOUT).await? {
                 Frame::Integer(n) => Ok(n == 1),
                 other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
             }
@@ -231,10 +248,8 @@ impl Coord for Arc<Remote> {
     ) -> BoxFuture<'_, Result<u64, CoordError>> {
         Box::pin(async move {
             let json = serde_json::to_string(&record).expect("a balancer record serialises");
-            match self
-                .call(&[b"PLIANT.COORD", b"BALANCER", json.as_bytes()])
-                .await?
-            {
+            let set: [&[u8]; 3] = [b"PLIANT.COORD", b"BALANCER", json.as_bytes()];
+            match self.call_on(&self.saves, &set, SAVE_TIMEOUT).await? {
                 Frame::Integer(n) if n > 0 => Ok(n as u64),
                 other => Err(self.unreachable(format!("unexpected reply {other:?}"))),
             }

@@ -181,7 +181,7 @@ impl Inner {
                 epoch: 0,
                 last_read: None,
                 ahead: 0,
-                write_end: 0,
+                last_write: 0..0,
                 pt_writers: 0,
                 pt_charged: 0,
                 pt_mtime: std::time::UNIX_EPOCH,
@@ -788,7 +788,7 @@ impl Inner {
         {
             d = entry.idle.wait(d).unwrap_or_else(|e| e.into_inner());
         }
-        let in_order = goes_on_in_order(offset, len, d.write_end, ext);
+        let in_order = goes_on_in_order(offset, len, d.last_write.clone(), ext);
         let mut fresh = Vec::new();
         let mut filled = || -> io::Result<()> {
             for i in range.clone() {
@@ -816,7 +816,7 @@ impl Inner {
             let _ = self.drop_extents_locked(entry, &mut d, |i, x| !x.dirty && fresh.contains(&i));
             return Err(e);
         }
-        d.write_end = offset + len;
+        d.last_write = offset..offset + len;
         let old = d.size;
         if offset + len > old {
             d.size = offset + len;
@@ -886,13 +886,17 @@ const REORDERED: u64 = 12 << 20;
 /// every write near the last counted, 4 KiB random writes + fsync lost 8–14%.
 const STREAMED: u64 = 256 << 10;
 
-/// Whether a write of `len` bytes at `offset` goes on in order, the last write having ended at
-/// `write_end`: from exactly there, from an extent's start, or a piece of a stream near there
-/// ([`REORDERED`], [`STREAMED`]).
-fn goes_on_in_order(offset: u64, len: u64, write_end: u64, ext: u64) -> bool {
-    offset == write_end
+/// Whether a write of `len` bytes at `offset` goes on in order, the last write having written
+/// `last`: from exactly where it ended, from an extent's start, or a piece of a stream near
+/// there ([`REORDERED`], [`STREAMED`]) that is not over the last one (pieces of a stream are
+/// each written once; a write over the last is a rewrite, which would start the write-out of
+/// the same extent again and again).
+fn goes_on_in_order(offset: u64, len: u64, last: std::ops::Range<u64>, ext: u64) -> bool {
+    offset == last.end
         || offset.is_multiple_of(ext)
-        || (len >= STREAMED && offset.abs_diff(write_end) <= REORDERED)
+        || (len >= STREAMED
+            && offset.abs_diff(last.end) <= REORDERED
+            && (offset.saturating_add(len) <= last.start || offset >= last.end))
 }
 
 /// The extents a write of `len` bytes at `offset` took to their end: from the start of its first
@@ -1059,18 +1063,52 @@ mod tests {
     #[test]
     fn pieces_of_a_stream_taken_out_of_order_go_on_in_order_and_short_scattered_runs_do_not() {
         let (m, k) = (1u64 << 20, 1u64 << 10);
-        // Exactly on, or from an extent's start, whatever its size.
-        assert!(goes_on_in_order(5 * m + 3, 4 * k, 5 * m + 3, m));
-        assert!(goes_on_in_order(7 * m, 4 * k, 0, m));
-        // Pieces of 1 MiB half an extent off (after a first one of 512 KiB), one thread ahead of
-        // another: behind the last end, and past it.
         let half = m / 2;
-        assert!(goes_on_in_order(34 * m + half, m, 38 * m + half, m));
-        assert!(goes_on_in_order(38 * m + half, m, 34 * m + half, m));
+        let after = |start: u64, len: u64| start..start + len;
+        // Exactly on, or from an extent's start, whatever its size.
+        assert!(goes_on_in_order(5 * m + 3, 4 * k, after(5 * m - 1, 4), m));
+        assert!(goes_on_in_order(7 * m, 4 * k, after(0, 4 * k), m));
+        // Pieces of 1 MiB half an extent off (after a first one of 512 KiB), one thread ahead of
+        // another: behind the last, and past it.
+        assert!(goes_on_in_order(
+            34 * m + half,
+            m,
+            after(38 * m + half, m),
+            m
+        ));
+        assert!(goes_on_in_order(
+            38 * m + half,
+            m,
+            after(34 * m + half, m),
+            m
+        ));
         // Not from farther than the kernel can have out at once.
-        assert!(!goes_on_in_order(60 * m + half, m, 34 * m + half, m));
-        // A short run near the last end: not.
-        assert!(!goes_on_in_order(34 * m + 8 * k, 12 * k, 34 * m + half, m));
+        assert!(!goes_on_in_order(
+            60 * m + half,
+            m,
+            after(34 * m + half, m),
+            m
+        ));
+        // A short run near the last: not.
+        assert!(!goes_on_in_order(
+            34 * m + 8 * k,
+            12 * k,
+            after(34 * m, half),
+            m
+        ));
+        // A large rewrite of (part of) the last write's bytes: not.
+        assert!(!goes_on_in_order(
+            34 * m + half,
+            m,
+            after(34 * m + half, m),
+            m
+        ));
+        assert!(!goes_on_in_order(
+            34 * m + half + 4 * k,
+            half,
+            after(34 * m + half, m),
+            m
+        ));
     }
 
     /// A copy-up overwrites what the cache file held in the range, and writes zeros where the

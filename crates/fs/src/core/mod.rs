@@ -131,10 +131,10 @@ struct FileData {
     /// beyond the next read (doubling while reads go on in order, none after a jump).
     last_read: Option<u64>,
     ahead: u64,
-    /// Where the file's last write through the daemon ended: a write that begins there (or at
-    /// an extent's start) goes on in order, and starts the disk's write-out of the extents it
-    /// finishes (`extents::start_write_out`).
-    write_end: u64,
+    /// The bytes of the file's last write through the daemon: a write that begins where it
+    /// ended (or at an extent's start, or near, `extents::goes_on_in_order`) goes on in order,
+    /// and starts the disk's write-out of the extents it finishes (`extents::start_write_out`).
+    last_write: std::ops::Range<u64>,
     /// Handles open for writing in kernel passthrough ([`passthrough`]): while any is, the
     /// kernel writes the cache file without the daemon, the whole file is dirty, and its size
     /// and modification time are the cache file's.
