@@ -957,7 +957,7 @@ impl Thread {
             };
             candidates.retain(|(s, _)| !pick.slots.contains(s));
             let started = Instant::now();
-            let mut moved = Moved {
+            let moved = Moved {
                 to: to.clone(),
                 asked,
                 strategy: pick.strategy.to_string(),
@@ -968,17 +968,10 @@ impl Thread {
                 seconds: 0.0,
             };
             let failed = self
-                .move_groups(coord, &dialer, &pick.slots, &to, &mut moved)
-                .await
-                .map(|source| DecisionError::Move {
-                    to: to.clone(),
-                    source,
-                });
-            moved.seconds = started.elapsed().as_secs_f64();
-            if moved.slots > 0 {
-                entry.moved.push(moved);
-            }
-            if let Some(f) = failed {
+                .move_groups(coord, &dialer, &pick.slots, moved, started, &mut entry)
+                .await;
+            if let Some(source) = failed {
+                let f = DecisionError::Move { to, source };
                 entry.error = Some(pliant_proto::error::chain(&f));
                 break;
             }
@@ -987,7 +980,8 @@ impl Thread {
         entry
     }
 
-    /// Moves `slots` (all this node's) to node `to`, group by group, into `moved`; the first
+    /// Moves `slots` (all this node's) to node `moved.to`, group by group, counting them in
+    /// `moved`, which goes into `entry` if any moved (its time from `started`); the first
     /// failure stops it and is returned. The slots of a group whose move failed stay migrating
     /// (the mover's design: running it again finishes it), so they are remembered in
     /// [`Thread::unfinished`], unless the move met `-MOVEOVER`: another process gave it up or
@@ -997,11 +991,14 @@ impl Thread {
         coord: &dyn Coord,
         dialer: &pliant_proto::Dialer,
         slots: &[u16],
-        to: &str,
-        moved: &mut Moved,
+        mut moved: Moved,
+        started: Instant,
+        entry: &mut Entry,
     ) -> Option<MoveError> {
+        let to = moved.to.clone();
+        let mut failed = None;
         for group in slots.chunks(crate::rescale::GROUP) {
-            match move_slots(coord, dialer, group, to, &mut |_, _| {}).await {
+            match move_slots(coord, dialer, group, &to, &mut |_, _| {}).await {
                 Ok(r) => {
                     // No round: another process had finished them already.
                     if r.rounds > 0 {
@@ -1020,13 +1017,18 @@ impl Thread {
                         }
                     } else {
                         self.unfinished
-                            .extend(group.iter().map(|&s| (s, to.to_string())));
+                            .extend(group.iter().map(|&s| (s, to.clone())));
                     }
-                    return Some(e);
+                    failed = Some(e);
+                    break;
                 }
             }
         }
-        None
+        moved.seconds = started.elapsed().as_secs_f64();
+        if moved.slots > 0 {
+            entry.moved.push(moved);
+        }
+        failed
     }
 
     /// After a decision that moved slots, the counts are read again: the next decision should
@@ -1080,7 +1082,7 @@ impl Thread {
         }
         for (to, slots) in by_target {
             let started = Instant::now();
-            let mut moved = Moved {
+            let moved = Moved {
                 to: to.clone(),
                 asked: 0.0,
                 strategy: "finish".into(),
@@ -1091,17 +1093,10 @@ impl Thread {
                 seconds: 0.0,
             };
             let failed = self
-                .move_groups(coord, dialer, &slots, &to, &mut moved)
-                .await
-                .map(|source| DecisionError::Finish {
-                    to: to.clone(),
-                    source,
-                });
-            moved.seconds = started.elapsed().as_secs_f64();
-            if moved.slots > 0 {
-                entry.moved.push(moved);
-            }
-            if let Some(f) = failed {
+                .move_groups(coord, dialer, &slots, moved, started, entry)
+                .await;
+            if let Some(source) = failed {
+                let f = DecisionError::Finish { to, source };
                 entry.error = Some(pliant_proto::error::chain(&f));
                 break;
             }

@@ -485,11 +485,7 @@ mod tests {
         c.join_now(member(1), Duration::from_secs(60))
             .expect("join");
         let tmp = file.with_extension("json.tmp");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&tmp)
-            .status()
-            .expect("mkfifo (coreutils)");
-        assert!(made.success(), "mkfifo {}", tmp.display());
+        crate::map::tests::mkfifo(&tmp);
         let update = {
             let c = c.clone();
             let next = SlotMap::even(1, &[member(1), member(2)]);

@@ -461,11 +461,7 @@ mod tests {
             });
         });
         let tmp = file.with_extension("json.tmp");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&tmp)
-            .status()
-            .expect("mkfifo (coreutils)");
-        assert!(made.success(), "mkfifo {}", tmp.display());
+        crate::map::tests::mkfifo(&tmp);
         let call = move |bytes: Vec<u8>| {
             let mut s = std::net::TcpStream::connect(addr).expect("connect");
             s.set_read_timeout(Some(Duration::from_secs(3)))

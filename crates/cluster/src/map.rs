@@ -471,14 +471,25 @@ impl SlotMap {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn member(i: u8) -> Member {
+    /// Node `i` of the crate's tests: an id of 40 hex digits, a loopback address.
+    pub(crate) fn member(i: u8) -> Member {
         Member {
             id: format!("{i:040x}"),
             addr: SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
         }
+    }
+
+    /// A FIFO at `path` (coreutils' `mkfifo`: the crate's `nix` has no `stat` feature): a file
+    /// that a writer opens only once a reader does, so a save to it waits for certain.
+    pub(crate) fn mkfifo(path: &std::path::Path) {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo (coreutils)");
+        assert!(made.success(), "mkfifo {}", path.display());
     }
 
     #[test]

@@ -627,14 +627,7 @@ pub fn move_ranges_via(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::map::Member;
-
-    fn member(i: u8) -> Member {
-        Member {
-            id: format!("{i:040x}"),
-            addr: SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))),
-        }
-    }
+    use crate::map::tests::member;
 
     /// Slot 0 (node 1's) moving to node 2, the move begun at `since`.
     fn moving(since: u64) -> SlotMap {
