@@ -980,6 +980,41 @@ impl Thread {
         entry
     }
 
+    /// Runs again the moves of [`Thread::unfinished`] (slots still migrating from this node to
+    /// the node named), target by target, into `entry`.
+    async fn finish(
+        &mut self,
+        coord: &dyn Coord,
+        dialer: &pliant_proto::Dialer,
+        entry: &mut Entry,
+    ) {
+        let mut by_target: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+        for (&slot, to) in &self.unfinished {
+            by_target.entry(to.clone()).or_default().push(slot);
+        }
+        for (to, slots) in by_target {
+            let started = Instant::now();
+            let moved = Moved {
+                to: to.clone(),
+                asked: 0.0,
+                strategy: "finish".into(),
+                slots: 0,
+                load: 0.0,
+                keys: 0,
+                bytes: 0,
+                seconds: 0.0,
+            };
+            let failed = self
+                .move_groups(coord, dialer, &slots, moved, started, entry)
+                .await;
+            if let Some(source) = failed {
+                let f = DecisionError::Finish { to, source };
+                entry.error = Some(pliant_proto::error::chain(&f));
+                break;
+            }
+        }
+    }
+
     /// Moves `slots` (all this node's) to node `moved.to`, group by group, counting them in
     /// `moved`, which goes into `entry` if any moved (its time from `started`); the first
     /// failure stops it and is returned. The slots of a group whose move failed stay migrating
@@ -1064,43 +1099,6 @@ fn fill(metrics: &mut Metrics, state: &ClusterState, loads: &BTreeMap<String, f6
             .index_of(&m.id)
             .map_or(0, |i| state.map.slots_of(i));
         metrics.set(id, "slots", owned as f64);
-    }
-}
-
-impl Thread {
-    /// Runs again the moves of [`Thread::unfinished`] (slots still migrating from this node to
-    /// the node named), target by target, into `entry`.
-    async fn finish(
-        &mut self,
-        coord: &dyn Coord,
-        dialer: &pliant_proto::Dialer,
-        entry: &mut Entry,
-    ) {
-        let mut by_target: BTreeMap<String, Vec<u16>> = BTreeMap::new();
-        for (&slot, to) in &self.unfinished {
-            by_target.entry(to.clone()).or_default().push(slot);
-        }
-        for (to, slots) in by_target {
-            let started = Instant::now();
-            let moved = Moved {
-                to: to.clone(),
-                asked: 0.0,
-                strategy: "finish".into(),
-                slots: 0,
-                load: 0.0,
-                keys: 0,
-                bytes: 0,
-                seconds: 0.0,
-            };
-            let failed = self
-                .move_groups(coord, dialer, &slots, moved, started, entry)
-                .await;
-            if let Some(source) = failed {
-                let f = DecisionError::Finish { to, source };
-                entry.error = Some(pliant_proto::error::chain(&f));
-                break;
-            }
-        }
     }
 }
 

@@ -2964,6 +2964,14 @@ fn balancer_log(addr: &str, n: usize) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A node's balancer decisions that moved slots or failed (what a failed test wants to see).
+fn moves_and_errors(addr: &str) -> Vec<serde_json::Value> {
+    balancer_log(addr, 1000)
+        .into_iter()
+        .filter(|e| !e["error"].is_null() || e["moved"].as_array().is_some_and(|m| !m.is_empty()))
+        .collect()
+}
+
 /// The loads (ops/s by node id) of a node's latest decision that was not skipped.
 fn latest_loads(addr: &str) -> Option<std::collections::BTreeMap<String, f64>> {
     balancer_log(addr, 5)
@@ -3018,11 +3026,7 @@ fn greedy_spill_evens_out_a_cluster_where_one_node_takes_most_writes_then_stops(
             "the balancers did not settle within 90 s; their moves and errors: {:?}; their last decisions: {:?}",
             addrs
                 .iter()
-                .map(|a| balancer_log(a, 1000)
-                    .into_iter()
-                    .filter(|e| !e["error"].is_null()
-                        || e["moved"].as_array().is_some_and(|m| !m.is_empty()))
-                    .collect::<Vec<_>>())
+                .map(|a| moves_and_errors(a))
                 .collect::<Vec<_>>(),
             addrs.iter().map(|a| balancer_log(a, 3)).collect::<Vec<_>>()
         );
@@ -3223,21 +3227,13 @@ fn a_balancer_finishes_at_its_next_decision_its_own_move_that_failed_half_way() 
         assert!(
             began.elapsed() < Duration::from_secs(60),
             "the cut move was not finished within 60 s: {:?}; the last decisions: {:?}; the map: {}",
-            balancer_log(&addrs[0], 1000)
-                .into_iter()
-                .filter(|e| !e["error"].is_null()
-                    || e["moved"].as_array().is_some_and(|m| !m.is_empty()))
-                .collect::<Vec<_>>(),
+            moves_and_errors(&addrs[0]),
             balancer_log(&addrs[0], 3),
             view(&addrs[0])["state"]["map"]
         );
         std::thread::sleep(Duration::from_millis(200));
         let log = balancer_log(&addrs[0], 1000);
-        let failed = log.iter().position(|e| {
-            e["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("moving slots"))
-        });
+        let failed = failed_move(&log);
         // The decision that finished it (no one else moves slots here). Its own account may
         // be a failure whose update the store applied all the same (a reply that came late):
         // the map is what says it finished.
