@@ -23,8 +23,8 @@
 //! write-out to disk starts as each extent fills (the core's `start_write_out`), so the disk
 //! works while the next extents arrive instead of all at `fsync`: 1 MiB writes + fsync went from
 //! about half of direct to 0.74-0.80 (`fs-write-32i`), and to 0.77-0.80 once the kernel's
-//! pieces taken out of order by the request threads counted as in order too (`fs-write-32k`). What did not win: a larger share of
-//! dirty memory for the mount (the bdi's `max_ratio`, `strict_limit`: root only), more
+//! pieces taken out of order by the request threads counted as in order too (`fs-write-32k`).
+//! What did not win: a larger share of dirty memory for the mount (the bdi's `max_ratio`, `strict_limit`: root only), more
 //! background requests (`max_background`), the cache file written outside the file's lock,
 //! `O_DIRECT` cache-file writes. Kept, and what it changes:
 //!

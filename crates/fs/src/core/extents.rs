@@ -923,9 +923,9 @@ fn filled_extents(offset: u64, len: u64, ext: u64) -> Option<(u64, u64)> {
 /// write that finishes it, and the range starts one extent before the write's own, so that the
 /// piece of an extent that a request thread wrote after the piece finishing it (the kernel's
 /// requests taken out of order) goes with the next one (the fsync after 1 GiB of 1 MiB writes
-/// 0.06 → 0.04 s with 4 threads); scattered writes, which would write each extent out again and again as
-/// they dirty it anew (4 KiB random writes lost 8% when any write that finished an extent
-/// started it), leave the write-out to the kernel as before.
+/// 0.06 → 0.04 s with 4 threads); scattered writes, which would write each extent out again
+/// and again as they dirty it anew (4 KiB random writes lost 8% when any write that finished
+/// an extent started it), leave the write-out to the kernel as before.
 ///
 /// `posix_fadvise(DONTNEED)` is the safe interface here that starts write-out of a range
 /// (`sync_file_range` has no safe wrapper). Its other effect, dropping the range's clean pages,
