@@ -1,9 +1,26 @@
 //! The fjall backend: one keyspace of an LSM tree in the store directory's `fjall/`.
+//!
+//! **Large values beside the tree.** A store created by this build keeps every value of at
+//! least [`SEPARATED_FROM`] bytes in blob files beside the tree, the tree holding the key and
+//! where its value is (fjall's key-value separation, after WiscKey, FAST'16): compactions then
+//! rewrite keys and pointers, not values. Why: a node that takes a slot's keys from another
+//! (a rescale, the balancer) writes them all at once, and with values inside the tree its
+//! compactions rewrote each value several times over; most of the CPU a moved key cost the
+//! receiving node at data scale (issue 34's 2 GiB commission of 1 KiB values, 2,000,000 keys
+//! over 3 nodes: `move-kv-separation-34` in docs/benchmarks.md) went there. Measured with 3
+//! alternating rounds each: 19.6-21.5 µs of the nodes' CPU a key moved inline, 11.3-11.4
+//! separated, the move 5.7-5.8 s against 3.2-3.3 s. What it costs: a point read of a separated
+//! value reads its blob file too, and blob files hold overwritten and deleted values until
+//! fjall's garbage collection rewrites a file that is mostly stale (its defaults, kept).
+//! A store created before keeps its values in the tree: fjall records a keyspace's layout
+//! when it creates it, so both open and work here.
 
 use std::ops::Bound;
 use std::path::Path;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+use fjall::{
+    Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode, Readable,
+};
 
 use crate::dir::StoreDir;
 use crate::{
@@ -17,6 +34,33 @@ const DATA_DIR: &str = "fjall";
 const LOCKED_RETRIES: u32 = 200;
 /// The leading byte of every key fjall holds for a user key.
 const TAG: u8 = 0;
+
+/// The size from which a value lives in a blob file (see the module doc): fjall's own default
+/// (lsm-tree's `KvSeparationOptions`), below which the extra read of a separated value would
+/// cost more than the compactions it saves.
+pub const SEPARATED_FROM: u32 = 1024;
+
+/// How a store about to be created lays out its values (a store that exists keeps its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Values of [`SEPARATED_FROM`] bytes or more in blob files: what this build creates.
+    Separated,
+    /// Every value in the tree: what stores created before this build hold.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Inline,
+}
+
+impl Layout {
+    fn options(self) -> KeyspaceCreateOptions {
+        let o = KeyspaceCreateOptions::default();
+        match self {
+            Layout::Separated => o.with_kv_separation(Some(
+                KvSeparationOptions::default().separation_threshold(SEPARATED_FROM),
+            )),
+            Layout::Inline => o,
+        }
+    }
+}
 
 /// A store on disk, in fjall.
 ///
@@ -53,6 +97,10 @@ impl FjallStore {
     /// [`StoreError::FormatVersion`] if it was written by a build with another format version,
     /// and [`StoreError::NotAStore`] if it is a non-empty directory that is not a store.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_as(dir, Layout::Separated)
+    }
+
+    fn open_as(dir: &Path, layout: Layout) -> Result<Self, StoreError> {
         let dir = StoreDir::open(dir)?;
         let path = dir.path();
         let backend = |action| {
@@ -82,7 +130,7 @@ impl FjallStore {
             }
         };
         let values = db
-            .keyspace(KEYSPACE, KeyspaceCreateOptions::default)
+            .keyspace(KEYSPACE, || layout.options())
             .map_err(backend("opening the keyspace"))?;
         let store = Self {
             db,
@@ -233,5 +281,81 @@ impl Store for FjallStore {
             return Box::new(std::iter::empty());
         }
         self.entries(self.db.snapshot().prefix(&self.values, stored(prefix)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flush(s: &FjallStore) {
+        s.values
+            .rotate_memtable_and_wait()
+            .expect("flushing the memtable");
+    }
+
+    fn value(s: &FjallStore, key: &[u8]) -> Option<Vec<u8>> {
+        s.get(key).expect("reading")
+    }
+
+    #[test]
+    fn a_new_store_keeps_values_from_the_threshold_on_in_blob_files() {
+        let s = FjallStore::temporary().expect("a temporary store");
+        assert!(s.values.is_kv_separated());
+        let small = vec![b's'; SEPARATED_FROM as usize - 1];
+        s.put(b"small", &small).expect("writing");
+        flush(&s);
+        assert_eq!(
+            s.values.blob_file_count(),
+            0,
+            "a value under the threshold stays in the tree"
+        );
+        let large = vec![b'l'; SEPARATED_FROM as usize];
+        s.put(b"large", &large).expect("writing");
+        flush(&s);
+        assert_eq!(
+            s.values.blob_file_count(),
+            1,
+            "a value of the threshold goes to a blob file"
+        );
+        assert_eq!(value(&s, b"small"), Some(small.clone()));
+        assert_eq!(value(&s, b"large"), Some(large.clone()));
+        assert_eq!(s.value_len(b"large").expect("reading"), Some(large.len()));
+        let all: Vec<_> = s
+            .range((Bound::Unbounded, Bound::Unbounded))
+            .collect::<Result<_, _>>()
+            .expect("iterating");
+        assert_eq!(
+            all,
+            vec![(b"large".to_vec(), large), (b"small".to_vec(), small)]
+        );
+    }
+
+    #[test]
+    fn a_store_created_with_values_in_the_tree_keeps_that_layout_and_its_data() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let old = vec![b'o'; 4096];
+        {
+            let s = FjallStore::open_as(tmp.path(), Layout::Inline).expect("creating");
+            assert!(!s.values.is_kv_separated());
+            s.put(b"old", &old).expect("writing");
+            s.sync().expect("syncing");
+        }
+        let new = vec![b'n'; 4096];
+        {
+            let s = FjallStore::open(tmp.path()).expect("reopening");
+            assert!(
+                !s.values.is_kv_separated(),
+                "an existing keyspace keeps its layout"
+            );
+            assert_eq!(value(&s, b"old"), Some(old.clone()));
+            s.put(b"new", &new).expect("writing");
+            flush(&s);
+            assert_eq!(s.values.blob_file_count(), 0);
+            s.sync().expect("syncing");
+        }
+        let s = FjallStore::open(tmp.path()).expect("reopening");
+        assert_eq!(value(&s, b"old"), Some(old));
+        assert_eq!(value(&s, b"new"), Some(new));
     }
 }

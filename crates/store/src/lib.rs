@@ -7,7 +7,8 @@
 //!   `Arc<dyn Store>`.
 //! - [`FjallStore`]: fjall (an LSM tree) in a *store directory* that carries a format version and
 //!   a lock (see [`FjallStore::open`]); a second opener, in this process or another, gets
-//!   [`StoreError::Locked`] naming the directory.
+//!   [`StoreError::Locked`] naming the directory. Values of [`SEPARATED_FROM`] bytes or more
+//!   live in blob files beside the tree, so compactions do not rewrite them.
 //! - [`WriteBehind`]: a [`FjallStore`] (or, for tests, any store) whose writes are acknowledged
 //!   once appended to a log of its own and reach the tree once a second, coalesced (what
 //!   `pliant serve --store` runs: an LSM tree's memtable costs a pipelined write several times
@@ -36,7 +37,7 @@ pub use behind::{WriteBehind, WriteBehindOptions, log_segment};
 pub use dir::{FORMAT_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use error::StoreError;
 pub use faulty::{Faults, FaultyStore, OpKind, Stall};
-pub use fjall_store::FjallStore;
+pub use fjall_store::{FjallStore, SEPARATED_FROM};
 pub use mem::MemStore;
 
 /// The longest key a store accepts: fjall's limit less the byte the fjall backend puts before
