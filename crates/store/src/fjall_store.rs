@@ -40,6 +40,11 @@ const TAG: u8 = 0;
 /// cost more than the compactions it saves.
 pub const SEPARATED_FROM: u32 = 1024;
 
+/// Level-0 tables from which a bulk load ([`Store::batch_sorted`]) goes as a batch instead:
+/// fjall's own threshold for slowing writers down (20 level-0 runs, `Keyspace::local_backpressure`
+/// in fjall 3.1), counted in tables (a run holds one or more), so no later.
+const L0_STALL_TABLES: usize = 20;
+
 /// How a store about to be created lays out its values (a store that exists keeps its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Layout {
@@ -48,6 +53,9 @@ enum Layout {
     /// Every value in the tree: what stores created before this build hold.
     #[cfg_attr(not(test), allow(dead_code))]
     Inline,
+    /// [`Layout::Separated`] with compactions that never run, so a test can fill level 0.
+    #[cfg(test)]
+    Uncompacted,
 }
 
 impl Layout {
@@ -58,6 +66,11 @@ impl Layout {
                 KvSeparationOptions::default().separation_threshold(SEPARATED_FROM),
             )),
             Layout::Inline => o,
+            #[cfg(test)]
+            Layout::Uncompacted => Layout::Separated.options().compaction_strategy(
+                // FIFO drops the oldest tables past its limit and never merges any.
+                std::sync::Arc::new(fjall::compaction::Fifo::new(u64::MAX, None)),
+            ),
         }
     }
 }
@@ -256,7 +269,10 @@ impl Store for FjallStore {
     }
 
     fn batch_sorted(&self, batch: &Batch) -> Result<(), StoreError> {
-        if !batch.is_sorted() {
+        // Writes faster than compactions merge level 0 would pile tables up there, every read
+        // then looking in each: fjall slows and then stops writers for that, on the batch path
+        // only, so past its threshold a bulk load goes that way and waits like any writer.
+        if !batch.is_sorted() || self.values.l0_table_count() >= L0_STALL_TABLES {
             return self.batch(batch);
         }
         batch.check()?;
@@ -439,5 +455,32 @@ mod tests {
         assert_eq!(value(&s, b"z"), Some(b"3".to_vec()), "the later write wins");
         assert_eq!(value(&s, b"a"), Some(b"2".to_vec()));
         assert_eq!(s.table_count(), 0, "through the memtable");
+    }
+
+    #[test]
+    fn bulk_loads_past_fjalls_level_0_stall_go_as_batches() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let s = FjallStore::open_as(tmp.path(), Layout::Uncompacted).expect("creating");
+        for i in 0..L0_STALL_TABLES {
+            let mut b = Batch::new();
+            b.put(format!("{i:02}/a").as_bytes(), b"a")
+                .put(format!("{i:02}/b").as_bytes(), b"b");
+            s.batch_sorted(&b).expect("a bulk load");
+        }
+        assert_eq!(
+            s.values.l0_table_count(),
+            L0_STALL_TABLES,
+            "one table a load"
+        );
+        let mut b = Batch::new();
+        b.put(b"99/a", b"late");
+        s.batch_sorted(&b).expect("applied");
+        assert_eq!(
+            s.values.l0_table_count(),
+            L0_STALL_TABLES,
+            "past the stall: through the memtable, where fjall holds writers back"
+        );
+        assert_eq!(value(&s, b"99/a"), Some(b"late".to_vec()));
+        assert_eq!(value(&s, b"00/b"), Some(b"b".to_vec()));
     }
 }
