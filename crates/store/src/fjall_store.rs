@@ -343,6 +343,12 @@ mod tests {
         s.get(key).expect("reading")
     }
 
+    fn everything(s: &FjallStore) -> Vec<crate::Entry> {
+        s.range((Bound::Unbounded, Bound::Unbounded))
+            .collect::<Result<_, _>>()
+            .expect("iterating")
+    }
+
     #[test]
     fn a_new_store_keeps_values_from_the_threshold_on_in_blob_files() {
         let s = FjallStore::temporary().expect("a temporary store");
@@ -366,10 +372,7 @@ mod tests {
         assert_eq!(value(&s, b"small"), Some(small.clone()));
         assert_eq!(value(&s, b"large"), Some(large.clone()));
         assert_eq!(s.value_len(b"large").expect("reading"), Some(large.len()));
-        let all: Vec<_> = s
-            .range((Bound::Unbounded, Bound::Unbounded))
-            .collect::<Result<_, _>>()
-            .expect("iterating");
+        let all = everything(&s);
         assert_eq!(
             all,
             vec![(b"large".to_vec(), large), (b"small".to_vec(), small)]
@@ -435,10 +438,7 @@ mod tests {
             assert_eq!(value(&s, b"a"), Some(b"newer a".to_vec()));
         }
         let s = FjallStore::open(tmp.path()).expect("reopening");
-        let all: Vec<_> = s
-            .range((Bound::Unbounded, Bound::Unbounded))
-            .collect::<Result<_, _>>()
-            .expect("iterating");
+        let all = everything(&s);
         assert_eq!(
             all,
             vec![(b"a".to_vec(), b"newer a".to_vec()), (b"d".to_vec(), large)]
