@@ -50,11 +50,15 @@
 #
 # Usage
 #   tools/bench/durability.sh [--quick] [--seed N] [--kills K] [--min-acked N] [--extra-ms MS]
-#                             [--writers W] [--modes always,everysec]
+#                             [--writers W] [--modes always,everysec] [--value-pad BYTES]
 #   defaults: KILLS 5, MIN_ACKED 10000, EXTRA_MS 2000, WRITERS 2, MODES always,everysec, a
 #   random seed (printed; --seed N repeats the same kill delays, batch sizes and overwrites; the
 #   timing, hence the exact kill points, differs from run to run).
 #   --quick: KILLS 2, EXTRA_MS 300 (about 10,000 writes per kill; well under a minute).
+#   --value-pad BYTES: every value that many bytes longer (derived from its key and version, as
+#   the rest of it; default 0: 20-150 bytes), e.g. 2048 so that values go to the store's blob
+#   files (1 KiB and over) and the writes, at --min-acked 60000, fill the 64 MiB after which the
+#   store takes them as a bulk load: the kill then also lands in those.
 #   env: PLIANT_BIN (a pliant binary to test instead of building target/release/pliant).
 #
 # Needs python3 (standard library), cargo. Loopback only, ports picked by the node (port 0);
@@ -64,7 +68,7 @@
 set -euo pipefail
 export LC_ALL=C # EPOCHREALTIME with a '.' decimal point
 
-QUICK=0 SEED="" KILLS="" MIN_ACKED="" EXTRA_MS="" WRITERS="" MODES=""
+QUICK=0 SEED="" KILLS="" MIN_ACKED="" EXTRA_MS="" WRITERS="" MODES="" PAD=0
 need() { [[ $# -ge 2 ]] || { echo "$1 needs a value" >&2; exit 2; }; }
 while (($#)); do
     case "$1" in
@@ -75,6 +79,7 @@ while (($#)); do
         --extra-ms) need "$@"; EXTRA_MS=$2; shift ;;
         --writers) need "$@"; WRITERS=$2; shift ;;
         --modes) need "$@"; MODES=$2; shift ;;
+        --value-pad) need "$@"; PAD=$2; shift ;;
         -h | --help)
             sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
@@ -96,9 +101,11 @@ MAX_SPAN=2
 for v in KILLS MIN_ACKED WRITERS; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer (got '${!v}')" >&2; exit 2; }
 done
-for v in EXTRA_MS SEED; do
+for v in EXTRA_MS SEED PAD; do
     [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v must be a non-negative integer (got '${!v}')" >&2; exit 2; }
 done
+# Read by the client as it writes and as it verifies, so both derive the same values.
+export DURABILITY_VALUE_PAD=$PAD
 IFS=, read -r -a MODE_LIST <<<"$MODES"
 for m in "${MODE_LIST[@]}"; do
     [[ $m == always || $m == everysec ]] || { echo "--modes: always and/or everysec, not '$m'" >&2; exit 2; }

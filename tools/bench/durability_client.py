@@ -29,10 +29,16 @@ MAX_BATCH = 32
 OVERWRITE_P = 0.15
 
 
+# Extra bytes in every value (durability.sh --value-pad), the same for the writers and the
+# verifier since both read it from the environment.
+PAD = int(os.environ.get("DURABILITY_VALUE_PAD", "0"))
+
+
 def value(key: str, ver: int) -> bytes:
     h = hashlib.blake2b(f"{key}/{ver}".encode(), digest_size=16).hexdigest()
     filler = (h * 8)[: 8 + int(h[:4], 16) % 120]
-    return f"{key}|v{ver}|{filler}".encode()
+    pad = (h * (PAD // len(h) + 1))[:PAD]
+    return f"{key}|v{ver}|{filler}{pad}".encode()
 
 
 def command(*args: bytes) -> bytes:
