@@ -22,14 +22,7 @@
 //! - **The applier** (a thread) every second, or sooner when the active map holds
 //!   `max_pending_bytes` or an iterator asks: seals the segment and starts the next, moves the
 //!   active map to *applying*, fsyncs the sealed segment, writes the map into fjall as one batch,
-//!   syncs fjall, renames the segment to `spare` and syncs the directory. An application that
-//!   `max_pending_bytes` started (a burst: a slot move's keys arriving, a bulk load) goes in as
-//!   a bulk load instead ([`Store::batch_sorted`]: fjall writes it as tables, fsynced, without
-//!   its journal and memtable), the keys being distinct and sorted anyway: such a map fills a
-//!   memtable that would be written as a table at once, and the journal only doubled what the
-//!   log already holds. The moved keys of a 2 GiB commission cost the nodes 20% less CPU
-//!   (`move-bulk-apply-34` in docs/benchmarks.md). Smaller ones still go through the memtable,
-//!   where the writes of many seconds make one table instead of a small table each second. Only then is the
+//!   syncs fjall, renames the segment to `spare` and syncs the directory. Only then is the
 //!   segment gone, so a crash at any point leaves every write in the tree or in a segment (or
 //!   both: replaying a write that is already in the tree writes the same value again).
 //! - **Recycled segments**: the next segment is the spare file renamed, written over from its
@@ -420,12 +413,11 @@ impl<S: Store> Shared<S> {
             st.sealed = Some(Arc::clone(&sealed));
             st.dir_dirty = true;
             let pending = Arc::new(std::mem::take(&mut st.active));
-            let bulk = st.active_bytes >= self.opts.max_pending_bytes;
             st.active_bytes = 0;
             st.applying = Arc::clone(&pending);
             drop(st);
 
-            let done = self.apply(&sealed, segment, &pending, bulk);
+            let done = self.apply(&sealed, segment, &pending);
             let mut st = self.lock();
             match done {
                 Ok(()) => {
@@ -440,13 +432,7 @@ impl<S: Store> Shared<S> {
         }
     }
 
-    fn apply(
-        &self,
-        sealed: &File,
-        segment: u64,
-        pending: &Pending,
-        bulk: bool,
-    ) -> Result<(), StoreError> {
+    fn apply(&self, sealed: &File, segment: u64, pending: &Pending) -> Result<(), StoreError> {
         {
             let _fsyncing = self.fsyncs.lock().unwrap_or_else(|p| p.into_inner());
             sealed
@@ -466,11 +452,7 @@ impl<S: Store> Shared<S> {
                 None => batch.delete_shared(k.clone()),
             };
         }
-        if bulk {
-            self.tree.batch_sorted(&batch)?;
-        } else {
-            self.tree.batch(&batch)?;
-        }
+        self.tree.batch(&batch)?;
         self.tree.sync()?;
         // The segment may go only once the tree has its writes on disk, and its removal must be
         // on disk before a later segment's: a removal that a power cut undid would otherwise
@@ -957,53 +939,6 @@ fn take_bytes(p: &[u8]) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Waits (at most 5 s) until the applier has moved every write into the tree.
-    fn applied(s: &WriteBehind) {
-        for _ in 0..500 {
-            let st = s.lock();
-            if st.active.is_empty() && st.applying.is_empty() {
-                return;
-            }
-            drop(st);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("the applier did not apply within 5 s");
-    }
-
-    #[test]
-    fn an_application_the_byte_cap_started_is_a_bulk_load_and_a_timed_one_a_batch() {
-        let tmp = tempfile::tempdir().expect("a temporary directory");
-        let opts = WriteBehindOptions {
-            apply_every: Duration::from_millis(20),
-            max_pending_bytes: 8 << 10,
-            preallocate: 0,
-        };
-        let s = WriteBehind::open(tmp.path(), opts.clone()).expect("opening");
-        s.put(b"small", b"v").expect("writing");
-        applied(&s);
-        assert_eq!(
-            s.shared.tree.table_count(),
-            0,
-            "a timed application: the memtable"
-        );
-        let mut b = Batch::new();
-        for i in 0..16 {
-            b.put(format!("k{i:02}").as_bytes(), &[b'v'; 1024]);
-        }
-        s.batch(&b).expect("writing past the cap");
-        applied(&s);
-        assert!(
-            s.shared.tree.table_count() > 0,
-            "an application the cap started: tables"
-        );
-        assert_eq!(s.get(b"k15").expect("reading"), Some(vec![b'v'; 1024]));
-        assert_eq!(s.get(b"small").expect("reading"), Some(b"v".to_vec()));
-        drop(s);
-        let s = WriteBehind::open(tmp.path(), opts).expect("reopening");
-        assert_eq!(s.get(b"k00").expect("reading"), Some(vec![b'v'; 1024]));
-        assert_eq!(s.get(b"small").expect("reading"), Some(b"v".to_vec()));
-    }
 
     #[test]
     fn a_record_round_trips_and_a_cut_or_flipped_one_is_refused() {

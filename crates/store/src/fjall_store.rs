@@ -40,11 +40,6 @@ const TAG: u8 = 0;
 /// cost more than the compactions it saves.
 pub const SEPARATED_FROM: u32 = 1024;
 
-/// Level-0 tables from which a bulk load ([`Store::batch_sorted`]) goes as a batch instead:
-/// fjall's own threshold for slowing writers down (20 level-0 runs, `Keyspace::local_backpressure`
-/// in fjall 3.1), counted in tables (a run holds one or more), so no later.
-const L0_STALL_TABLES: usize = 20;
-
 /// How a store about to be created lays out its values (a store that exists keeps its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Layout {
@@ -53,9 +48,6 @@ enum Layout {
     /// Every value in the tree: what stores created before this build hold.
     #[cfg_attr(not(test), allow(dead_code))]
     Inline,
-    /// [`Layout::Separated`] with compactions that never run, so a test can fill level 0.
-    #[cfg(test)]
-    Uncompacted,
 }
 
 impl Layout {
@@ -66,11 +58,6 @@ impl Layout {
                 KvSeparationOptions::default().separation_threshold(SEPARATED_FROM),
             )),
             Layout::Inline => o,
-            #[cfg(test)]
-            Layout::Uncompacted => Layout::Separated.options().compaction_strategy(
-                // FIFO drops the oldest tables past its limit and never merges any.
-                std::sync::Arc::new(fjall::compaction::Fifo::new(u64::MAX, None)),
-            ),
         }
     }
 }
@@ -177,12 +164,6 @@ impl FjallStore {
         self.dir.path()
     }
 
-    /// The tree's tables on disk (what a memtable flush or a bulk load adds).
-    #[cfg(test)]
-    pub(crate) fn table_count(&self) -> usize {
-        self.values.table_count()
-    }
-
     fn err(&self, action: &'static str) -> impl Fn(fjall::Error) -> StoreError + '_ {
         move |e| match e {
             // fjall refuses every write after a failed journal fsync, as `WriteBehind` does.
@@ -268,32 +249,6 @@ impl Store for FjallStore {
         b.commit().map_err(self.err("writing a batch"))
     }
 
-    fn batch_sorted(&self, batch: &Batch) -> Result<(), StoreError> {
-        // Writes faster than compactions merge level 0 would pile tables up there, every read
-        // then looking in each: fjall slows and then stops writers for that, on the batch path
-        // only, so past its threshold a bulk load goes that way and waits like any writer.
-        if !batch.is_sorted() || self.values.l0_table_count() >= L0_STALL_TABLES {
-            return self.batch(batch);
-        }
-        batch.check()?;
-        // fjall's ingestion: the batch is written as new tables (and blob files), fsynced,
-        // and published under one new sequence number once they are all in place, so readers
-        // and a crash see all of it or none, as with a batch; it skips the journal and the
-        // memtable a batch goes through.
-        let mut ing = self
-            .values
-            .start_ingestion()
-            .map_err(self.err("starting a bulk load"))?;
-        for w in batch.writes() {
-            match w {
-                Write::Put { key, value } => ing.write(stored(key), &value[..]),
-                Write::Delete { key } => ing.write_tombstone(stored(key)),
-            }
-            .map_err(self.err("bulk loading"))?;
-        }
-        ing.finish().map_err(self.err("finishing a bulk load"))
-    }
-
     fn sync(&self) -> Result<(), StoreError> {
         self.db
             .persist(PersistMode::SyncAll)
@@ -343,12 +298,6 @@ mod tests {
         s.get(key).expect("reading")
     }
 
-    fn everything(s: &FjallStore) -> Vec<crate::Entry> {
-        s.range((Bound::Unbounded, Bound::Unbounded))
-            .collect::<Result<_, _>>()
-            .expect("iterating")
-    }
-
     #[test]
     fn a_new_store_keeps_values_from_the_threshold_on_in_blob_files() {
         let s = FjallStore::temporary().expect("a temporary store");
@@ -372,7 +321,10 @@ mod tests {
         assert_eq!(value(&s, b"small"), Some(small.clone()));
         assert_eq!(value(&s, b"large"), Some(large.clone()));
         assert_eq!(s.value_len(b"large").expect("reading"), Some(large.len()));
-        let all = everything(&s);
+        let all: Vec<_> = s
+            .range((Bound::Unbounded, Bound::Unbounded))
+            .collect::<Result<_, _>>()
+            .expect("iterating");
         assert_eq!(
             all,
             vec![(b"large".to_vec(), large), (b"small".to_vec(), small)]
@@ -405,82 +357,5 @@ mod tests {
         let s = FjallStore::open(tmp.path()).expect("reopening");
         assert_eq!(value(&s, b"old"), Some(old));
         assert_eq!(value(&s, b"new"), Some(new));
-    }
-
-    #[test]
-    fn a_sorted_batch_is_loaded_as_tables_over_what_the_store_held() {
-        let tmp = tempfile::tempdir().expect("a temporary directory");
-        let large = vec![b'L'; SEPARATED_FROM as usize * 2];
-        {
-            let s = FjallStore::open(tmp.path()).expect("creating");
-            s.put(b"a", b"old a").expect("writing");
-            s.put(b"b", b"old b").expect("writing");
-            flush(&s);
-            s.put(b"c", b"old c").expect("writing");
-            let tables = s.table_count();
-            let mut b = Batch::new();
-            b.put(b"a", b"new a")
-                .delete(b"b")
-                .delete(b"c")
-                .put(b"d", &large);
-            assert!(b.is_sorted());
-            s.batch_sorted(&b).expect("a bulk load");
-            assert!(
-                s.table_count() > tables,
-                "loaded as tables, not through the memtable"
-            );
-            assert_eq!(value(&s, b"a"), Some(b"new a".to_vec()));
-            assert_eq!(value(&s, b"b"), None, "a tombstone over a table");
-            assert_eq!(value(&s, b"c"), None, "a tombstone over the memtable");
-            assert_eq!(value(&s, b"d"), Some(large.clone()));
-            // Later writes go over it.
-            s.put(b"a", b"newer a").expect("writing");
-            assert_eq!(value(&s, b"a"), Some(b"newer a".to_vec()));
-        }
-        let s = FjallStore::open(tmp.path()).expect("reopening");
-        let all = everything(&s);
-        assert_eq!(
-            all,
-            vec![(b"a".to_vec(), b"newer a".to_vec()), (b"d".to_vec(), large)]
-        );
-    }
-
-    #[test]
-    fn a_batch_out_of_order_given_as_sorted_is_applied_as_a_batch() {
-        let s = FjallStore::temporary().expect("a temporary store");
-        let mut b = Batch::new();
-        b.put(b"z", b"1").put(b"a", b"2").put(b"z", b"3");
-        assert!(!b.is_sorted());
-        s.batch_sorted(&b).expect("applied");
-        assert_eq!(value(&s, b"z"), Some(b"3".to_vec()), "the later write wins");
-        assert_eq!(value(&s, b"a"), Some(b"2".to_vec()));
-        assert_eq!(s.table_count(), 0, "through the memtable");
-    }
-
-    #[test]
-    fn bulk_loads_past_fjalls_level_0_stall_go_as_batches() {
-        let tmp = tempfile::tempdir().expect("a temporary directory");
-        let s = FjallStore::open_as(tmp.path(), Layout::Uncompacted).expect("creating");
-        for i in 0..L0_STALL_TABLES {
-            let mut b = Batch::new();
-            b.put(format!("{i:02}/a").as_bytes(), b"a")
-                .put(format!("{i:02}/b").as_bytes(), b"b");
-            s.batch_sorted(&b).expect("a bulk load");
-        }
-        assert_eq!(
-            s.values.l0_table_count(),
-            L0_STALL_TABLES,
-            "one table a load"
-        );
-        let mut b = Batch::new();
-        b.put(b"99/a", b"late");
-        s.batch_sorted(&b).expect("applied");
-        assert_eq!(
-            s.values.l0_table_count(),
-            L0_STALL_TABLES,
-            "past the stall: through the memtable, where fjall holds writers back"
-        );
-        assert_eq!(value(&s, b"99/a"), Some(b"late".to_vec()));
-        assert_eq!(value(&s, b"00/b"), Some(b"b".to_vec()));
     }
 }

@@ -139,11 +139,6 @@ impl Batch {
         &self.writes
     }
 
-    /// Whether every key is greater than the one before (distinct and ascending).
-    pub fn is_sorted(&self) -> bool {
-        self.writes.windows(2).all(|w| w[0].key() < w[1].key())
-    }
-
     /// Number of writes.
     pub fn len(&self) -> usize {
         self.writes.len()
@@ -188,13 +183,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
-    /// [`batch`](Store::batch) for a batch whose keys are distinct and in ascending order,
-    /// which a backend may write as a bulk load (fjall: tables written whole, no journal, no
-    /// memtable). The same guarantees as `batch`; a batch not in order is applied by `batch`.
-    fn batch_sorted(&self, batch: &Batch) -> Result<(), StoreError> {
-        self.batch(batch)
-    }
-
     /// Makes every write that returned before this call durable.
     fn sync(&self) -> Result<(), StoreError>;
 
@@ -230,9 +218,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn batch_take(&self, batch: &mut Batch) -> Result<(), StoreError> {
         (**self).batch_take(batch)
-    }
-    fn batch_sorted(&self, batch: &Batch) -> Result<(), StoreError> {
-        (**self).batch_sorted(batch)
     }
     fn sync(&self) -> Result<(), StoreError> {
         (**self).sync()
