@@ -29,8 +29,10 @@ use crate::{
 
 const KEYSPACE: &str = "values";
 const DATA_DIR: &str = "fjall";
-/// How many times (10 ms apart: 2 s in all) an open waits for this process's previous handle
-/// to let go of fjall's lock (see [`FjallStore::open`]).
+/// How many times an open tries fjall's lock again, 10 ms apart, while this process's previous
+/// handle lets go of it (see [`FjallStore::open`]). fjall itself tries 3 times, 100 ms apart,
+/// before it answers `Locked`, so this bounds the wait at about 40 s: a bound, not a wait
+/// anyone should meet (a handle's threads let go within milliseconds of its drop).
 const LOCKED_RETRIES: u32 = 200;
 /// The leading byte of every key fjall holds for a user key.
 const TAG: u8 = 0;
