@@ -102,6 +102,22 @@ pub struct Moved {
     pub seconds: f64,
 }
 
+impl Moved {
+    /// A move to node `to` about to begin, nothing moved yet.
+    fn begin(to: &str, asked: f64, strategy: String, load: f64) -> Self {
+        Self {
+            to: to.to_string(),
+            asked,
+            strategy,
+            slots: 0,
+            load,
+            keys: 0,
+            bytes: 0,
+            seconds: 0.0,
+        }
+    }
+}
+
 /// One decision.
 #[derive(Debug, Clone, Serialize)]
 pub struct Entry {
@@ -956,19 +972,9 @@ impl Thread {
                 continue;
             };
             candidates.retain(|(s, _)| !pick.slots.contains(s));
-            let started = Instant::now();
-            let moved = Moved {
-                to: to.clone(),
-                asked,
-                strategy: pick.strategy.to_string(),
-                slots: 0,
-                load: pick.load,
-                keys: 0,
-                bytes: 0,
-                seconds: 0.0,
-            };
+            let moved = Moved::begin(&to, asked, pick.strategy.to_string(), pick.load);
             let failed = self
-                .move_groups(coord, &dialer, &pick.slots, moved, started, &mut entry)
+                .move_groups(coord, &dialer, &pick.slots, moved, &mut entry)
                 .await;
             if let Some(source) = failed {
                 let f = DecisionError::Move { to, source };
@@ -993,20 +999,8 @@ impl Thread {
             by_target.entry(to.clone()).or_default().push(slot);
         }
         for (to, slots) in by_target {
-            let started = Instant::now();
-            let moved = Moved {
-                to: to.clone(),
-                asked: 0.0,
-                strategy: "finish".into(),
-                slots: 0,
-                load: 0.0,
-                keys: 0,
-                bytes: 0,
-                seconds: 0.0,
-            };
-            let failed = self
-                .move_groups(coord, dialer, &slots, moved, started, entry)
-                .await;
+            let moved = Moved::begin(&to, 0.0, "finish".into(), 0.0);
+            let failed = self.move_groups(coord, dialer, &slots, moved, entry).await;
             if let Some(source) = failed {
                 let f = DecisionError::Finish { to, source };
                 entry.error = Some(pliant_proto::error::chain(&f));
@@ -1016,7 +1010,7 @@ impl Thread {
     }
 
     /// Moves `slots` (all this node's) to node `moved.to`, group by group, counting them in
-    /// `moved`, which goes into `entry` if any moved (its time from `started`); the first
+    /// `moved`, which goes into `entry` if any moved (timed from this call); the first
     /// failure stops it and is returned. The slots of a group whose move failed stay migrating
     /// (the mover's design: running it again finishes it), so they are remembered in
     /// [`Thread::unfinished`], unless the move met `-MOVEOVER`: another process gave it up or
@@ -1027,9 +1021,9 @@ impl Thread {
         dialer: &pliant_proto::Dialer,
         slots: &[u16],
         mut moved: Moved,
-        started: Instant,
         entry: &mut Entry,
     ) -> Option<MoveError> {
+        let started = Instant::now();
         let to = moved.to.clone();
         let mut failed = None;
         for group in slots.chunks(crate::rescale::GROUP) {

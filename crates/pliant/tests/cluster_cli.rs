@@ -507,13 +507,18 @@ impl Writer {
 
 /// `pliant args…`, which must succeed: its JSON output.
 fn pliant_json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_slice(&pliant_ok(args).stdout).expect("JSON on stdout")
+}
+
+/// `pliant args…`, which must succeed (its stderr is the failure's message).
+fn pliant_ok(args: &[&str]) -> std::process::Output {
     let out = pliant(args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+    out
 }
 
 fn pliant(args: &[&str]) -> std::process::Output {
@@ -3156,18 +3161,13 @@ fn a_balancer_finishes_at_its_next_decision_its_own_move_that_failed_half_way() 
         p.query::<()>(&mut first).expect("ballast");
     }
     let writer = Skewed::start(&addrs[0], hot.clone(), cold);
-    let out = pliant(&[
+    pliant_ok(&[
         "admin",
         &addrs[0],
         "balancer",
         "load",
         "cephfs-greedy-spill",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 
     // The move is cut: while the map shows it under way and its failure is not yet logged,
     // every connection the source accepted since it last showed no move (the move's own
