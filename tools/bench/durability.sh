@@ -57,8 +57,7 @@
 #   --quick: KILLS 2, EXTRA_MS 300 (about 10,000 writes per kill; well under a minute).
 #   --value-pad BYTES: every value that many bytes longer (derived from its key and version, as
 #   the rest of it; default 0: 20-150 bytes), e.g. 2048 so that values go to the store's blob
-#   files (1 KiB and over) and the writes, at --min-acked 60000, fill the 64 MiB after which the
-#   store takes them as a bulk load: the kill then also lands in those.
+#   files (1 KiB and over) and the kills land among those files' writes.
 #   env: PLIANT_BIN (a pliant binary to test instead of building target/release/pliant).
 #
 # Needs python3 (standard library), cargo. Loopback only, ports picked by the node (port 0);

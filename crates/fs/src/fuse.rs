@@ -24,9 +24,11 @@
 //! works while the next extents arrive instead of all at `fsync`: 1 MiB writes + fsync went from
 //! about half of direct to 0.74-0.80 (`fs-write-32i`), and to 0.77-0.80 once the kernel's
 //! pieces taken out of order by the request threads counted as in order too (`fs-write-32k`).
-//! What did not win: a larger share of dirty memory for the mount (the bdi's `max_ratio`, `strict_limit`: root only), more
-//! background requests (`max_background`), the cache file written outside the file's lock,
-//! `O_DIRECT` cache-file writes. Kept, and what it changes:
+//! What did not win: a larger share of dirty memory for the mount (the bdi's `max_ratio`,
+//! `strict_limit`: root only), more background requests (`max_background`) or fewer, the cache
+//! file written outside the file's lock, `O_DIRECT` cache-file writes, the write-out started
+//! from a thread of its own, fresh extents allocated ahead (`fs-write-32l`). Kept, and what it
+//! changes:
 //!
 //! - `fsync` stays exact: the kernel writes the file's dirty pages to the daemon and waits for
 //!   them before it sends FSYNC, so `--fsync cache` returns once the data is in the cache file

@@ -7,9 +7,9 @@
 //! (a rescale, the balancer) writes them all at once, and with values inside the tree its
 //! compactions rewrote each value several times over; most of the CPU a moved key cost the
 //! receiving node at data scale (issue 34's 2 GiB commission of 1 KiB values, 2,000,000 keys
-//! over 3 nodes: `move-kv-separation-34` in docs/benchmarks.md) went there. Measured with 3
-//! alternating rounds each: 19.6-21.5 µs of the nodes' CPU a key moved inline, 11.3-11.4
-//! separated, the move 5.7-5.8 s against 3.2-3.3 s. What it costs: a point read of a separated
+//! over 3 nodes: `move-kv-separation-34` in docs/benchmarks.md) went there. Measured in 3
+//! alternating rounds: 17.6-20.3 µs of the nodes' CPU a key moved inline, 10.7-12.1
+//! separated, the move 5.1-5.8 s against 3.2-3.5 s. What it costs: a point read of a separated
 //! value reads its blob file too, and blob files hold overwritten and deleted values until
 //! fjall's garbage collection rewrites a file that is mostly stale (its defaults, kept).
 //! A store created before keeps its values in the tree: fjall records a keyspace's layout
