@@ -32,6 +32,10 @@ pub struct MountOptions {
     /// is on: let the kernel write files the cache holds whole straight into their cache files.
     /// Off, every write goes to the daemon at once.
     pub write_cache: bool,
+    /// Opens not in passthrough bypass the kernel's page cache (FUSE `direct_io`): each
+    /// `read()` and `write()` is one request to the daemon, a copy fewer for large ones, far
+    /// slower for small ones (see [`crate::fuse`]).
+    pub direct_io: bool,
     /// Serve the counters in Prometheus's text format on this address.
     pub metrics: Option<std::net::SocketAddr>,
     /// Allow `metrics` on an address other than loopback: the endpoint has no authentication.
@@ -322,6 +326,7 @@ pub fn run_foreground(
         .with_passthrough(opts.passthrough && root)
         .with_write_cache(opts.write_cache && !(opts.passthrough && root))
         .with_passthrough_writes(opts.write_cache)
+        .with_direct_io(opts.direct_io)
         .with_metrics(metrics_addr);
     if opts.striped.is_some() {
         fs = fs.striped();

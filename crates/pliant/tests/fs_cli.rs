@@ -191,7 +191,23 @@ impl Drop for Mounted {
 
 #[test]
 fn posix_operations_through_the_mount_reach_the_backing_directory() {
-    let Some(mut m) = mount_with(&["--capacity", "8MiB", "--extent", "64KiB"]) else {
+    posix_operations_case(&[]);
+}
+
+/// The same walk with `--direct-io` (no page cache for file data) on a mount without
+/// passthrough: every read and write a request of its own, a shared `mmap` through the page
+/// cache the kernel keeps coherent with them.
+#[test]
+fn posix_operations_under_direct_io_reach_the_backing_directory() {
+    posix_operations_case(&["--direct-io", "--no-passthrough"]);
+}
+
+fn posix_operations_case(extra: &[&str]) {
+    let args: Vec<&str> = ["--capacity", "8MiB", "--extent", "64KiB"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let Some(mut m) = mount_with(&args) else {
         return;
     };
     fs::create_dir_all(m.at("d/e")).expect("mkdir");
@@ -441,6 +457,13 @@ fn kill_9_loses_nothing_fsynced_under_the_write_cache() {
     kill_9_case(&["--no-passthrough"]);
 }
 
+/// The same under `--direct-io`: each write reaches the daemon before `write()` returns, and
+/// `fsync` syncs what it holds.
+#[test]
+fn kill_9_loses_nothing_fsynced_under_direct_io() {
+    kill_9_case(&["--no-passthrough", "--direct-io"]);
+}
+
 fn kill_9_case(extra: &[&str]) {
     let args: Vec<&str> = ["--capacity", "16MiB", "--extent", "64KiB"]
         .iter()
@@ -559,6 +582,61 @@ fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
     );
     assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
     m.unmount();
+}
+
+/// Under `--direct-io` the daemon has each `write()` before it returns: the window counts the
+/// bytes with no `fsync`, and the write that crosses the write window or `--max-file-size`
+/// fails itself (EDQUOT, EFBIG), as without the kernel's write cache.
+#[test]
+fn under_direct_io_the_daemon_has_each_write_and_limits_refuse_it() {
+    let Some(mut m) = mount_with(&[
+        "--direct-io",
+        "--no-passthrough",
+        "--capacity",
+        "4MiB",
+        "--extent",
+        "64KiB",
+        "--write-window-multiplier",
+        "1",
+        "--max-file-size",
+        "3MiB",
+    ]) else {
+        return;
+    };
+    let mut f = fs::File::create(m.at("seen")).expect("create");
+    f.write_all(&vec![3u8; 1 << 20]).expect("1 MiB");
+    assert_eq!(
+        m.stats()["window_used_bytes"].as_u64().expect("used"),
+        1 << 20,
+        "the daemon holds the write before any fsync or close"
+    );
+    let e = f
+        .write_all(&vec![4u8; 3 << 20])
+        .expect_err("past max-file-size");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(nix::errno::Errno::EFBIG as i32),
+        "{e}"
+    );
+    drop(f);
+    let mut quota = None;
+    for i in 0..4 {
+        let mut f = fs::File::create(m.at(&format!("f{i}"))).expect("create");
+        if let Err(e) = f.write_all(&vec![5u8; 1 << 20]) {
+            quota = e.raw_os_error();
+            break;
+        }
+    }
+    assert_eq!(quota, Some(nix::errno::Errno::EDQUOT as i32));
+    let s = m.stats();
+    assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
+    assert!(s["efbig_writes"].as_u64().expect("efbig") >= 1);
+    m.unmount();
+    let seen = fs::read(m.backing.join("seen")).expect("backing");
+    assert!(
+        seen.len() >= 1 << 20 && seen[..1 << 20].iter().all(|&b| b == 3),
+        "the accepted MiB reached the backing directory"
+    );
 }
 
 /// Under the kernel's write-back cache the daemon sees a write only when the kernel writes it
