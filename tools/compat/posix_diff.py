@@ -54,19 +54,20 @@ KNOWN.update({f"open.{t}.{f}": NODEV for t in ("block", "char")
               for f in ("rdonly", "wronly", "rdwr", "nofollow", "trunc", "creat")})
 KNOWN["mknod.char.read_null"] = NODEV
 
-# Differences of a mount with the kernel's write-back cache (FUSE_WRITEBACK_CACHE with
-# FUSE_HANDLE_KILLPRIV_V2: an unprivileged mount, or --no-passthrough), on top of KNOWN.
-KNOWN_WRITE_CACHE = {
-    "truncate.regular.same": ("kernel FUSE write cache: a truncate to the size the kernel already "
-                              "has keeps its cached mtime and ctime"),
-}
-KNOWN_WRITE_CACHE.update({
+# Differences, on top of KNOWN, of a mount with FUSE_HANDLE_KILLPRIV_V2 alone (KNOWN_KILLPRIV:
+# `--no-passthrough --direct-io`) and of one with the kernel's write-back cache as well
+# (KNOWN_WRITE_CACHE: an unprivileged mount, or --no-passthrough).
+KNOWN_KILLPRIV = {
     f"65534:chown.other{mode}.nothing": ("kernel FUSE with HANDLE_KILLPRIV_V2: a chown(-1, -1) "
                                          "reaches the daemon as a change of nothing, which it "
                                          "takes as a chown's set-ID clearing for the owner and "
                                          "root; for anyone else it changes nothing, ok where a "
                                          "local chown says EPERM")
-    for mode in ("4755", "2755", "6755")})
+    for mode in ("4755", "2755", "6755")}
+KNOWN_WRITE_CACHE = dict(KNOWN_KILLPRIV)
+KNOWN_WRITE_CACHE["truncate.regular.same"] = (
+    "kernel FUSE write cache: a truncate to the size the kernel already has keeps its cached "
+    "mtime and ctime")
 
 OTHER = (12345, 12345)  # the owner of "someone else's" files: never the acting user
 TIMEOUT_S = 5  # a case's system call must return by then (a FIFO open never blocks)
@@ -820,9 +821,14 @@ def main():
     ap.add_argument("--write-cache", action="store_true",
                     help="the target is a mount with the kernel's write cache (no passthrough): "
                          "its own known differences count as known too")
+    ap.add_argument("--killpriv-v2", action="store_true",
+                    help="the target is a mount with FUSE_HANDLE_KILLPRIV_V2 but no write cache "
+                         "(--no-passthrough --direct-io): its known differences count as known")
     a = ap.parse_args()
     if a.write_cache:
         KNOWN.update(KNOWN_WRITE_CACHE)
+    if a.killpriv_v2:
+        KNOWN.update(KNOWN_KILLPRIV)
     build()
     names = [c["name"] for c in CASES]
     dup = {n for n in names if names.count(n) > 1}

@@ -86,14 +86,15 @@
 //! `max_write`, copying the application's buffer straight to the daemon. Under the write cache
 //! a written byte is copied into the kernel's page cache, then out of it to the daemon at
 //! write-back, then into the cache file; here the first copy is gone. Measured
-//! (`fs-direct-io-32m` in docs/benchmarks.md): 1 MiB writes + fsync 1.42× the write cache's
-//! MB/s with about half the machine's CPU a GiB; 4 KiB writes at 0.18 of it and 4 KiB
+//! (`fs-direct-io-32m` in docs/benchmarks.md): 1 MiB writes + fsync 1.42-1.44× the write
+//! cache's MB/s with about 40-60% less of the machine's CPU a GiB; 4 KiB writes at 0.18 of it and 4 KiB
 //! sequential reads at about 0.2 (a round trip each, no read-ahead); 1 MiB and 4 KiB random
 //! reads equal. Hence an option for jobs that write in large blocks, not the default. The write
-//! cache is still asked for at init: with it the kernel neither asks for `security.capability`
-//! before each write (`FUSE_HANDLE_KILLPRIV_V2`) nor needs the daemon's size after each write;
-//! a `direct_io` write reaches the daemon before `write()` returns, so the limits fail the
-//! write that crosses them. `FUSE_DIRECT_IO_ALLOW_MMAP` is asked for too, or a shared mapping
+//! cache is not asked for then (under it the kernel keeps a file's modification time itself,
+//! and direct writes would never move it), only `FUSE_HANDLE_KILLPRIV_V2`, so that the kernel
+//! does not ask for `security.capability` before each write and the daemon drops set-ID bits
+//! as under the write cache; a `direct_io` write reaches the daemon before `write()` returns,
+//! so the limits fail the write that crosses them. `FUSE_DIRECT_IO_ALLOW_MMAP` is asked for too, or a shared mapping
 //! of such a file would fail with ENODEV. A striped mount is `direct_io` always (its own
 //! reasons: [`crate::striped`]).
 
@@ -634,7 +635,18 @@ impl Filesystem for PliantFuse {
         // One request per extent where the kernel allows it.
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
-        if self.want_write_cache && !self.want_passthrough {
+        if self.direct_io && !self.want_passthrough && !self.striped {
+            // Not the write cache: under it the kernel keeps a file's modification time itself
+            // and direct writes never move it (posix_diff: `write.*` kept m= c=). Only
+            // FUSE_HANDLE_KILLPRIV_V2, for its SB_NOSEC (below).
+            match config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+                Ok(()) => self.kill_suidgid.store(true, Relaxed),
+                Err(missing) => tracing::warn!(
+                    ?missing,
+                    "this kernel offers no FUSE_HANDLE_KILLPRIV_V2: it asks for security.capability before every write"
+                ),
+            }
+        } else if self.want_write_cache && !self.want_passthrough {
             // FUSE_HANDLE_KILLPRIV_V2 also marks the file system SB_NOSEC: without it, the
             // kernel asks for `security.capability` (a GETXATTR round trip) before every write.
             match config.add_capabilities(

@@ -2216,12 +2216,25 @@ fn python_as(uid: u32, code: &str) -> std::process::Output {
 /// a write or a truncation by a user without CAP_FSETID drops them, as on a local file system.
 #[test]
 fn a_write_by_another_user_drops_set_id_bits_under_the_write_cache() {
+    set_id_bits_case(&[]);
+}
+
+/// The same under `--direct-io`: the kernel sends such a write at once, with the same flag.
+#[test]
+fn a_write_by_another_user_drops_set_id_bits_under_direct_io() {
+    set_id_bits_case(&["--direct-io"]);
+}
+
+fn set_id_bits_case(extra: &[&str]) {
     use std::os::unix::fs::MetadataExt;
     if !two_users_possible() {
         return;
     }
-    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--no-passthrough", "--allow-other"])
-    else {
+    let args: Vec<&str> = ["--capacity", "16MiB", "--no-passthrough", "--allow-other"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let Some(mut m) = mount_with(&args) else {
         return;
     };
     let bob = 60_002u32;

@@ -37,9 +37,12 @@ fn posix_cases_through_an_allow_other_mount_match_a_local_directory() {
         return;
     }
     // A root mount reads through passthrough and writes through the daemon; one without
-    // passthrough (what an ordinary user's mount is) writes through the kernel's write cache.
+    // passthrough (what an ordinary user's mount is) writes through the kernel's write cache;
+    // one with `--direct-io` without either.
     check(&[], &[]);
     check(&["--no-passthrough"], &["--write-cache"]);
+    // `--direct-io`: no page cache for file data, each write to the daemon at once.
+    check(&["--no-passthrough", "--direct-io"], &["--killpriv-v2"]);
 }
 
 /// The script through a mount with `extra` options, given `flags` too.

@@ -159,7 +159,8 @@ pub struct MountArgs {
     /// fsync ran 1.4x as fast as the default on an ordinary user's mount, with about half its
     /// CPU; small reads and writes go one round trip each, 4 KiB ones at a fifth of the
     /// default's speed (docs/benchmarks.md, fs-direct-io-32m). A write past the write window or
-    /// --max-file-size fails at that write.
+    /// --max-file-size fails at that write. On a root mount, use it with --no-passthrough
+    /// (passthrough already writes with one copy).
     #[arg(long)]
     direct_io: bool,
     /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
