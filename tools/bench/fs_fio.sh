@@ -22,6 +22,10 @@
 #        reads through the daemon: cold (answered from the backing directory while each
 #        extent copies up behind the read; the script waits for those copies to end before
 #        going on) and then warm.
+#        Then the write as an ordinary user's mount makes it (a fresh --no-passthrough mount:
+#        the kernel's write cache), and again with --direct-io (no page cache; if this pliant
+#        has it), each against the same run's direct write (goal: >= 0.90 of direct); the
+#        unmount after each drops the data (--discard), whose write-back is not measured.
 #   b. Slow backing (`pliant bench slow-fs`, every data request taking bytes / 50 MB/s, as one
 #      Lustre client stream): the job's write phase, 1 MiB sequential write of SLOW_SIZE with
 #      end_fsync, directly on the slow mount and through `pliant fs mount SLOWMNT ...
@@ -156,9 +160,10 @@ pl_mount() {
     [ -n "$DAEMON_PID" ] || { echo "fs_fio.sh: mount said: $out" >&2; exit 1; }
 }
 
-# pl_unmount REPORT_JSON: writes everything back and unmounts (bounded: 15 min), keeps the log.
+# pl_unmount REPORT_JSON [--discard]: writes everything back (or, with --discard, drops what
+# is dirty) and unmounts (bounded: 15 min), keeps the log.
 pl_unmount() {
-    timeout 900 "$BIN" fs unmount "$MNT" --json >"$1"
+    timeout 900 "$BIN" fs unmount "$MNT" --json ${2:-} >"$1"
     wait_gone "$DAEMON_PID" 60 || { echo "fs_fio.sh: daemon $DAEMON_PID still running" >&2; exit 1; }
     DAEMON_PID=
     cp "$CACHE/mount.log" "$OUT/logs/$MOUNT_NAME.log"
@@ -233,6 +238,28 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 # the cache file itself); --no-passthrough (if this pliant has it) sends reads through the daemon.
 NOPT=()
 "$BIN" fs mount --help | grep -q -- '--no-passthrough' && NOPT=(--no-passthrough)
+# An ordinary user's mount writes through the kernel's write cache; --direct-io (if this pliant
+# has it) writes with no page cache, for jobs writing in large blocks.
+DIO=()
+"$BIN" fs mount --help | grep -q -- '--direct-io' && DIO=(--direct-io)
+
+# uw_write NAME [options...]: the 1 MiB write + end_fsync through a fresh mount without
+# passthrough (as an ordinary user's), nothing written back inside it (--dirty-high 90% of a
+# capacity twice the file; the write window far above the file: `fs_write.sh` does the same);
+# prints MB/s. The unmount drops the data: the write-back is not what this measures.
+uw_write() {
+    local name=$1 out bw wb; shift
+    rm -f "$LOCAL/fio.dat"
+    pl_mount "$LOCAL" $((SIZE_MIB * 2)) "$name" "${NOPT[@]}" --dirty-high 90% --dirty-low 70% \
+        --write-window-multiplier 1000 "$@"
+    out=$(fio_run "$name" "$MNT" write 1m "$SIZE_MIB" --end_fsync=1)
+    read -r bw _ _ <<<"$out"
+    wb=$(stat_field writeback_bytes)
+    [ "$wb" = 0 ] || echo "fs_fio.sh: $name: $((wb >> 20)) MiB written back during the measured write" >&2
+    pl_unmount "$OUT/$name-unmount.json" --discard
+    rm -f "$LOCAL/fio.dat"
+    mbps "$bw"
+}
 
 # What served the reads since the last call: "passthrough opens +N, daemon hits X MiB, copied up Y MiB"
 read_counters() { echo "$(stat_field passthrough_opens) $(stat_field read_hit_bytes) $(stat_field copy_up_bytes)"; }
@@ -244,7 +271,7 @@ read_delta() {
 
 if part a; then
     echo "== a. local backing, ${SIZE_MIB} MiB, $REPS runs each (page cache dropped before each measured read)"
-    declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit a_wb
+    declare -a a_dw a_dr a_drr a_mw a_mr a_mrr a_hit a_cold a_nr a_nrr a_nhit a_wb a_uw a_uwd
     for ((r = 1; r <= REPS; r++)); do
         # Directly on the backing directory.
         rm -f "$LOCAL/fio.dat"
@@ -300,6 +327,15 @@ if part a; then
         read -r _ iops _ <<<"$out"; a_nrr+=("$iops")
         pl_unmount "$OUT/a-daemon-unmount-$r.json"
         rm -f "$LOCAL/fio.dat"
+        if [ ${#NOPT[@]} -gt 0 ]; then
+            a_uw+=("$(uw_write "a-uw-write-$r")")
+            [ ${#DIO[@]} -gt 0 ] && a_uwd+=("$(uw_write "a-uw-dio-write-$r" "${DIO[@]}")")
+        fi
+        if [ ${#a_uw[@]} -gt 0 ]; then
+            dio=""
+            [ ${#a_uwd[@]} -gt 0 ] && dio=", with --direct-io ${a_uwd[-1]} MB/s"
+            echo "run $r: write through a mount without passthrough ${a_uw[-1]} MB/s$dio"
+        fi
         echo "run $r (direct / mount / mount ${NOPT[*]:-again}): write ${a_dw[-1]} / ${a_mw[-1]} MB/s;" \
             "read ${a_dr[-1]} / ${a_mr[-1]} / ${a_nr[-1]} MB/s (cold ${a_cold[-1]});" \
             "4k randread ${a_drr[-1]} / ${a_mrr[-1]} / ${a_nrr[-1]} IOPS"
@@ -458,6 +494,14 @@ daemon_label="through pliant, reads through the daemon (${NOPT[*]:-this pliant h
         echo "| 1 MiB seq read, cold (copied up behind it), MB/s | $A_DR | $A_COLD [$(join "${a_cold[@]}")] | $(overhead "$A_DR" "$A_COLD")% | $(pairs a_dr a_cold) | <= 30%: $(verdict "$(overhead "$A_DR" "$A_COLD")" 30 le) |"
         echo "| 1 MiB seq read, warm, MB/s | $A_DR | $A_NR [$(join "${a_nr[@]}")] | $(overhead "$A_DR" "$A_NR")% | $(pairs a_dr a_nr) | <= 10%: $(verdict "$(overhead "$A_DR" "$A_NR")" 10 le) |"
         echo "| 4 KiB random read, IOPS | $A_DRR | $A_NRR [$(join "${a_nrr[@]}")] | $(overhead "$A_DRR" "$A_NRR")% | $(pairs a_drr a_nrr) | |"
+        if [ ${#a_uw[@]} -gt 0 ]; then
+            A_UW=$(med "${a_uw[@]}")
+            echo "| 1 MiB seq write + end_fsync, the kernel's write cache (an ordinary user's mount), MB/s | $A_DW | $A_UW [$(join "${a_uw[@]}")] | $(overhead "$A_DW" "$A_UW")% | $(pairs a_dw a_uw) | pairs >= 0.90 |"
+        fi
+        if [ ${#a_uwd[@]} -gt 0 ]; then
+            A_UWD=$(med "${a_uwd[@]}")
+            echo "| 1 MiB seq write + end_fsync, --direct-io (no page cache), MB/s | $A_DW | $A_UWD [$(join "${a_uwd[@]}")] | $(overhead "$A_DW" "$A_UWD")% | $(pairs a_dw a_uwd) | pairs >= 0.90 |"
+        fi
         echo
         echo "What served the measured warm reads (pliant fs stat before/after): defaults: $(join "${a_hit[@]}");"
         echo "through the daemon: $(join "${a_nhit[@]}")."
