@@ -81,22 +81,21 @@
 //! cache. `--no-write-cache` sends every write through the daemon as before.
 //!
 //! ## Large writes without the page cache: `--direct-io`
-//! Asked for (`with_direct_io`), every open not in passthrough is `direct_io`: the kernel keeps
-//! no page cache for the file's data and sends each `read()` and `write()` as requests of up to
-//! `max_write`, copying the application's buffer straight to the daemon. Under the write cache
-//! a written byte is copied into the kernel's page cache, then out of it to the daemon at
-//! write-back, then into the cache file; here the first copy is gone. Measured
-//! (`fs-direct-io-32m` in docs/benchmarks.md): 1 MiB writes + fsync 1.42-1.44× the write
-//! cache's MB/s with about 40-60% less of the machine's CPU a GiB; 4 KiB writes at 0.18 of it and 4 KiB
-//! sequential reads at about 0.2 (a round trip each, no read-ahead); 1 MiB and 4 KiB random
-//! reads equal. Hence an option for jobs that write in large blocks, not the default. The write
-//! cache is not asked for then (under it the kernel keeps a file's modification time itself,
-//! and direct writes would never move it), only `FUSE_HANDLE_KILLPRIV_V2`, so that the kernel
-//! does not ask for `security.capability` before each write and the daemon drops set-ID bits
-//! as under the write cache; a `direct_io` write reaches the daemon before `write()` returns,
-//! so the limits fail the write that crosses them. `FUSE_DIRECT_IO_ALLOW_MMAP` is asked for too, or a shared mapping
-//! of such a file would fail with ENODEV. A striped mount is `direct_io` always (its own
-//! reasons: [`crate::striped`]).
+//! Asked for (`with_direct_io`), every open not in passthrough is `direct_io`: the kernel keeps no
+//! page cache for the file's data and sends each `read()` and `write()` as requests of up to
+//! `max_write`, copying the application's buffer straight to the daemon. Under the write cache a
+//! written byte is copied into the kernel's page cache, then out of it to the daemon at write-back,
+//! then into the cache file; here the first copy is gone. Measured (`fs-direct-io-32m` in
+//! docs/benchmarks.md): 1 MiB writes + fsync 1.42-1.44× the write cache's MB/s with about 40-60%
+//! less of the machine's CPU a GiB; 4 KiB writes at 0.18 of it and 4 KiB sequential reads at about
+//! 0.2 (a round trip each, no read-ahead); 1 MiB and 4 KiB random reads equal. Hence an option for
+//! jobs that write in large blocks, not the default. The write cache is not asked for then (under
+//! it the kernel keeps a file's modification time itself, and direct writes would never move it),
+//! only `FUSE_HANDLE_KILLPRIV_V2`, so that the kernel does not ask for `security.capability` before
+//! each write and the daemon drops set-ID bits as under the write cache; a `direct_io` write
+//! reaches the daemon before `write()` returns, so the limits fail the write that crosses them.
+//! `FUSE_DIRECT_IO_ALLOW_MMAP` is asked for too, or a shared mapping of such a file would fail with
+//! ENODEV. A striped mount is `direct_io` always (its own reasons: [`crate::striped`]).
 
 use std::collections::HashMap;
 
