@@ -532,11 +532,22 @@ fn a_file_changed_behind_the_cache_is_revalidated_on_open() {
     m.unmount();
 }
 
+/// Write-through (no write-back cache in the kernel): the daemon has each `write()` before it
+/// returns, and the write that crosses a limit fails (EFBIG past --max-file-size, EDQUOT past
+/// the write window).
 #[test]
 fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
-    // Write-through (no write-back cache in the kernel): the write that crosses a limit fails.
-    let Some(mut m) = mount_with(&[
-        "--no-write-cache",
+    limits_case(&["--no-write-cache"]);
+}
+
+/// The same under `--direct-io` (no page cache: each `write()` a request of its own).
+#[test]
+fn under_direct_io_the_daemon_has_each_write_and_limits_refuse_it() {
+    limits_case(&["--direct-io", "--no-passthrough"]);
+}
+
+fn limits_case(extra: &[&str]) {
+    let args: Vec<&str> = [
         "--capacity",
         "4MiB",
         "--extent",
@@ -545,9 +556,21 @@ fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
         "1",
         "--max-file-size",
         "3MiB",
-    ]) else {
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    let Some(mut m) = mount_with(&args) else {
         return;
     };
+    let mut f = fs::File::create(m.at("seen")).expect("create");
+    f.write_all(&vec![3u8; 1 << 20]).expect("1 MiB");
+    assert_eq!(
+        m.stats()["window_used_bytes"].as_u64().expect("used"),
+        1 << 20,
+        "the daemon holds the write before any fsync or close"
+    );
+    drop(f);
     let mut f = fs::File::create(m.at("big")).expect("create");
     let e = f
         .write_all(&vec![1u8; 4 << 20])
@@ -582,59 +605,10 @@ fn the_write_window_refuses_with_edquot_and_large_files_get_efbig() {
     );
     assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
     m.unmount();
-}
-
-/// Under `--direct-io` the daemon has each `write()` before it returns: the window counts the
-/// bytes with no `fsync`, and the write that crosses the write window or `--max-file-size`
-/// fails itself (EDQUOT, EFBIG), as without the kernel's write cache.
-#[test]
-fn under_direct_io_the_daemon_has_each_write_and_limits_refuse_it() {
-    let Some(mut m) = mount_with(&[
-        "--direct-io",
-        "--no-passthrough",
-        "--capacity",
-        "4MiB",
-        "--extent",
-        "64KiB",
-        "--write-window-multiplier",
-        "1",
-        "--max-file-size",
-        "3MiB",
-    ]) else {
-        return;
-    };
-    let mut f = fs::File::create(m.at("seen")).expect("create");
-    f.write_all(&vec![3u8; 1 << 20]).expect("1 MiB");
-    assert_eq!(
-        m.stats()["window_used_bytes"].as_u64().expect("used"),
-        1 << 20,
-        "the daemon holds the write before any fsync or close"
-    );
-    let e = f
-        .write_all(&vec![4u8; 3 << 20])
-        .expect_err("past max-file-size");
-    assert_eq!(
-        e.raw_os_error(),
-        Some(nix::errno::Errno::EFBIG as i32),
-        "{e}"
-    );
-    drop(f);
-    let mut quota = None;
-    for i in 0..4 {
-        let mut f = fs::File::create(m.at(&format!("f{i}"))).expect("create");
-        if let Err(e) = f.write_all(&vec![5u8; 1 << 20]) {
-            quota = e.raw_os_error();
-            break;
-        }
-    }
-    assert_eq!(quota, Some(nix::errno::Errno::EDQUOT as i32));
-    let s = m.stats();
-    assert!(s["window_used_bytes"].as_u64().expect("used") <= 4 << 20);
-    assert!(s["efbig_writes"].as_u64().expect("efbig") >= 1);
-    m.unmount();
     let seen = fs::read(m.backing.join("seen")).expect("backing");
-    assert!(
-        seen.len() >= 1 << 20 && seen[..1 << 20].iter().all(|&b| b == 3),
+    assert_eq!(
+        seen,
+        vec![3u8; 1 << 20],
         "the accepted MiB reached the backing directory"
     );
 }
