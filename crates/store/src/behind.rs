@@ -60,8 +60,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crc::{CRC_32_ISCSI, Crc, Table};
-
 use crate::dir::sync_dir;
 use crate::{
     Batch, Entries, FjallStore, KeyRange, MAX_KEY_LEN, SharedBytes, Store, StoreError, Write,
@@ -79,9 +77,6 @@ const SPARE: &str = "spare";
 const MAGIC: [u8; 8] = *b"PLNTLOG2";
 const SEGMENT_HEADER: u64 = 16;
 
-// Slice-by-16: the checksum is on every write's path.
-const CRC: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
-
 /// A record's header: the payload's length (u64: a batch may hold several 512-MiB values) and
 /// its CRC-32C, little-endian.
 const HEADER: usize = 12;
@@ -94,6 +89,13 @@ const SEAL: u8 = 3;
 
 /// What a pending key costs besides its bytes (map slot, two vectors), for the byte budget.
 const ENTRY_OVERHEAD: usize = 64;
+
+/// The largest record buffer kept from one append to the next. A batch of a slot move is about
+/// 1 MiB (`pliant_cluster::mover::BATCH_BYTES`) and its record a little more: under a smaller
+/// cap the buffer went after every such batch and the next one grew a new one from nothing
+/// (row `move-log-buffer-34` in docs/benchmarks.md); a larger batch (up to 64 MiB) still does
+/// not keep its buffer for the life of the store.
+const KEPT_BUFFER: usize = 4 << 20;
 
 /// When the applier runs.
 ///
@@ -536,8 +538,7 @@ impl<S: Store + 'static> Store for WriteBehind<S> {
         if st.active_bytes >= self.shared.opts.max_pending_bytes {
             self.shared.wake.notify_all();
         }
-        if st.buf.capacity() > 1 << 20 {
-            // One huge batch should not keep its buffer for the life of the store.
+        if st.buf.capacity() > KEPT_BUFFER {
             st.buf = Vec::new();
         }
         Ok(())
@@ -826,18 +827,25 @@ fn fill_zeros(f: &File, len: u64) -> std::io::Result<()> {
 /// A record's CRC: of the segment's number, then of the payload (see the module doc); of the
 /// payload alone in a segment of the format before the header.
 fn checksum(seed: Option<u64>, payload: &[u8]) -> u32 {
-    let mut d = CRC.digest();
-    if let Some(n) = seed {
-        d.update(&n.to_le_bytes());
-    }
-    d.update(payload);
-    d.finalize()
+    let seeded = seed.map_or(0, |n| crc32c::crc32c(&n.to_le_bytes()));
+    crc32c::crc32c_append(seeded, payload)
 }
 
 /// One record of segment `segment`: payload length and CRC, then per write a tag, the key's
 /// length and key, and for a put the value's length and value (lengths u32 little-endian).
 fn encode(batch: &Batch, segment: u64, out: &mut Vec<u8>) {
     out.clear();
+    // Its size first: grown by doubling, a record of 1 MiB was copied over and over.
+    let size = HEADER
+        + batch
+            .writes()
+            .iter()
+            .map(|w| match w {
+                Write::Put { key, value } => 9 + key.len() + value.len(),
+                Write::Delete { key } => 5 + key.len(),
+            })
+            .sum::<usize>();
+    out.reserve(size);
     out.extend_from_slice(&[0; HEADER]);
     for w in batch.writes() {
         match w {
@@ -852,6 +860,7 @@ fn encode(batch: &Batch, segment: u64, out: &mut Vec<u8>) {
             }
         }
     }
+    debug_assert_eq!(out.len(), size, "the record's size as computed");
     frame(segment, out);
 }
 
@@ -997,6 +1006,44 @@ mod tests {
         }
     }
 
+    /// The checksum as logs written before `crc32c` computed it (the crate `crc`, CRC-32/ISCSI,
+    /// slice-by-16): every log on disk holds these sums.
+    const OLD_CRC: crc::Crc<u32, crc::Table<16>> =
+        crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
+
+    #[test]
+    fn the_checksum_is_the_one_logs_written_before_hold() {
+        let mut data = vec![0u8; 3000];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for b in &mut data {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        for len in [0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 1000, 3000] {
+            let payload = &data[..len];
+            for seed in [
+                None,
+                Some(0),
+                Some(1),
+                Some(u64::MAX),
+                Some(0x0123_4567_89ab_cdef),
+            ] {
+                let mut d = OLD_CRC.digest();
+                if let Some(n) = seed {
+                    d.update(&n.to_le_bytes());
+                }
+                d.update(payload);
+                assert_eq!(
+                    checksum(seed, payload),
+                    d.finalize(),
+                    "{len} bytes, seed {seed:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_record_of_the_format_before_the_header_is_read() {
         // That format: the CRC of the payload alone, and no segment header.
@@ -1004,7 +1051,7 @@ mod tests {
         b.put(b"old", b"record");
         let mut buf = Vec::new();
         encode(&b, 0, &mut buf);
-        let crc = CRC.checksum(&buf[HEADER..]);
+        let crc = OLD_CRC.checksum(&buf[HEADER..]);
         buf[8..HEADER].copy_from_slice(&crc.to_le_bytes());
         let Record::Batch(used, writes) = decode(&buf, None) else {
             panic!("an old record is read");
