@@ -9,12 +9,13 @@
 #   --pipe` per master, every SET acknowledged), then one idle `pliant scale commission --add 1`.
 #   The nodes' user + system CPU (from /proc, the supervisor's children, the new node from its
 #   start) during the commission, over the keys it moved: µs a key. The command that orders the
-#   move is not counted (it only orders and shows progress).
+#   move is not counted (it only orders and shows progress). Beside it, the move's wall time
+#   (the report's `seconds`): on a machine of few cores the two go together.
 #
 # Usage
 #   tools/bench/move_cpu.sh [--keys N] [--value BYTES] [--rounds N] [--json FILE] BINARY [BINARY]
 #   defaults: 300,000 keys of 1,024 bytes (a commission moves about a quarter), 3 rounds.
-#   Prints a line per run and the median per binary; --json writes every run.
+#   Prints a line per run and the medians per binary; --json writes every run.
 #
 # Needs redis-cli (apt-get install redis-tools) and python3. Loopback only, ports picked at run
 # time; everything in one temp dir removed at exit; the supervisor stopped by its pid, every
@@ -107,7 +108,9 @@ import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 for b in dict.fromkeys(r["binary"] for r in runs):
     us = [r["cpu_us_per_key"] for r in runs if r["binary"] == b]
-    print(f"{b}: median {statistics.median(us):.1f} µs a key (runs: {', '.join(f'{u:.1f}' for u in us)})")
+    secs = [r["seconds"] for r in runs if r["binary"] == b]
+    print(f"{b}: median {statistics.median(us):.1f} µs a key (runs: {', '.join(f'{u:.1f}' for u in us)}),"
+          f" {statistics.median(secs):.2f} s a move (runs: {', '.join(f'{t:.2f}' for t in secs)})")
 if sys.argv[2]:
     json.dump({"runs": runs}, open(sys.argv[2], "w"), indent=1)
 PY
