@@ -841,8 +841,9 @@ fn encode(batch: &Batch, segment: u64, out: &mut Vec<u8>) {
             .writes()
             .iter()
             .map(|w| match w {
-                Write::Put { key, value } => 9 + key.len() + value.len(),
-                Write::Delete { key } => 5 + key.len(),
+                // The tag, then each length (u32) and its bytes, as written below.
+                Write::Put { key, value } => 1 + 4 + key.len() + 4 + value.len(),
+                Write::Delete { key } => 1 + 4 + key.len(),
             })
             .sum::<usize>();
     out.reserve(size);
