@@ -634,7 +634,9 @@ impl Filesystem for PliantFuse {
         // One request per extent where the kernel allows it.
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
-        if self.direct_io && !self.want_passthrough && !self.striped {
+        // `--direct-io` on a mount that is not striped (a striped one is `direct_io` anyway).
+        let direct_io = self.direct_io && !self.striped;
+        if direct_io && !self.want_passthrough {
             // Not the write cache: under it the kernel keeps a file's modification time itself
             // and direct writes never move it (posix_diff: `write.*` kept m= c=). Only
             // FUSE_HANDLE_KILLPRIV_V2, for its SB_NOSEC (below).
@@ -658,7 +660,7 @@ impl Filesystem for PliantFuse {
                 ),
             }
         }
-        if self.direct_io && !self.striped {
+        if direct_io {
             // Without it the kernel refuses a shared `mmap` of a `direct_io` file (ENODEV);
             // with it (Linux 6.6+) such a mapping goes through the page cache, which the
             // kernel keeps coherent with the direct reads and writes of the same mount.
