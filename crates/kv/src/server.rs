@@ -479,6 +479,16 @@ impl Drop for Left<'_> {
 /// bytes (`checkClientOutputBufferLimits`, networking.c).
 const UNAUTHENTICATED_OUTPUT: usize = 1024;
 
+/// Replies a connection is sent in all before it authenticates; past it, it is closed. The
+/// 1 KiB above counts only what the node holds, and the socket's buffers take far more: a
+/// client's receive buffer grows without it reading (to `tcp_rmem`'s 32 MiB on this machine's
+/// kernel), so a client that never read took all the refusals of Redis's test's million SETs
+/// (34 MB) in one run of five, and the time they cost the node. What a client says before its
+/// password is a HELLO (under 1 KiB of reply) and a few refusals: 1 MiB is some 30,000 of those
+/// (a password guessed 15,000 times on one connection), so no client that goes on to
+/// authenticate meets it.
+const UNAUTHENTICATED_REPLIES: usize = 1 << 20;
+
 /// Bytes of replies a connection holds before it sends them: the requests of a pipeline past
 /// this wait until the replies before them are written. A client that pipelines reads of large
 /// values (a read of 16 KiB holds some 600 GETs) and reads nothing back otherwise made the node
@@ -586,6 +596,10 @@ async fn serve(
     };
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut out = Vec::with_capacity(16 * 1024);
+    // Replies sent or held before the client authenticated, and how many of `out`'s bytes were
+    // counted already (what the socket did not take last time).
+    let mut refused_bytes = 0usize;
+    let mut counted = 0usize;
     // Remembers how far an incomplete request was checked, so a large one arriving in many
     // reads costs linear time.
     let mut cursor = Cursor::default();
@@ -741,12 +755,22 @@ async fn serve(
                     _ = client.closed(|| false) => return Ok(()),
                 }
                 out.clear();
-            } else if !sent_within(stream, &mut out, UNAUTHENTICATED_OUTPUT)? {
-                // Redis's rule: a client yet to authenticate that leaves more than 1 KiB of
-                // replies untaken (pipelining SETs it is refused without reading the refusals)
-                // is closed, rather than held on a blocked write for as long as it likes.
-                tracing::info!("client {id}: closed: unauthenticated, replies left unread");
-                return Ok(());
+            } else {
+                // (Saturating: a message or push written with the rest empties `out` unseen.)
+                refused_bytes += out.len().saturating_sub(counted);
+                if refused_bytes > UNAUTHENTICATED_REPLIES {
+                    tracing::info!("client {id}: closed: unauthenticated, 1 MiB of replies sent");
+                    return Ok(());
+                }
+                if !sent_within(stream, &mut out, UNAUTHENTICATED_OUTPUT)? {
+                    // Redis's rule: a client yet to authenticate that leaves more than 1 KiB of
+                    // replies untaken (pipelining SETs it is refused without reading the
+                    // refusals) is closed, rather than held on a blocked write for as long as
+                    // it likes.
+                    tracing::info!("client {id}: closed: unauthenticated, replies left unread");
+                    return Ok(());
+                }
+                counted = out.len();
             }
             // What is left of an unauthenticated client's replies (at most 1 KiB) waits for the
             // socket below while its requests keep being read, as Redis keeps it: a blocked
