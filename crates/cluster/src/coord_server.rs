@@ -37,6 +37,12 @@ const STALLED: Duration = Duration::from_secs(1);
 /// dead node is noticed within minutes at worst.
 const TTL_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
 
+/// Requests refused before AUTH succeeds (NOAUTH, WRONGPASS), at most; the connection closes
+/// after them, as a striped cache server closes one (`MAX_REFUSED` there). A node or tool
+/// authenticates first, so only a client that has not the password meets it: without it,
+/// one connection could keep the store answering refusals (or guessing passwords) for ever.
+const MAX_REFUSED: u32 = 8;
+
 /// What one request may make this server allocate: the longest is an UPDATE with a slot map
 /// (tens of KiB for the fragmented maps of many nodes); no request has more than 5 arguments.
 const LIMITS: Limits = Limits {
@@ -131,6 +137,7 @@ async fn connection(
     let _ = stream.set_nodelay(true);
     let mut buf = BytesMut::with_capacity(4096);
     let mut authenticated = password.is_none();
+    let mut refused = 0u32;
     loop {
         // As a node's clients: before AUTH, no UPDATE-sized requests (see `Limits`).
         let limits = Limits {
@@ -215,6 +222,15 @@ async fn connection(
                 String::from_utf8_lossy(&name)
             )),
         };
+        if !authenticated && password.is_some() {
+            refused += 1;
+            if refused > MAX_REFUSED {
+                let closing =
+                    Frame::error("NOAUTH Authentication required; closing the connection");
+                reply(&mut stream, closing).await?;
+                return Ok(());
+            }
+        }
         reply(&mut stream, frame).await?;
     }
 }
@@ -520,6 +536,35 @@ mod tests {
         assert!(
             reply.starts_with("+OK\r\n-ERR ") && !reply.contains("Protocol error"),
             "{reply:?}"
+        );
+        stop.await;
+    }
+
+    /// A client without the password gets eight refusals (NOAUTH or WRONGPASS) on one
+    /// connection, then the connection closes; a client that authenticates within them is
+    /// served as usual.
+    #[tokio::test]
+    async fn a_connection_is_closed_after_eight_refusals_before_auth() {
+        let (addr, stop) = start("pw").await;
+        let wire = exchange(addr, &b"PLIANT.COORD GET\r\nAUTH nope\r\n".repeat(10)).await;
+        let lines: Vec<&str> = wire.lines().collect();
+        assert_eq!(lines.len(), 9, "{wire}");
+        assert!(
+            lines[..8]
+                .iter()
+                .all(|l| l.starts_with("-NOAUTH") || l.starts_with("-WRONGPASS")),
+            "{wire}"
+        );
+        assert_eq!(
+            lines[8],
+            "-NOAUTH Authentication required; closing the connection"
+        );
+        let mut late = b"PLIANT.COORD GET\r\n".repeat(7);
+        late.extend_from_slice(b"AUTH pw\r\nPLIANT.COORD GET\r\n");
+        let wire = exchange(addr, &late).await;
+        assert!(
+            wire.contains("+OK\r\n") && wire.contains("\"version\"") && !wire.contains("closing"),
+            "{wire}"
         );
         stop.await;
     }
