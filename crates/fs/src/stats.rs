@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) struct Counters {
     pub read_hit_bytes: AtomicU64,
     pub read_miss_bytes: AtomicU64,
+    pub read_requests: AtomicU64,
     pub written_bytes: AtomicU64,
     pub copy_up_bytes: AtomicU64,
     pub copy_up_read_bytes: AtomicU64,
@@ -60,6 +61,11 @@ pub struct FsStats {
     /// after its extent was copied up (the requested bytes, not the whole extent: that is in
     /// `copy_up_read_bytes`).
     pub read_miss_bytes: u64,
+    /// Read requests the daemon served: `(read_hit_bytes + read_miss_bytes) / read_requests`
+    /// is their mean size, which the kernel's read-ahead sets for reads through its page cache
+    /// (128 KiB by default; see `--kernel-read-ahead`).
+    #[serde(default)]
+    pub read_requests: u64,
     /// `read_hit_bytes / (read_hit_bytes + read_miss_bytes)`: the share of read requests' bytes
     /// that found their extent cached; 0 before any read. Not the share of read data that
     /// came from the cache rather than the backing directory: compare `copy_up_read_bytes`.

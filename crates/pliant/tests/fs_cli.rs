@@ -546,6 +546,100 @@ fn under_direct_io_the_daemon_has_each_write_and_limits_refuse_it() {
     limits_case(&["--direct-io", "--no-passthrough"]);
 }
 
+/// `--kernel-read-ahead` raises the mount's read-ahead in sysfs once the kernel has the
+/// daemon's INIT (which would cut a value written earlier back to 128 KiB), and the kernel then
+/// sends a sequential reader's data in larger requests: the daemon counts fewer of them for the
+/// same bytes than on a mount without it.
+#[test]
+fn a_larger_kernel_read_ahead_sends_the_daemon_larger_reads() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: --kernel-read-ahead is root's; the fs tests run as root"
+        );
+        pliant_testdata::skip("--kernel-read-ahead needs root");
+        return;
+    }
+    let mean_read = |extra: &[&str]| -> (u64, f64) {
+        let args: Vec<&str> = ["--capacity", "64MiB", "--no-passthrough"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let mut m = mount_with(&args).expect("fuse");
+        let data: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+        fs::write(m.backing.join("f"), &data).expect("seed");
+        use std::os::unix::fs::MetadataExt;
+        let dev = fs::metadata(&m.mnt).expect("stat").dev();
+        let sysfs = format!(
+            "/sys/class/bdi/{}:{}/read_ahead_kb",
+            nix::sys::stat::major(dev),
+            nix::sys::stat::minor(dev)
+        );
+        // The setting is made on a thread of the daemon once the mount answers: polled.
+        let mut kib = 0;
+        for _ in 0..50 {
+            kib = fs::read_to_string(&sysfs)
+                .expect(&sysfs)
+                .trim()
+                .parse()
+                .expect("KiB");
+            if extra.is_empty() || kib == 4096 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(fs::read(m.at("f")).expect("cold read"), data);
+        for _ in 0..100 {
+            if m.stats()["copy_up_bytes"].as_u64() == Some(16 << 20) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let mut f = fs::File::open(m.at("f")).expect("open");
+        nix::fcntl::posix_fadvise(
+            &f,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .expect("drop the mount's pages of the file");
+        let before = m.stats();
+        let mut back = Vec::new();
+        let mut chunk = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut chunk).expect("read");
+            if n == 0 {
+                break;
+            }
+            back.extend_from_slice(&chunk[..n]);
+        }
+        assert!(back == data, "the warm read returned other bytes");
+        let after = m.stats();
+        let n = |s: &serde_json::Value, k: &str| s[k].as_u64().expect(k);
+        let bytes = n(&after, "read_hit_bytes") + n(&after, "read_miss_bytes")
+            - n(&before, "read_hit_bytes")
+            - n(&before, "read_miss_bytes");
+        let requests = n(&after, "read_requests") - n(&before, "read_requests");
+        assert!(
+            bytes >= 16 << 20,
+            "the daemon served {bytes} bytes of the warm read"
+        );
+        drop(f);
+        m.unmount();
+        (kib, bytes as f64 / requests as f64)
+    };
+    let (default_kib, default_mean) = mean_read(&[]);
+    let (kib, mean) = mean_read(&["--kernel-read-ahead", "4MiB"]);
+    assert_eq!(
+        kib, 4096,
+        "{kib} KiB in sysfs (the kernel's default: {default_kib})"
+    );
+    assert!(
+        mean >= 2.0 * default_mean && mean >= 512.0 * 1024.0,
+        "mean read request {mean:.0} bytes with 4 MiB of read-ahead, {default_mean:.0} without"
+    );
+}
+
 fn limits_case(extra: &[&str]) {
     let args: Vec<&str> = [
         "--capacity",

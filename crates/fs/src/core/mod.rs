@@ -1058,6 +1058,7 @@ impl FsCache {
         len: u32,
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
+        Counters::add(&self.inner.counters.read_requests, 1);
         if let Some(r) = self.inner.remote.get() {
             let (ino, path, who) = self.remote_file(h)?;
             let backing_size = || -> io::Result<u64> {
@@ -1946,6 +1947,7 @@ impl Inner {
             cached_files,
             read_hit_bytes: hit,
             read_miss_bytes: miss,
+            read_requests: c.read_requests.load(Relaxed),
             hit_ratio: if hit + miss == 0 {
                 0.0
             } else {
