@@ -21,8 +21,12 @@
 //!   (key → last value or deletion), all under one lock, so a reader sees all of a batch or none.
 //! - **The applier** (a thread) every second, or sooner when the active map holds
 //!   `max_pending_bytes` or an iterator asks: seals the segment and starts the next, moves the
-//!   active map to *applying*, fsyncs the sealed segment, writes the map into fjall as one batch,
-//!   syncs fjall, renames the segment to `spare` and syncs the directory. Only then is the
+//!   active map to *applying*, fsyncs the sealed segment, writes the map into fjall as one batch
+//!   (or, when the budget started it, a bulk load's or a slot move's, ingests it: tables built
+//!   straight from the sorted map, without fjall's journal and memtable, [`Store::ingest`];
+//!   13-18% less CPU a moved key in three sittings of four, `move-ingest-34` in
+//!   docs/benchmarks.md), syncs fjall, renames the segment to `spare` and syncs the directory.
+//!   Only then is the
 //!   segment gone, so a crash at any point leaves every write in the tree or in a segment (or
 //!   both: replaying a write that is already in the tree writes the same value again).
 //! - **Recycled segments**: the next segment is the spare file renamed, written over from its
@@ -111,6 +115,12 @@ pub struct WriteBehindOptions {
     /// and writers wait for it (default 64 MiB, fjall's default memtable size: one application
     /// fills at most one memtable).
     pub max_pending_bytes: usize,
+    /// Applications of at least this many bytes (default 64 MiB, as `max_pending_bytes`: the
+    /// ones the budget started, a bulk load's or a slot move's) go into the tree by
+    /// [`Store::ingest`], as tables of their own, rather than through its journal and memtable
+    /// into tables later; smaller ones, an ordinary second of writes, into the memtable, where
+    /// they make no small table each. `usize::MAX` never ingests.
+    pub ingest_from: usize,
     /// Bytes of zeros written into the first segment at open (default 0), so that it starts as
     /// a recycled one would, on blocks it already has: for a store fsynced after every group of
     /// writes, whose first second of fsyncs would otherwise each commit the journal too. Later
@@ -123,6 +133,7 @@ impl Default for WriteBehindOptions {
         Self {
             apply_every: Duration::from_secs(1),
             max_pending_bytes: 64 << 20,
+            ingest_from: 64 << 20,
             preallocate: 0,
         }
     }
@@ -156,6 +167,9 @@ struct Shared<S> {
     wake: Condvar,
     /// Writers held back and iterators waiting for an application wait on it.
     applied_cv: Condvar,
+    /// Applications written through the tree's journal and memtable, and ingested.
+    batched: std::sync::atomic::AtomicU64,
+    ingested: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
@@ -263,6 +277,8 @@ impl<S: Store + 'static> WriteBehind<S> {
             }),
             wake: Condvar::new(),
             applied_cv: Condvar::new(),
+            batched: Default::default(),
+            ingested: Default::default(),
         });
         let s = Arc::clone(&shared);
         let applier = std::thread::Builder::new()
@@ -273,6 +289,16 @@ impl<S: Store + 'static> WriteBehind<S> {
             shared,
             applier: Some(applier),
         })
+    }
+
+    /// Applications so far: written through the tree's journal and memtable, and ingested
+    /// (see [`WriteBehindOptions::ingest_from`]).
+    pub fn applications(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.shared.batched.load(Relaxed),
+            self.shared.ingested.load(Relaxed),
+        )
     }
 
     /// Stops the applier with whatever is pending left only in the log, as a killed process
@@ -415,11 +441,11 @@ impl<S: Store> Shared<S> {
             st.sealed = Some(Arc::clone(&sealed));
             st.dir_dirty = true;
             let pending = Arc::new(std::mem::take(&mut st.active));
-            st.active_bytes = 0;
+            let bytes = std::mem::take(&mut st.active_bytes);
             st.applying = Arc::clone(&pending);
             drop(st);
 
-            let done = self.apply(&sealed, segment, &pending);
+            let done = self.apply(&sealed, segment, &pending, bytes);
             let mut st = self.lock();
             match done {
                 Ok(()) => {
@@ -434,7 +460,13 @@ impl<S: Store> Shared<S> {
         }
     }
 
-    fn apply(&self, sealed: &File, segment: u64, pending: &Pending) -> Result<(), StoreError> {
+    fn apply(
+        &self,
+        sealed: &File,
+        segment: u64,
+        pending: &Pending,
+        bytes: usize,
+    ) -> Result<(), StoreError> {
         {
             let _fsyncing = self.fsyncs.lock().unwrap_or_else(|p| p.into_inner());
             sealed
@@ -454,7 +486,15 @@ impl<S: Store> Shared<S> {
                 None => batch.delete_shared(k.clone()),
             };
         }
-        self.tree.batch(&batch)?;
+        if bytes >= self.opts.ingest_from {
+            self.tree.ingest(&batch)?;
+            self.ingested
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.tree.batch(&batch)?;
+            self.batched
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.tree.sync()?;
         // The segment may go only once the tree has its writes on disk, and its removal must be
         // on disk before a later segment's: a removal that a power cut undid would otherwise

@@ -14,6 +14,15 @@
 //! fjall's garbage collection rewrites a file that is mostly stale (its defaults, kept).
 //! A store created before keeps its values in the tree: fjall records a keyspace's layout
 //! when it creates it, so both open and work here.
+//!
+//! **Bulk batches as tables.** [`Store::ingest`] builds tables (and blob files) straight from a
+//! sorted batch with fjall's ingestion and registers them under one sequence number above
+//! every earlier write, where [`Store::batch`] writes each key to fjall's journal and memtable
+//! and a flush writes the table later. The write-behind applier ingests the applications its
+//! pending budget starts (a bulk load's, a slot move's), which are as large as a memtable, so
+//! the tables are no smaller than a flush makes. Its price: each ingestion fsyncs its files and
+//! the tree's version, and a write to the same keys during it could end up under it (fjall's
+//! ingestion is for one writer; the applier is its tree's only one).
 
 use std::ops::Bound;
 use std::path::Path;
@@ -249,6 +258,33 @@ impl Store for FjallStore {
             }
         }
         b.commit().map_err(self.err("writing a batch"))
+    }
+
+    fn ingest(&self, batch: &Batch) -> Result<(), StoreError> {
+        batch.check()?;
+        let writes = batch.writes();
+        // fjall's ingestion panics at a key not above the one before: checked first, and a
+        // batch out of order goes the ordinary way.
+        if !writes.windows(2).all(|w| w[0].key() < w[1].key()) {
+            return self.batch(batch);
+        }
+        // The new tables are registered at once under one sequence number above every write
+        // before (fjall flushes the memtable first), so readers see all of the batch or none, a
+        // crash before that leaves none (unregistered files), and after it all (fsynced).
+        let mut ingestion = self
+            .values
+            .start_ingestion()
+            .map_err(self.err("starting an ingestion"))?;
+        for w in writes {
+            match w {
+                Write::Put { key, value } => ingestion.write(stored(key), &value[..]),
+                Write::Delete { key } => ingestion.write_tombstone(stored(key)),
+            }
+            .map_err(self.err("ingesting a batch"))?;
+        }
+        ingestion
+            .finish()
+            .map_err(self.err("registering an ingested batch"))
     }
 
     fn sync(&self) -> Result<(), StoreError> {

@@ -186,6 +186,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// [`batch`](Store::batch) for a large batch whose keys are distinct and in ascending
+    /// order, by the backend's bulk path where it has one (fjall: tables built straight from
+    /// the batch, without its journal and memtable). All or none, as a batch; durable when it
+    /// returns. The caller must not write the same keys meanwhile: such a write may end up
+    /// under the batch's. The write-behind applier, the only writer of its tree, calls it for
+    /// an application as large as its pending budget (see [`WriteBehindOptions`]).
+    fn ingest(&self, batch: &Batch) -> Result<(), StoreError> {
+        self.batch(batch)
+    }
+
     /// Makes every write that returned before this call durable.
     fn sync(&self) -> Result<(), StoreError>;
 
@@ -221,6 +231,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn batch_take(&self, batch: &mut Batch) -> Result<(), StoreError> {
         (**self).batch_take(batch)
+    }
+    fn ingest(&self, batch: &Batch) -> Result<(), StoreError> {
+        (**self).ingest(batch)
     }
     fn sync(&self) -> Result<(), StoreError> {
         (**self).sync()

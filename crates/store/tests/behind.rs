@@ -65,6 +65,7 @@ fn quick() -> WriteBehindOptions {
     WriteBehindOptions {
         apply_every: Duration::from_millis(5),
         max_pending_bytes: 4 << 10,
+        ingest_from: usize::MAX,
         // The zeros after the last record of a killed store's first segment end its replay.
         preallocate: 8 << 10,
     }
@@ -74,16 +75,31 @@ fn never() -> WriteBehindOptions {
     WriteBehindOptions {
         apply_every: Duration::from_secs(3600),
         max_pending_bytes: usize::MAX,
+        ingest_from: usize::MAX,
         preallocate: 0,
     }
 }
 
 #[test]
 fn reads_follow_every_write_while_the_applier_runs_and_reopens_agree() {
+    follow_and_reopen(quick());
+}
+
+/// The same with every application ingested into the tree (fjall's bulk path, which a slot
+/// move's applications take) rather than written through its journal and memtable.
+#[test]
+fn reads_follow_every_write_and_reopens_agree_when_applications_are_ingested() {
+    follow_and_reopen(WriteBehindOptions {
+        ingest_from: 0,
+        ..quick()
+    });
+}
+
+fn follow_and_reopen(opts: WriteBehindOptions) {
     let (_tmp, dir) = scratch();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut model = Model::new();
-    let mut s = WriteBehind::open(&dir, quick()).expect("open");
+    let mut s = WriteBehind::open(&dir, opts.clone()).expect("open");
     for step in 0..3_000 {
         match rng.below(20) {
             0 => assert_eq!(contents(&s), model, "iteration at step {step}"),
@@ -95,7 +111,7 @@ fn reads_follow_every_write_while_the_applier_runs_and_reopens_agree() {
                 } else {
                     s.abandon();
                 }
-                s = WriteBehind::open(&dir, quick()).expect("reopen");
+                s = WriteBehind::open(&dir, opts.clone()).expect("reopen");
             }
             _ => {
                 let b = random_batch(&mut rng, &mut model, step);
@@ -213,10 +229,21 @@ fn a_damaged_record_stops_the_replay_for_later_segments_too() {
 
 #[test]
 fn a_writer_far_ahead_of_the_applier_waits_for_it_and_nothing_is_lost() {
+    far_ahead(usize::MAX);
+}
+
+/// The same with the applications the budget starts ingested, as a slot move's are.
+#[test]
+fn a_writer_far_ahead_loses_nothing_when_its_applications_are_ingested() {
+    far_ahead(16 << 10);
+}
+
+fn far_ahead(ingest_from: usize) {
     let (_tmp, dir) = scratch();
     let opts = WriteBehindOptions {
         apply_every: Duration::from_secs(3600),
         max_pending_bytes: 16 << 10,
+        ingest_from,
         preallocate: 0,
     };
     let s = WriteBehind::open(&dir, opts.clone()).expect("open");
@@ -233,6 +260,15 @@ fn a_writer_far_ahead_of_the_applier_waits_for_it_and_nothing_is_lost() {
         assert!(
             logged < 64 << 10,
             "{logged} bytes in the log after {i} writes"
+        );
+    }
+    let (batched, ingested) = s.applications();
+    if ingest_from == usize::MAX {
+        assert_eq!(ingested, 0);
+    } else {
+        assert!(
+            ingested > 50,
+            "{ingested} of the applications ingested, {batched} not"
         );
     }
     drop(s);
@@ -380,6 +416,7 @@ fn a_recycled_segment_never_replays_what_it_held_before() {
     let opts = WriteBehindOptions {
         apply_every: Duration::from_secs(3600),
         max_pending_bytes: 200,
+        ingest_from: usize::MAX,
         preallocate: 0,
     };
     let s = WriteBehind::open(&dir, opts).expect("open");

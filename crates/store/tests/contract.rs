@@ -233,6 +233,36 @@ fn shared_across_threads(s: &dyn Store) {
     assert!(all.iter().all(|(k, v)| k[1] == v[0]));
 }
 
+/// A batch by the bulk path: deletes and overwrites of what was there, a value large enough to
+/// live beside the tree, then a write after it wins; keys out of order take the ordinary path.
+fn ingest_is_a_batch(s: &dyn Store) {
+    s.put(b"b", b"old").expect("put");
+    s.put(b"d", b"gone").expect("put");
+    let big = vec![7u8; 4000];
+    let mut b = Batch::new();
+    b.put(b"a", b"1")
+        .put(b"b", b"2")
+        .delete(b"d")
+        .put(b"e", &big);
+    s.ingest(&b).expect("ingest");
+    assert_eq!(
+        collect(s.range(ALL)),
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"2".to_vec()),
+            (b"e".to_vec(), big.clone()),
+        ]
+    );
+    s.put(b"b", b"3").expect("put after");
+    assert_eq!(s.get(b"b").expect("get").as_deref(), Some(&b"3"[..]));
+    let mut unordered = Batch::new();
+    unordered.put(b"z", b"1").put(b"c", b"1").put(b"c", b"2");
+    s.ingest(&unordered).expect("ingest out of order");
+    assert_eq!(s.get(b"c").expect("get").as_deref(), Some(&b"2"[..]));
+    assert_eq!(s.get(b"z").expect("get").as_deref(), Some(&b"1"[..]));
+    s.sync().expect("sync");
+}
+
 macro_rules! backends {
     ($($name:ident),* $(,)?) => {
         mod mem {
@@ -249,6 +279,19 @@ macro_rules! backends {
                 let opts = pliant_store::WriteBehindOptions {
                     apply_every: std::time::Duration::from_millis(1),
                     max_pending_bytes: 1 << 10,
+                    ingest_from: usize::MAX,
+                    preallocate: 0,
+                };
+                super::$name(&pliant_store::WriteBehind::temporary(opts).expect("store"))
+            })*
+        }
+        mod write_behind_ingesting {
+            $(#[test] fn $name() {
+                // The same, every application ingested into the tree (fjall's bulk path).
+                let opts = pliant_store::WriteBehindOptions {
+                    apply_every: std::time::Duration::from_millis(1),
+                    max_pending_bytes: 1 << 10,
+                    ingest_from: 0,
                     preallocate: 0,
                 };
                 super::$name(&pliant_store::WriteBehind::temporary(opts).expect("store"))
@@ -269,6 +312,7 @@ macro_rules! backends {
 }
 
 backends!(
+    ingest_is_a_batch,
     put_get_overwrite_delete,
     arbitrary_bytes_and_empty_values,
     oversized_keys_are_refused_not_written,
