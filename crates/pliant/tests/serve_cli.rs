@@ -133,6 +133,92 @@ fn acknowledged_writes_survive_a_kill_under_durability_always() {
     }
 }
 
+/// A bulk load fast enough to fill the store's write-behind budget has its applications
+/// ingested into the LSM tree as tables of their own (issue 34). Killed in the middle of one,
+/// the node comes back with every write it acknowledged, whether it was in a table, in one
+/// being built, or only in the log.
+#[test]
+fn a_bulk_load_killed_midway_keeps_every_acknowledged_write() {
+    use std::io::{Read, Write};
+    const KEYS: usize = 200_000;
+    const KILL_AFTER: usize = 120_000;
+    let value = |i: usize| -> Vec<u8> { (0..1000).map(|j| ((i * 31 + j) % 251) as u8).collect() };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path(), &["--durability", "everysec"]);
+    let mut s = std::net::TcpStream::connect(node.addr).expect("connect");
+    let mut replies = s.try_clone().expect("clone");
+    replies
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let writer = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        for start in (0..KEYS).step_by(500) {
+            buf.clear();
+            for i in start..start + 500 {
+                let k = format!("k{i}");
+                let v = value(i);
+                buf.extend_from_slice(
+                    format!("*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n", k.len(), v.len())
+                        .as_bytes(),
+                );
+                buf.extend_from_slice(&v);
+                buf.extend_from_slice(b"\r\n");
+            }
+            if s.write_all(&buf).is_err() {
+                return;
+            }
+        }
+    });
+    // Every reply is "+OK\r\n": the bytes received say how many writes were acknowledged.
+    let mut received = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut killed = Some(node);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "{} replies after 120 s",
+            received.len() / 5
+        );
+        if killed.is_some() && received.len() / 5 >= KILL_AFTER {
+            killed.take().expect("node").kill();
+        }
+        match replies.read(&mut chunk) {
+            Ok(0) | Err(_) if killed.is_none() => break,
+            Ok(0) => panic!("the node closed the connection before the kill"),
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+            Err(e) => panic!("reading replies: {e}"),
+        }
+    }
+    writer.join().expect("writer");
+    let acked = received.len() / 5;
+    assert!(
+        received.chunks(5).take(acked).all(|r| r == b"+OK\r\n"),
+        "a reply other than +OK"
+    );
+    assert!((KILL_AFTER..KEYS).contains(&acked), "{acked} acknowledged");
+    let node = Node::start(dir.path(), &[]);
+    let mut c = node.client();
+    assert!(cmd::<i64>(&mut c, &["DBSIZE"]) as usize >= acked);
+    for start in (0..acked).step_by(500) {
+        let keys: Vec<String> = (start..(start + 500).min(acked))
+            .map(|i| format!("k{i}"))
+            .collect();
+        let got: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&keys).query(&mut c).expect("mget");
+        for (i, v) in (start..).zip(got) {
+            assert!(
+                v.as_deref() == Some(&value(i)[..]),
+                "k{i}: acknowledged, then {} after the kill",
+                if v.is_some() {
+                    "another value"
+                } else {
+                    "missing"
+                }
+            );
+        }
+    }
+}
+
 #[test]
 fn shutdown_syncs_the_store_and_exits_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -487,9 +487,16 @@ impl<S: Store> Shared<S> {
             };
         }
         if bytes >= self.opts.ingest_from {
+            let started = Instant::now();
             self.tree.ingest(&batch)?;
             self.ingested
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(
+                mib = bytes >> 20,
+                keys = batch.len(),
+                secs = started.elapsed().as_secs_f64(),
+                "store: a bulk application ingested as tables"
+            );
         } else {
             self.tree.batch(&batch)?;
             self.batched

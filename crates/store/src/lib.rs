@@ -21,7 +21,8 @@
 //!
 //! Dependencies: `fjall` (the LSM store, pure Rust; it sets the workspace's minimum Rust,
 //! 1.90); `tempfile` (temporary stores, and the format file written by rename); `thiserror`
-//! (the typed error); `crc32c` (the write-behind log's record checksums, CRC-32C with the
+//! (the typed error); `tracing` (a line at `-v` for each application the write-behind applier
+//! ingests); `crc32c` (the write-behind log's record checksums, CRC-32C with the
 //! CPU's instruction where it has one: the crate `crc`'s 16-table software CRC was a fifth of a
 //! slot move's writes at the target, row `move-log-buffer-34` in docs/benchmarks.md; `crc`
 //! itself checks in the tests that the sums are the ones logs written before hold); `foldhash`
