@@ -57,27 +57,9 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-BIN=${PLIANT_BIN:-target/release/pliant}
-[ -x "$BIN" ] || { echo "fs_kernel_read_ahead.sh: no $BIN (cargo build --release, or set PLIANT_BIN)" >&2; exit 1; }
-BIN=$(realpath "$BIN")
-HELP=$(realpath tools/bench/fs_fio.py)
-for t in fio python3 mountpoint; do
-    command -v $t >/dev/null || { echo "fs_kernel_read_ahead.sh: needs $t" >&2; exit 1; }
-done
-[ "$(id -u)" = 0 ] || { echo "fs_kernel_read_ahead.sh: needs root (drop_caches, --kernel-read-ahead)" >&2; exit 1; }
-
-mkdir -p "$OUT/logs"
-OUT=$(realpath "$OUT")
-WORK=$(mktemp -d "${WORK_BASE:-/var/tmp}/fs_kernel_read_ahead.XXXXXX")
+bench_setup fs_kernel_read_ahead.sh "$SIZE_MIB" fio python3 mountpoint
 BACK=$WORK/back; CACHE=$WORK/cache; MNT=$WORK/mnt
 mkdir -p "$BACK" "$MNT"
-free_mib=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
-[ "$free_mib" -gt $((SIZE_MIB * 2 + 512)) ] || {
-    echo "fs_kernel_read_ahead.sh: ${free_mib} MiB free under $WORK, a run needs $((SIZE_MIB * 2 + 512))" >&2
-    rm -rf "$WORK"; exit 1
-}
-DAEMON_PID=
-clean_up_on_exit
 
 quiet() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # fio_read NAME FILE RW BS [options]: prints MB/s and IOPS.

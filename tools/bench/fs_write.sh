@@ -62,32 +62,11 @@ while [ $# -gt 0 ]; do
 done
 [ ${#NAMES[@]} -gt 0 ] || { NAMES=(mount); OPTS=(""); }
 
-BIN=${PLIANT_BIN:-target/release/pliant}
-[ -x "$BIN" ] || { echo "fs_write.sh: no $BIN (cargo build --release, or set PLIANT_BIN)" >&2; exit 1; }
-BIN=$(realpath "$BIN")
-HELP=$(realpath tools/bench/fs_fio.py)
-for t in fio python3 mountpoint; do
-    command -v $t >/dev/null || { echo "fs_write.sh: needs $t" >&2; exit 1; }
-done
-[ "$(id -u)" = 0 ] || { echo "fs_write.sh: needs root (drop_caches)" >&2; exit 1; }
-
-mkdir -p "$OUT/logs"
-OUT=$(realpath "$OUT")
-WORK=$(mktemp -d "${WORK_BASE:-/var/tmp}/fs_write.XXXXXX")
+bench_setup fs_write.sh "$SIZE_MIB" fio python3 mountpoint
 DIRECT=$WORK/direct    # written directly, and the mounts' backing directory
 CACHE=$WORK/cache      # the mounts' cache directory: the same file system
 MNT=$WORK/mnt
 mkdir -p "$DIRECT" "$MNT"
-# A run holds the file and, through a mount, its cached copy too (the fio JSON is empty when
-# the disk fills: the summary would fail on it).
-free_mib=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
-[ "$free_mib" -gt $((SIZE_MIB * 2 + 512)) ] || {
-    echo "fs_write.sh: ${free_mib} MiB free under $WORK, a run needs $((SIZE_MIB * 2 + 512))" >&2
-    rm -rf "$WORK"; exit 1
-}
-DAEMON_PID=
-
-clean_up_on_exit
 
 quiet() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # fio_write NAME DIR: prints MB/s of a 1 MiB sequential write of SIZE with fsync at the end.

@@ -7,6 +7,12 @@
 #                     stops $DAEMON_PID if it still runs, and detaches $MNT if still mounted
 #   clean_up_on_exit  at exit (Ctrl-C included: status 130), stop_fs_mount and remove $WORK,
 #                     keeping the script's exit status
+#   bench_setup NAME SIZE_MIB TOOL…
+#                     a benchmark's start: BIN (PLIANT_BIN, else target/release/pliant, not
+#                     built here) and HELP (fs_fio.py) as real paths; TOOL… on the PATH; root;
+#                     $OUT/logs made and OUT made real; WORK a fresh directory under WORK_BASE
+#                     (default /var/tmp, a local disk) with room for 2 × SIZE_MIB + 512 MiB;
+#                     DAEMON_PID empty and clean_up_on_exit set. NAME prefixes its errors.
 
 size_mib() {
     local s=${1^^}
@@ -47,4 +53,28 @@ _fs_mount_exit() {
     stop_fs_mount
     rm -rf "$WORK"
     exit $rc
+}
+
+bench_setup() {
+    local name=$1 size=$2 t free; shift 2
+    BIN=${PLIANT_BIN:-target/release/pliant}
+    [ -x "$BIN" ] || { echo "$name: no $BIN (cargo build --release, or set PLIANT_BIN)" >&2; exit 1; }
+    BIN=$(realpath "$BIN")
+    HELP=$(realpath tools/bench/fs_fio.py)
+    for t in "$@"; do
+        command -v "$t" >/dev/null || { echo "$name: needs $t" >&2; exit 1; }
+    done
+    [ "$(id -u)" = 0 ] || { echo "$name: needs root (drop_caches, FUSE mounts)" >&2; exit 1; }
+    mkdir -p "$OUT/logs"
+    OUT=$(realpath "$OUT")
+    WORK=$(mktemp -d "${WORK_BASE:-/var/tmp}/${name%.sh}.XXXXXX")
+    # A run holds the file and, through a mount, its cached copy too (fio's JSON is empty when
+    # the disk fills: a summary would fail on it).
+    free=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
+    [ "$free" -gt $((size * 2 + 512)) ] || {
+        echo "$name: ${free} MiB free under $WORK, a run needs $((size * 2 + 512))" >&2
+        rm -rf "$WORK"; exit 1
+    }
+    DAEMON_PID=
+    clean_up_on_exit
 }
