@@ -40,7 +40,11 @@ pub struct MountOptions {
     /// the read requests the kernel sends the daemon for reads through its page cache, 128 KiB
     /// by default whatever the daemon asks (the kernel takes the smaller of the two when the
     /// mount starts, and only root may raise it after, in `/sys/class/bdi/…/read_ahead_kb`).
-    /// See [`KERNEL_READ_AHEAD_SUGGESTED`].
+    /// The docs suggest 4 MiB: warm 1 MiB reads through the daemon ran fastest with it on this
+    /// project's 2-core VM in two sweeps of 128 KiB to 16 MiB (`fs-read-ahead-32o` in
+    /// docs/benchmarks.md: +10% and +19% over the default, 1 MiB +3–5%, 8 MiB +6–8%, 16 MiB
+    /// +5–8%), 12–15% faster side by side; four of the largest read requests (1 MiB), one for
+    /// each of the daemon's default 4 request threads.
     pub kernel_read_ahead: Option<u64>,
     /// Serve the counters in Prometheus's text format on this address.
     pub metrics: Option<std::net::SocketAddr>,
@@ -50,14 +54,6 @@ pub struct MountOptions {
     /// directory then holds only the mount's lock.
     pub striped: Option<crate::striped::ClientOptions>,
 }
-
-/// The kernel read-ahead `--kernel-read-ahead` is documented with: warm 1 MiB reads through
-/// the daemon ran fastest with it on this project's 2-core VM in two sweeps of 128 KiB to
-/// 16 MiB (`fs-read-ahead-32o` in docs/benchmarks.md: 4 MiB +10% and +19% over the default
-/// 128 KiB, 1 MiB +3–5%, 8 MiB +6–8%, 16 MiB +5–8%), and 12–15% faster side by side. It is
-/// four of the largest read requests (1 MiB), one for each of the daemon's default 4 request
-/// threads.
-pub const KERNEL_READ_AHEAD_SUGGESTED: u64 = 4 << 20;
 
 /// The largest `--kernel-read-ahead` taken: a bound on what one sequential reader makes the
 /// kernel read ahead of it, far above where the sweep stopped gaining.
@@ -499,7 +495,16 @@ pub fn run_foreground(
 /// thread of its own while the session serves the `stat`.
 fn set_kernel_read_ahead(mountpoint: &Path, bytes: u64) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(mountpoint)?.dev();
+    // One open directory for both questions: the device whose read-ahead is set is the one
+    // checked to be a FUSE mount, whatever the path names by then.
+    let root = std::fs::File::open(mountpoint)?;
+    let dev = root.metadata()?.dev();
+    if nix::sys::statfs::fstatfs(&root)?.filesystem_type() != nix::sys::statfs::FUSE_SUPER_MAGIC {
+        return Err(std::io::Error::other(format!(
+            "{} is not a FUSE mount",
+            mountpoint.display()
+        )));
+    }
     let file = PathBuf::from(format!(
         "/sys/class/bdi/{}:{}/read_ahead_kb",
         nix::sys::stat::major(dev),
