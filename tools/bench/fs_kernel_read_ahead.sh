@@ -15,9 +15,9 @@
 #   mount. The mount's read requests and their mean size (`pliant fs stat`) are kept, and, for
 #   the cost of a large read-ahead, MMAP_IOS 4 KiB random reads of a mapping of the file through
 #   the mount (fio ioengine=mmap with no madvise hint, as most programs map files; page cache
-#   dropped first): each page fault makes the kernel
-#   read the read-ahead's size around it, so the daemon's bytes read for them and their mean
-#   latency are kept. Rounds repeat the sizes in the same order.
+#   dropped first): each page fault makes the kernel read the read-ahead's size around it, so
+#   the daemon's bytes read for them and their mean latency are kept. Rounds repeat the sizes
+#   in the same order.
 #   Reports per size: median MB/s through the mount, the median of the per-pair ratios to
 #   direct with their min-max, the mean read request, and what the mapped random reads cost.
 #
@@ -70,6 +70,13 @@ fio_read() {
     python3 "$HELP" fio "$OUT/$name.json" | awk '{ printf "%.1f %.0f", $1 / 1e6, $2 }'
 }
 stat_field() { "$BIN" fs stat "$MNT" --json | python3 "$HELP" get - "$1" 0; }
+# reads: the bytes the daemon has served reads of, and in how many requests, from one `fs stat`.
+reads() {
+    "$BIN" fs stat "$MNT" --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+print(s["read_hit_bytes"] + s["read_miss_bytes"], s["read_requests"])'
+}
 
 # Seeded random data (fio's own pattern is compressible: the disk must not skip work).
 python3 -c '
@@ -94,24 +101,25 @@ for ((r = 1; r <= ROUNDS; r++)); do
         [ -n "$DAEMON_PID" ] || { echo "fs_kernel_read_ahead.sh: mount said: $out" >&2; exit 1; }
         ra=$(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb")
         cat "$MNT/f.dat" >/dev/null  # copied up behind this read
-        for ((i = 0; i < 50; i++)); do  # until the copy-up behind it has ended
+        for ((i = 0; ; i++)); do  # until the copy-up behind it has ended (at most 30 s)
             [ "$(stat_field copy_up_bytes)" -ge $((SIZE_MIB << 20)) ] && break
+            [ $i -lt 150 ] || { echo "fs_kernel_read_ahead.sh: the copy-up of $s round $r has not ended: its reads are not warm" >&2; break; }
             sleep 0.2
         done
         for ((p = 1; p <= PAIRS; p++)); do
             quiet
             read -r d _ <<<"$(fio_read "direct-$s-$r-$p" "$BACK/f.dat" read 1m --ioengine=psync)"
             quiet
-            q0=$(stat_field read_requests); b0=$(($(stat_field read_hit_bytes) + $(stat_field read_miss_bytes)))
+            read -r b0 q0 <<<"$(reads)"
             read -r m _ <<<"$(fio_read "mount-$s-$r-$p" "$MNT/f.dat" read 1m --ioengine=psync)"
-            q=$(($(stat_field read_requests) - q0)); b=$(($(stat_field read_hit_bytes) + $(stat_field read_miss_bytes) - b0))
+            read -r b q <<<"$(reads)"; b=$((b - b0)); q=$((q - q0))
             mb=; lat=
             if [ "$p" = 1 ]; then
                 quiet
-                b0=$(($(stat_field read_hit_bytes) + $(stat_field read_miss_bytes)))
+                read -r b0 _ <<<"$(reads)"
                 fio_read "mmap-$s-$r" "$MNT/f.dat" randread 4k --ioengine=mmap --fadvise_hint=0 --number_ios=$MMAP_IOS \
                     --randseed=32 >/dev/null
-                mb=$(( ($(stat_field read_hit_bytes) + $(stat_field read_miss_bytes) - b0) >> 20 ))
+                read -r b1 _ <<<"$(reads)"; mb=$(((b1 - b0) >> 20))
                 lat=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["jobs"][0]["read"]["clat_ns"]["mean"] / 1e3))' \
                     "$OUT/mmap-$s-$r.json")
             fi

@@ -26,9 +26,9 @@
 //!   straight from the sorted map, without fjall's journal and memtable, [`Store::ingest`];
 //!   13-18% less CPU a moved key in three sittings of four, `move-ingest-34` in
 //!   docs/benchmarks.md), syncs fjall, renames the segment to `spare` and syncs the directory.
-//!   Only then is the
-//!   segment gone, so a crash at any point leaves every write in the tree or in a segment (or
-//!   both: replaying a write that is already in the tree writes the same value again).
+//!   Only then is the segment gone, so a crash at any point leaves every write in the tree or
+//!   in a segment (or both: replaying a write that is already in the tree writes the same
+//!   value again).
 //! - **Recycled segments**: the next segment is the spare file renamed, written over from its
 //!   start. Under `--durability always` an fsync follows every group of writes, and an fsync of
 //!   a file that grew must also commit the file system's journal (ext4: the new size and

@@ -166,9 +166,10 @@ pub struct MountArgs {
     /// Set the kernel's read-ahead for this mount (root only; 4MiB suggested): the size of the
     /// read requests reads through the kernel's page cache send the daemon, 128 KiB by default
     /// whatever the daemon asks, and only root may raise it. Warm 1 MiB reads through the
-    /// daemon ran 12-15% faster with 4MiB, side by side (docs/benchmarks.md, fs-read-ahead-32o); a program that
-    /// maps a file and touches it at random makes the kernel read this much around each page
-    /// it faults in. An administrator can set it for ordinary users' mounts (docs/fs.md).
+    /// daemon ran 12-15% faster with 4MiB, side by side (docs/benchmarks.md,
+    /// fs-read-ahead-32o); a program that maps a file and touches it at random makes the
+    /// kernel read this much around each page it faults in. An administrator can set it for
+    /// ordinary users' mounts (docs/fs.md).
     #[arg(long, value_parser = size, value_name = "SIZE")]
     kernel_read_ahead: Option<u64>,
     /// Serve the counters to Prometheus at ADDR:PORT (`/metrics`). The endpoint has no
