@@ -982,6 +982,34 @@ impl Keyspace {
             .is_some_and(|v| v.data == data && v.expires_at.unwrap_or(0) == expires_at))
     }
 
+    /// Deletes `key` if it holds `data` with expiry `expires_at` (unix ms; 0: none) and is live
+    /// at `now`: [`holds_unchanged`](Self::holds_unchanged) then [`delete`](Self::delete), with
+    /// one lookup of a key memory holds where those made three (a slot move's source does this
+    /// for every key it sent). Whether it deleted the key.
+    pub fn delete_if_unchanged(
+        &mut self,
+        key: &[u8],
+        data: &[u8],
+        expires_at: u64,
+        now: u64,
+    ) -> Result<bool, KvError> {
+        let id = self.id_of(key);
+        if let Some(slot) = self.slot(id, key) {
+            if !(slot.live(now)
+                && slot.bytes() == data
+                && slot.expires_at().unwrap_or(0) == expires_at)
+            {
+                return Ok(false);
+            }
+            self.remove_id(key, id)?;
+            return Ok(true);
+        }
+        if self.holds_unchanged(key, data, expires_at, now)? {
+            return self.delete(key, now);
+        }
+        Ok(false)
+    }
+
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
     pub fn set(&mut self, key: Bytes, v: Value) -> Result<(), KvError> {
         self.refused()?;
@@ -1513,7 +1541,11 @@ impl Keyspace {
     /// Drops `key` from memory (not from a store or the parent): a tier's copy of a key that
     /// changed above, or that a write this tier forwarded changed.
     pub fn drop_key(&mut self, key: &[u8]) -> bool {
-        let id = self.id_of(key);
+        self.drop_key_id(key, self.id_of(key))
+    }
+
+    /// [`drop_key`](Self::drop_key) of `key`, whose id is `id`.
+    fn drop_key_id(&mut self, key: &[u8], id: u64) -> bool {
         match self.cache().slot(id) {
             Some(s) if self.slot_at(s).is_some_and(|x| x.key() == key) => {
                 self.vacate(s);
@@ -1685,17 +1717,22 @@ impl Keyspace {
     }
 
     fn remove(&mut self, key: &[u8]) -> Result<(), KvError> {
+        self.remove_id(key, self.id_of(key))
+    }
+
+    /// [`remove`](Self::remove) of `key`, whose id is `id`.
+    fn remove_id(&mut self, key: &[u8], id: u64) -> Result<(), KvError> {
         self.refused()?;
         // A key over the store's limit was never written there (see `set`): nothing to delete.
         if self.store.is_some() && key.len() <= pliant_store::MAX_KEY_LEN {
             self.pending.insert(key.into(), None);
             self.stats.store_writes += 1;
-            self.off_lock.written(self.id_of(key));
+            self.off_lock.written(id);
             if let Some(ix) = &mut self.slots {
                 ix.remove(key);
             }
         }
-        self.drop_key(key);
+        self.drop_key_id(key, id);
         Ok(())
     }
 
@@ -2168,6 +2205,65 @@ mod tests {
             !k.holds_unchanged(b"timed", b"v2", 1_000, 2_000)
                 .expect("expired")
         );
+    }
+
+    /// The source's deletion after an acknowledged batch: a key changed since its copy stays,
+    /// an unchanged one leaves memory, the store and the slot index, whether memory held it
+    /// (one lookup) or only the store did; a second deletion of it finds nothing.
+    #[test]
+    fn a_key_is_deleted_if_unchanged_only() {
+        let mut k = ks("2keys", true);
+        k.index_slots().expect("index");
+        let set = |k: &mut Keyspace, key: &'static [u8], data: &'static [u8], at| {
+            let v = Value {
+                data: Bytes::from_static(data),
+                expires_at: at,
+            };
+            k.set(Bytes::from_static(key), v).expect("set");
+        };
+        set(&mut k, b"plain", b"v1", None);
+        set(&mut k, b"timed", b"v2", Some(1_000));
+        assert!(!k.delete_if_unchanged(b"plain", b"v2", 0, 0).expect("del"));
+        assert!(!k.delete_if_unchanged(b"plain", b"v1", 7, 0).expect("del"));
+        assert!(
+            !k.delete_if_unchanged(b"timed", b"v2", 1_000, 1_000)
+                .expect("del")
+        );
+        assert!(!k.delete_if_unchanged(b"absent", b"", 0, 0).expect("del"));
+        assert_eq!(k.len().expect("len"), 2, "nothing changed was deleted");
+        assert!(k.delete_if_unchanged(b"plain", b"v1", 0, 0).expect("del"));
+        assert!(!k.delete_if_unchanged(b"plain", b"v1", 0, 0).expect("del"));
+        assert_eq!(k.peek(b"plain", 0).expect("peek"), None);
+        assert_eq!(k.memory().0, 1, "gone from memory");
+        // Three more keys push "timed" out of memory: the store's copy is compared and deleted.
+        for key in [&b"a"[..], b"b", b"c"] {
+            set(&mut k, key, b"x", None);
+        }
+        assert!(k.slot(k.id_of(b"timed"), b"timed").is_none(), "evicted");
+        assert!(
+            !k.delete_if_unchanged(b"timed", b"v3", 1_000, 0)
+                .expect("del")
+        );
+        assert!(
+            k.delete_if_unchanged(b"timed", b"v2", 1_000, 0)
+                .expect("del")
+        );
+        k.commit().expect("committed");
+        assert_eq!(k.peek(b"timed", 0).expect("peek"), None);
+        assert_eq!(k.len().expect("len"), 3);
+        let slot = pliant_cluster::key_slot(b"timed");
+        let slot_of_plain = pliant_cluster::key_slot(b"plain");
+        for s in [slot, slot_of_plain] {
+            let (keys, _) = k
+                .slot_keys(&[s], None, 10, 0)
+                .expect("walk")
+                .expect("token");
+            assert!(
+                keys.iter()
+                    .all(|x| x.as_ref() != b"timed" && x.as_ref() != b"plain"),
+                "the slot index forgot them: {keys:?}"
+            );
+        }
     }
 
     #[test]

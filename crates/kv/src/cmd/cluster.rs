@@ -451,10 +451,9 @@ pub(super) fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         if cluster.is_some_and(|c| c.written_here(&k)) {
             continue;
         }
-        let v = crate::keyspace::Value {
-            data: Bytes::copy_from_slice(&data),
-            expires_at,
-        };
+        // The value as the request holds it: `set` copies it into memory and the store's
+        // batch, and keeps nothing of it, so no copy of the whole request is held by it.
+        let v = crate::keyspace::Value { data, expires_at };
         if let Err(e) = ks.set(k, v) {
             return store_error(&e);
         }
@@ -508,10 +507,15 @@ pub(super) fn delete_unchanged(
         // No keyed command is between its routing and its end while keys leave.
         let _gate = node.cluster().map(|c| c.gate_exclusive());
         let mut ks = node.keyspace();
-        for (k, data, at) in copied {
-            if ks.holds_unchanged(k, data, *at, now)? {
-                n += u64::from(ks.delete(k, now)?);
-                deleted.push(k.clone());
+        // The keys were last touched a batch round trip ago: their loads, overlapped a group
+        // at a time, rather than one cache miss after another.
+        for group in copied.chunks(crate::keyspace::Keyspace::WARM_MAX) {
+            ks.warm(group.iter().map(|t| t.0.as_ref()));
+            for (k, data, at) in group {
+                if ks.delete_if_unchanged(k, data, *at, now)? {
+                    n += 1;
+                    deleted.push(k.clone());
+                }
             }
         }
     }

@@ -424,11 +424,15 @@ fn take(
         let (keys, next) = ks
             .slot_keys(wanted, after.as_deref(), keys_left.min(256), now)?
             .ok_or_else(|| MigrateError::Refused("invalid token".into()))?;
-        for k in keys {
-            if let Some(v) = ks.peek(&k, now)? {
-                added += (k.len() + v.data.len()) as u64;
-                let at = v.expires_at.unwrap_or(0);
-                batch.push((k, v.data, at));
+        // Overlapped loads of each group's entries, as the deletions do (`delete_unchanged`).
+        for group in keys.chunks(crate::keyspace::Keyspace::WARM_MAX) {
+            ks.warm(group.iter().map(AsRef::as_ref));
+            for k in group {
+                if let Some(v) = ks.peek(k, now)? {
+                    added += (k.len() + v.data.len()) as u64;
+                    let at = v.expires_at.unwrap_or(0);
+                    batch.push((k.clone(), v.data, at));
+                }
             }
         }
         after = next;
