@@ -19,18 +19,24 @@
 #     being written while this one runs. After each mounted run the mount is unmounted with
 #     --discard (the write-back to the backing directory is not what this measures; part b of
 #     fs_fio.sh measures that).
+#   - --rewrite: the file is there before each run (SIZE bytes written into the backing directory
+#     directly and synced, so a mount's cache does not hold it), and the writer opens it with
+#     O_TRUNC, as a shell's `>` and most tools rewriting an output do: `dd conv=fsync` (fio
+#     cannot open with O_TRUNC), timed around the whole command, the fsync included.
 #   Reports, for direct and every variant, the median MB/s with its spread (min-max and the
 #   interquartile range over REPS runs), and the median of the per-repetition ratios
 #   variant / direct with their min-max.
 #
 # Usage
-#   tools/bench/fs_write.sh [--size SIZE] [--bs BS] [--reps N] [--out DIR] [--variant NAME='OPTIONS']...
+#   tools/bench/fs_write.sh [--size SIZE] [--bs BS] [--reps N] [--rewrite] [--out DIR] [--variant NAME='OPTIONS']...
 #   --size     file size (default 1GiB; 512MiB, 2G or a number of MiB)
 #   --bs       fio's block size, the size of each write() (default 1m; e.g. 4k)
 #   --reps     repetitions (default 10)
 #   --variant  a mount to measure, named NAME, with extra `pliant fs mount` OPTIONS (words of
-#              the form VAR=VALUE go to the daemon's environment instead); repeatable
+#              the form VAR=VALUE go to the daemon's environment instead; the word
+#              `passthrough` leaves out --no-passthrough: a root mount's passthrough); repeatable
 #              (default: one variant, "mount", with no extra options)
+#   --rewrite  rewrite an existing file the cache does not hold, opened with O_TRUNC (above)
 #   --out      fio JSON, mount logs and results.csv (default target/fs_write)
 #   env: PLIANT_BIN (default target/release/pliant, not built here), WORK_BASE (default /var/tmp,
 #   a local disk: the direct directory and the cache directory both live there)
@@ -45,6 +51,7 @@ cd "$(dirname "$0")/../.."
 SIZE_MIB=1024
 BS=1m
 REPS=10
+REWRITE=0
 OUT=target/fs_write
 NAMES=()
 OPTS=()
@@ -53,6 +60,7 @@ while [ $# -gt 0 ]; do
         --size) SIZE_MIB=$(size_mib "$2"); shift ;;
         --reps) REPS=$2; shift ;;
         --bs) BS=$2; shift ;;
+        --rewrite) REWRITE=1 ;;
         --out) OUT=$2; shift ;;
         --variant) NAMES+=("${2%%=*}"); OPTS+=("${2#*=}"); [[ $2 == *=* ]] || OPTS[-1]=""; shift ;;
         -h | --help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -69,8 +77,19 @@ MNT=$WORK/mnt
 mkdir -p "$DIRECT" "$MNT"
 
 quiet() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-# fio_write NAME DIR: prints MB/s of a 1 MiB sequential write of SIZE with fsync at the end.
+# fio_write NAME DIR: prints MB/s of a 1 MiB sequential write of SIZE with fsync at the end
+# (--rewrite: of DIR/fio.dat, there already, opened with O_TRUNC).
 fio_write() {
+    if [ "$REWRITE" = 1 ]; then
+        local bytes t0 t1 bs
+        bytes=$((SIZE_MIB << 20))
+        bs=$(numfmt --from=iec "${BS^^}")
+        t0=$(date +%s.%N)
+        dd if=/dev/zero of="$2/fio.dat" bs="$bs" count=$((bytes / bs)) conv=fsync status=none || return 1
+        t1=$(date +%s.%N)
+        awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.1f", b / (z - a) / 1e6 }'
+        return
+    fi
     fio --name="$1" --directory="$2" --filename=fio.dat --rw=write --bs="$BS" --size="${SIZE_MIB}m" \
         --ioengine=psync --direct=0 --fallocate=none --end_fsync=1 \
         --output-format=json --output="$OUT/$1.json" >/dev/null
@@ -79,14 +98,17 @@ fio_write() {
 
 # run_variant I R: one measured write through a fresh mount with variant I's options.
 run_variant() {
-    local i=$1 r=$2 name=${NAMES[$1]} out bw wb w envs=() opts=()
+    local i=$1 r=$2 name=${NAMES[$1]} out bw wb w envs=() opts=() pt=--no-passthrough
     rm -rf "$CACHE" "$DIRECT/fio.dat"
+    seed
     for w in ${OPTS[$i]}; do  # words; NAME=VALUE ones go to the daemon's environment
-        if [[ $w =~ ^[A-Z_]+= ]]; then envs+=("$w"); else opts+=("$w"); fi
+        if [[ $w =~ ^[A-Z_]+= ]]; then envs+=("$w");
+        elif [ "$w" = passthrough ]; then pt=;
+        else opts+=("$w"); fi
     done
     out=$(env "${envs[@]}" "$BIN" fs mount "$DIRECT" "$MNT" --cache-dir "$CACHE" --capacity "$((SIZE_MIB * 4))MiB" \
         --high 95% --low 90% --dirty-high 95% --dirty-low 90% --max-file-size "$((SIZE_MIB * 2))MiB" \
-        --write-window-multiplier 1000 --no-passthrough "${opts[@]}")
+        --write-window-multiplier 1000 $pt ${opts[@]+"${opts[@]}"})
     DAEMON_PID=$(sed -n 's/.*daemon pid \([0-9]*\).*/\1/p' <<<"$out")
     [ -n "$DAEMON_PID" ] || { echo "fs_write.sh: mount said: $out" >&2; exit 1; }
     quiet
@@ -100,8 +122,15 @@ run_variant() {
     [ "$wb" = 0 ] || echo "  ($name run $r is tainted: $wb bytes written back inside the window)"
     echo "  $name: $bw MB/s"
 }
+# seed: with --rewrite, the file to rewrite, written directly and synced.
+seed() {
+    [ "$REWRITE" = 1 ] || return 0
+    head -c "$((SIZE_MIB << 20))" /dev/urandom >"$DIRECT/fio.dat"
+    sync "$DIRECT/fio.dat"
+}
 run_direct() {
     rm -f "$DIRECT/fio.dat"
+    seed
     quiet
     local bw
     bw=$(fio_write "direct-$1" "$DIRECT")
@@ -111,7 +140,7 @@ run_direct() {
 
 echo "name,rep,mbps,writeback_bytes" >"$OUT/results.csv"
 N=$((${#NAMES[@]} + 1))
-echo "== ${SIZE_MIB} MiB sequential write (bs $BS) + fsync, $REPS interleaved repetitions; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== ${SIZE_MIB} MiB sequential $([ "$REWRITE" = 1 ] && echo "rewrite with O_TRUNC" || echo write) (bs $BS) + fsync, $REPS interleaved repetitions; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= REPS; r++)); do
     echo "run $r"
     for ((k = 0; k < N; k++)); do

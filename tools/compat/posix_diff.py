@@ -240,6 +240,11 @@ def build():
          open_op("w/f", os.O_WRONLY | os.O_TRUNC), [T("w/f")])
     case("open", "trunc.rdonly", [DIRS["w"], E("regular", "w/f")],
          open_op("w/f", os.O_RDONLY | os.O_TRUNC), [T("w/f")])
+    # The set-ID bits an O_TRUNC open clears (the daemon does it under FUSE_ATOMIC_O_TRUNC).
+    for m in (0o4755, 0o2755, 0o2745, 0o6755, 0o4777, 0o2777):
+        for own in ("me", "other"):
+            case("open", f"trunc.setid.{own}{m:o}", [DIRS["w"], E("regular", f"w/f", m, own)],
+                 open_op("w/f", os.O_WRONLY | os.O_TRUNC), [T("w/f")])
     case("open", "append.write", [DIRS["w"], E("regular", "w/f")],
          open_op("w/f", os.O_WRONLY | os.O_APPEND, write=b"XY"), [T("w/f")])
     case("open", "write.overwrite", [DIRS["w"], E("regular", "w/f")],

@@ -2077,6 +2077,60 @@ fn passthrough_writes_fsynced_survive_kill_9_with_the_writers_open() {
     m.unmount();
 }
 
+/// Root mount: a file the cache does not hold, opened with `O_TRUNC` for writing, is emptied
+/// by the open itself (FUSE_ATOMIC_O_TRUNC), so it is whole in the cache when the open picks
+/// its mode and is written by passthrough (it went through the daemon, a round trip a write,
+/// when the kernel truncated after the open); what it wrote reaches the backing directory.
+#[test]
+fn a_file_opened_with_o_trunc_is_written_by_passthrough() {
+    if !passthrough_possible() {
+        return;
+    }
+    let Some(mut m) = mount_with(&["--capacity", "16MiB", "--extent", "64KiB"]) else {
+        return;
+    };
+    fs::write(m.backing.join("out"), vec![7u8; 700_000]).expect("seed");
+    let before = fs::metadata(m.backing.join("out"))
+        .expect("stat")
+        .modified()
+        .expect("mtime");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let new: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let mut w = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.at("out"))
+        .expect("open with O_TRUNC");
+    assert_eq!(w.metadata().expect("fstat").len(), 0, "emptied by the open");
+    assert_eq!(
+        m.stats()["passthrough_write_opens"],
+        1,
+        "the emptied file is written by passthrough"
+    );
+    w.write_all(&new).expect("write");
+    w.sync_all().expect("fsync");
+    drop(w);
+    let after = fs::metadata(m.at("out"))
+        .expect("stat")
+        .modified()
+        .expect("mtime");
+    assert!(after > before, "the open marked a modification");
+    // Read-only with O_TRUNC (which Rust's `OpenOptions` refuses to ask for): Linux empties the
+    // file for a caller who may write it, as root may.
+    fs::write(m.at("out"), b"some bytes").expect("refill");
+    let fd = nix::fcntl::open(
+        &m.at("out"),
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_TRUNC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .expect("O_RDONLY | O_TRUNC");
+    drop(fd);
+    assert_eq!(fs::metadata(m.at("out")).expect("stat").len(), 0);
+    fs::write(m.at("out"), &new).expect("rewrite");
+    m.unmount();
+    assert_eq!(fs::read(m.backing.join("out")).expect("backing"), new);
+}
+
 /// Through passthrough the daemon cannot refuse a write: past --max-file-size, or past the
 /// write window (charged what the file grew), the kernel's bytes are cut off and `fsync`, or
 /// `close`, returns EFBIG or EDQUOT; a file opened with no room left in the window goes
