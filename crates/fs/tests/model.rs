@@ -371,6 +371,9 @@ impl World {
                     let data: Vec<u8> = (0..len)
                         .map(|i| seed.wrapping_add((i % 251) as u8))
                         .collect();
+                    // What the kernel asks before each write it passes through: the write-out
+                    // it starts must change no byte.
+                    self.fs().passthrough_write_coming(&path(file));
                     cache.write_all_at(&data, offset).expect("kernel write");
                     let m = self.files.get_mut(&id).expect("model");
                     let end = (offset + len) as usize;

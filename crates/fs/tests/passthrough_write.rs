@@ -258,3 +258,50 @@ fn daemon_reads_and_truncation_see_the_kernel_s_writes() {
     fs.shutdown(false, &mut |_| {}).expect("unmount");
     assert_eq!(std::fs::read(b.path().join("f")).expect("backing"), want);
 }
+
+/// The kernel asks for `security.capability` before each `write()` it passes through: the core
+/// then starts the disk's write-out of the extents the file grew by since it last did, once
+/// each, and of nothing for a file not written by passthrough or for a rewrite inside it.
+#[test]
+fn the_write_out_of_what_passthrough_writers_filled_starts_before_their_next_write() {
+    let (b, c) = (
+        tempfile::tempdir().expect("b"),
+        tempfile::tempdir().expect("c"),
+    );
+    let fs = mount(config(b.path(), c.path()));
+    std::fs::write(b.path().join("other"), bytes(3 * EXTENT, 9)).expect("seed");
+    assert_eq!(
+        fs.passthrough_write_coming(Path::new("other")),
+        0,
+        "not open"
+    );
+    assert_eq!(fs.passthrough_write_coming(Path::new("absent")), 0);
+    let h = fs.create(Path::new("f"), 0o644, None).expect("create");
+    let file = fs.passthrough_write_file(&h).expect("pt").expect("room");
+    assert_eq!(
+        fs.passthrough_write_coming(Path::new("f")),
+        0,
+        "nothing yet"
+    );
+    file.write_all_at(&bytes(2 * EXTENT + 100, 1), 0)
+        .expect("kernel write");
+    assert_eq!(
+        fs.passthrough_write_coming(Path::new("f")),
+        2 * EXTENT,
+        "the two filled extents, not the third begun"
+    );
+    assert_eq!(fs.passthrough_write_coming(Path::new("f")), 0, "once");
+    file.write_all_at(&bytes(100, 2), 0)
+        .expect("a rewrite inside");
+    assert_eq!(fs.passthrough_write_coming(Path::new("f")), 0);
+    file.write_all_at(&bytes(3 * EXTENT, 3), 2 * EXTENT)
+        .expect("kernel write");
+    assert_eq!(fs.passthrough_write_coming(Path::new("f")), 3 * EXTENT);
+    fs.end_passthrough_write(&h).expect("close");
+    assert_eq!(
+        fs.passthrough_write_coming(Path::new("f")),
+        0,
+        "no passthrough writer left"
+    );
+    fs.check_invariants().expect("bookkeeping");
+}

@@ -184,6 +184,7 @@ impl Inner {
                 last_write: 0..0,
                 pt_writers: 0,
                 pt_charged: 0,
+                pt_written_out: 0,
                 pt_mtime: std::time::UNIX_EPOCH,
                 pt_refused: None,
                 forgotten: false,
@@ -933,7 +934,7 @@ fn filled_extents(offset: u64, len: u64, ext: u64) -> Option<(u64, u64)> {
 /// read through the daemon then takes from the disk; a mount with the kernel's write cache
 /// keeps its own copy of the file's pages anyway. Advice: a failure changes nothing but the
 /// speed, so it is not reported.
-fn start_write_out(f: &File, offset: u64, len: u64, ext: u64) {
+pub(super) fn start_write_out(f: &File, offset: u64, len: u64, ext: u64) {
     if let Some((start, n)) = filled_extents(offset, len, ext) {
         let from = start.saturating_sub(ext);
         let _ = nix::fcntl::posix_fadvise(

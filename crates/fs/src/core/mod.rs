@@ -144,6 +144,9 @@ struct FileData {
     pt_charged: u64,
     /// The cache file's modification time when last taken: a later one is the kernel's writes.
     pt_mtime: SystemTime,
+    /// Where the disk's write-out of what passthrough writers wrote was last started up to
+    /// ([`FsCache::passthrough_write_coming`]).
+    pt_written_out: u64,
     /// What a passthrough writer did that the cache refused (EFBIG, EDQUOT), for the next
     /// `fsync` or `close` to report.
     pt_refused: Option<nix::errno::Errno>,
@@ -1249,6 +1252,22 @@ impl FsCache {
             return Ok(None);
         }
         self.inner.start_pt_write(&h.0)
+    }
+
+    /// The kernel is about to pass a `write()` through to `rel`'s cache file: it asks for the
+    /// file's `security.capability` before each (a root mount has no FUSE_HANDLE_KILLPRIV_V2),
+    /// the one moment the daemon hears of those writes. Starts the disk's write-out of the
+    /// extents the file's passthrough writers have filled since the last call, as a write
+    /// through the daemon starts its own ([`extents`]' `start_write_out`): otherwise all of it
+    /// waits for the `fsync`, as after a direct write, and on a disk slower than the copies
+    /// the daemon's path was faster (`fs-rewrite-32q` in docs/benchmarks.md). Only what the
+    /// file grew by: a rewrite inside it is left to the kernel, as the daemon leaves scattered
+    /// writes. The bytes whose write-out it started (0 for a file not written by passthrough).
+    pub fn passthrough_write_coming(&self, rel: &Path) -> u64 {
+        match self.inner.entry_or_link(rel) {
+            Some(e) => self.inner.pt_write_out(&e),
+            None => 0,
+        }
     }
 
     /// A handle [`FsCache::passthrough_write_file`] opened closes; with the last of the file's,

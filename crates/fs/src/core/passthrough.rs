@@ -144,6 +144,10 @@ impl Inner {
             d.pt_refused = None;
             d.pt_mtime = Attr::from_meta(&self.cache_file_arc(entry.id, &mut d)?.metadata()?).mtime;
         }
+        if d.pt_writers == 0 {
+            // What earlier writers wrote was written out, or was not theirs to start.
+            d.pt_written_out = d.size / self.cfg.extent * self.cfg.extent;
+        }
         d.pt_writers += 1;
         d.pinned += 1;
         // Dirty as a whole from now on, clean extents included: nothing may drop them.
@@ -177,6 +181,29 @@ impl Inner {
         j.sync()?;
         d.journaled = true;
         Ok(())
+    }
+
+    /// [`FsCache::passthrough_write_coming`] of `entry`.
+    pub(super) fn pt_write_out(&self, entry: &FileEntry) -> u64 {
+        let mut d = lock(&entry.data);
+        if d.pt_writers == 0 {
+            return 0;
+        }
+        let Ok(f) = self.cache_file_arc(entry.id, &mut d) else {
+            return 0;
+        };
+        let Ok(size) = f.metadata().map(|m| m.len()) else {
+            return 0;
+        };
+        let ext = self.cfg.extent;
+        let filled = size / ext * ext;
+        let from = d.pt_written_out;
+        if filled <= from {
+            return 0;
+        }
+        super::extents::start_write_out(&f, from, filled - from, ext);
+        d.pt_written_out = filled;
+        filled - from
     }
 
     /// A passthrough writer closes. With the last one the daemon takes the file over: its
