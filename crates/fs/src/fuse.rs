@@ -614,25 +614,32 @@ impl PliantFuse {
     /// Done before the reply, the file is empty, so whole in the cache, when the open chooses
     /// its mode: a root mount writes it by passthrough (before, the truncation came after the
     /// open, and a file the cache did not hold whole was written through the daemon).
+    ///
+    /// The set-ID bits go first: a failure there refuses the open with the file as it was,
+    /// where the truncation cannot be undone. `h` carries the caller (`stamp`), so a striped
+    /// mount's servers check the caller's right, not the daemon's. A failure to mark the time
+    /// after the truncation is logged, not returned: the file is emptied either way.
     fn truncate_at_open(&self, req: &Request, h: &Handle) -> Result<(), Errno> {
-        self.core.truncate_open(h, 0).map_err(err)?;
         if req.uid() != 0
             && let Some(m) = suidgid_cleared(self.core.getattr_open(h).map_err(err)?)
         {
             self.core.chmod_open(h, m).map_err(err)?;
         }
-        self.core
-            .set_times_open(h, None, Some(SystemTime::now()))
-            .map_err(err)
+        self.core.truncate_open(h, 0).map_err(err)?;
+        if let Err(e) = self.core.set_times_open(h, None, Some(SystemTime::now())) {
+            tracing::warn!(error = %e, "an open with O_TRUNC emptied a file but could not mark its modification time");
+        }
+        Ok(())
     }
 
     /// `create` without `O_EXCL` of a name that someone else made in the backing directory
     /// after the kernel looked it up: an open of that file, whose permissions the kernel did
-    /// not check (it checked only the directory's). Checked here against the caller; the file
-    /// stays its owner's.
+    /// not check (it checked only the directory's). Checked here against the caller, on the
+    /// file the handle opened (a file renamed over the name meanwhile is the one checked, and
+    /// the one emptied for `O_TRUNC`, as [`truncate_at_open`](Self::truncate_at_open) does for
+    /// an open: the kernel sends nothing after a create); the file stays its owner's.
     fn open_appeared(&self, req: &Request, p: &Path, flags: i32) -> Result<Handle, Errno> {
         use crate::core::want;
-        let a = self.core.getattr(p).map_err(err)?;
         let mut wanted = match flags & nix::libc::O_ACCMODE {
             nix::libc::O_RDONLY => want::READ,
             nix::libc::O_WRONLY => want::WRITE,
@@ -641,17 +648,23 @@ impl PliantFuse {
         if flags & nix::libc::O_TRUNC != 0 {
             wanted |= want::WRITE;
         }
-        if !Self::caller(req).may(a.mode, a.uid, a.gid, wanted) {
-            return Err(Errno::EACCES);
+        let h = self.stamp(req, self.core.open(p).map_err(err)?);
+        let checked = self.core.getattr_open(&h).map_err(err).and_then(|a| {
+            if !Self::caller(req).may(a.mode, a.uid, a.gid, wanted) {
+                return Err(Errno::EACCES);
+            }
+            if flags & nix::libc::O_TRUNC != 0 {
+                self.truncate_at_open(req, &h)?;
+            }
+            Ok(())
+        });
+        match checked {
+            Ok(()) => Ok(h),
+            Err(e) => {
+                self.core.release(h);
+                Err(e)
+            }
         }
-        let h = self.core.open(p).map_err(err)?;
-        if flags & nix::libc::O_TRUNC != 0
-            && let Err(e) = self.core.truncate(p, 0)
-        {
-            self.core.release(h);
-            return Err(err(e));
-        }
-        Ok(h)
     }
 }
 
@@ -1042,6 +1055,7 @@ impl Filesystem for PliantFuse {
             .guard(req)
             .and_then(|_| self.path(ino))
             .and_then(|p| self.core.open(&p).map_err(err))
+            .map(|h| self.stamp(req, h))
             .and_then(|h| {
                 // Present only under FUSE_ATOMIC_O_TRUNC (the kernel strips it otherwise).
                 if flags.0 & nix::libc::O_TRUNC == 0 {
@@ -1057,7 +1071,6 @@ impl Filesystem for PliantFuse {
             });
         match res {
             Ok(h) => {
-                let h = self.stamp(req, h);
                 let read_only = matches!(flags.acc_mode(), fuser::OpenAccMode::O_RDONLY);
                 self.reply_open(ino, h, read_only, reply)
             }
@@ -1290,8 +1303,8 @@ impl Filesystem for PliantFuse {
                     })
                     .map_err(control_errno);
             }
-            if name.as_bytes() == b"security.capability" {
-                // A `write()` by passthrough follows (see the core's method).
+            if name.as_bytes() == b"security.capability" && self.passthrough.load(Relaxed) {
+                // A `write()` by passthrough may follow (see the core's method).
                 self.core.passthrough_write_coming(&p);
             }
             self.core

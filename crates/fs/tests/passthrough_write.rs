@@ -297,6 +297,11 @@ fn the_write_out_of_what_passthrough_writers_filled_starts_before_their_next_wri
     file.write_all_at(&bytes(3 * EXTENT, 3), 2 * EXTENT)
         .expect("kernel write");
     assert_eq!(fs.passthrough_write_coming(Path::new("f")), 3 * EXTENT);
+    // Cut below what was written out: written out again from the cut as it fills anew.
+    fs.truncate_open(&h, EXTENT + 10).expect("truncate");
+    file.write_all_at(&bytes(2 * EXTENT, 4), EXTENT)
+        .expect("kernel write");
+    assert_eq!(fs.passthrough_write_coming(Path::new("f")), 2 * EXTENT);
     fs.end_passthrough_write(&h).expect("close");
     assert_eq!(
         fs.passthrough_write_coming(Path::new("f")),

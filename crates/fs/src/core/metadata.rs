@@ -25,6 +25,9 @@ impl Inner {
         // Bytes written again past a cut are charged again; an extension is no write.
         d.pt_charged = size;
         let ext = self.cfg.extent;
+        // A cut below what was written out: the write-out starts again from there as the
+        // passthrough writers fill it anew.
+        d.pt_written_out = d.pt_written_out.min(size / ext * ext);
         // A read-ahead copy under way read the old length's bytes.
         d.epoch += 1;
         if d.journaled {

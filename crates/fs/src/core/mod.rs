@@ -1258,13 +1258,15 @@ impl FsCache {
     /// file's `security.capability` before each (a root mount has no FUSE_HANDLE_KILLPRIV_V2),
     /// the one moment the daemon hears of those writes. Starts the disk's write-out of the
     /// extents the file's passthrough writers have filled since the last call, as a write
-    /// through the daemon starts its own ([`extents`]' `start_write_out`): otherwise all of it
+    /// through the daemon starts its own (`extents::start_write_out`): otherwise all of it
     /// waits for the `fsync`, as after a direct write, and on a disk slower than the copies
     /// the daemon's path was faster (`fs-rewrite-32q` in docs/benchmarks.md). Only what the
     /// file grew by: a rewrite inside it is left to the kernel, as the daemon leaves scattered
     /// writes. The bytes whose write-out it started (0 for a file not written by passthrough).
     pub fn passthrough_write_coming(&self, rel: &Path) -> u64 {
-        match self.inner.entry_or_link(rel) {
+        // By name only: a file open for passthrough writing has its entry already (a lookup of
+        // the backing directory for every other file would cost each `getxattr` a `stat`).
+        match self.inner.entry(rel) {
             Some(e) => self.inner.pt_write_out(&e),
             None => 0,
         }

@@ -185,24 +185,28 @@ impl Inner {
 
     /// [`FsCache::passthrough_write_coming`] of `entry`.
     pub(super) fn pt_write_out(&self, entry: &FileEntry) -> u64 {
-        let mut d = lock(&entry.data);
-        if d.pt_writers == 0 {
-            return 0;
-        }
-        let Ok(f) = self.cache_file_arc(entry.id, &mut d) else {
-            return 0;
+        let (f, from, filled) = {
+            let mut d = lock(&entry.data);
+            if d.pt_writers == 0 {
+                return 0;
+            }
+            let Ok(f) = self.cache_file_arc(entry.id, &mut d) else {
+                return 0;
+            };
+            let Ok(size) = f.metadata().map(|m| m.len()) else {
+                return 0;
+            };
+            let filled = size / self.cfg.extent * self.cfg.extent;
+            let from = d.pt_written_out;
+            if filled <= from {
+                return 0;
+            }
+            d.pt_written_out = filled;
+            (f, from, filled)
         };
-        let Ok(size) = f.metadata().map(|m| m.len()) else {
-            return 0;
-        };
-        let ext = self.cfg.extent;
-        let filled = size / ext * ext;
-        let from = d.pt_written_out;
-        if filled <= from {
-            return 0;
-        }
-        super::extents::start_write_out(&f, from, filled - from, ext);
-        d.pt_written_out = filled;
+        // Off the file's lock: starting the write-out of a large growth (one `write()` by
+        // passthrough is not cut at `max_write`) may wait for the disk's queue.
+        super::extents::start_write_out(&f, from, filled - from, self.cfg.extent);
         filled - from
     }
 
