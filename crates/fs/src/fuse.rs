@@ -74,8 +74,9 @@
 //! capability of a file the kernel writes. That question is also the daemon's one sign of those
 //! writes: it starts the disk's write-out of the extents they filled
 //! ([`FsCache::passthrough_write_coming`]), so the `fsync` does not wait for the whole file
-//! (1 MiB writes + fsync 1.85-1.96 of direct, from 0.84-1.11: `fs-pt-writeout-32r`). The daemon does not see those writes, so
-//! the core holds such a file dirty as a whole, journaled before the open is answered, until
+//! (1 MiB writes + fsync 1.85-1.96 of direct, from 0.84-1.11: `fs-pt-writeout-32r`). The
+//! daemon does not see those writes, so the core holds such a file dirty as a whole, journaled
+//! before the open is answered, until
 //! its last writer closes, and takes its size and time from the cache file whenever it answers
 //! for it (`getattr`, `fsync`, `flush`, `release`; the kernel itself keeps the size its writes
 //! made and asks again after them). The kernel still sends FSYNC, FLUSH (at every `close`),
