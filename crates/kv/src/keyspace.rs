@@ -367,6 +367,11 @@ impl Slot {
         }
     }
 
+    /// Whether it holds `data` with expiry `expires_at` (unix ms; 0: none) and is live at `now`.
+    fn unchanged(&self, data: &[u8], expires_at: u64, now: u64) -> bool {
+        self.live(now) && self.bytes() == data && self.expires_at().unwrap_or(0) == expires_at
+    }
+
     /// Key and value bytes, as a byte capacity counts them.
     fn size(&self) -> u32 {
         u32::try_from(self.key().len() + self.bytes().len()).unwrap_or(u32::MAX)
@@ -973,9 +978,7 @@ impl Keyspace {
         now: u64,
     ) -> Result<bool, KvError> {
         if let Some(slot) = self.slot(self.id_of(key), key) {
-            return Ok(slot.live(now)
-                && slot.bytes() == data
-                && slot.expires_at().unwrap_or(0) == expires_at);
+            return Ok(slot.unchanged(data, expires_at, now));
         }
         Ok(self
             .peek(key, now)?
@@ -994,20 +997,15 @@ impl Keyspace {
         now: u64,
     ) -> Result<bool, KvError> {
         let id = self.id_of(key);
-        if let Some(slot) = self.slot(id, key) {
-            if !(slot.live(now)
-                && slot.bytes() == data
-                && slot.expires_at().unwrap_or(0) == expires_at)
-            {
-                return Ok(false);
-            }
+        let unchanged = match self.slot(id, key) {
+            Some(slot) => slot.unchanged(data, expires_at, now),
+            // Only the store holds it (rare: a move's keys were just read out of memory).
+            None => self.holds_unchanged(key, data, expires_at, now)?,
+        };
+        if unchanged {
             self.remove_id(key, id)?;
-            return Ok(true);
         }
-        if self.holds_unchanged(key, data, expires_at, now)? {
-            return self.delete(key, now);
-        }
-        Ok(false)
+        Ok(unchanged)
     }
 
     /// Sets `key` to `v`: in the store first (it is the truth), then in memory.
