@@ -189,8 +189,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// [`batch`](Store::batch) for a large batch whose keys are distinct and in ascending
     /// order, by the backend's bulk path where it has one (fjall: tables built straight from
-    /// the batch, without its journal and memtable). All or none, as a batch; durable when it
-    /// returns. The caller must not write the same keys meanwhile: such a write may end up
+    /// the batch, without its journal and memtable). All or none, as a batch, and durable once
+    /// [`sync`](Store::sync) returns (fjall's ingestion is durable at once; the default, a
+    /// batch, only then). The caller must not write the same keys meanwhile: such a write may end up
     /// under the batch's. The write-behind applier, the only writer of its tree, calls it for
     /// an application as large as its pending budget (see [`WriteBehindOptions`]).
     fn ingest(&self, batch: &Batch) -> Result<(), StoreError> {

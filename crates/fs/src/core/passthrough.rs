@@ -143,9 +143,8 @@ impl Inner {
             d.pt_charged = d.size;
             d.pt_refused = None;
             d.pt_mtime = Attr::from_meta(&self.cache_file_arc(entry.id, &mut d)?.metadata()?).mtime;
-        }
-        if d.pt_writers == 0 {
-            // What earlier writers wrote was written out, or was not theirs to start.
+            // The write-out of passthrough writes (`pt_write_out`) starts from what the file
+            // holds now: those bytes are not theirs.
             d.pt_written_out = d.size / self.cfg.extent * self.cfg.extent;
         }
         d.pt_writers += 1;
